@@ -1,0 +1,107 @@
+"""ZLink for Python: addressable, stateful Spots and Actors, one turn at a time.
+
+The public surface is exactly the names below (spec/python-api.md). The layout behind them:
+``executor/`` is the engine (gates, lanes, turns, workers, infrastructure thread) and knows
+nothing of Spots; ``objects/`` holds the classes users subclass and the runtime's activations;
+``messaging/`` holds messages, calls and contexts; ``node.py`` wires them together.
+"""
+
+from . import errors as errors
+from .app import App as App
+from .app import ExecutionMode as ExecutionMode
+from .app import Relocation as Relocation
+from .app import RelocationCoordination as RelocationCoordination
+from .config import NodeConfig as NodeConfig
+from .errors import Cancelled as Cancelled
+from .errors import DeadlineExceeded as DeadlineExceeded
+from .errors import ErrorCode as ErrorCode
+from .errors import HandlerError as HandlerError
+from .errors import InvalidArgument as InvalidArgument
+from .errors import InvalidOperation as InvalidOperation
+from .errors import NotFound as NotFound
+from .errors import ResourceExhausted as ResourceExhausted
+from .errors import StateIncompatible as StateIncompatible
+from .errors import Unavailable as Unavailable
+from .errors import ZLinkError as ZLinkError
+from .handlers import handler as handler
+from .messaging.calls import CreateCall as CreateCall
+from .messaging.calls import JoinCall as JoinCall
+from .messaging.calls import RequestCall as RequestCall
+from .messaging.calls import SendCall as SendCall
+from .messaging.context import ActorContext as ActorContext
+from .messaging.context import ActorManager as ActorManager
+from .messaging.context import ChannelContext as ChannelContext
+from .messaging.context import Client as Client
+from .messaging.context import EntrySpotContext as EntrySpotContext
+from .messaging.context import InstanceSpotContext as InstanceSpotContext
+from .messaging.context import MessageContext as MessageContext
+from .messaging.context import RouteClient as RouteClient
+from .messaging.context import SpotContext as SpotContext
+from .messaging.context import SpotManager as SpotManager
+from .messaging.message import Message as Message
+from .messaging.message import Request as Request
+from .node import Node as Node
+from .objects.base import Actor as Actor
+from .objects.base import ActorCreateResponse as ActorCreateResponse
+from .objects.base import ActorCreateResult as ActorCreateResult
+from .objects.base import ActorJoinCompletion as ActorJoinCompletion
+from .objects.base import ActorJoinResult as ActorJoinResult
+from .objects.base import EntrySpot as EntrySpot
+from .objects.base import InstanceSpot as InstanceSpot
+from .objects.base import SpotCreateResponse as SpotCreateResponse
+from .objects.base import SpotCreateResult as SpotCreateResult
+from .objects.base import SpotKind as SpotKind
+from .objects.base import SpotRef as SpotRef
+from .objects.base import UserSpot as UserSpot
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Actor",
+    "ActorContext",
+    "ActorCreateResponse",
+    "ActorCreateResult",
+    "ActorJoinCompletion",
+    "ActorJoinResult",
+    "ActorManager",
+    "App",
+    "Cancelled",
+    "ChannelContext",
+    "Client",
+    "CreateCall",
+    "DeadlineExceeded",
+    "EntrySpot",
+    "EntrySpotContext",
+    "ErrorCode",
+    "ExecutionMode",
+    "HandlerError",
+    "InstanceSpot",
+    "InstanceSpotContext",
+    "InvalidArgument",
+    "InvalidOperation",
+    "JoinCall",
+    "Message",
+    "MessageContext",
+    "Node",
+    "NodeConfig",
+    "NotFound",
+    "Relocation",
+    "RelocationCoordination",
+    "Request",
+    "RequestCall",
+    "ResourceExhausted",
+    "RouteClient",
+    "SendCall",
+    "SpotContext",
+    "SpotCreateResponse",
+    "SpotCreateResult",
+    "SpotKind",
+    "SpotManager",
+    "SpotRef",
+    "StateIncompatible",
+    "Unavailable",
+    "UserSpot",
+    "ZLinkError",
+    "errors",
+    "handler",
+]

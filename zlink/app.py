@@ -1,0 +1,215 @@
+"""``zlink.App``: the registry of Spot, Actor and Channel types (python-api §2).
+
+Registration errors are ``InvalidOperation`` at decoration or at ``Node.start()`` (through
+:meth:`App.validate`), never later.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, TypeVar
+
+from .errors import InvalidArgument, InvalidOperation
+from .handlers import HandlerSpec, collect
+from .messaging.message import Message
+from .objects.base import Actor, EntrySpot, InstanceSpot, SpotKind, UserSpot
+
+C = TypeVar("C", bound=type)
+
+
+class ExecutionMode(Enum):
+    """How a User Spot's callbacks share execution rights (execution-model §2)."""
+
+    SPOT_WIDE = "spot_wide"  # one gate for the Spot, its member Actors, timers, lifecycle
+    PER_ACTOR = "per_actor"  # a gate per Actor, for the Spot itself, and per timer
+
+
+class RelocationCoordination(Enum):
+    """Who decides when a Spot may move (kotlin-spot-interface, relocation)."""
+
+    FRAMEWORK_MANAGED = "framework_managed"
+    APPLICATION_SIGNALED = "application_signaled"
+
+
+@dataclass(frozen=True)
+class Relocation:
+    """A relocation policy: ``preserve_state(Adapter)``, ``recreate()`` or ``disabled()``.
+
+    Registration validates the policy now; moving Spots between nodes is a later issue.
+    """
+
+    kind: str
+    adapter: type | None = None
+
+    @staticmethod
+    def preserve_state(adapter: type) -> Relocation:
+        """Capture state with ``adapter`` on the source and restore it on the target."""
+        if not isinstance(adapter, type):
+            raise InvalidOperation(f"preserve_state takes an adapter class, got {adapter!r}")
+        return Relocation("preserve_state", adapter)
+
+    @staticmethod
+    def recreate() -> Relocation:
+        """Start a fresh instance on the target; no state moves."""
+        return Relocation("recreate")
+
+    @staticmethod
+    def disabled() -> Relocation:
+        """This type never moves."""
+        return Relocation("disabled")
+
+
+@dataclass
+class TypeSpec:
+    """A registered Spot, Actor or Channel type."""
+
+    name: str
+    cls: type
+    kind: SpotKind | None  # None for Actors and Channels
+    mode: ExecutionMode = ExecutionMode.SPOT_WIDE
+    relocation: Relocation = field(default_factory=Relocation.disabled)
+    coordination: RelocationCoordination = RelocationCoordination.FRAMEWORK_MANAGED
+    actor_type: str | None = None  # an Entry Spot's Actor type; an Actor's Entry Spot type
+    handlers: dict[type[Message], HandlerSpec] = field(default_factory=dict)
+
+
+def _check_name(what: str, name: object) -> str:
+    if not isinstance(name, str) or not 0 < len(name.encode()) <= 255:
+        raise InvalidArgument(f"a {what} name is a str of 1..255 UTF-8 bytes, got {name!r}")
+    return name
+
+
+_MEMBERSHIP_CALLBACKS = ("on_actor_join", "on_joined_actor", "on_leave_actor", "on_create_actor")
+
+
+class App:
+    """The types one ZLink application is made of."""
+
+    def __init__(self, name: str = "zlink") -> None:
+        self.name = name
+        self.spots: dict[str, TypeSpec] = {}
+        self.actors: dict[str, TypeSpec] = {}
+        self.channels: dict[str, TypeSpec] = {}
+        self._validated = False
+
+    def user_spot(
+        self,
+        spot_type: str,
+        *,
+        mode: ExecutionMode = ExecutionMode.SPOT_WIDE,
+        relocation: Relocation | None = None,
+        relocation_coordination: RelocationCoordination = RelocationCoordination.FRAMEWORK_MANAGED,
+    ) -> Callable[[C], C]:
+        """Register a User Spot class, created by ``spots.create`` / ``get_or_create``."""
+        if not isinstance(mode, ExecutionMode):
+            raise InvalidOperation(f"mode must be an ExecutionMode, got {mode!r}")
+        if relocation is None:
+            relocation = (
+                Relocation.recreate() if mode is ExecutionMode.PER_ACTOR else Relocation.disabled()
+            )
+        if mode is ExecutionMode.PER_ACTOR and relocation.kind != "recreate":
+            raise InvalidOperation("a PER_ACTOR User Spot accepts only Relocation.recreate()")
+        if (
+            relocation_coordination is RelocationCoordination.APPLICATION_SIGNALED
+            and mode is not ExecutionMode.SPOT_WIDE
+        ):
+            raise InvalidOperation("APPLICATION_SIGNALED relocation is allowed only in SPOT_WIDE")
+        spec = TypeSpec(
+            spot_type, object, SpotKind.USER, mode, relocation, relocation_coordination
+        )
+        return self._register(self.spots, spec, UserSpot)
+
+    def entry_spot(self, spot_type: str, *, actor: str) -> Callable[[C], C]:
+        """Register an Entry Spot, where new Actors of type ``actor`` are created (§2)."""
+        _check_name("actor type", actor)
+        spec = TypeSpec(spot_type, object, SpotKind.ENTRY, actor_type=actor)
+        return self._register(self.spots, spec, EntrySpot)
+
+    def instance_spot(
+        self, spot_type: str, *, relocation: Relocation | None = None
+    ) -> Callable[[C], C]:
+        """Register an Instance Spot: activated by its first message, never holds Actors."""
+        spec = TypeSpec(
+            spot_type, object, SpotKind.INSTANCE, relocation=relocation or Relocation.disabled()
+        )
+        return self._register(self.spots, spec, InstanceSpot)
+
+    def actor(self, actor_type: str, *, relocation: Relocation | None = None) -> Callable[[C], C]:
+        """Register an Actor type; an ``entry_spot(..., actor=actor_type)`` must host it."""
+        spec = TypeSpec(actor_type, object, None, relocation=relocation or Relocation.disabled())
+        return self._register(self.actors, spec, Actor)
+
+    def channel(self, name: str) -> Callable[[C], C]:
+        """Register a Channel: stateless named handlers, each request its own turn."""
+        return self._register(self.channels, TypeSpec(name, object, None), object)
+
+    def _register(self, table: dict[str, TypeSpec], spec: TypeSpec, base: type) -> Callable[[C], C]:
+        _check_name("type", spec.name)
+        if spec.name in table:
+            raise InvalidOperation(f"type {spec.name!r} is registered twice")
+
+        def decorate(cls: C) -> C:
+            if not isinstance(cls, type) or not issubclass(cls, base):
+                raise InvalidOperation(f"{spec.name!r} must be a subclass of {base.__name__}")
+            if spec.name in table:
+                raise InvalidOperation(f"type {spec.name!r} is registered twice")
+            if spec.kind is SpotKind.INSTANCE:
+                bad = [n for n in _MEMBERSHIP_CALLBACKS if hasattr(cls, n)]
+                if bad:
+                    raise InvalidOperation(
+                        f"Instance Spot {spec.name!r} cannot hold Actors, yet defines {bad}"
+                    )
+            spec.cls = cls
+            try:
+                spec.handlers = collect(cls)
+            except InvalidOperation as exc:
+                if "cannot resolve annotations" not in str(exc):
+                    raise
+                spec.handlers = {}  # a forward reference: resolved again in validate()
+            table[spec.name] = spec
+            self._validated = False
+            return cls
+
+        return decorate
+
+    def validate(self) -> None:
+        """Check the whole registry (``Node.start()`` calls this); ``InvalidOperation`` if bad."""
+        for table in (self.spots, self.actors, self.channels):
+            for spec in table.values():
+                spec.handlers = collect(spec.cls)
+        hosts: dict[str, str] = {}
+        for spec in self.spots.values():
+            if spec.kind is SpotKind.ENTRY:
+                assert spec.actor_type is not None
+                if spec.actor_type not in self.actors:
+                    raise InvalidOperation(
+                        f"Entry Spot {spec.name!r} hosts unknown Actor type {spec.actor_type!r}"
+                    )
+                if spec.actor_type in hosts:
+                    raise InvalidOperation(
+                        f"Actor type {spec.actor_type!r} has two Entry Spots: "
+                        f"{hosts[spec.actor_type]!r} and {spec.name!r}"
+                    )
+                hosts[spec.actor_type] = spec.name
+        for name, spec in self.actors.items():
+            if name not in hosts:
+                raise InvalidOperation(f"Actor type {name!r} has no entry_spot(..., actor=...)")
+            spec.actor_type = hosts[name]
+        self._validated = True
+
+    def spot_spec(self, spot_type: str) -> TypeSpec:
+        """The registered Spot type ``spot_type``; ``InvalidArgument`` if unknown."""
+        spec = self.spots.get(spot_type)
+        if spec is None:
+            raise InvalidArgument(f"unknown spot type {spot_type!r}")
+        return spec
+
+    def describe(self) -> dict[str, Any]:
+        """A plain summary of the registry (for the command line and logs)."""
+        return {
+            "spots": {n: s.kind.name if s.kind else "" for n, s in self.spots.items()},
+            "actors": sorted(self.actors),
+            "channels": sorted(self.channels),
+        }

@@ -1,0 +1,48 @@
+"""``NodeConfig``: a node's identity and limits, defaulting to the seed values (python-api §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import InvalidArgument
+from .executor.lanes import LaneLimits
+
+MiB = 1024 * 1024
+
+
+class NodeConfig(BaseModel):
+    """Identity and limits of one node. Invalid values raise ``InvalidArgument``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    node_id: str = Field("node-1", min_length=1, max_length=255)
+    mesh: str = Field("main", min_length=1, max_length=255)
+    workers: int | None = Field(None, ge=1, le=1024, description="None: one per CPU core")
+    app_lane_items: int = Field(1024, ge=1)
+    app_lane_bytes: int = Field(64 * MiB, ge=1)
+    app_retained_bytes_per_item: int = Field(256, ge=0)
+    lifecycle_lane_items: int = Field(128, ge=1)
+    lifecycle_lane_bytes: int = Field(4 * MiB, ge=1)
+    owner_time_budget: float = Field(0.010, gt=0, description="seconds per owner batch (§9)")
+    lifecycle_streak_cap: int = Field(8, ge=1, description="lifecycle turns in a row (§7)")
+    request_timeout: float = Field(30.0, gt=0, description="default request/create deadline")
+    shutdown_timeout: float = Field(10.0, gt=0)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidArgument(f"invalid NodeConfig: {exc}") from exc
+
+    def lane_limits(self) -> LaneLimits:
+        """The per-owner lane limits these settings give."""
+        return LaneLimits(
+            self.app_lane_items,
+            self.app_lane_bytes,
+            self.app_retained_bytes_per_item,
+            self.lifecycle_lane_items,
+            self.lifecycle_lane_bytes,
+            self.lifecycle_streak_cap,
+        )

@@ -1,0 +1,321 @@
+"""The execution right and the serial objects that share it (execution-model §2, §3, §6-§9, §11).
+
+An :class:`Owner` is one serial execution object (a Spot's own queue, an Actor's queue, a timer)
+with its two lanes. A :class:`Gate` is one execution right; in SpotWide many owners share one
+gate, in PerActor each has its own. A gate keeps a *ready ring* of owners that have work.
+
+Guarantees / assumes:
+* ``Gate._flag`` is the execution right. Taking it is one atomic step (``Lock.acquire(False)``);
+  whoever takes it puts the gate on the pool's run queue once. Only its holder steps turns, takes
+  from lanes, pops the ring or writes lane release counters. So two turns of one gate never
+  overlap (§2) and the dequeue side needs no lock (§11).
+* ``Owner._flag`` says "this owner is in its gate's ring, running, or held". It is taken in one
+  atomic step by whoever makes the owner ready, so an owner is in a ring at most once.
+* A held owner (a member Actor across a Yield keeps its claim, §3; an Actor during Join, §5) is
+  not put back in the ring; only a resume record can make it ready until it is unheld.
+* Post-processing (``Job.finish``: reply, Join barriers, reservation return) runs before the gate
+  moves on or is released (§8). A full queue never runs work inline; a turn never re-enters (§6).
+* The batch budget is time on the injected clock, checked only between turns (§9); on expiry
+  the gate goes to the back of the run queue still holding its flag.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .clock import Clock
+from .lanes import ADMITTED, OwnerLanes
+from .pool import WorkerPool
+from .turn import DONE, KEEP, Job, Turn
+
+_log = logging.getLogger("zlink.gate")
+
+
+class _Resume:
+    """A Yield continuation waiting for its gate: a new turn step, not a new message (§3)."""
+
+    __slots__ = ("turn", "value", "error")
+
+    def __init__(self, turn: Turn, value: Any, error: BaseException | None) -> None:
+        self.turn = turn
+        self.value = value
+        self.error = error
+
+
+class Owner:
+    """One serial execution object: its lanes, its current gate and its scheduling flag."""
+
+    __slots__ = (
+        "lanes", "gate", "name", "claim_on_yield", "_flag", "_held", "_resume", "_after_hold", "ref",
+    )  # fmt: skip
+
+    def __init__(
+        self, lanes: OwnerLanes, gate: Gate, name: str, claim_on_yield: bool, held: bool = False
+    ) -> None:
+        self.lanes = lanes
+        self.gate = gate
+        self.name = name
+        self.claim_on_yield = claim_on_yield  # member Actors keep their claim across Yield (§3)
+        self._flag = threading.Lock()
+        self._held = held  # born held: work queues but does not run until unhold()
+        if held:
+            self._flag.acquire()
+        self._resume: _Resume | None = None
+        self._after_hold: Callable[[], None] | None = None
+        self.ref: Any = None  # the layer above points back at its object here
+
+    # -- put side (any thread) ----------------------------------------------------------------
+    def put_app(self, job: Job) -> int:
+        """Admit ``job`` to the application lane and make the owner ready; see ``OwnerLanes``."""
+        verdict = self.lanes.put_app(job, job.size)
+        if verdict == ADMITTED and self._flag.acquire(False):
+            self.gate.push(self)
+        return verdict
+
+    def put_life(self, job: Job) -> int:
+        """Admit ``job`` to the lifecycle lane and make the owner ready."""
+        verdict = self.lanes.put_life(job, job.size)
+        if verdict == ADMITTED and self._flag.acquire(False):
+            self.gate.push(self)
+        return verdict
+
+    def put_unreserved(self, job: Job, lifecycle: bool = True) -> None:
+        """Queue a framework follow-up that must not be refused (no reservation taken)."""
+        self.lanes.put_unreserved(job, lifecycle)
+        if self._flag.acquire(False):
+            self.gate.push(self)
+
+    def drain(self) -> list[Any]:
+        """Remove and return every queued item (shutdown, or an owner that never started).
+
+        Only for a held owner or one whose gate will not run again.
+        """
+        items: list[Any] = []
+        for lane in (self.lanes.life, self.lanes.app):
+            while lane:
+                items.append(lane.popleft())
+        return items
+
+    @property
+    def held(self) -> bool:
+        """Whether the owner is held out of its ring (Yield claim or Join)."""
+        return self._held
+
+    # -- gate holder ----------------------------------------------------------------------------
+    def hold(self, after: Callable[[], None] | None = None) -> None:
+        """Keep this owner out of the ring after the current turn (its gate holder only).
+
+        ``after`` runs once the turn has fully ended and the owner is quiescent (held, not in
+        any ring, no turn running): the safe point to move it or hand it to another gate.
+        """
+        self._held = True
+        self._after_hold = after
+
+    def unhold(self, gate: Gate | None = None) -> None:
+        """Release a hold, optionally moving the owner to another gate (Join, leave).
+
+        Called by the holder of the gate the owner belongs to after the call. Moving discards
+        the yield debt and streak (§7 table: the execution object moves).
+        """
+        if gate is not None and gate is not self.gate:
+            self.gate = gate
+            self.lanes.forget()
+        self._held = False
+        if self.lanes.ready() or self._resume is not None:
+            self.gate.push(self)
+        else:
+            self._settle_empty()
+
+    def _take(self) -> Any:
+        resume = self._resume
+        if resume is not None:
+            self._resume = None
+            return resume
+        if self._held:
+            return None
+        return self.lanes.take()
+
+    def _settle(self) -> None:
+        """After a turn of this owner: back in the ring if it has work, else clear the flag."""
+        if self._held:
+            after = self._after_hold
+            if after is not None:
+                self._after_hold = None
+                after()
+            return
+        if self.lanes.ready() or self._resume is not None:
+            self.gate._ring.append(self)
+        else:
+            self._settle_empty()
+
+    def _settle_empty(self) -> None:
+        self._flag.release()
+        if (self.lanes.ready() or self._resume is not None) and self._flag.acquire(False):
+            self.gate.push(self)
+
+    def _deliver_resume(self, turn: Turn, value: Any, error: BaseException | None) -> None:
+        """A Yield completed (any thread): queue the continuation at the back (§3)."""
+        if turn.claimed:
+            self._resume = _Resume(turn, value, error)
+            self.gate.push(self)  # the flag is still held: the owner was held across the Yield
+        else:
+            self.lanes.put_unreserved(_Resume(turn, value, error))
+            if self._flag.acquire(False):
+                self.gate.push(self)
+
+
+class Gate:
+    """One execution right over a ring of ready owners, run by the pool's workers."""
+
+    __slots__ = (
+        "_ring",
+        "_flag",
+        "_pool",
+        "_clock",
+        "budget",
+        "_run",
+        "_cont",
+        "name",
+        "running",
+        "running_since",
+        "on_turn_end",
+        "__weakref__",
+    )
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        clock: Clock,
+        budget: float,
+        name: str = "",
+        on_turn_end: Callable[[Turn], None] | None = None,
+    ) -> None:
+        self._ring: deque[Owner] = deque()
+        self._flag = threading.Lock()
+        self._pool = pool
+        self._clock = clock
+        self.budget = budget
+        self._run = self._run_batch
+        self._cont: _Resume | None = None
+        self.name = name
+        self.running: Turn | None = None
+        self.running_since = 0.0
+        self.on_turn_end = on_turn_end  # the layer above: reply, barriers, counters (§8)
+
+    def push(self, owner: Owner) -> None:
+        """Put a ready owner at the back of the ring; schedule the gate if it was idle."""
+        self._ring.append(owner)
+        if self._flag.acquire(False):
+            self._pool.submit(self._run)
+
+    @property
+    def busy(self) -> bool:
+        """Whether the execution right is taken (running, scheduled or kept across an await)."""
+        return self._flag.locked()
+
+    # -- gate holder ----------------------------------------------------------------------------
+    def _run_batch(self) -> None:
+        cont = self._cont
+        if cont is not None:
+            self._cont = None
+            if not self._after(cont.turn, cont.turn.resume(cont.value, cont.error)):
+                return
+        clock = self._clock
+        deadline = clock.now() + self.budget
+        ring = self._ring
+        while True:
+            try:
+                owner = ring.popleft()
+            except IndexError:
+                self._flag.release()
+                if ring and self._flag.acquire(False):
+                    continue
+                return
+            item = owner._take()
+            if item is None:
+                owner._settle()
+                continue
+            if type(item) is _Resume:
+                turn = item.turn
+                self.running, self.running_since = turn, clock.now()
+                outcome = turn.resume(item.value, item.error)
+            else:
+                turn = Turn(item, owner)
+                self.running = turn
+                self.running_since = turn.started_at = clock.now()
+                outcome = turn.start()
+            if not self._after(turn, outcome):
+                return  # a regular await keeps the gate; the completion resubmits us
+            if clock.now() >= deadline:
+                self._pool.submit(self._run)  # budget spent: back of the run queue, flag kept
+                return
+
+    def _after(self, turn: Turn, outcome: int) -> bool:
+        """Handle a step's outcome; ``False`` when the gate stays held across an await."""
+        owner = turn.owner
+        assert owner is not None
+        if outcome == DONE:
+            self.running = None
+            self._finish(turn, owner)
+            return True
+        susp = turn.suspension
+        assert susp is not None
+        if outcome == KEEP:
+            susp.subscribe(turn.completion(self._deliver_keep))  # last action on this turn
+            return False
+        self.running = None
+        if owner.claim_on_yield:
+            turn.claimed = True
+            owner._held = True
+        else:
+            owner._settle()
+        susp.subscribe(turn.completion(owner._deliver_resume))
+        return True
+
+    def _finish(self, turn: Turn, owner: Owner) -> None:
+        if turn.claimed:  # the Yield claim ends with the turn; a Join hold may follow below
+            turn.claimed = False
+            owner._held = False
+        try:
+            if self.on_turn_end is not None:
+                self.on_turn_end(turn)
+            turn.job.finish(turn)
+        except BaseException:  # noqa: BLE001 - post-processing must not kill the gate
+            _log.exception("post-processing of a turn on gate %s failed", self.name)
+        owner.lanes.release(turn.job.lane, turn.job.size)
+        owner._settle()
+
+    def _deliver_keep(self, turn: Turn, value: Any, error: BaseException | None) -> None:
+        self._cont = _Resume(turn, value, error)
+        self._pool.submit(self._run)
+
+
+def run_free(job: Job, pool: WorkerPool) -> None:
+    """Run ``job`` as a turn with no gate (a Channel request: each its own turn, §16).
+
+    Both a regular await and Yield simply park the turn; the completion resubmits it.
+    """
+
+    def deliver(turn: Turn, value: Any, error: BaseException | None) -> None:
+        pool.submit(lambda: _step_free(turn, turn.resume(value, error)))
+
+    def _step_free(turn: Turn, outcome: int) -> None:
+        if outcome == DONE:
+            try:
+                turn.job.finish(turn)
+            except BaseException:  # noqa: BLE001 - post-processing must not kill a worker
+                _log.exception("post-processing of a free turn failed")
+            return
+        susp = turn.suspension
+        assert susp is not None
+        susp.subscribe(turn.completion(deliver))
+
+    def first() -> None:
+        turn = Turn(job, None)
+        _step_free(turn, turn.start())
+
+    pool.submit(first)

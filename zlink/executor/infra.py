@@ -1,0 +1,166 @@
+"""The infrastructure domain: one thread and one deadline heap (execution-model §1, §10, §13).
+
+Guarantees / assumes:
+* ``_cond`` (a Condition over one Lock) protects ``_ready``, ``_heap`` and ``_state``; callbacks
+  always run with it released, so a callback may submit more infrastructure work.
+* The thread never waits on application work: it only pops due entries and runs them. Work
+  submitted here must be short and must not block (timeouts, completions, shutdown steps).
+* The thread runs inside its own ``contextvars.Context`` in which :func:`in_infrastructure` is
+  true: the context marker of §13 that makes a wrong-domain call fail instead of waiting.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import itertools
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from .clock import Clock
+
+_log = logging.getLogger("zlink.infra")
+_IN_INFRA: contextvars.ContextVar[bool] = contextvars.ContextVar("zlink_in_infra", default=False)
+
+
+def in_infrastructure() -> bool:
+    """True when the caller runs on the infrastructure thread (§13 context marker)."""
+    return _IN_INFRA.get()
+
+
+class TimerHandle:
+    """A scheduled infrastructure callback; ``cancel()`` makes it a no-op (lazy deletion)."""
+
+    __slots__ = ("deadline", "fn", "args", "cancelled")
+
+    def __init__(self, deadline: float, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.deadline = deadline
+        self.fn = fn
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        """Never run this callback. Safe from any thread, any number of times."""
+        self.cancelled = True
+
+
+class InfraExecutor:
+    """Runs timeouts, completions and shutdown steps on its own thread, by the injected clock.
+
+    It progresses while every application worker is blocked in a handler: that is the whole
+    point of a separate domain (§10: "infrastructure progresses when the application is entirely
+    waiting").
+    """
+
+    def __init__(self, clock: Clock, name: str = "zlink-infra") -> None:
+        self._clock = clock
+        self._name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._ready: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._seq = itertools.count()
+        self._state = "new"
+        self._busy = False  # a batch is running (read by wait_quiet)
+        self._thread: threading.Thread | None = None
+        clock.add_listener(self._wake)
+
+    # -- any thread ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the infrastructure thread. Idempotent."""
+        with self._cond:
+            if self._state != "new":
+                return
+            self._state = "running"
+        ctx = contextvars.Context()
+        ctx.run(_IN_INFRA.set, True)
+        self._thread = threading.Thread(
+            target=ctx.run, args=(self._loop,), name=self._name, daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the infrastructure thread as soon as possible. Never blocks."""
+        with self._cond:
+            self._ready.append((fn, args))
+            self._cond.notify()
+
+    def call_at(self, deadline: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
+        """Run ``fn(*args)`` on the infrastructure thread once the clock reaches ``deadline``."""
+        handle = TimerHandle(deadline, fn, args)
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, next(self._seq), handle))
+            if self._heap[0][2] is handle:
+                self._cond.notify()
+        return handle
+
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
+        """Like :meth:`call_at`, ``delay`` seconds from now on the injected clock."""
+        return self.call_at(self._clock.now() + delay, fn, *args)
+
+    def backlog(self) -> int:
+        """Immediate tasks not yet run plus live deadlines (a status figure)."""
+        with self._cond:
+            return len(self._ready) + sum(1 for e in self._heap if not e[2].cancelled)
+
+    def take_pending(self) -> list[TimerHandle]:
+        """Remove and return every live deadline (shutdown fails them itself)."""
+        with self._cond:
+            live = [e[2] for e in self._heap if not e[2].cancelled]
+            self._heap.clear()
+        return live
+
+    def wait_quiet(self, timeout: float) -> bool:
+        """Block until no immediate task is queued or running; ``False`` on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._ready and not self._busy, timeout)
+
+    def stop(self, timeout: float | None = 5.0) -> None:
+        """Run what is ready, drop pending deadlines, and join the thread."""
+        with self._cond:
+            if self._state != "running":
+                self._state = "stopped"
+                return
+            self._state = "stopping"
+            self._cond.notify()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify()
+
+    # -- the infrastructure thread ------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            for fn, args in batch:
+                try:
+                    fn(*args)
+                except BaseException:  # noqa: BLE001 - the infrastructure thread never dies
+                    _log.exception("infrastructure task %r failed", fn)
+
+    def _next_batch(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]] | None:
+        with self._cond:
+            self._busy = False
+            while True:
+                batch: list[tuple[Callable[..., Any], tuple[Any, ...]]] = list(self._ready)
+                self._ready.clear()
+                now = self._clock.now()
+                heap = self._heap
+                while heap and (heap[0][0] <= now or heap[0][2].cancelled):
+                    handle = heapq.heappop(heap)[2]
+                    if not handle.cancelled:
+                        batch.append((handle.fn, handle.args))
+                if batch:
+                    self._busy = True
+                    return batch
+                self._cond.notify_all()  # wake wait_quiet callers
+                if self._state != "running":
+                    self._state = "stopped"
+                    return None
+                self._cond.wait(self._clock.real_wait(heap[0][0]) if heap else None)

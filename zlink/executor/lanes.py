@@ -1,0 +1,159 @@
+"""The two FIFO lanes of one serial execution object (execution-model §7, §11).
+
+Guarantees / assumes:
+* Each lane is a ``collections.deque``: ``append`` and ``popleft`` are atomic on both builds.
+* Admission (count and bytes) is checked and reserved under ``_put_lock``, the only lock on the
+  put side (§11: "only the side that puts items in needs to be protected").
+* A reservation is held until the work item's terminal completion (§7), not until it leaves the
+  queue. Releases are counted in ``_app_out`` / ``_life_out`` by the current gate holder only:
+  one writer, so the take side takes no lock. Producers read them under ``_put_lock``; a stale
+  read can only under-admit, never over-admit.
+* The lane choice is made only by the gate holder, in one step at a turn boundary.
+* No front insertion: items only ever go to the back (§6, §7).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Any, NamedTuple
+
+APPLICATION = 0
+LIFECYCLE = 1
+UNRESERVED = 2  # a framework follow-up record that holds no reservation of its own
+
+ADMITTED = 0
+FULL_COUNT = 1
+FULL_BYTES = 2
+
+
+class LaneLimits(NamedTuple):
+    """Admission limits of one owner's two lanes; defaults are the seed values of §7."""
+
+    app_items: int = 1024
+    app_bytes: int = 64 * 1024 * 1024
+    app_retained_per_item: int = 256
+    life_items: int = 128
+    life_bytes: int = 4 * 1024 * 1024
+    lifecycle_streak: int = 8
+
+
+class OwnerLanes:
+    """Application and lifecycle FIFOs with separate reservations, streak and yield debt (§7)."""
+
+    __slots__ = (
+        "app",
+        "life",
+        "limits",
+        "_put_lock",
+        "_app_in",
+        "_app_in_bytes",
+        "_app_out",
+        "_app_out_bytes",
+        "_life_in",
+        "_life_in_bytes",
+        "_life_out",
+        "_life_out_bytes",
+        "streak",
+        "debt",
+    )
+
+    def __init__(self, limits: LaneLimits) -> None:
+        self.app: deque[Any] = deque()
+        self.life: deque[Any] = deque()
+        self.limits = limits
+        self._put_lock = threading.Lock()
+        self._app_in = self._app_in_bytes = self._app_out = self._app_out_bytes = 0
+        self._life_in = self._life_in_bytes = self._life_out = self._life_out_bytes = 0
+        self.streak = 0  # lifecycle turns chosen in a row
+        self.debt = False  # an application turn is owed (§7 yield debt)
+
+    # -- put side (any thread) ----------------------------------------------------------------
+    def put_app(self, item: Any, payload_bytes: int) -> int:
+        """Reserve ``payload_bytes`` + the retained cost and append ``item`` to the application lane.
+
+        Returns ``ADMITTED``, ``FULL_COUNT`` or ``FULL_BYTES``; when full nothing changes.
+        """
+        lim = self.limits
+        cost = payload_bytes + lim.app_retained_per_item
+        with self._put_lock:
+            if self._app_in - self._app_out >= lim.app_items:
+                return FULL_COUNT
+            if self._app_in_bytes - self._app_out_bytes + cost > lim.app_bytes:
+                return FULL_BYTES
+            self._app_in += 1
+            self._app_in_bytes += cost
+            self.app.append(item)
+        return ADMITTED
+
+    def put_life(self, item: Any, payload_bytes: int) -> int:
+        """Reserve in the lifecycle lane, which shares nothing with the application lane (§7)."""
+        lim = self.limits
+        with self._put_lock:
+            if self._life_in - self._life_out >= lim.life_items:
+                return FULL_COUNT
+            if self._life_in_bytes - self._life_out_bytes + payload_bytes > lim.life_bytes:
+                return FULL_BYTES
+            self._life_in += 1
+            self._life_in_bytes += payload_bytes
+            self.life.append(item)
+        return ADMITTED
+
+    def put_unreserved(self, item: Any, lifecycle: bool = False) -> None:
+        """Append to the back of a lane without a reservation (never refused).
+
+        For a Yield resume record, which runs under the reservation its turn already holds
+        (§3), and for framework follow-ups (a Join outcome) that must not be lost to a full lane.
+        """
+        (self.life if lifecycle else self.app).append(item)
+
+    # -- take side (gate holder only) ---------------------------------------------------------
+    def ready(self) -> bool:
+        """Whether either lane holds an item."""
+        return bool(self.app) or bool(self.life)
+
+    def take(self) -> Any:
+        """Pop the next item by the lane rule of §7, or ``None`` when both lanes are empty.
+
+        Lifecycle first when both are ready, at most ``lifecycle_streak`` in a row; then one
+        application item is owed (debt) and is taken before lifecycle again.
+        """
+        app, life = self.app, self.life
+        if not life:
+            if not app:
+                return None
+            self.streak = 0
+            self.debt = False
+            return app.popleft()
+        if app and self.debt:
+            self.debt = False
+            self.streak = 0
+            return app.popleft()
+        self.streak += 1
+        if self.streak >= self.limits.lifecycle_streak:
+            self.debt = True
+        return life.popleft()
+
+    def release(self, lane: int, payload_bytes: int) -> None:
+        """Return a reservation at the item's terminal completion (gate holder only)."""
+        if lane == APPLICATION:
+            self._app_out += 1
+            self._app_out_bytes += payload_bytes + self.limits.app_retained_per_item
+        elif lane == LIFECYCLE:
+            self._life_out += 1
+            self._life_out_bytes += payload_bytes
+
+    def forget(self) -> None:
+        """The owner ends or moves: discard the debt and the streak together (§7 table)."""
+        self.streak = 0
+        self.debt = False
+
+    # -- status -------------------------------------------------------------------------------
+    def reserved(self) -> tuple[int, int, int, int]:
+        """(application items, application bytes, lifecycle items, lifecycle bytes) held."""
+        return (
+            self._app_in - self._app_out,
+            self._app_in_bytes - self._app_out_bytes,
+            self._life_in - self._life_out,
+            self._life_in_bytes - self._life_out_bytes,
+        )

@@ -1,0 +1,99 @@
+"""The application domain's workers: N threads and one shared run queue (execution-model §10).
+
+Guarantees / assumes:
+* The run queue is a ``queue.SimpleQueue`` (C, lock-free for callers on both builds). A gate is
+  put on it once per scheduling (its own flag sees to that), never once per message.
+* The number of threads is fixed at start (cores by default) and never grows with the number of
+  gates or owners: 10,000 Spots run on the same N threads (§10).
+* ``_lock`` protects only the busy/pending counters used for status and ``wait_idle``.
+* An exception from a work item is logged; a worker never dies of one.
+* Execution is *hand-off*: consecutive turns of one gate may run on different threads, so no
+  turn state lives in thread-local storage (§6, §12). We chose hand-off over pinning because
+  Python's per-thread cache locality is dwarfed by interpreter overhead, while pinning would
+  concentrate hot Spots on one thread and, on the free-threaded build, waste cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+
+_log = logging.getLogger("zlink.pool")
+
+
+class WorkerPool:
+    """A fixed set of application worker threads draining one run queue."""
+
+    def __init__(self, workers: int, name: str = "zlink-worker") -> None:
+        if workers < 1:
+            raise ValueError(f"a worker pool needs at least one thread, got {workers}")
+        self.size = workers
+        self._name = name
+        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._pending = 0  # submitted and not yet finished
+        self._busy = 0
+        self._started = False
+
+    def start(self) -> None:
+        """Start the worker threads. Idempotent."""
+        if self._started:
+            return
+        self._started = True
+        for i in range(self.size):
+            t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Put ``fn`` on the run queue; some worker calls it soon. Never blocks."""
+        with self._lock:
+            self._pending += 1
+        self._queue.put(fn)
+
+    @property
+    def busy(self) -> int:
+        """Workers currently running an item."""
+        return self._busy
+
+    @property
+    def pending(self) -> int:
+        """Items submitted and not yet finished (queued or running)."""
+        return self._pending
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Block until nothing is queued or running; ``False`` if ``timeout`` passed first."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+
+    def shutdown(self, timeout: float | None = 5.0) -> None:
+        """Stop after the items already queued; join the threads for up to ``timeout``."""
+        for _ in self._threads:
+            self._queue.put(None)
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join(timeout)
+
+    def _work(self) -> None:
+        get = self._queue.get
+        lock = self._lock
+        while True:
+            fn = get()
+            if fn is None:
+                return
+            with lock:
+                self._busy += 1
+            try:
+                fn()
+            except BaseException:  # noqa: BLE001 - a worker never dies of a work item
+                _log.exception("work item %r failed", fn)
+            with lock:
+                self._busy -= 1
+                self._pending -= 1
+                if self._pending == 0:
+                    self._idle.notify_all()

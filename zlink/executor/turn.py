@@ -1,0 +1,187 @@
+"""One handler turn: a work item driven to its terminal completion (execution-model §2, §4, §6).
+
+Guarantees / assumes:
+* A turn runs every step inside its own ``contextvars.Context``: user context variables travel
+  with the handler, not with the thread, and no turn state lives in thread-local storage (§6).
+* A ``def`` handler runs to completion in one step. An ``async def`` handler is stepped with
+  ``coro.send``; it may await only objects whose ``__await__`` yields a :class:`Suspension`.
+  Anything else (an asyncio future, say) is answered with a ``TypeError`` thrown into the
+  coroutine, as asyncio itself does for awaits it cannot serve.
+* Each suspension gets a fencing number (``wait_seq``) that is never reused; a completion carrying
+  an old number, or a second completion for the same number, is dropped (§6).
+* Only the holder of the turn's gate steps it, so a turn needs no lock of its own.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .gate import Owner
+
+DONE = 0  # the handler reached its terminal completion
+KEEP = 1  # suspended on a regular await: the gate (and the Actor claim) stay held
+RELEASE = 2  # suspended on Yield: the shared gate is released while waiting (§3)
+
+_CURRENT: contextvars.ContextVar[Turn | None] = contextvars.ContextVar("zlink_turn", default=None)
+
+
+def current_turn() -> Turn | None:
+    """The turn the caller runs in, or ``None`` outside any turn."""
+    return _CURRENT.get()
+
+
+Completion = Callable[[Any, BaseException | None], None]
+
+
+class Suspension:
+    """What a ZLink awaitable yields to the turn driving it.
+
+    ``release_gate`` selects Yield (True) or a regular await (False). ``subscribe(cb)`` is called
+    by the driver, as its very last action on the turn, with a callback to call exactly once as
+    ``cb(value, None)`` or ``cb(None, error)`` from any thread.
+    """
+
+    __slots__ = ("release_gate", "subscribe")
+
+    def __init__(self, release_gate: bool, subscribe: Callable[[Completion], None]) -> None:
+        self.release_gate = release_gate
+        self.subscribe = subscribe
+
+
+class Job:
+    """An opaque work item of an owner lane; the layer above subclasses it.
+
+    ``invoke()`` runs inside the turn's context and returns the result or a coroutine to step.
+    ``finish(turn)`` is the post-processing run at terminal completion, before the gate is
+    released (§8). ``discard(error)`` is called instead of ``invoke`` for a job that will never
+    run (shutdown). ``lane`` and ``size`` name the reservation returned after ``finish``.
+    """
+
+    __slots__ = ("lane", "size")
+
+    def __init__(self, lane: int, size: int) -> None:
+        self.lane = lane
+        self.size = size
+
+    def invoke(self) -> Any:
+        raise NotImplementedError
+
+    def finish(self, turn: Turn) -> None:
+        """Post-processing at terminal completion; the default does nothing."""
+
+    def discard(self, error: BaseException) -> None:
+        """The job will never run; the default does nothing."""
+
+
+class CallJob(Job):
+    """A job made of a plain callable (engine tests, internal housekeeping)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any], lane: int = 0, size: int = 0) -> None:
+        super().__init__(lane, size)
+        self.fn = fn
+
+    def invoke(self) -> Any:
+        return self.fn()
+
+
+class Turn:
+    """The execution of one job under one gate, from its first step to its terminal completion."""
+
+    __slots__ = (
+        "job",
+        "owner",
+        "ctx",
+        "coro",
+        "result",
+        "error",
+        "wait_seq",
+        "suspension",
+        "claimed",
+        "barriers",
+        "data",
+        "started_at",
+    )
+
+    def __init__(self, job: Job, owner: Owner | None) -> None:
+        self.job = job
+        self.owner = owner
+        self.ctx = contextvars.Context()
+        self.coro: Coroutine[Any, Any, Any] | None = None
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.wait_seq = 0
+        self.suspension: Suspension | None = None
+        self.claimed = False  # the owner is held across a Yield (member Actor claim, §3)
+        self.barriers: list[Callable[[], None]] | None = None  # Defer() barriers (§5)
+        self.data: Any = None  # the layer above keeps its per-turn facts here
+        self.started_at = 0.0
+
+    # -- stepping (gate holder only) ------------------------------------------------------------
+    def start(self) -> int:
+        """Run the first step; returns ``DONE``, ``KEEP`` or ``RELEASE``."""
+        return self.ctx.run(self._first)
+
+    def resume(self, value: Any, error: BaseException | None) -> int:
+        """Run the next step with the completion of the last suspension."""
+        return self.ctx.run(self._step, value, error)
+
+    def close(self) -> None:
+        """Abandon a suspended coroutine (shutdown); its ``finally`` blocks run now."""
+        if self.coro is not None:
+            try:
+                self.ctx.run(self.coro.close)
+            except BaseException:  # noqa: BLE001 - closing is best effort
+                pass
+
+    def _first(self) -> int:
+        _CURRENT.set(self)
+        try:
+            out = self.job.invoke()
+        except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
+            self.error = exc
+            return DONE
+        if isinstance(out, Coroutine):
+            self.coro = out
+            return self._step(None, None)
+        self.result = out
+        return DONE
+
+    def _step(self, value: Any, error: BaseException | None) -> int:
+        coro = self.coro
+        assert coro is not None
+        while True:
+            try:
+                yielded = coro.send(value) if error is None else coro.throw(error)
+            except StopIteration as stop:
+                self.result = stop.value
+                return DONE
+            except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
+                self.error = exc
+                return DONE
+            if type(yielded) is Suspension:
+                self.suspension = yielded
+                self.wait_seq += 1
+                return RELEASE if yielded.release_gate else KEEP
+            value = None
+            error = TypeError(
+                f"a ZLink handler can await only ZLink calls, not {yielded!r}; "
+                "run other async or blocking work off the gate"
+            )
+
+    def completion(self, deliver: Callable[[Turn, Any, BaseException | None], None]) -> Completion:
+        """A once-only callback for the current suspension, fenced by its sequence number."""
+        seq = self.wait_seq
+        fired = [False]
+
+        def complete(value: Any, error: BaseException | None) -> None:
+            if fired[0] or self.wait_seq != seq:
+                return
+            fired[0] = True
+            deliver(self, value, error)
+
+        return complete

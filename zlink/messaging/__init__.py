@@ -1,0 +1,1 @@
+"""Messages, their codec, calls and contexts (python-api §1, §4)."""

@@ -1,0 +1,302 @@
+"""Call builders and their terminals (python-api §4; execution-model §3-§6, kotlin interface).
+
+A call is built with single-use fluent options and ended by exactly one terminal:
+
+* ``await call``: inside a handler; submits and waits, **keeping the turn** (gate and claim).
+* ``await call.yield_()``: SpotWide User Spot and Instance Spot turns only; releases the shared
+  gate while waiting and resumes in a new turn at the back of the queue (§3).
+* ``call.wait(timeout)`` / ``call.future()``: code outside the runtime.
+* ``send.submit()``: the one-way terminal without waiting, usable anywhere (admission of a
+  local lane is immediate: accepted, or ``ResourceExhausted``).
+
+Every check that can refuse a call (wrong context, self-wait, bad target, bad payload, full
+lane) raises **before** anything is submitted or any queue changes.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from collections.abc import Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from ..errors import InvalidArgument, InvalidOperation
+from ..executor import Suspension, Turn, current_turn, in_infrastructure
+from .completion import Completion
+from .message import Message
+
+if TYPE_CHECKING:
+    from ..objects.runtime import Runtime
+
+T = TypeVar("T")
+
+NO_WAIT = 0  # submitted by a thread outside the runtime, or without waiting
+KEEP = 1  # awaited with the regular terminal: the turn is kept
+YIELD = 2  # awaited with yield_(): the shared gate is released while waiting
+
+
+def check_id(what: str, value: object) -> str:
+    """A SpotId / ActorId is a str of 1..255 UTF-8 bytes (python-api §5)."""
+    if type(value) is not str:
+        raise InvalidArgument(f"{what} must be a str, got {type(value).__name__}")
+    n = len(value)
+    if n == 0 or (n > 63 and len(value.encode("utf-8", "surrogatepass")) > 255):
+        raise InvalidArgument(f"{what} must be 1..255 bytes of UTF-8, got {n} characters")
+    return value
+
+
+def _outside_only(what: str) -> None:
+    if current_turn() is not None:
+        raise InvalidOperation(
+            f"{what} blocks the thread and is for code outside the runtime; "
+            "in a handler use `await call` or `await call.yield_()`"
+        )
+    if in_infrastructure():
+        raise InvalidOperation(f"{what} would block the infrastructure thread")
+
+
+def _inside_only() -> Turn:
+    turn = current_turn()
+    if turn is None:
+        raise InvalidOperation(
+            "`await call` works inside ZLink handlers; from asyncio use "
+            "`await asyncio.wrap_future(call.future())`"
+        )
+    return turn
+
+
+class _Call:
+    __slots__ = ("_rt", "_options", "_ended")
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self._options: set[str] = set()
+        self._ended = False
+
+    def _option(self, name: str) -> None:
+        if self._ended:
+            raise InvalidOperation(f"option {name} after the call's terminal")
+        if name in self._options:
+            raise InvalidOperation(f"option {name} given twice on one call")
+        self._options.add(name)
+
+    def _terminal(self) -> None:
+        if self._ended:
+            raise InvalidOperation("a call takes exactly one terminal")
+        self._ended = True
+
+
+class MessageCall(_Call):
+    """Options shared by sends and requests to a Spot, an Actor or a Channel."""
+
+    __slots__ = ("kind", "target", "msg", "meta", "instance", "instance_type", "mesh", "deadline")
+
+    def __init__(self, rt: Runtime, kind: str, target: str, msg: Message) -> None:
+        super().__init__(rt)
+        self.kind = kind  # "spot", "actor" or "channel"
+        self.target = target
+        self.msg = msg
+        self.meta: dict[str, str] | None = None
+        self.instance = False
+        self.instance_type: str | None = None
+        self.mesh: str | None = None
+        self.deadline: float | None = None  # seconds (requests)
+
+    def metadata(self, key: str, value: str) -> MessageCall:
+        """Attach a string header, once per key."""
+        if type(key) is not str or type(value) is not str:
+            raise InvalidArgument("metadata keys and values are str")
+        self._option(f"metadata[{key}]")
+        if self.meta is None:
+            self.meta = {}
+        self.meta[key] = value
+        return self
+
+    def instance_spot(self, stable_type: str | None = None) -> MessageCall:
+        """Address an Instance Spot, activating it (of ``stable_type``) on its first message."""
+        if self.kind != "spot":
+            raise InvalidOperation("instance_spot() applies to Spot calls only")
+        if stable_type is not None:
+            check_id("instance spot type", stable_type)
+        self._option("instance_spot")
+        self.instance, self.instance_type = True, stable_type
+        return self
+
+    def in_mesh(self, mesh_name: str) -> MessageCall:
+        """Route within the mesh named ``mesh_name``."""
+        check_id("mesh name", mesh_name)
+        self._option("in_mesh")
+        self.mesh = mesh_name
+        return self
+
+
+class SendCall(MessageCall):
+    """A one-way send; completes when the target lane admits it."""
+
+    __slots__ = ()
+
+    def submit(self) -> None:
+        """Admit the message now, anywhere (handler or plain thread), without waiting."""
+        self._terminal()
+        self._rt.submit(self, None, NO_WAIT)
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Outside the runtime: submit; returns once admitted (admission is immediate)."""
+        _outside_only("SendCall.wait()")
+        self.submit()
+
+    def future(self) -> concurrent.futures.Future[None]:
+        """Outside the runtime: a future that is already done once admitted."""
+        _outside_only("SendCall.future()")
+        self.submit()
+        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+        fut.set_result(None)
+        return fut
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        self.submit()
+        return None
+        yield  # pragma: no cover - makes this a generator; admission never suspends
+
+
+class RequestCall(MessageCall, Generic[T]):
+    """A request whose reply is a ``T``."""
+
+    __slots__ = ()
+
+    def timeout(self, seconds: float) -> RequestCall[T]:
+        """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
+        _check_timeout(seconds)
+        self._option("timeout")
+        self.deadline = float(seconds)
+        return self
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        _inside_only()
+        self._terminal()
+        completion = self._rt.submit(self, Completion(), KEEP)
+        return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
+
+    def yield_(self) -> _Yielding[T]:
+        """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
+        self._rt.check_yield(self)
+        self._terminal()
+        return _Yielding(self._rt, self)
+
+    def wait(self, timeout: float | None = None) -> T:
+        """Outside the runtime: submit and block up to ``timeout`` real seconds."""
+        _outside_only("RequestCall.wait()")
+        self._terminal()
+        return self._rt.submit(self, Completion(), NO_WAIT).wait(timeout)  # type: ignore[no-any-return]
+
+    def future(self) -> concurrent.futures.Future[T]:
+        """Outside the runtime: a ``concurrent.futures.Future`` of the reply."""
+        _outside_only("RequestCall.future()")
+        self._terminal()
+        return self._rt.submit(self, Completion(), NO_WAIT).future()
+
+
+class _Yielding(Generic[T]):
+    """The awaitable ``yield_()`` returns: submits on ``await`` and releases the gate."""
+
+    __slots__ = ("_rt", "_call", "_spent")
+
+    def __init__(self, rt: Runtime, call: _Call) -> None:
+        self._rt, self._call, self._spent = rt, call, False
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        if self._spent:
+            raise InvalidOperation("a yield_() awaitable can be awaited once")
+        self._spent = True
+        completion = self._rt.submit_any(self._call, YIELD)
+        return (yield Suspension(True, completion.add_callback))  # type: ignore[no-any-return]
+
+
+def _check_timeout(seconds: object) -> None:
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
+        raise InvalidArgument(f"a timeout is a positive number of seconds, got {seconds!r}")
+
+
+class CreateCall(_Call, Generic[T]):
+    """A Spot or Actor create / get-or-create; the result is a create result."""
+
+    __slots__ = ("kind", "type_name", "object_id", "get", "request_msg", "deadline", "mesh")
+
+    def __init__(self, rt: Runtime, kind: str, type_name: str, object_id: str | None, get: bool):
+        super().__init__(rt)
+        self.kind = kind  # "spot" or "actor"
+        self.type_name = type_name
+        self.object_id = object_id
+        self.get = get  # get_or_create
+        self.request_msg: Message | None = None
+        self.deadline: float | None = None
+        self.mesh: str | None = None
+
+    def request(self, msg: Message) -> CreateCall[T]:
+        """The message ``on_create`` / ``on_create_actor`` receives."""
+        if not isinstance(msg, Message):
+            raise InvalidArgument(f"a create request is a zlink.Message, got {type(msg).__name__}")
+        self._option("request")
+        self.request_msg = msg
+        return self
+
+    def timeout(self, seconds: float) -> CreateCall[T]:
+        """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
+        _check_timeout(seconds)
+        self._option("timeout")
+        self.deadline = float(seconds)
+        return self
+
+    def in_mesh(self, mesh_name: str) -> CreateCall[T]:
+        """Create within the mesh named ``mesh_name``."""
+        check_id("mesh name", mesh_name)
+        self._option("in_mesh")
+        self.mesh = mesh_name
+        return self
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        _inside_only()
+        self._terminal()
+        completion = self._rt.submit_create(self, KEEP)
+        return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
+
+    def yield_(self) -> _Yielding[T]:
+        """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
+        self._rt.check_yield(self)
+        self._terminal()
+        return _Yielding(self._rt, self)
+
+    def wait(self, timeout: float | None = None) -> T:
+        """Outside the runtime: submit and block up to ``timeout`` real seconds."""
+        _outside_only("CreateCall.wait()")
+        self._terminal()
+        return self._rt.submit_create(self, NO_WAIT).wait(timeout)  # type: ignore[no-any-return]
+
+    def future(self) -> concurrent.futures.Future[T]:
+        """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
+        _outside_only("CreateCall.future()")
+        self._terminal()
+        return self._rt.submit_create(self, NO_WAIT).future()
+
+
+class JoinCall(_Call):
+    """An Actor Join; its single terminal is the synchronous ``defer()`` (execution-model §5)."""
+
+    __slots__ = ("actor_id", "target", "request_msg", "turn")
+
+    def __init__(
+        self, rt: Runtime, actor_id: str, target: str, request_msg: Message | None
+    ) -> None:
+        super().__init__(rt)
+        self.actor_id = actor_id
+        self.target = target
+        self.request_msg = request_msg
+        self.turn = current_turn()  # the registration scope: the handler that made the call
+
+    def defer(self) -> None:
+        """Register the Join to run after this handler ends normally. Returns ``None``.
+
+        Starts no I/O and keeps the gate and the Actor claim. Outside the handler's scope:
+        ``InvalidOperation``.
+        """
+        self._rt.defer_join(self)
+        self._terminal()

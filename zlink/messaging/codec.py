@@ -1,0 +1,31 @@
+"""JSON bytes for state and the wire: orjson where it is installed, else the standard ``json``.
+
+orjson has no wheel for the free-threaded build; both paths keep one contract: UTF-8 JSON
+bytes, compact separators, non-ASCII kept as is.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+try:  # pragma: no cover - which branch runs depends on the interpreter
+    import orjson as _orjson
+except ImportError:  # pragma: no cover
+    _orjson = None
+
+BACKEND = "orjson" if _orjson is not None else "json"
+
+
+def dumps(value: Any) -> bytes:
+    """Encode ``value`` as compact UTF-8 JSON bytes."""
+    if _orjson is not None:
+        return _orjson.dumps(value)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def loads(data: bytes | str) -> Any:
+    """Decode JSON bytes (or text)."""
+    if _orjson is not None:
+        return _orjson.loads(data)
+    return json.loads(data)

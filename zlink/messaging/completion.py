@@ -1,0 +1,107 @@
+"""A once-only completion shared by a call, its timeout and its reply route.
+
+Guarantees / assumes:
+* ``_lock`` protects ``_done``, the outcome, ``_callbacks`` and ``_waiter``. Callbacks and the
+  waiter's wake-up run after it is released, on the thread that completed the call.
+* A call completes exactly once: the first ``set`` wins; a later one (a late reply after the
+  timeout, say) returns ``False`` so the caller can count it (python-api §5).
+* ``wait`` blocks only the calling thread, on a private lock made on demand.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import DeadlineExceeded
+from ..executor import TimerHandle
+
+Callback = Callable[[Any, BaseException | None], None]
+
+
+class Completion:
+    """The outcome of one call: a value or an error, set once, observed many ways."""
+
+    __slots__ = ("_lock", "_done", "_value", "_error", "_callbacks", "_waiter", "timer")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done = False
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._callbacks: list[Callback] | None = None
+        self._waiter: threading.Lock | None = None
+        self.timer: TimerHandle | None = None  # the deadline on the infrastructure heap
+
+    @property
+    def done(self) -> bool:
+        """Whether the outcome is set."""
+        return self._done
+
+    def set(self, value: Any, error: BaseException | None) -> bool:
+        """Set the outcome; ``False`` (and nothing happens) if it was already set."""
+        with self._lock:
+            if self._done:
+                return False
+            self._done = True
+            self._value, self._error = value, error
+            callbacks, self._callbacks = self._callbacks, None
+            waiter = self._waiter
+        timer = self.timer
+        if timer is not None:
+            timer.cancel()
+        if waiter is not None:
+            waiter.release()
+        if callbacks:
+            for cb in callbacks:
+                cb(value, error)
+        return True
+
+    def add_callback(self, cb: Callback) -> None:
+        """Call ``cb(value, error)`` once the outcome is set (now, if it already is)."""
+        with self._lock:
+            if not self._done:
+                if self._callbacks is None:
+                    self._callbacks = [cb]
+                else:
+                    self._callbacks.append(cb)
+                return
+        cb(self._value, self._error)
+
+    def wait(self, timeout: float | None) -> Any:
+        """Block the calling thread for the outcome; ``DeadlineExceeded`` after ``timeout``."""
+        with self._lock:
+            waiter = None
+            if not self._done:
+                if self._waiter is None:
+                    self._waiter = threading.Lock()
+                    self._waiter.acquire()
+                waiter = self._waiter
+        if waiter is not None:
+            if not waiter.acquire(timeout=-1 if timeout is None else max(0.0, timeout)):
+                raise DeadlineExceeded(f"no result within {timeout} s of waiting")
+            waiter.release()  # let any other waiter through
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def future(self) -> concurrent.futures.Future[Any]:
+        """A ``concurrent.futures.Future`` that mirrors this completion."""
+        fut: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        fut.set_running_or_notify_cancel()
+
+        def mirror(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(value)
+
+        self.add_callback(mirror)
+        return fut
+
+
+def expire(completion: Completion, error: BaseException) -> None:
+    """The infrastructure deadline of a call: fail it unless it already completed."""
+    completion.set(None, error)

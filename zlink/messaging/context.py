@@ -1,0 +1,205 @@
+"""Contexts, the route client and the Spot/Actor managers (python-api §4, §6).
+
+A context is made once per activation and handed to ``Cls(context)``. Everything here only
+builds calls or registers intents; the runtime (``zlink.objects.runtime``) carries them out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidArgument
+from ..objects.base import SpotKind, SpotRef
+from .calls import CreateCall, JoinCall, RequestCall, SendCall, check_id
+from .message import Message, Request
+
+if TYPE_CHECKING:
+    from ..objects.base import Actor
+    from ..objects.runtime import Runtime
+
+
+def _message(msg: object, request: bool) -> Message:
+    if not isinstance(msg, Message):
+        raise InvalidArgument(f"a payload is a zlink.Message, got {type(msg).__name__}")
+    if request and not isinstance(msg, Request):
+        raise InvalidArgument(
+            f"{type(msg).__qualname__} is one-way; requests take a zlink.Request[T]"
+        )
+    if not request and isinstance(msg, Request):
+        raise InvalidArgument(
+            f"{type(msg).__qualname__} is a request; send it with a request_* method"
+        )
+    return msg
+
+
+class MessageContext:
+    """What a handler may learn of the message it handles (its optional second parameter)."""
+
+    __slots__ = ("metadata", "sender", "is_request")
+
+    def __init__(self, metadata: Mapping[str, str], sender: str | None, is_request: bool) -> None:
+        self.metadata = metadata
+        self.sender = sender
+        self.is_request = is_request
+
+
+class RouteClient:
+    """Builds calls to Spots, Actors and Channels (``context.outbound``, ``node.client()``)."""
+
+    __slots__ = ("_rt",)
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def send_to_spot(self, spot_id: str, msg: Message) -> SendCall:
+        """A one-way message to a Spot."""
+        return SendCall(self._rt, "spot", check_id("spot_id", spot_id), _message(msg, False))
+
+    def request_to_spot(self, spot_id: str, req: Request[Any]) -> RequestCall[Any]:
+        """A request to a Spot; its reply is the request's ``T``."""
+        return RequestCall(self._rt, "spot", check_id("spot_id", spot_id), _message(req, True))
+
+    def send_to_actor(self, actor_id: str, msg: Message) -> SendCall:
+        """A one-way message to an Actor (always into the Actor's own queue, §2)."""
+        return SendCall(self._rt, "actor", check_id("actor_id", actor_id), _message(msg, False))
+
+    def request_to_actor(self, actor_id: str, req: Request[Any]) -> RequestCall[Any]:
+        """A request to an Actor."""
+        return RequestCall(self._rt, "actor", check_id("actor_id", actor_id), _message(req, True))
+
+    def send(self, channel: str, msg: Message) -> SendCall:
+        """A one-way message to a Channel."""
+        return SendCall(self._rt, "channel", check_id("channel", channel), _message(msg, False))
+
+    def request(self, channel: str, req: Request[Any]) -> RequestCall[Any]:
+        """A request to a Channel; each request is its own turn."""
+        return RequestCall(self._rt, "channel", check_id("channel", channel), _message(req, True))
+
+
+class SpotManager:
+    """Creates User Spots (python-api §6); Entry Spot ids are the framework's own."""
+
+    __slots__ = ("_rt",)
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def create(self, spot_type: str) -> CreateCall[Any]:
+        """A new User Spot of ``spot_type`` with a generated id."""
+        return CreateCall(self._rt, "spot", check_id("spot_type", spot_type), None, False)
+
+    def get_or_create(self, spot_id: str, spot_type: str) -> CreateCall[Any]:
+        """The User Spot ``spot_id``, created as ``spot_type`` if it does not exist."""
+        check_id("spot_id", spot_id)
+        return CreateCall(self._rt, "spot", check_id("spot_type", spot_type), spot_id, True)
+
+
+class ActorManager:
+    """Creates Actors in the Entry Spot registered for their type (python-api §6)."""
+
+    __slots__ = ("_rt",)
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def create(self, actor_type: str, *, actor_id: str | None = None) -> CreateCall[Any]:
+        """A new Actor; ``actor_id`` may be given, else one is generated."""
+        if actor_id is not None:
+            check_id("actor_id", actor_id)
+        return CreateCall(self._rt, "actor", check_id("actor_type", actor_type), actor_id, False)
+
+    def get_or_create(self, actor_id: str, actor_type: str) -> CreateCall[Any]:
+        """The Actor ``actor_id``, created as ``actor_type`` if it does not exist."""
+        check_id("actor_id", actor_id)
+        return CreateCall(self._rt, "actor", check_id("actor_type", actor_type), actor_id, True)
+
+
+class Client(RouteClient):
+    """What ``node.client()`` returns: the route client plus the managers."""
+
+    __slots__ = ("spots", "actors")
+
+    def __init__(self, rt: Runtime) -> None:
+        super().__init__(rt)
+        self.spots = SpotManager(rt)
+        self.actors = ActorManager(rt)
+
+
+class _Context:
+    __slots__ = ("_rt", "outbound", "spots")
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+        self.outbound = RouteClient(rt)
+        self.spots = SpotManager(rt)
+
+
+class SpotContext(_Context):
+    """The context of a User Spot."""
+
+    __slots__ = ("spot_id", "spot_ref", "kind")
+
+    def __init__(self, rt: Runtime, spot_id: str, spot_ref: SpotRef, kind: SpotKind) -> None:
+        super().__init__(rt)
+        self.spot_id = spot_id
+        self.spot_ref = spot_ref
+        self.kind = kind
+
+    def leave_actor(self, actor: Actor) -> None:
+        """Send a member Actor back to its Entry Spot (after this turn's queue position)."""
+        self._rt.leave(actor.context.actor_id, self.spot_id)
+
+
+class EntrySpotContext(SpotContext):
+    """The context of an Entry Spot."""
+
+    __slots__ = ()
+
+    def join(self, actor: Actor, target_spot_id: str, request: Message | None = None) -> JoinCall:
+        """Join one of this Entry Spot's Actors into a User Spot; end it with ``.defer()``."""
+        check_id("target_spot_id", target_spot_id)
+        return JoinCall(self._rt, actor.context.actor_id, target_spot_id, request)
+
+
+class InstanceSpotContext(SpotContext):
+    """The context of an Instance Spot."""
+
+    __slots__ = ()
+
+
+class ActorContext(_Context):
+    """The context of an Actor."""
+
+    __slots__ = ("actor_id", "actor_type")
+
+    def __init__(self, rt: Runtime, actor_id: str, actor_type: str) -> None:
+        super().__init__(rt)
+        self.actor_id = actor_id
+        self.actor_type = actor_type
+
+    @property
+    def spot_id(self) -> str:
+        """The Spot this Actor belongs to now (its Entry Spot or a joined User Spot)."""
+        return self._rt.actor_spot_id(self.actor_id)
+
+    def join(self, target_spot_id: str, request: Message | None = None) -> JoinCall:
+        """Join a User Spot after this handler ends normally; end it with ``.defer()`` (§5)."""
+        check_id("target_spot_id", target_spot_id)
+        if request is not None and not isinstance(request, Message):
+            raise InvalidArgument("a join request is a zlink.Message")
+        return JoinCall(self._rt, self.actor_id, target_spot_id, request)
+
+    def leave(self) -> None:
+        """Leave the current User Spot and return to the Entry Spot."""
+        self._rt.leave(self.actor_id, None)
+
+
+class ChannelContext(_Context):
+    """The context of a Channel (stateless: one instance per node serves every request)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, rt: Runtime, name: str) -> None:
+        super().__init__(rt)
+        self.name = name

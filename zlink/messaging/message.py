@@ -1,0 +1,117 @@
+"""``Message`` and ``Request[T]``: frozen pydantic models with a wire name (python-api §1).
+
+A payload is validated once, when it is built; the runtime never validates a built message
+again (hot path). Its wire form is JSON bytes from pydantic's serializer; the byte size that
+lane admission reserves (execution-model §7) is the length of that form.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any, ClassVar, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from ..errors import InvalidArgument, InvalidOperation, NotFound
+
+T = TypeVar("T")
+
+_BY_WIRE_NAME: dict[str, type[Message]] = {}
+_PENDING_NAMES: dict[type, str | None] = {}
+
+
+class Message(BaseModel):
+    """A one-way payload. Subclass it; name it on the wire with ``type_name="..."``.
+
+    The default wire name is ``module.QualName``. Two classes may not share a wire name.
+    """
+
+    model_config = ConfigDict(frozen=True)
+    zlink_type_name: ClassVar[str] = "zlink.Message"
+
+    def __init_subclass__(cls, type_name: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _PENDING_NAMES[cls] = type_name  # read once pydantic has finished the class
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        type_name = _PENDING_NAMES.pop(cls, None)
+        if cls.__pydantic_generic_metadata__["origin"] is not None:
+            return  # a parametrization such as Request[Card] is not a message type of its own
+        name = type_name or f"{cls.__module__}.{cls.__qualname__}"
+        if not isinstance(name, str) or not 0 < len(name.encode()) <= 255:
+            raise InvalidArgument(f"a message wire name is 1..255 bytes of UTF-8, got {name!r}")
+        cls.zlink_type_name = name
+        prior = _BY_WIRE_NAME.get(name)
+        if prior is not None and prior.__qualname__ != cls.__qualname__:
+            raise InvalidOperation(
+                f"wire name {name!r} is taken by {prior.__module__}.{prior.__qualname__}"
+            )
+        _BY_WIRE_NAME[name] = cls
+
+
+class Request(Message, Generic[T]):
+    """A payload that expects a reply of type ``T``: ``class GetCard(Request[Card]): ...``."""
+
+
+def message_type(wire_name: str) -> type[Message]:
+    """The message class registered under ``wire_name``; ``NotFound`` if there is none."""
+    try:
+        return _BY_WIRE_NAME[wire_name]
+    except KeyError:
+        raise NotFound(f"no message type is registered as {wire_name!r}") from None
+
+
+@lru_cache(maxsize=None)
+def reply_type(request_cls: type[Message]) -> Any:
+    """The ``T`` of a ``Request[T]`` subclass, or ``None`` for a one-way ``Message``."""
+    for base in request_cls.__mro__:
+        meta = getattr(base, "__pydantic_generic_metadata__", None)
+        if meta and meta["origin"] is Request and meta["args"]:
+            return meta["args"][0]
+    return None
+
+
+def is_request(cls: type[Message]) -> bool:
+    """Whether ``cls`` is a ``Request[T]``."""
+    return issubclass(cls, Request)
+
+
+def wire_bytes(msg: Message) -> bytes:
+    """The wire form of ``msg``: JSON bytes."""
+    return msg.__pydantic_serializer__.to_json(msg)
+
+
+def wire_size(msg: Message) -> int:
+    """Bytes ``msg`` takes on the wire; what lane admission reserves for it (§7)."""
+    return len(msg.__pydantic_serializer__.to_json(msg))
+
+
+def decode(cls: type[Message], data: bytes) -> Message:
+    """Validate wire bytes into ``cls``; a bad payload is ``InvalidArgument``."""
+    try:
+        return cls.model_validate_json(data)
+    except ValidationError as exc:
+        raise InvalidArgument(f"payload is not a valid {cls.zlink_type_name}: {exc}") from exc
+
+
+@lru_cache(maxsize=None)
+def _adapter(tp: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(tp)
+
+
+def check_reply(tp: Any, value: Any) -> Any:
+    """Check a handler's reply against the request's ``T``; return what the caller receives.
+
+    A reply that cannot be encoded as ``T`` raises ``InvalidArgument`` (a reply-encoding
+    failure, execution-model §5).
+    """
+    if tp is None or tp is Any:
+        return value
+    if isinstance(tp, type) and isinstance(value, tp):
+        return value
+    try:
+        return _adapter(tp).validate_python(value, strict=True)
+    except ValidationError as exc:
+        raise InvalidArgument(f"reply {value!r} is not a valid {tp!r}: {exc}") from exc

@@ -1,0 +1,165 @@
+"""``Node``: one ZLink node in this process; wires the engine and the object model.
+
+Threads: ``workers`` application threads (one per core by default, never one per Spot, §10)
+and one infrastructure thread (deadlines, completions, shutdown, §1 and §13).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+import psutil
+
+from .app import App
+from .config import NodeConfig
+from .errors import InvalidOperation, Unavailable
+from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
+from .messaging.completion import expire
+from .messaging.context import Client
+from .objects.runtime import Runtime
+
+_log = logging.getLogger("zlink.node")
+
+
+def default_workers() -> int:
+    """One application worker per CPU core (psutil; at least one)."""
+    return psutil.cpu_count(logical=True) or 1
+
+
+class Node:
+    """A ZLink node: ``start()``, ``client()``, ``shutdown()``; or use it as a context manager."""
+
+    def __init__(
+        self, app: App, config: NodeConfig | None = None, *, clock: Clock | None = None
+    ) -> None:
+        if not isinstance(app, App):
+            raise InvalidOperation(f"Node takes a zlink.App, got {type(app).__name__}")
+        self.app = app
+        self.config = config or NodeConfig()
+        self.clock: Clock = clock or MonotonicClock()
+        self._state = "new"
+        self._state_lock = threading.Lock()
+        workers = self.config.workers or default_workers()
+        self._pool = WorkerPool(workers, f"zlink-{self.config.node_id}")
+        self._infra = InfraExecutor(self.clock, f"zlink-infra-{self.config.node_id}")
+        self._rt = Runtime(
+            app,
+            node_id=self.config.node_id,
+            mesh=self.config.mesh,
+            limits=self.config.lane_limits(),
+            budget=self.config.owner_time_budget,
+            request_timeout=self.config.request_timeout,
+            clock=self.clock,
+            pool=self._pool,
+            infra=self._infra,
+        )
+        self._client = Client(self._rt)
+
+    @property
+    def node_id(self) -> str:
+        """This node's id."""
+        return self.config.node_id
+
+    @property
+    def workers(self) -> int:
+        """How many application worker threads this node runs."""
+        return self._pool.size
+
+    def start(self) -> Node:
+        """Validate the app, start the threads and the Entry Spots. Blocks until ready.
+
+        Registration errors surface here as ``InvalidOperation``, before any work is accepted.
+        """
+        with self._state_lock:
+            if self._state != "new":
+                raise InvalidOperation(f"node {self.node_id} was already started")
+            self.app.validate()
+            self._state = "starting"
+        self._infra.start()
+        self._pool.start()
+        for activated in self._rt.start():
+            activated.wait(self.config.request_timeout)
+        self._state = "running"
+        _log.info("node %s started with %d workers", self.node_id, self._pool.size)
+        return self
+
+    def client(self) -> Client:
+        """The route client and managers for code outside the runtime (python-api §6)."""
+        return self._client
+
+    def counters(self) -> dict[str, int]:
+        """Late replies, handler errors, rejected admissions and the like."""
+        return self._rt.metrics.snapshot()
+
+    def wait_idle(self, timeout: float = 5.0) -> bool:
+        """Block until no turn is runnable or running and infrastructure is quiet.
+
+        A turn suspended on a call that has not completed does not count as work. ``False`` if
+        ``timeout`` (real seconds) passed first.
+        """
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if not self._pool.wait_idle(max(0.0, left)):
+                return False
+            if not self._infra.wait_quiet(max(0.0, end - time.monotonic())):
+                return False
+            if self._pool.pending == 0:
+                return True
+            if time.monotonic() >= end:
+                return False
+
+    def shutdown(self, timeout: float | None = None) -> None:
+        """Stop gracefully: refuse new work, finish running turns, fail what waits.
+
+        Queued work and calls still waiting fail with ``Unavailable``. Safe to call twice.
+        """
+        with self._state_lock:
+            if self._state in ("stopping", "stopped"):
+                return
+            started = self._state != "new"
+            self._state = "stopping"
+        if not started:
+            self._state = "stopped"
+            return
+        timeout = self.config.shutdown_timeout if timeout is None else timeout
+        end = time.monotonic() + timeout
+        self._rt.stopping = True  # admission now refuses; queued jobs are discarded unrun
+        self._pool.wait_idle(max(0.0, end - time.monotonic()))
+        error = Unavailable(f"node {self.node_id} shut down")
+        for handle in self._infra.take_pending():
+            if handle.fn is expire:
+                expire(handle.args[0], error)
+        self._pool.wait_idle(max(0.0, end - time.monotonic()))
+        discarded = self._rt.discard_queued()
+        if discarded:
+            _log.info("node %s failed %d queued items at shutdown", self.node_id, discarded)
+        self._pool.shutdown(max(0.0, end - time.monotonic()))
+        self._infra.stop(max(0.0, end - time.monotonic()))
+        self._state = "stopped"
+        _log.info("node %s stopped", self.node_id)
+
+    def __enter__(self) -> Node:
+        if self._state == "new":
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"<zlink.Node {self.node_id!r} {self._state} workers={self._pool.size}>"
+
+    # for zlink.testing and the status work of a later issue
+    @property
+    def _runtime(self) -> Any:
+        return self._rt

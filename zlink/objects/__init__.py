@@ -1,0 +1,1 @@
+"""Spots, Actors and Channels: the classes users subclass and their runtime activations."""

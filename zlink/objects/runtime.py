@@ -1,0 +1,777 @@
+"""The object model on one node: activations, routing, create, Join and leave.
+
+This is the layer between the public calls (``zlink.messaging``) and the engine
+(``zlink.executor``). It owns the directory of live Spots, Actors and Channels and turns each
+call into a job on the right owner lane (execution-model §2: an Actor payload always goes to the
+Actor's own queue, whatever the mode).
+
+Guarantees / assumes:
+* ``_lock`` guards directory *writes* (activation, removal); reads are plain ``dict.get``.
+* Gates: a SpotWide User Spot and an Instance Spot have one gate for the Spot, its member Actors
+  and its lifecycle callbacks; an Entry Spot and a PerActor User Spot have a gate for the Spot,
+  and each Actor keeps its own gate (§2). Membership changes only while the Actor is held.
+* Every refusal (self-wait, Yield where not offered, bad target, full lane, stopping node) is
+  raised before any queue changes (§6, §16).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    DeadlineExceeded,
+    HandlerError,
+    InvalidArgument,
+    InvalidOperation,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
+from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
+from ..executor.lanes import ADMITTED, APPLICATION, FULL_COUNT, LIFECYCLE, UNRESERVED, LaneLimits
+from ..messaging.calls import KEEP, NO_WAIT, YIELD, CreateCall, JoinCall, MessageCall
+from ..messaging.completion import Completion, expire
+from ..messaging.context import (
+    ActorContext,
+    ChannelContext,
+    EntrySpotContext,
+    InstanceSpotContext,
+    MessageContext,
+    SpotContext,
+)
+from ..messaging.message import check_reply, wire_size
+from .base import (
+    ActorCreateResponse,
+    ActorCreateResult,
+    ActorJoinCompletion,
+    ActorJoinResult,
+    SpotCreateResponse,
+    SpotCreateResult,
+    SpotKind,
+    SpotRef,
+)
+from .metrics import Metrics
+
+if TYPE_CHECKING:
+    from ..app import App, TypeSpec
+    from ..executor import Clock, InfraExecutor, WorkerPool
+    from ..handlers import HandlerSpec
+    from ..messaging.message import Message
+
+_log = logging.getLogger("zlink.runtime")
+
+ACTIVATING, READY, GONE = 0, 1, 2
+_CLOSED = object()  # turn.data once a turn's Defer() registration scope has closed
+
+
+class Discarded(Exception):
+    """Internal: a queued job met a stopping node and never ran its handler."""
+
+
+# --------------------------------------------------------------------------------------------
+# activations
+# --------------------------------------------------------------------------------------------
+class SpotAct:
+    """One live Spot: its gate, its own lanes, its instance and its members."""
+
+    __slots__ = (
+        "rt", "spec", "spot_id", "kind", "gate", "owner", "instance", "context", "state",
+        "ref", "members", "activated", "yield_ok", "shared",
+    )  # fmt: skip
+
+    def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
+        from ..app import ExecutionMode
+
+        self.rt = rt
+        self.spec = spec
+        self.spot_id = spot_id
+        assert spec.kind is not None
+        self.kind: SpotKind = spec.kind
+        self.gate = rt.new_gate(spot_id)
+        self.owner = Owner(OwnerLanes(rt.limits), self.gate, spot_id, claim_on_yield=False)
+        self.owner.ref = self
+        self.instance: Any = None
+        self.state = ACTIVATING
+        self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
+        self.members: dict[str, ActorAct] = {}
+        self.activated = Completion()  # set when on_create / on_initialize have finished
+        # §2/§3: one shared gate, and Yield, only in SpotWide User Spots and Instance Spots
+        self.shared = self.kind is SpotKind.INSTANCE or (
+            self.kind is SpotKind.USER and spec.mode is ExecutionMode.SPOT_WIDE
+        )
+        self.yield_ok = self.shared
+        ctx_cls = {
+            SpotKind.USER: SpotContext,
+            SpotKind.ENTRY: EntrySpotContext,
+            SpotKind.INSTANCE: InstanceSpotContext,
+        }[self.kind]
+        self.context = ctx_cls(rt, spot_id, self.ref, self.kind)
+
+    @property
+    def name(self) -> str:
+        return self.spot_id
+
+
+class ActorAct:
+    """One live Actor: its own lanes (always, §2), its own gate and its current Spot."""
+
+    __slots__ = (
+        "rt", "spec", "actor_id", "entry", "spot", "own_gate", "owner", "instance",
+        "context", "state", "activated",
+    )  # fmt: skip
+
+    def __init__(self, rt: Runtime, spec: TypeSpec, actor_id: str, entry: SpotAct) -> None:
+        self.rt = rt
+        self.spec = spec
+        self.actor_id = actor_id
+        self.entry = entry
+        self.spot = entry
+        self.own_gate = rt.new_gate(actor_id)
+        self.owner = Owner(
+            OwnerLanes(rt.limits), self.own_gate, actor_id, claim_on_yield=True, held=True
+        )
+        self.owner.ref = self
+        self.instance: Any = None
+        self.context = ActorContext(rt, actor_id, spec.name)
+        self.state = ACTIVATING
+        self.activated = Completion()
+
+    @property
+    def yield_ok(self) -> bool:
+        """A member Actor of a SpotWide User Spot may Yield; elsewhere it may not (§3)."""
+        return self.spot.shared
+
+    @property
+    def name(self) -> str:
+        return self.actor_id
+
+
+class ChannelAct:
+    """A Channel: one stateless instance; every request is its own turn with no gate."""
+
+    __slots__ = ("rt", "spec", "instance", "context", "owner")
+
+    def __init__(self, rt: Runtime, spec: TypeSpec) -> None:
+        self.rt = rt
+        self.spec = spec
+        self.context = ChannelContext(rt, spec.name)
+        self.instance = spec.cls(self.context)
+        self.owner = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+Act = SpotAct | ActorAct | ChannelAct
+
+
+# --------------------------------------------------------------------------------------------
+# jobs
+# --------------------------------------------------------------------------------------------
+class MessageJob(Job):
+    """An application message (one-way or request) for one handler."""
+
+    __slots__ = ("act", "handler", "msg", "reply", "meta", "sender")
+
+    def __init__(
+        self,
+        act: Act,
+        handler: HandlerSpec,
+        msg: Message,
+        reply: Completion | None,
+        meta: dict[str, str] | None,
+        sender: str | None,
+        size: int,
+    ) -> None:
+        self.lane = APPLICATION
+        self.size = size
+        self.act = act
+        self.handler = handler
+        self.msg = msg
+        self.reply = reply
+        self.meta = meta
+        self.sender = sender
+
+    def invoke(self) -> Any:
+        if self.act.rt.stopping:
+            raise Discarded
+        h = self.handler
+        if h.wants_context:
+            ctx = MessageContext(self.meta or {}, self.sender, h.is_request)
+            return h.fn(self.act.instance, self.msg, ctx)
+        return h.fn(self.act.instance, self.msg)
+
+    def finish(self, turn: Turn) -> None:
+        self.act.rt.finish_message(self, turn)
+
+    def discard(self, error: BaseException) -> None:
+        if self.reply is not None:
+            self.reply.set(None, error)
+
+
+class LifeJob(Job):
+    """A lifecycle callback (or a framework step) on an owner's lifecycle lane (§7)."""
+
+    __slots__ = ("act", "fn", "done", "what")
+
+    def __init__(
+        self,
+        act: Act,
+        what: str,
+        fn: Callable[[], Any],
+        done: Callable[[Turn], None] | None = None,
+        lane: int = LIFECYCLE,
+    ) -> None:
+        self.lane = lane
+        self.size = 0
+        self.act = act
+        self.what = what
+        self.fn = fn
+        self.done = done
+
+    def invoke(self) -> Any:
+        return self.fn()
+
+    def finish(self, turn: Turn) -> None:
+        rt = self.act.rt
+        rt.close_scope(turn, turn.error is None)
+        if self.done is not None:
+            self.done(turn)
+        elif turn.error is not None:
+            rt.metrics.add("handler_errors")
+            _log.error("%s of %s failed", self.what, self.act.name, exc_info=turn.error)
+
+    def discard(self, error: BaseException) -> None:
+        if self.done is not None:
+            fake = Turn(self, None)
+            fake.error = error
+            self.done(fake)
+
+
+async def _chain(*steps: Callable[[], Any]) -> Any:
+    """Run callbacks in order within one turn, awaiting those that are coroutines."""
+    out: Any = None
+    for step in steps:
+        out = step()
+        if isinstance(out, Coroutine):
+            out = await out
+    return out
+
+
+def _error_of(exc: BaseException) -> HandlerError:
+    err = HandlerError(type(exc).__qualname__, str(exc))
+    err.__cause__ = exc
+    return err
+
+
+# --------------------------------------------------------------------------------------------
+# the runtime
+# --------------------------------------------------------------------------------------------
+class Runtime:
+    """The directory and the routing of one node."""
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        node_id: str,
+        mesh: str,
+        limits: LaneLimits,
+        budget: float,
+        request_timeout: float,
+        clock: Clock,
+        pool: WorkerPool,
+        infra: InfraExecutor,
+    ) -> None:
+        self.app = app
+        self.node_id = node_id
+        self.mesh = mesh
+        self.limits = limits
+        self.budget = budget
+        self.request_timeout = request_timeout
+        self.clock = clock
+        self.pool = pool
+        self.infra = infra
+        self.metrics = Metrics()
+        self.spots: dict[str, SpotAct] = {}
+        self.actors: dict[str, ActorAct] = {}
+        self.channels: dict[str, ChannelAct] = {}
+        self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
+        self.stopping = False
+        self._lock = threading.Lock()
+        self._generations = itertools.count(1)
+        instance_types = [s.name for s in app.spots.values() if s.kind is SpotKind.INSTANCE]
+        self._only_instance_type = instance_types[0] if len(instance_types) == 1 else None
+
+    def new_gate(self, name: str) -> Gate:
+        return Gate(self.pool, self.clock, self.budget, name)
+
+    # -- start --------------------------------------------------------------------------------
+    def start(self) -> list[Completion]:
+        """Make the Channels and Entry Spots; returns the Entry Spots' activations to wait on."""
+        for spec in self.app.channels.values():
+            self.channels[spec.name] = ChannelAct(self, spec)
+        waits = []
+        for spec in self.app.spots.values():
+            if spec.kind is SpotKind.ENTRY:
+                act = self._register_spot(spec, f"{spec.name}@{self.node_id}")
+                assert spec.actor_type is not None
+                self.entries[spec.actor_type] = act
+                self._activate(act, None)
+                waits.append(act.activated)
+        return waits
+
+    # -- messages -------------------------------------------------------------------------------
+    def submit(self, call: MessageCall, reply: Completion | None, mode: int) -> Completion:
+        """Route a send or request; raises before any queue change when it cannot be taken."""
+        if self.stopping:
+            raise Unavailable(f"node {self.node_id} is shutting down")
+        if call.mesh is not None and call.mesh != self.mesh:
+            raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
+        turn = current_turn()
+        msg = call.msg
+        act: Act | None
+        if call.kind == "channel":
+            act = self.channels.get(call.target)
+            if act is None:
+                raise NotFound(f"no channel {call.target!r}")
+        elif call.kind == "actor":
+            act = self.actors.get(call.target)
+            if act is None or act.state == GONE:
+                raise NotFound(f"no actor {call.target!r}")
+        else:
+            act = self.spots.get(call.target)
+            if act is None:
+                if not call.instance:
+                    raise NotFound(f"no spot {call.target!r}")
+            elif call.instance and act.kind is not SpotKind.INSTANCE:
+                raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
+        spec = act.spec if act is not None else self._instance_spec(call)
+        handler = spec.handlers.get(type(msg))
+        if handler is None:
+            raise InvalidArgument(f"{spec.name!r} has no handler for {type(msg).__qualname__}")
+        if mode != NO_WAIT and act is not None:
+            self._check_wait(turn, act, mode)
+        sender = turn.owner.name if turn is not None and turn.owner is not None else None
+        if act is None:  # an Instance Spot's first message activates it (cold activation)
+            act = self._activate_instance(spec, call.target)
+        job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
+        if reply is not None:
+            seconds = call.deadline if call.deadline is not None else self.request_timeout
+            reply.timer = self.infra.call_later(
+                seconds, expire, reply, DeadlineExceeded(f"no reply within {seconds} s")
+            )
+        owner = act.owner
+        if owner is None:  # a Channel: each request is its own turn on any worker
+            run_free(job, self.pool)
+            return reply  # type: ignore[return-value]
+        job.size = wire_size(msg)
+        verdict = owner.put_app(job)
+        if verdict != ADMITTED:
+            if reply is not None and reply.timer is not None:
+                reply.timer.cancel()
+            self.metrics.add("rejected_admissions")
+            what = "items" if verdict == FULL_COUNT else "bytes"
+            raise ResourceExhausted(
+                f"the application lane of {act.name!r} is full ({what}); nothing was queued"
+            )
+        return reply  # type: ignore[return-value]
+
+    def submit_any(self, call: Any, mode: int) -> Completion:
+        if isinstance(call, CreateCall):
+            return self.submit_create(call, mode)
+        return self.submit(call, Completion(), mode)
+
+    def _check_wait(self, turn: Turn | None, target: Act, mode: int) -> None:
+        """§6: refuse a wait that needs the caller's own gate or its own Actor claim."""
+        if turn is None or turn.owner is None or target.owner is None:
+            return
+        if mode == KEEP and target.owner.gate is turn.owner.gate:
+            raise InvalidOperation(
+                f"awaiting {target.name!r} from a turn that holds the gate it needs would wait on "
+                "itself; use `await call.yield_()` in a SpotWide Spot, or send without waiting"
+            )
+        if target.owner is turn.owner and turn.owner.claim_on_yield:
+            raise InvalidOperation(
+                f"actor {target.name!r} cannot wait on a request to itself: it keeps its Actor "
+                "claim even across Yield"
+            )
+
+    def check_yield(self, call: Any) -> None:
+        """§3, §16: Yield only in SpotWide User Spot / Instance Spot owner turns."""
+        turn = current_turn()
+        if turn is None or turn.owner is None:
+            raise InvalidOperation("yield_() is offered only inside a Spot or Actor turn")
+        act = turn.owner.ref
+        if not act.yield_ok:
+            raise InvalidOperation(
+                f"yield_() is not offered in {act.name!r}: only SpotWide User Spots, their "
+                "member Actors and Instance Spots have a shared gate to release"
+            )
+        if isinstance(call, MessageCall) and call.kind == "actor" and call.target == act.name:
+            raise InvalidOperation(f"actor {act.name!r} cannot wait on a request to itself")
+
+    def finish_message(self, job: MessageJob, turn: Turn) -> None:
+        """Post-processing of a message turn, before the gate moves on (§8)."""
+        err = turn.error
+        reply = job.reply
+        if err is None:
+            value = None
+            if reply is not None:
+                try:
+                    value = check_reply(job.handler.reply_type, turn.result)
+                except InvalidArgument as exc:  # a reply-encoding failure discards barriers
+                    err = exc
+            if err is None:
+                self.close_scope(turn, True)
+                if reply is not None and not reply.set(value, None):
+                    self.metrics.add("late_replies")
+                return
+        self.close_scope(turn, False)
+        if isinstance(err, Discarded):
+            if reply is not None:
+                reply.set(None, Unavailable(f"node {self.node_id} shut down before it ran"))
+            return
+        self.metrics.add("handler_errors")
+        if reply is not None:
+            if not reply.set(None, _error_of(err)):
+                self.metrics.add("late_replies")
+        else:
+            _log.error(
+                "handler %s of %r failed", job.handler.fn.__qualname__, job.act.name, exc_info=err
+            )
+
+    # -- Defer() barriers ------------------------------------------------------------------------
+    def close_scope(self, turn: Turn, normal: bool) -> None:
+        """End a turn's Defer() scope: run its barriers on a normal end, else discard them."""
+        barriers, turn.barriers = turn.barriers, None
+        turn.data = _CLOSED
+        if normal and barriers:
+            for barrier in barriers:
+                barrier()
+
+    def defer_join(self, call: JoinCall) -> None:
+        turn = current_turn()
+        if turn is None or call.turn is not turn or turn.data is _CLOSED:
+            raise InvalidOperation("defer() is allowed only in the handler that made the call")
+        actor = self.actors.get(call.actor_id)
+        if actor is None or actor.state != READY:
+            raise NotFound(f"no actor {call.actor_id!r}")
+        if turn.owner is not actor.owner and turn.owner is not actor.entry.owner:
+            raise InvalidOperation("only the Actor or its Entry Spot may defer its Join")
+        if turn.barriers is None:
+            turn.barriers = []
+        turn.barriers.append(partial(self._join_hold, actor, call.target, call.request_msg))
+
+    # -- Join and leave --------------------------------------------------------------------------
+    def _join_hold(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
+        """The barrier: hold the Actor at its next turn boundary, then ask the target."""
+        ask = partial(self._join_ask, actor, target_id, request)
+        actor.owner.put_unreserved(
+            LifeJob(actor, "join", lambda: actor.owner.hold(ask), lane=UNRESERVED)
+        )
+
+    def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
+        """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
+        target = self.spots.get(target_id)
+        error: Exception | None = None
+        if target is None or target.state == GONE:
+            error = NotFound(f"no spot {target_id!r} to join")
+        elif target.kind is not SpotKind.USER:
+            error = InvalidOperation(f"spot {target_id!r} is not a User Spot; only those hold Actors")
+        elif target is actor.spot:
+            error = InvalidOperation(f"actor {actor.actor_id!r} is already in {target_id!r}")
+        else:
+            job = LifeJob(
+                target,
+                "on_actor_join",
+                lambda: target.instance.on_actor_join(actor.actor_id, request),
+                partial(self._join_decided, actor, target),
+            )
+            if target.owner.put_life(job) == ADMITTED:
+                return
+            error = ResourceExhausted(f"the lifecycle lane of {target_id!r} is full")
+        self._complete_join(actor, ActorJoinCompletion(False, target_id, error=error), None)
+
+    def _join_decided(self, actor: ActorAct, target: SpotAct, turn: Turn) -> None:
+        res = turn.result if turn.result is not None else ActorJoinResult()
+        if turn.error is not None:
+            done = ActorJoinCompletion(False, target.spot_id, error=_error_of(turn.error))
+        elif not isinstance(res, ActorJoinResult):
+            error = InvalidArgument(f"on_actor_join must return ActorJoinResult, got {res!r}")
+            done = ActorJoinCompletion(False, target.spot_id, error=error)
+        elif not res.accept:
+            error = InvalidOperation(f"{target.spot_id!r} rejected the join: {res.reason}")
+            done = ActorJoinCompletion(False, target.spot_id, res.reply, error)
+        else:
+            self._move(actor, target)
+            gate = target.gate if target.shared else actor.own_gate
+            done = ActorJoinCompletion(True, target.spot_id, res.reply)
+            target.owner.put_unreserved(
+                LifeJob(
+                    target,
+                    "on_joined_actor",
+                    lambda: target.instance.on_joined_actor(actor.instance),
+                    lambda _t: self._complete_join(actor, done, gate),
+                    UNRESERVED,
+                )
+            )
+            return
+        self._complete_join(actor, done, None)
+
+    def _move(self, actor: ActorAct, target: SpotAct) -> None:
+        source = actor.spot
+        if source is not actor.entry:
+            source.members.pop(actor.actor_id, None)
+            source.owner.put_unreserved(
+                LifeJob(
+                    source,
+                    "on_leave_actor",
+                    lambda: source.instance.on_leave_actor(actor.instance),
+                    lane=UNRESERVED,
+                )
+            )
+        actor.spot = target
+        if target is not actor.entry:
+            target.members[actor.actor_id] = actor
+
+    def _complete_join(self, actor: ActorAct, done: ActorJoinCompletion, gate: Gate | None) -> None:
+        actor.owner.lanes.put_unreserved(
+            LifeJob(
+                actor,
+                "on_join_completed",
+                lambda: actor.instance.on_join_completed(done),
+                lane=UNRESERVED,
+            ),
+            True,
+        )
+        actor.owner.unhold(gate)
+
+    def leave(self, actor_id: str, from_spot: str | None) -> None:
+        """Send an Actor back to its Entry Spot after its current turn (python-api §6)."""
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state != READY:
+            raise NotFound(f"no actor {actor_id!r}")
+        if from_spot is not None and actor.spot.spot_id != from_spot:
+            raise InvalidOperation(f"actor {actor_id!r} is not a member of {from_spot!r}")
+        go = partial(self._leave_go, actor)
+        actor.owner.put_unreserved(
+            LifeJob(actor, "leave", lambda: actor.owner.hold(go), lane=UNRESERVED)
+        )
+
+    def _leave_go(self, actor: ActorAct) -> None:
+        source, entry = actor.spot, actor.entry
+        if source is entry:
+            actor.owner.unhold()
+            return
+
+        def back(_t: Turn) -> None:
+            self._move(actor, entry)
+            entry.owner.put_unreserved(
+                LifeJob(
+                    entry,
+                    "on_joined_actor",
+                    lambda: entry.instance.on_joined_actor(actor.instance),
+                    lambda _t2: actor.owner.unhold(actor.own_gate),
+                    UNRESERVED,
+                )
+            )
+
+        source.owner.put_unreserved(LifeJob(source, "leave", lambda: None, back, UNRESERVED))
+
+    def actor_spot_id(self, actor_id: str) -> str:
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            raise NotFound(f"no actor {actor_id!r}")
+        return actor.spot.spot_id
+
+    # -- activation ----------------------------------------------------------------------------
+    def _register_spot(self, spec: TypeSpec, spot_id: str) -> SpotAct:
+        act = SpotAct(self, spec, spot_id, next(self._generations))
+        self.spots[spot_id] = act
+        return act
+
+    def _instance_spec(self, call: MessageCall) -> TypeSpec:
+        name = call.instance_type or self._only_instance_type
+        if name is None:
+            raise InvalidArgument(
+                "instance_spot() needs a stable type when the app has more than one"
+            )
+        spec = self.app.spots.get(name)
+        if spec is None or spec.kind is not SpotKind.INSTANCE:
+            raise InvalidArgument(f"{name!r} is not a registered Instance Spot type")
+        return spec
+
+    def _activate_instance(self, spec: TypeSpec, spot_id: str) -> SpotAct:
+        with self._lock:
+            act = self.spots.get(spot_id)
+            if act is not None:
+                return act
+            act = self._register_spot(spec, spot_id)
+        self._activate(act, None)
+        return act
+
+    def _activate(self, act: SpotAct, request: Message | None) -> None:
+        """Queue construction, ``on_create`` (User Spots) and ``on_initialize`` (lifecycle)."""
+
+        def construct() -> None:
+            act.instance = act.spec.cls(act.context)
+
+        steps: list[Callable[[], Any]] = [construct]
+        if act.kind is SpotKind.USER:
+            steps.append(lambda: act.instance.on_create(request))
+        steps.append(lambda: act.instance.on_initialize())
+
+        def done(turn: Turn) -> None:
+            if turn.error is not None:
+                self._deactivate(act, _error_of(turn.error))
+                return
+            act.state = READY
+            reply = turn.result.reply if isinstance(turn.result, SpotCreateResponse) else None
+            result = SpotCreateResult(act.spot_id, act.ref, True, reply)
+            act.activated.set(result, None)
+
+        job = LifeJob(act, "activation", lambda: _chain(*steps), done, UNRESERVED)
+        act.owner.put_unreserved(job)
+
+    def _deactivate(self, act: SpotAct, error: Exception) -> None:
+        _log.error("activation of %r failed", act.spot_id, exc_info=error)
+        act.state = GONE
+        with self._lock:
+            if self.spots.get(act.spot_id) is act:
+                del self.spots[act.spot_id]
+        act.activated.set(None, error)
+        for item in act.owner.drain():
+            if isinstance(item, Job):
+                item.discard(NotFound(f"spot {act.spot_id!r} failed to activate"))
+
+    # -- create ----------------------------------------------------------------------------------
+    def submit_create(self, call: CreateCall[Any], mode: int) -> Completion:
+        if self.stopping:
+            raise Unavailable(f"node {self.node_id} is shutting down")
+        if call.mesh is not None and call.mesh != self.mesh:
+            raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
+        if call.kind == "actor":
+            return self._create_actor(call, mode)
+        spec = self.app.spots.get(call.type_name)
+        if spec is None or spec.kind is not SpotKind.USER:
+            raise InvalidArgument(f"{call.type_name!r} is not a registered User Spot type")
+        completion = self._timed(call)
+        spot_id = call.object_id or uuid.uuid4().hex
+        with self._lock:
+            existing = self.spots.get(spot_id)
+            if existing is None:
+                act = self._register_spot(spec, spot_id)
+        if existing is not None:
+            self._existing(existing, spec, call, completion)
+            return completion
+        act.activated.add_callback(completion.set)
+        self._activate(act, call.request_msg)
+        return completion
+
+    def _timed(self, call: CreateCall[Any]) -> Completion:
+        completion = Completion()
+        seconds = call.deadline if call.deadline is not None else self.request_timeout
+        completion.timer = self.infra.call_later(
+            seconds, expire, completion, DeadlineExceeded(f"not created within {seconds} s")
+        )
+        return completion
+
+    def _existing(
+        self, act: SpotAct | ActorAct, spec: TypeSpec, call: CreateCall[Any], out: Completion
+    ) -> None:
+        if not call.get:
+            out.timer.cancel()  # type: ignore[union-attr]
+            raise InvalidOperation(f"{call.object_id!r} exists already; use get_or_create")
+        if act.spec is not spec:
+            out.timer.cancel()  # type: ignore[union-attr]
+            raise InvalidArgument(f"{call.object_id!r} exists as {act.spec.name!r}")
+
+        def settle(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                out.set(None, error)
+            elif isinstance(act, SpotAct):
+                out.set(SpotCreateResult(act.spot_id, act.ref, False), None)
+            else:
+                out.set(ActorCreateResult(act.actor_id, False), None)
+
+        act.activated.add_callback(settle)
+
+    def _create_actor(self, call: CreateCall[Any], mode: int) -> Completion:
+        spec = self.app.actors.get(call.type_name)
+        if spec is None:
+            raise InvalidArgument(f"{call.type_name!r} is not a registered Actor type")
+        entry = self.entries[spec.name]
+        turn = current_turn()
+        if mode == KEEP and turn is not None and turn.owner is entry.owner:
+            raise InvalidOperation("an Entry Spot cannot await an Actor create it must run itself")
+        completion = self._timed(call)
+        actor_id = call.object_id or uuid.uuid4().hex
+        with self._lock:
+            existing = self.actors.get(actor_id)
+            if existing is None:
+                act = ActorAct(self, spec, actor_id, entry)
+                self.actors[actor_id] = act
+        if existing is not None:
+            self._existing(existing, spec, call, completion)
+            return completion
+        request = call.request_msg
+
+        def approve() -> Any:
+            act.instance = spec.cls(act.context)
+            return entry.instance.on_create_actor(act.instance, request)
+
+        def decided(turn: Turn) -> None:
+            res = turn.result if turn.result is not None else ActorCreateResponse()
+            if turn.error is not None:
+                error: Exception = _error_of(turn.error)
+            elif not isinstance(res, ActorCreateResponse):
+                error = InvalidArgument(f"on_create_actor must return ActorCreateResponse: {res!r}")
+            elif not res.accept:
+                error = InvalidOperation(f"{entry.spot_id!r} refused to create {actor_id!r}")
+            else:
+                act.state = READY
+                act.activated.set(ActorCreateResult(actor_id, True, res.reply), None)
+                act.owner.unhold()
+                return
+            act.state = GONE
+            with self._lock:
+                if self.actors.get(actor_id) is act:
+                    del self.actors[actor_id]
+            act.activated.set(None, error)
+            for item in act.owner.drain():
+                if isinstance(item, Job):
+                    item.discard(NotFound(f"actor {actor_id!r} was not created"))
+
+        act.activated.add_callback(completion.set)
+        job = LifeJob(entry, "on_create_actor", approve, decided)
+        if entry.owner.put_life(job) != ADMITTED:
+            with self._lock:
+                del self.actors[actor_id]
+            completion.timer.cancel()  # type: ignore[union-attr]
+            raise ResourceExhausted(f"the lifecycle lane of {entry.spot_id!r} is full")
+        return completion
+
+    # -- shutdown ---------------------------------------------------------------------------------
+    def owners(self) -> list[Owner]:
+        out = [a.owner for a in list(self.spots.values())]
+        out += [a.owner for a in list(self.actors.values())]
+        return out
+
+    def discard_queued(self) -> int:
+        """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers)."""
+        n = 0
+        error = Unavailable(f"node {self.node_id} shut down before it ran")
+        for owner in self.owners():
+            for item in owner.drain():
+                if isinstance(item, Job):
+                    item.discard(error)
+                    n += 1
+        return n
