@@ -29,6 +29,12 @@ class Message(BaseModel):
     model_config = ConfigDict(frozen=True)
     zlink_type_name: ClassVar[str] = "zlink.Message"
 
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:  # python-api §1: refused at the sender, typed
+            raise InvalidArgument(f"invalid {type(self).__qualname__}: {exc}") from exc
+
     def __init_subclass__(cls, type_name: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _PENDING_NAMES[cls] = type_name  # read once pydantic has finished the class

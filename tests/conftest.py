@@ -1,0 +1,34 @@
+"""Shared fixtures: nodes that always shut down, and a manual clock."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import zlink
+from zlink.testing import ManualClock
+
+WAIT = 5.0  # real seconds any test waits for an event or a result before failing
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def make_node(clock: ManualClock) -> Iterator[Callable[..., zlink.Node]]:
+    """``make_node(app, **config)`` starts a node on the manual clock; all are shut down."""
+    nodes: list[zlink.Node] = []
+
+    def make(app: zlink.App, **config: Any) -> zlink.Node:
+        config.setdefault("workers", 2)
+        node = zlink.Node(app, zlink.NodeConfig(**config), clock=clock)
+        nodes.append(node)
+        return node.start()
+
+    yield make
+    for node in nodes:
+        node.shutdown(timeout=WAIT)
