@@ -55,7 +55,7 @@ def _positional(fn: Callable[..., Any]) -> list[inspect.Parameter]:
     name = getattr(fn, "__qualname__", repr(fn))
     if len(pos) < 2:
         raise InvalidOperation(f"handler {name} must take (self, message[, context])")
-    if len(pos) > 3 and any(p.default is p.empty for p in pos[3:]) or required_kw:
+    if (len(pos) > 3 and any(p.default is p.empty for p in pos[3:])) or required_kw:
         raise InvalidOperation(f"handler {name} has parameters the runtime cannot fill")
     return pos
 

@@ -95,20 +95,21 @@ class Node:
         """Late replies, handler errors, rejected admissions and the like."""
         return self._rt.metrics.snapshot()
 
-    def wait_idle(self, timeout: float = 5.0) -> bool:
+    def wait_idle(self, timeout: float = 5.0, busy: int = 0) -> bool:
         """Block until no turn is runnable or running and infrastructure is quiet.
 
-        A turn suspended on a call that has not completed does not count as work. ``False`` if
+        A turn suspended on a call that has not completed does not count as work; ``busy``
+        work items (ones a test keeps blocked on purpose) may still run. ``False`` if
         ``timeout`` (real seconds) passed first.
         """
         end = time.monotonic() + timeout
         while True:
             left = end - time.monotonic()
-            if not self._pool.wait_idle(max(0.0, left)):
+            if not self._pool.wait_idle(max(0.0, left), busy):
                 return False
             if not self._infra.wait_quiet(max(0.0, end - time.monotonic())):
                 return False
-            if self._pool.pending == 0:
+            if self._pool.pending <= busy:
                 return True
             if time.monotonic() >= end:
                 return False
@@ -128,7 +129,7 @@ class Node:
             return
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         end = time.monotonic() + timeout
-        self._rt.stopping = True  # admission now refuses; queued jobs are discarded unrun
+        self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
         self._pool.wait_idle(max(0.0, end - time.monotonic()))
         error = Unavailable(f"node {self.node_id} shut down")
         for handle in self._infra.take_pending():

@@ -41,7 +41,10 @@ class ManualClock:
             cb()
 
 
-def run_until_idle(node: Node, timeout: float = 5.0) -> None:
-    """Wait until ``node`` has nothing runnable; ``TimeoutError`` after ``timeout`` real seconds."""
-    if not node.wait_idle(timeout):
+def run_until_idle(node: Node, timeout: float = 5.0, busy: int = 0) -> None:
+    """Wait until ``node`` has nothing runnable but ``busy`` items a test keeps blocked.
+
+    ``TimeoutError`` after ``timeout`` real seconds.
+    """
+    if not node.wait_idle(timeout, busy):
         raise TimeoutError(f"{node!r} did not go idle within {timeout} s")

@@ -48,6 +48,6 @@ __all__ = [
     "Turn",
     "WorkerPool",
     "current_turn",
-    "run_free",
     "in_infrastructure",
+    "run_free",
 ]

@@ -38,7 +38,7 @@ _log = logging.getLogger("zlink.gate")
 class _Resume:
     """A Yield continuation waiting for its gate: a new turn step, not a new message (§3)."""
 
-    __slots__ = ("turn", "value", "error")
+    __slots__ = ("error", "turn", "value")
 
     def __init__(self, turn: Turn, value: Any, error: BaseException | None) -> None:
         self.turn = turn
@@ -50,7 +50,15 @@ class Owner:
     """One serial execution object: its lanes, its current gate and its scheduling flag."""
 
     __slots__ = (
-        "lanes", "gate", "name", "claim_on_yield", "_flag", "_held", "_resume", "_after_hold", "ref",
+        "_after_hold",
+        "_flag",
+        "_held",
+        "_resume",
+        "claim_on_yield",
+        "gate",
+        "lanes",
+        "name",
+        "ref",
     )  # fmt: skip
 
     def __init__(
@@ -172,18 +180,18 @@ class Gate:
     """One execution right over a ring of ready owners, run by the pool's workers."""
 
     __slots__ = (
-        "_ring",
+        "__weakref__",
+        "_clock",
+        "_cont",
         "_flag",
         "_pool",
-        "_clock",
-        "budget",
+        "_ring",
         "_run",
-        "_cont",
+        "budget",
         "name",
+        "on_turn_end",
         "running",
         "running_since",
-        "on_turn_end",
-        "__weakref__",
     )
 
     def __init__(

@@ -34,7 +34,7 @@ def in_infrastructure() -> bool:
 class TimerHandle:
     """A scheduled infrastructure callback; ``cancel()`` makes it a no-op (lazy deletion)."""
 
-    __slots__ = ("deadline", "fn", "args", "cancelled")
+    __slots__ = ("args", "cancelled", "deadline", "fn")
 
     def __init__(self, deadline: float, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         self.deadline = deadline

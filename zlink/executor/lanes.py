@@ -42,10 +42,6 @@ class OwnerLanes:
     """Application and lifecycle FIFOs with separate reservations, streak and yield debt (§7)."""
 
     __slots__ = (
-        "app",
-        "life",
-        "limits",
-        "_put_lock",
         "_app_in",
         "_app_in_bytes",
         "_app_out",
@@ -54,8 +50,12 @@ class OwnerLanes:
         "_life_in_bytes",
         "_life_out",
         "_life_out_bytes",
-        "streak",
+        "_put_lock",
+        "app",
         "debt",
+        "life",
+        "limits",
+        "streak",
     )
 
     def __init__(self, limits: LaneLimits) -> None:

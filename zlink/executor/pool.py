@@ -37,6 +37,7 @@ class WorkerPool:
         self._idle = threading.Condition(self._lock)
         self._pending = 0  # submitted and not yet finished
         self._busy = 0
+        self._waiting_idle = 0  # threads in wait_idle: only then do workers notify
         self._started = False
 
     def start(self) -> None:
@@ -65,10 +66,18 @@ class WorkerPool:
         """Items submitted and not yet finished (queued or running)."""
         return self._pending
 
-    def wait_idle(self, timeout: float) -> bool:
-        """Block until nothing is queued or running; ``False`` if ``timeout`` passed first."""
+    def wait_idle(self, timeout: float, busy: int = 0) -> bool:
+        """Block until at most ``busy`` items are queued or running (0: fully idle).
+
+        ``busy`` lets a test wait for everything except items it keeps blocked on purpose.
+        Returns ``False`` if ``timeout`` passed first.
+        """
         with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
+            self._waiting_idle += 1
+            try:
+                return self._idle.wait_for(lambda: self._pending <= busy, timeout)
+            finally:
+                self._waiting_idle -= 1
 
     def shutdown(self, timeout: float | None = 5.0) -> None:
         """Stop after the items already queued; join the threads for up to ``timeout``."""
@@ -95,5 +104,5 @@ class WorkerPool:
             with lock:
                 self._busy -= 1
                 self._pending -= 1
-                if self._pending == 0:
+                if self._waiting_idle:
                     self._idle.notify_all()

@@ -93,18 +93,18 @@ class Turn:
     """The execution of one job under one gate, from its first step to its terminal completion."""
 
     __slots__ = (
+        "barriers",
+        "claimed",
+        "coro",
+        "ctx",
+        "data",
+        "error",
         "job",
         "owner",
-        "ctx",
-        "coro",
         "result",
-        "error",
-        "wait_seq",
-        "suspension",
-        "claimed",
-        "barriers",
-        "data",
         "started_at",
+        "suspension",
+        "wait_seq",
     )
 
     def __init__(self, job: Job, owner: Owner | None) -> None:

@@ -65,7 +65,7 @@ def _inside_only() -> Turn:
 
 
 class _Call:
-    __slots__ = ("_rt", "_options", "_ended")
+    __slots__ = ("_ended", "_options", "_rt")
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
@@ -88,7 +88,7 @@ class _Call:
 class MessageCall(_Call):
     """Options shared by sends and requests to a Spot, an Actor or a Channel."""
 
-    __slots__ = ("kind", "target", "msg", "meta", "instance", "instance_type", "mesh", "deadline")
+    __slots__ = ("deadline", "instance", "instance_type", "kind", "mesh", "meta", "msg", "target")
 
     def __init__(self, rt: Runtime, kind: str, target: str, msg: Message) -> None:
         super().__init__(rt)
@@ -198,7 +198,7 @@ class RequestCall(MessageCall, Generic[T]):
 class _Yielding(Generic[T]):
     """The awaitable ``yield_()`` returns: submits on ``await`` and releases the gate."""
 
-    __slots__ = ("_rt", "_call", "_spent")
+    __slots__ = ("_call", "_rt", "_spent")
 
     def __init__(self, rt: Runtime, call: _Call) -> None:
         self._rt, self._call, self._spent = rt, call, False
@@ -219,7 +219,7 @@ def _check_timeout(seconds: object) -> None:
 class CreateCall(_Call, Generic[T]):
     """A Spot or Actor create / get-or-create; the result is a create result."""
 
-    __slots__ = ("kind", "type_name", "object_id", "get", "request_msg", "deadline", "mesh")
+    __slots__ = ("deadline", "get", "kind", "mesh", "object_id", "request_msg", "type_name")
 
     def __init__(self, rt: Runtime, kind: str, type_name: str, object_id: str | None, get: bool):
         super().__init__(rt)
@@ -281,7 +281,7 @@ class CreateCall(_Call, Generic[T]):
 class JoinCall(_Call):
     """An Actor Join; its single terminal is the synchronous ``defer()`` (execution-model §5)."""
 
-    __slots__ = ("actor_id", "target", "request_msg", "turn")
+    __slots__ = ("actor_id", "request_msg", "target", "turn")
 
     def __init__(
         self, rt: Runtime, actor_id: str, target: str, request_msg: Message | None

@@ -24,7 +24,7 @@ Callback = Callable[[Any, BaseException | None], None]
 class Completion:
     """The outcome of one call: a value or an error, set once, observed many ways."""
 
-    __slots__ = ("_lock", "_done", "_value", "_error", "_callbacks", "_waiter", "timer")
+    __slots__ = ("_callbacks", "_done", "_error", "_lock", "_value", "_waiter", "timer")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

@@ -36,7 +36,7 @@ def _message(msg: object, request: bool) -> Message:
 class MessageContext:
     """What a handler may learn of the message it handles (its optional second parameter)."""
 
-    __slots__ = ("metadata", "sender", "is_request")
+    __slots__ = ("is_request", "metadata", "sender")
 
     def __init__(self, metadata: Mapping[str, str], sender: str | None, is_request: bool) -> None:
         self.metadata = metadata
@@ -118,7 +118,7 @@ class ActorManager:
 class Client(RouteClient):
     """What ``node.client()`` returns: the route client plus the managers."""
 
-    __slots__ = ("spots", "actors")
+    __slots__ = ("actors", "spots")
 
     def __init__(self, rt: Runtime) -> None:
         super().__init__(rt)
@@ -138,7 +138,7 @@ class _Context:
 class SpotContext(_Context):
     """The context of a User Spot."""
 
-    __slots__ = ("spot_id", "spot_ref", "kind")
+    __slots__ = ("kind", "spot_id", "spot_ref")
 
     def __init__(self, rt: Runtime, spot_id: str, spot_ref: SpotRef, kind: SpotKind) -> None:
         super().__init__(rt)

@@ -7,7 +7,7 @@ lane admission reserves (execution-model §7) is the length of that form.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -69,7 +69,7 @@ def message_type(wire_name: str) -> type[Message]:
         raise NotFound(f"no message type is registered as {wire_name!r}") from None
 
 
-@lru_cache(maxsize=None)
+@cache
 def reply_type(request_cls: type[Message]) -> Any:
     """The ``T`` of a ``Request[T]`` subclass, or ``None`` for a one-way ``Message``."""
     for base in request_cls.__mro__:
@@ -102,7 +102,7 @@ def decode(cls: type[Message], data: bytes) -> Message:
         raise InvalidArgument(f"payload is not a valid {cls.zlink_type_name}: {exc}") from exc
 
 
-@lru_cache(maxsize=None)
+@cache
 def _adapter(tp: Any) -> TypeAdapter[Any]:
     return TypeAdapter(tp)
 

@@ -8,7 +8,7 @@ import threading
 class Metrics:
     """Counters bumped off the hot path; ``_lock`` keeps increments exact on every build."""
 
-    __slots__ = ("_lock", "_counts")
+    __slots__ = ("_counts", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

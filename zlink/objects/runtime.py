@@ -35,7 +35,7 @@ from ..errors import (
 )
 from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
 from ..executor.lanes import ADMITTED, APPLICATION, FULL_COUNT, LIFECYCLE, UNRESERVED, LaneLimits
-from ..messaging.calls import KEEP, NO_WAIT, YIELD, CreateCall, JoinCall, MessageCall
+from ..messaging.calls import KEEP, NO_WAIT, CreateCall, JoinCall, MessageCall
 from ..messaging.completion import Completion, expire
 from ..messaging.context import (
     ActorContext,
@@ -81,8 +81,20 @@ class SpotAct:
     """One live Spot: its gate, its own lanes, its instance and its members."""
 
     __slots__ = (
-        "rt", "spec", "spot_id", "kind", "gate", "owner", "instance", "context", "state",
-        "ref", "members", "activated", "yield_ok", "shared",
+        "activated",
+        "context",
+        "gate",
+        "instance",
+        "kind",
+        "members",
+        "owner",
+        "ref",
+        "rt",
+        "shared",
+        "spec",
+        "spot_id",
+        "state",
+        "yield_ok",
     )  # fmt: skip
 
     def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
@@ -122,8 +134,17 @@ class ActorAct:
     """One live Actor: its own lanes (always, §2), its own gate and its current Spot."""
 
     __slots__ = (
-        "rt", "spec", "actor_id", "entry", "spot", "own_gate", "owner", "instance",
-        "context", "state", "activated",
+        "activated",
+        "actor_id",
+        "context",
+        "entry",
+        "instance",
+        "own_gate",
+        "owner",
+        "rt",
+        "spec",
+        "spot",
+        "state",
     )  # fmt: skip
 
     def __init__(self, rt: Runtime, spec: TypeSpec, actor_id: str, entry: SpotAct) -> None:
@@ -155,7 +176,7 @@ class ActorAct:
 class ChannelAct:
     """A Channel: one stateless instance; every request is its own turn with no gate."""
 
-    __slots__ = ("rt", "spec", "instance", "context", "owner")
+    __slots__ = ("context", "instance", "owner", "rt", "spec")
 
     def __init__(self, rt: Runtime, spec: TypeSpec) -> None:
         self.rt = rt
@@ -178,7 +199,7 @@ Act = SpotAct | ActorAct | ChannelAct
 class MessageJob(Job):
     """An application message (one-way or request) for one handler."""
 
-    __slots__ = ("act", "handler", "msg", "reply", "meta", "sender")
+    __slots__ = ("act", "handler", "meta", "msg", "reply", "sender")
 
     def __init__(
         self,
@@ -219,7 +240,7 @@ class MessageJob(Job):
 class LifeJob(Job):
     """A lifecycle callback (or a framework step) on an owner's lifecycle lane (§7)."""
 
-    __slots__ = ("act", "fn", "done", "what")
+    __slots__ = ("act", "done", "fn", "what")
 
     def __init__(
         self,
@@ -304,7 +325,8 @@ class Runtime:
         self.actors: dict[str, ActorAct] = {}
         self.channels: dict[str, ChannelAct] = {}
         self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
-        self.stopping = False
+        self.stopping = False  # read on the hot path
+        self.stopped_admission = threading.Event()  # for those who must wait for it
         self._lock = threading.Lock()
         self._generations = itertools.count(1)
         instance_types = [s.name for s in app.spots.values() if s.kind is SpotKind.INSTANCE]
@@ -485,7 +507,7 @@ class Runtime:
         if target is None or target.state == GONE:
             error = NotFound(f"no spot {target_id!r} to join")
         elif target.kind is not SpotKind.USER:
-            error = InvalidOperation(f"spot {target_id!r} is not a User Spot; only those hold Actors")
+            error = InvalidOperation(f"{target_id!r} is not a User Spot; only those hold Actors")
         elif target is actor.spot:
             error = InvalidOperation(f"actor {actor.actor_id!r} is already in {target_id!r}")
         else:
@@ -760,6 +782,11 @@ class Runtime:
         return completion
 
     # -- shutdown ---------------------------------------------------------------------------------
+    def stop_admission(self) -> None:
+        """Refuse new work from now on; queued jobs will be discarded unrun."""
+        self.stopping = True
+        self.stopped_admission.set()
+
     def owners(self) -> list[Owner]:
         out = [a.owner for a in list(self.spots.values())]
         out += [a.owner for a in list(self.actors.values())]
