@@ -116,9 +116,7 @@ class App:
             and mode is not ExecutionMode.SPOT_WIDE
         ):
             raise InvalidOperation("APPLICATION_SIGNALED relocation is allowed only in SPOT_WIDE")
-        spec = TypeSpec(
-            spot_type, object, SpotKind.USER, mode, relocation, relocation_coordination
-        )
+        spec = TypeSpec(spot_type, object, SpotKind.USER, mode, relocation, relocation_coordination)
         return self._register(self.spots, spec, UserSpot)
 
     def entry_spot(self, spot_type: str, *, actor: str) -> Callable[[C], C]:

@@ -1,17 +1,17 @@
 """The errors of ZLink (python-api §5). Every error the framework raises is a ``ZLinkError``::
 
-    ZLinkError                  .code: ErrorCode
-     +-- InvalidOperation       a call not allowed here: Yield where not offered, self-wait,
-     |                          wait() inside a turn, a repeated option or terminal, Defer() out
-     |                          of scope, a bad registration (raised before anything is submitted)
-     +-- InvalidArgument        bad input: SpotId, payload type, message validation, unknown type
-     +-- NotFound               no such Spot, Actor, Channel or handler target
-     +-- Unavailable            the node is shutting down, or the target is sealed
-     +-- DeadlineExceeded       a request or create timed out (on the node's clock)
-     +-- ResourceExhausted      a lane's count or byte limit is full (nothing was queued)
-     +-- StateIncompatible      state that cannot be restored or joined
-     +-- Cancelled              the call was abandoned before completion
-     +-- HandlerError           the remote handler raised; ``remote_type`` and ``remote_message``
+ZLinkError                  .code: ErrorCode
+ +-- InvalidOperation       a call not allowed here: Yield where not offered, self-wait,
+ |                          wait() inside a turn, a repeated option or terminal, Defer() out
+ |                          of scope, a bad registration (raised before anything is submitted)
+ +-- InvalidArgument        bad input: SpotId, payload type, message validation, unknown type
+ +-- NotFound               no such Spot, Actor, Channel or handler target
+ +-- Unavailable            the node is shutting down, or the target is sealed
+ +-- DeadlineExceeded       a request or create timed out (on the node's clock)
+ +-- ResourceExhausted      a lane's count or byte limit is full (nothing was queued)
+ +-- StateIncompatible      state that cannot be restored or joined
+ +-- Cancelled              the call was abandoned before completion
+ +-- HandlerError           the remote handler raised; ``remote_type`` and ``remote_message``
 """
 
 from __future__ import annotations

@@ -362,8 +362,8 @@ def test_waiting_on_itself_within_the_same_execution_right_is_invalid_operation(
     node = make_node(app)
     client = node.client()
     client.spots.get_or_create("selfy", "t.yr.selfy").wait(WAIT)
-    assert client.request_to_spot("selfy", SelfAsk(kind="own_spot")).wait(WAIT).startswith(
-        "refused:"
+    assert (
+        client.request_to_spot("selfy", SelfAsk(kind="own_spot")).wait(WAIT).startswith("refused:")
     )
     actor = client.actors.create("t.yr.selfish").wait(WAIT).actor_id
     for kind in ("own_actor_await", "own_actor_yield"):

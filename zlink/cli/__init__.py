@@ -16,7 +16,9 @@ from ..config import NodeConfig
 from ..errors import InvalidArgument
 from ..node import Node
 
-cli = typer.Typer(add_completion=False, help="ZLink for Python: Spots and Actors, one turn at a time.")
+cli = typer.Typer(
+    add_completion=False, help="ZLink for Python: Spots and Actors, one turn at a time."
+)
 
 
 def load(target: str, factory: bool = False) -> Any:
@@ -34,13 +36,17 @@ def load(target: str, factory: bool = False) -> Any:
 
 @cli.command()
 def run(
-    target: Annotated[str, typer.Argument(help="MODULE:ATTR of a zlink.App, or of a main() function")],
+    target: Annotated[
+        str, typer.Argument(help="MODULE:ATTR of a zlink.App, or of a main() function")
+    ],
     factory: Annotated[bool, typer.Option(help="ATTR is a factory returning an App")] = False,
     node_id: Annotated[str, typer.Option(help="this node's id")] = "node-1",
     workers: Annotated[int | None, typer.Option(help="worker threads (default: cores)")] = None,
 ) -> None:
     """Start a node for an App and serve until SIGINT/SIGTERM; a callable ATTR is just run."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     obj = load(target, factory)
     if not isinstance(obj, App):
         if callable(obj):
@@ -62,7 +68,9 @@ def version() -> None:
     from .. import __version__
 
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
-    typer.echo(f"zlink {__version__} on Python {sys.version.split()[0]} (GIL {'on' if gil else 'off'})")
+    typer.echo(
+        f"zlink {__version__} on Python {sys.version.split()[0]} (GIL {'on' if gil else 'off'})"
+    )
 
 
 def main() -> None:

@@ -1,0 +1,147 @@
+"""The engine alone (zlink.executor imports nothing else of zlink): lanes, gates, infra."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import threading
+
+import zlink.executor as ex
+from zlink.executor.lanes import APPLICATION, LIFECYCLE, LaneLimits, OwnerLanes
+from zlink.testing import ManualClock
+
+WAIT = 5.0
+
+
+def _lanes(streak: int = 8) -> OwnerLanes:
+    return OwnerLanes(LaneLimits(lifecycle_streak=streak))
+
+
+def test_lifecycle_goes_first_and_an_empty_lifecycle_lane_resets_the_streak():
+    lanes = _lanes()
+    lanes.put_app("a1", 0)
+    lanes.put_life("l1", 0)
+    assert lanes.take() == "l1" and lanes.streak == 1
+    assert lanes.take() == "a1" and lanes.streak == 0 and not lanes.debt
+
+
+def test_the_cap_marks_a_debt_that_one_application_turn_settles():
+    lanes = _lanes(streak=3)
+    for i in range(5):
+        lanes.put_life(f"l{i}", 0)
+    lanes.put_app("a", 0)
+    assert [lanes.take() for _ in range(3)] == ["l0", "l1", "l2"]
+    assert lanes.debt
+    assert lanes.take() == "a"  # the owed application turn
+    assert not lanes.debt and lanes.streak == 0
+    assert lanes.take() == "l3"
+
+
+def test_a_debt_without_application_work_keeps_running_lifecycle():
+    lanes = _lanes(streak=2)
+    for i in range(4):
+        lanes.put_life(f"l{i}", 0)
+    assert [lanes.take() for _ in range(4)] == ["l0", "l1", "l2", "l3"]
+    assert lanes.debt  # kept: no application work, so no starvation either
+    lanes.put_app("a", 0)
+    lanes.put_life("l4", 0)
+    assert lanes.take() == "a"
+
+
+def test_moving_discards_debt_and_streak_together():
+    lanes = _lanes(streak=1)
+    lanes.put_life("l", 0)
+    lanes.take()
+    assert lanes.debt and lanes.streak == 1
+    lanes.forget()
+    assert not lanes.debt and lanes.streak == 0
+
+
+def test_the_two_lanes_do_not_share_reservations():
+    lanes = OwnerLanes(LaneLimits(app_items=1, life_items=1))
+    assert lanes.put_app("a", 0) == 0
+    assert lanes.put_app("b", 0) != 0  # application full...
+    assert lanes.put_life("l", 0) == 0  # ...lifecycle still admits
+    assert lanes.reserved() == (1, 256, 1, 0)
+    lanes.release(APPLICATION, 0)
+    lanes.release(LIFECYCLE, 0)
+    assert lanes.reserved() == (0, 0, 0, 0)
+
+
+def test_the_infrastructure_thread_fires_deadlines_by_the_injected_clock():
+    clock = ManualClock()
+    infra = ex.InfraExecutor(clock)
+    infra.start()
+    fired = threading.Event()
+    handle = infra.call_later(10, fired.set)
+    cancelled = infra.call_later(5, lambda: (_ for _ in ()).throw(AssertionError("cancelled")))
+    cancelled.cancel()
+    clock.advance(9.9)
+    assert infra.wait_quiet(WAIT)
+    assert not fired.is_set()
+    clock.advance(0.1)
+    assert fired.wait(WAIT)
+    assert not handle.cancelled
+    infra.stop()
+
+
+def test_the_infrastructure_thread_progresses_while_every_worker_is_blocked():
+    pool = ex.WorkerPool(2)
+    pool.start()
+    infra = ex.InfraExecutor(ex.MonotonicClock())
+    infra.start()
+    release = threading.Event()
+    started = threading.Barrier(3)
+
+    def block() -> None:
+        started.wait(WAIT)
+        release.wait(WAIT)
+
+    pool.submit(block)
+    pool.submit(block)
+    started.wait(WAIT)  # both application workers are now stuck
+    done = threading.Event()
+    infra.submit(done.set)
+    assert done.wait(WAIT)
+    release.set()
+    pool.wait_idle(WAIT)
+    pool.shutdown()
+    infra.stop()
+
+
+def test_a_gate_hands_off_between_threads_and_keeps_no_thread_local_turn_state():
+    pool = ex.WorkerPool(2)
+    pool.start()
+    gate = ex.Gate(pool, ManualClock(), 0.010)
+    owner = ex.Owner(OwnerLanes(LaneLimits()), gate, "o", claim_on_yield=False)
+    threads: set[str] = set()
+    done = threading.Event()
+    n = 2000
+
+    for i in range(n):
+
+        def body(i: int = i) -> None:
+            threads.add(threading.current_thread().name)
+            turn = ex.current_turn()
+            assert turn is not None and turn.owner is owner
+            if i == n - 1:
+                done.set()
+
+        owner.put_app(ex.CallJob(body))
+        if i % 50 == 0:  # let the gate go idle now and then, so it is rescheduled
+            pool.wait_idle(WAIT)
+    assert done.wait(WAIT)
+    pool.shutdown()
+    assert ex.current_turn() is None  # outside any turn
+
+
+def test_the_executor_imports_nothing_else_from_zlink():
+    root = pathlib.Path(ex.__file__).parent
+    for path in root.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                assert node.level <= 1, f"{path.name} reaches above the executor"
+                assert not (node.module or "").startswith("zlink"), path.name
+            if isinstance(node, ast.Import):
+                assert not any(a.name.startswith("zlink") for a in node.names), path.name
