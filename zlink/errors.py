@@ -16,10 +16,10 @@ ZLinkError                  .code: ErrorCode
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     """Stable error codes, the same on every node and on the wire."""
 
     INVALID_OPERATION = "INVALID_OPERATION"

@@ -177,7 +177,7 @@ def test_join_result_goes_to_the_moved_actors_completion_callback_not_the_handle
 
 
 def test_rejected_or_missing_target_is_reported_to_the_completion_callback(make_node):
-    node, client, pid, actor = _setup(make_node, rooms=("closed-1",))
+    _node, client, pid, actor = _setup(make_node, rooms=("closed-1",))
     client.send_to_actor(pid, Enter(room="closed-1")).submit()
     assert actor.instance.completed.wait(WAIT)
     actor.instance.completed.clear()

@@ -150,7 +150,7 @@ def test_no_gate_ever_runs_two_turns_at_once_and_no_message_is_lost(make_node):
                 else:
                     client.send_to_actor(target, msg).submit()
                 counts[target] += 1
-        except BaseException as exc:  # surfaced below
+        except Exception as exc:  # noqa: BLE001 - surfaced below
             errors.append(exc)
 
     threads = [threading.Thread(target=sender, args=(k,)) for k in range(SENDERS)]

@@ -70,7 +70,7 @@ class OwnerLanes:
 
     # -- put side (any thread) ----------------------------------------------------------------
     def put_app(self, item: Any, payload_bytes: int) -> int:
-        """Reserve ``payload_bytes`` + the retained cost and append ``item`` to the application lane.
+        """Reserve ``payload_bytes`` plus the retained cost; append ``item`` to the app lane.
 
         Returns ``ADMITTED``, ``FULL_COUNT`` or ``FULL_BYTES``; when full nothing changes.
         """

@@ -14,6 +14,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ def current_turn() -> Turn | None:
     return _CURRENT.get()
 
 
-Completion = Callable[[Any, BaseException | None], None]
+Completion = Callable[[Any, BaseException | None], object]
 
 
 class Suspension:
@@ -133,10 +134,8 @@ class Turn:
     def close(self) -> None:
         """Abandon a suspended coroutine (shutdown); its ``finally`` blocks run now."""
         if self.coro is not None:
-            try:
+            with contextlib.suppress(BaseException):  # closing is best effort
                 self.ctx.run(self.coro.close)
-            except BaseException:  # noqa: BLE001 - closing is best effort
-                pass
 
     def _first(self) -> int:
         _CURRENT.set(self)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+_orjson: Any
 try:  # pragma: no cover - which branch runs depends on the interpreter
     import orjson as _orjson
-except ImportError:  # pragma: no cover
+except ImportError:  # pragma: no cover - the free-threaded build has no orjson wheel
     _orjson = None
 
 BACKEND = "orjson" if _orjson is not None else "json"
@@ -20,7 +21,8 @@ BACKEND = "orjson" if _orjson is not None else "json"
 def dumps(value: Any) -> bytes:
     """Encode ``value`` as compact UTF-8 JSON bytes."""
     if _orjson is not None:
-        return _orjson.dumps(value)
+        out: bytes = _orjson.dumps(value)
+        return out
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 

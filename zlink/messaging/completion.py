@@ -18,7 +18,7 @@ from typing import Any
 from ..errors import DeadlineExceeded
 from ..executor import TimerHandle
 
-Callback = Callable[[Any, BaseException | None], None]
+Callback = Callable[[Any, BaseException | None], object]
 
 
 class Completion:

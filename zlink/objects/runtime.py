@@ -32,6 +32,7 @@ from ..errors import (
     NotFound,
     ResourceExhausted,
     Unavailable,
+    ZLinkError,
 )
 from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
 from ..executor.lanes import ADMITTED, APPLICATION, FULL_COUNT, LIFECYCLE, UNRESERVED, LaneLimits
@@ -503,7 +504,7 @@ class Runtime:
     def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
         """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
         target = self.spots.get(target_id)
-        error: Exception | None = None
+        error: ZLinkError | None = None
         if target is None or target.state == GONE:
             error = NotFound(f"no spot {target_id!r} to join")
         elif target.kind is not SpotKind.USER:
@@ -527,7 +528,7 @@ class Runtime:
         if turn.error is not None:
             done = ActorJoinCompletion(False, target.spot_id, error=_error_of(turn.error))
         elif not isinstance(res, ActorJoinResult):
-            error = InvalidArgument(f"on_actor_join must return ActorJoinResult, got {res!r}")
+            error: ZLinkError = InvalidArgument(f"on_actor_join must return ActorJoinResult, got {res!r}")
             done = ActorJoinCompletion(False, target.spot_id, error=error)
         elif not res.accept:
             error = InvalidOperation(f"{target.spot_id!r} rejected the join: {res.reason}")
