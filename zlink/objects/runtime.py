@@ -528,7 +528,7 @@ class Runtime:
         if turn.error is not None:
             done = ActorJoinCompletion(False, target.spot_id, error=_error_of(turn.error))
         elif not isinstance(res, ActorJoinResult):
-            error: ZLinkError = InvalidArgument(f"on_actor_join must return ActorJoinResult, got {res!r}")
+            error: ZLinkError = InvalidArgument(f"on_actor_join gave {res!r}: not a JoinResult")
             done = ActorJoinCompletion(False, target.spot_id, error=error)
         elif not res.accept:
             error = InvalidOperation(f"{target.spot_id!r} rejected the join: {res.reason}")
