@@ -409,7 +409,8 @@ def test_yielded_call_resumes_after_completion_in_a_new_turn_at_the_back_of_the_
     assert blocking.wait(WAIT)  # H has yielded (Hold holds the other worker) and Block runs
     release.set()  # H's completion arrives: its resume record goes to the back of the queue
     # the only free worker runs this after H's completion has queued the resume record
-    assert client.request("t.yr.api", Echo(text="sync")).wait(WAIT) == "channel:sync"
+    # (future(), not wait(): a blocking wait() may run the request on this thread instead)
+    assert client.request("t.yr.api", Echo(text="sync")).future().result(WAIT) == "channel:sync"
     client.send_to_spot("order", Note(text="after")).submit()
     block.set()
     node.wait_idle(WAIT)

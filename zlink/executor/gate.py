@@ -84,6 +84,20 @@ class Owner:
             self.gate.push(self)
         return verdict
 
+    def put_app_and_claim(self, job: Job) -> tuple[int, Gate | None]:
+        """Like :meth:`put_app`, but when the gate was idle, take it instead of scheduling it.
+
+        Returns the verdict and, if this caller now holds the gate's flag, the gate: the caller
+        must run it (:meth:`Gate.help`). For a plain thread about to block on the result.
+        """
+        verdict = self.lanes.put_app(job, job.size)
+        if verdict == ADMITTED and self._flag.acquire(False):
+            gate = self.gate
+            gate._ring.append(self)
+            if gate._flag.acquire(False):
+                return verdict, gate
+        return verdict, None
+
     def put_life(self, job: Job) -> int:
         """Admit ``job`` to the lifecycle lane and make the owner ready."""
         verdict = self.lanes.put_life(job, job.size)
@@ -155,7 +169,8 @@ class Owner:
                 self._after_hold = None
                 after()
             return
-        if self.lanes.ready() or self._resume is not None:
+        lanes = self.lanes
+        if lanes.app or lanes.life or self._resume is not None:
             self.gate._ring.append(self)
         else:
             self._settle_empty()
@@ -189,7 +204,6 @@ class Gate:
         "_run",
         "budget",
         "name",
-        "on_turn_end",
         "running",
         "running_since",
     )
@@ -200,7 +214,6 @@ class Gate:
         clock: Clock,
         budget: float,
         name: str = "",
-        on_turn_end: Callable[[Turn], None] | None = None,
     ) -> None:
         self._ring: deque[Owner] = deque()
         self._flag = threading.Lock()
@@ -212,7 +225,6 @@ class Gate:
         self.name = name
         self.running: Turn | None = None
         self.running_since = 0.0
-        self.on_turn_end = on_turn_end  # the layer above: reply, barriers, counters (§8)
 
     def push(self, owner: Owner) -> None:
         """Put a ready owner at the back of the ring; schedule the gate if it was idle."""
@@ -226,14 +238,25 @@ class Gate:
         return self._flag.locked()
 
     # -- gate holder ----------------------------------------------------------------------------
-    def _run_batch(self) -> None:
+    def help(self, done: Callable[[], bool]) -> None:
+        """Run this gate on the calling thread until ``done()``, then hand it to the pool.
+
+        For a thread that holds the flag (see ``Owner.put_app_and_claim``) and would otherwise
+        block waiting: it runs turns as a worker would, in queue order and under the budget,
+        stopping at the first turn boundary after ``done()`` (execution-model §6, §10: which
+        thread holds the execution right is free; only "one at a time" is the contract).
+        """
+        self._run_batch(done)
+
+    def _run_batch(self, stop: Callable[[], bool] | None = None) -> None:
         cont = self._cont
         if cont is not None:
             self._cont = None
             if not self._after(cont.turn, cont.turn.resume(cont.value, cont.error)):
                 return
-        clock = self._clock
-        deadline = clock.now() + self.budget
+        now = self._clock.now
+        started = now()
+        deadline = started + self.budget
         ring = self._ring
         while True:
             try:
@@ -247,18 +270,27 @@ class Gate:
             if item is None:
                 owner._settle()
                 continue
+            self.running_since = started  # one clock read per turn serves both uses
             if type(item) is _Resume:
-                turn = item.turn
-                self.running, self.running_since = turn, clock.now()
+                turn = self.running = item.turn
                 outcome = turn.resume(item.value, item.error)
             else:
-                turn = Turn(item, owner)
-                self.running = turn
-                self.running_since = turn.started_at = clock.now()
+                turn = self.running = Turn(item, owner)
                 outcome = turn.start()
-            if not self._after(turn, outcome):
+            if outcome == DONE:
+                self.running = None
+                self._finish(turn, owner)
+            elif not self._after(turn, outcome):
                 return  # a regular await keeps the gate; the completion resubmits us
-            if clock.now() >= deadline:
+            if stop is not None and stop():
+                if not ring:
+                    self._flag.release()
+                    if not ring or not self._flag.acquire(False):
+                        return
+                self._pool.submit(self._run)  # a helper is done: the pool takes the rest
+                return
+            started = now()
+            if started >= deadline:
                 self._pool.submit(self._run)  # budget spent: back of the run queue, flag kept
                 return
 
@@ -289,8 +321,6 @@ class Gate:
             turn.claimed = False
             owner._held = False
         try:
-            if self.on_turn_end is not None:
-                self.on_turn_end(turn)
             turn.job.finish(turn)
         except BaseException:  # noqa: BLE001 - post-processing must not kill the gate
             _log.exception("post-processing of a turn on gate %s failed", self.name)
@@ -302,10 +332,11 @@ class Gate:
         self._pool.submit(self._run)
 
 
-def run_free(job: Job, pool: WorkerPool) -> None:
+def run_free(job: Job, pool: WorkerPool, inline: bool = False) -> None:
     """Run ``job`` as a turn with no gate (a Channel request: each its own turn, §16).
 
     Both a regular await and Yield simply park the turn; the completion resubmits it.
+    ``inline`` runs the first step on the calling thread (a caller about to block on it).
     """
 
     def deliver(turn: Turn, value: Any, error: BaseException | None) -> None:
@@ -326,4 +357,7 @@ def run_free(job: Job, pool: WorkerPool) -> None:
         turn = Turn(job, None)
         _step_free(turn, turn.start())
 
-    pool.submit(first)
+    if inline:
+        first()
+    else:
+        pool.submit(first)

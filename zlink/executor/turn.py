@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -26,12 +27,12 @@ DONE = 0  # the handler reached its terminal completion
 KEEP = 1  # suspended on a regular await: the gate (and the Actor claim) stay held
 RELEASE = 2  # suspended on Yield: the shared gate is released while waiting (§3)
 
+CLOSED = ("closed",)  # Turn.barriers once the turn's Defer() registration scope has ended
 _CURRENT: contextvars.ContextVar[Turn | None] = contextvars.ContextVar("zlink_turn", default=None)
 
 
-def current_turn() -> Turn | None:
-    """The turn the caller runs in, or ``None`` outside any turn."""
-    return _CURRENT.get()
+current_turn: Callable[[], Turn | None] = _CURRENT.get
+"""The turn the caller runs in, or ``None`` outside any turn (a C call: hot path)."""
 
 
 Completion = Callable[[Any, BaseException | None], object]
@@ -98,12 +99,10 @@ class Turn:
         "claimed",
         "coro",
         "ctx",
-        "data",
         "error",
         "job",
         "owner",
         "result",
-        "started_at",
         "suspension",
         "wait_seq",
     )
@@ -118,9 +117,8 @@ class Turn:
         self.wait_seq = 0
         self.suspension: Suspension | None = None
         self.claimed = False  # the owner is held across a Yield (member Actor claim, §3)
-        self.barriers: list[Callable[[], None]] | None = None  # Defer() barriers (§5)
-        self.data: Any = None  # the layer above keeps its per-turn facts here
-        self.started_at = 0.0
+        # Defer() barriers (§5): None, a list, or CLOSED once the registration scope ended
+        self.barriers: Any = None
 
     # -- stepping (gate holder only) ------------------------------------------------------------
     def start(self) -> int:
@@ -144,7 +142,7 @@ class Turn:
         except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
             self.error = exc
             return DONE
-        if isinstance(out, Coroutine):
+        if out is not None and (type(out) is CoroutineType or isinstance(out, Coroutine)):
             self.coro = out
             return self._step(None, None)
         self.result = out

@@ -32,14 +32,20 @@ T = TypeVar("T")
 NO_WAIT = 0  # submitted by a thread outside the runtime, or without waiting
 KEEP = 1  # awaited with the regular terminal: the turn is kept
 YIELD = 2  # awaited with yield_(): the shared gate is released while waiting
+HELP = 3  # a plain thread that will block on the result: it may run the target's idle gate
 
 
 def check_id(what: str, value: object) -> str:
-    """A SpotId / ActorId is a str of 1..255 UTF-8 bytes (python-api §5)."""
+    """A SpotId / ActorId is a str of 1..255 UTF-8 bytes (python-api §5).
+
+    Up to 63 characters cannot exceed 255 bytes, so only longer ids are encoded to count.
+    """
+    if type(value) is str and 0 < len(value) <= 63:
+        return value
     if type(value) is not str:
         raise InvalidArgument(f"{what} must be a str, got {type(value).__name__}")
     n = len(value)
-    if n == 0 or (n > 63 and len(value.encode("utf-8", "surrogatepass")) > 255):
+    if n == 0 or len(value.encode("utf-8", "surrogatepass")) > 255:
         raise InvalidArgument(f"{what} must be 1..255 bytes of UTF-8, got {n} characters")
     return value
 
@@ -69,13 +75,15 @@ class _Call:
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
-        self._options: set[str] = set()
+        self._options: set[str] | None = None  # made on the first option: most calls have none
         self._ended = False
 
     def _option(self, name: str) -> None:
         if self._ended:
             raise InvalidOperation(f"option {name} after the call's terminal")
-        if name in self._options:
+        if self._options is None:
+            self._options = set()
+        elif name in self._options:
             raise InvalidOperation(f"option {name} given twice on one call")
         self._options.add(name)
 
@@ -91,7 +99,9 @@ class MessageCall(_Call):
     __slots__ = ("deadline", "instance", "instance_type", "kind", "mesh", "meta", "msg", "target")
 
     def __init__(self, rt: Runtime, kind: str, target: str, msg: Message) -> None:
-        super().__init__(rt)
+        self._rt = rt  # _Call.__init__ inlined: this runs once per message
+        self._options = None
+        self._ended = False
         self.kind = kind  # "spot", "actor" or "channel"
         self.target = target
         self.msg = msg
@@ -186,7 +196,7 @@ class RequestCall(MessageCall, Generic[T]):
         """Outside the runtime: submit and block up to ``timeout`` real seconds."""
         _outside_only("RequestCall.wait()")
         self._terminal()
-        return self._rt.submit(self, Completion(), NO_WAIT).wait(timeout)  # type: ignore[no-any-return]
+        return self._rt.submit(self, Completion(), HELP).wait(timeout)  # type: ignore[no-any-return]
 
     def future(self) -> concurrent.futures.Future[T]:
         """Outside the runtime: a ``concurrent.futures.Future`` of the reply."""

@@ -19,7 +19,16 @@ if TYPE_CHECKING:
     from ..objects.runtime import Runtime
 
 
+_KIND: dict[type, bool] = {}  # message class -> is it a Request
+
+
 def _message(msg: object, request: bool) -> Message:
+    is_request = _KIND.get(type(msg))
+    if is_request is request:
+        return msg  # type: ignore[return-value]
+    if is_request is None and isinstance(msg, Message):
+        _KIND[type(msg)] = isinstance(msg, Request)
+        return _message(msg, request)
     if not isinstance(msg, Message):
         raise InvalidArgument(f"a payload is a zlink.Message, got {type(msg).__name__}")
     if request and not isinstance(msg, Request):

@@ -36,7 +36,8 @@ from ..errors import (
 )
 from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
 from ..executor.lanes import ADMITTED, APPLICATION, FULL_COUNT, LIFECYCLE, UNRESERVED, LaneLimits
-from ..messaging.calls import KEEP, NO_WAIT, CreateCall, JoinCall, MessageCall
+from ..executor.turn import CLOSED
+from ..messaging.calls import HELP, KEEP, YIELD, CreateCall, JoinCall, MessageCall
 from ..messaging.completion import Completion, expire
 from ..messaging.context import (
     ActorContext,
@@ -68,7 +69,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("zlink.runtime")
 
 ACTIVATING, READY, GONE = 0, 1, 2
-_CLOSED = object()  # turn.data once a turn's Defer() registration scope has closed
 
 
 class Discarded(Exception):
@@ -231,6 +231,9 @@ class MessageJob(Job):
         return h.fn(self.act.instance, self.msg)
 
     def finish(self, turn: Turn) -> None:
+        if self.reply is None and turn.error is None and turn.barriers is None:
+            turn.barriers = CLOSED  # the common case: a one-way message that ended normally
+            return
         self.act.rt.finish_message(self, turn)
 
     def discard(self, error: BaseException) -> None:
@@ -380,7 +383,7 @@ class Runtime:
         handler = spec.handlers.get(type(msg))
         if handler is None:
             raise InvalidArgument(f"{spec.name!r} has no handler for {type(msg).__qualname__}")
-        if mode != NO_WAIT and act is not None:
+        if mode in (KEEP, YIELD) and act is not None:
             self._check_wait(turn, act, mode)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         if act is None:  # an Instance Spot's first message activates it (cold activation)
@@ -393,10 +396,14 @@ class Runtime:
             )
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
-            run_free(job, self.pool)
+            run_free(job, self.pool, inline=mode == HELP)
             return reply  # type: ignore[return-value]
         job.size = wire_size(msg)
-        verdict = owner.put_app(job)
+        helped = None
+        if mode == HELP:
+            verdict, helped = owner.put_app_and_claim(job)
+        else:
+            verdict = owner.put_app(job)
         if verdict != ADMITTED:
             if reply is not None and reply.timer is not None:
                 reply.timer.cancel()
@@ -405,6 +412,9 @@ class Runtime:
             raise ResourceExhausted(
                 f"the application lane of {act.name!r} is full ({what}); nothing was queued"
             )
+        if helped is not None:  # the gate was idle: this blocking caller runs it (§10)
+            assert reply is not None
+            helped.help(lambda: reply.done)
         return reply  # type: ignore[return-value]
 
     def submit_any(self, call: Any, mode: int) -> Completion:
@@ -474,15 +484,14 @@ class Runtime:
     # -- Defer() barriers ------------------------------------------------------------------------
     def close_scope(self, turn: Turn, normal: bool) -> None:
         """End a turn's Defer() scope: run its barriers on a normal end, else discard them."""
-        barriers, turn.barriers = turn.barriers, None
-        turn.data = _CLOSED
-        if normal and barriers:
+        barriers, turn.barriers = turn.barriers, CLOSED
+        if normal and barriers and barriers is not CLOSED:
             for barrier in barriers:
                 barrier()
 
     def defer_join(self, call: JoinCall) -> None:
         turn = current_turn()
-        if turn is None or call.turn is not turn or turn.data is _CLOSED:
+        if turn is None or call.turn is not turn or turn.barriers is CLOSED:
             raise InvalidOperation("defer() is allowed only in the handler that made the call")
         actor = self.actors.get(call.actor_id)
         if actor is None or actor.state != READY:

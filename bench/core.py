@@ -1,0 +1,326 @@
+"""Core benchmark: ZLink beside a ThreadPoolExecutor+lock baseline and Pykka, in one run.
+
+    python -m bench.core            # full run (about a minute)
+    python -m bench.core --quick    # seconds; CI runs this to check the script still works
+
+Workloads (issue 2): one-way throughput to one Spot from another thread; request round trip
+(p50/p99) from a plain thread; fan-out over 10,000 Spots (throughput, threads, RSS per Spot).
+Every number is measured in this process run; ratios compare ZLink with each peer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psutil
+
+import zlink
+
+
+class Tick(zlink.Message, type_name="bench.tick"):
+    n: int = 0
+
+
+class Ping(zlink.Request[int], type_name="bench.ping"):
+    n: int = 0
+
+
+def build_app(done: threading.Event, expect: list[int]) -> zlink.App:
+    app = zlink.App("bench")
+
+    @app.user_spot("bench.counter")
+    class Counter(zlink.UserSpot):
+        def __init__(self, context: zlink.SpotContext) -> None:
+            super().__init__(context)
+            self.count = 0
+
+        @zlink.handler
+        def tick(self, msg: Tick) -> None:
+            self.count += 1
+            if self.count == expect[0]:
+                done.set()
+
+        @zlink.handler
+        def ping(self, req: Ping) -> int:
+            return req.n
+
+    return app
+
+
+class Shared:
+    """Fan-out completion: counts handled messages across many Spots (lock: rare contention)."""
+
+    def __init__(self, target: int) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.target = target
+        self.done = threading.Event()
+
+    def hit(self) -> None:
+        with self.lock:
+            self.count += 1
+            if self.count == self.target:
+                self.done.set()
+
+
+def build_fanout_app(shared: Shared) -> zlink.App:
+    app = zlink.App("fanout")
+
+    @app.user_spot("bench.cell")
+    class Cell(zlink.UserSpot):
+        __slots__ = ()
+
+        @zlink.handler
+        def tick(self, msg: Tick) -> None:
+            shared.hit()
+
+    return app
+
+
+# -- ZLink ---------------------------------------------------------------------------------
+def zlink_one_way(n: int, workers: int) -> float:
+    done, expect = threading.Event(), [n]
+    with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
+        client = node.client()
+        client.spots.get_or_create("c", "bench.counter").wait(10)
+        msg = Tick()
+        send = client.send_to_spot
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < n:
+            try:
+                send("c", msg).submit()
+                sent += 1
+            except zlink.ResourceExhausted:  # the lane is full: the producer outran the Spot
+                time.sleep(0)  # let the worker drain; counted in the elapsed time
+        assert done.wait(120)
+        return n / (time.perf_counter() - t0)
+
+
+def zlink_round_trip(n: int, workers: int) -> list[float]:
+    done, expect = threading.Event(), [-1]
+    with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
+        client = node.client()
+        client.spots.get_or_create("c", "bench.counter").wait(10)
+        req = Ping(n=1)
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            client.request_to_spot("c", req).wait(10)
+            samples.append(time.perf_counter() - t0)
+        return samples
+
+
+def zlink_fanout(spots: int, per_spot: int, workers: int) -> dict[str, float]:
+    shared = Shared(spots * per_spot)
+    proc = psutil.Process()
+    gc.collect()
+    rss0 = proc.memory_info().rss
+    with zlink.Node(build_fanout_app(shared), zlink.NodeConfig(workers=workers)) as node:
+        client = node.client()
+        for i in range(0, spots, 100):
+            batch = [
+                client.spots.get_or_create(f"s{j}", "bench.cell").future()
+                for j in range(i, min(i + 100, spots))
+            ]
+            for f in batch:
+                f.result(30)
+        node.wait_idle(30)
+        gc.collect()
+        rss_idle = proc.memory_info().rss
+        threads = threading.active_count()
+        msg = Tick()
+        ids = [f"s{j}" for j in range(spots)]
+        t0 = time.perf_counter()
+        for _ in range(per_spot):
+            for sid in ids:
+                client.send_to_spot(sid, msg).submit()
+        assert shared.done.wait(120)
+        rate = spots * per_spot / (time.perf_counter() - t0)
+    return {"rate": rate, "threads": threads, "rss_per_spot": (rss_idle - rss0) / spots}
+
+
+# -- ThreadPoolExecutor + lock --------------------------------------------------------------
+class LockedCounter:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def tick(self, done: threading.Event, expect: int) -> None:
+        with self.lock:
+            self.count += 1
+            if self.count == expect:
+                done.set()
+
+    def ping(self, n: int) -> int:
+        with self.lock:
+            return n
+
+
+def tpe_one_way(n: int, workers: int) -> float:
+    obj, done = LockedCounter(), threading.Event()
+    with ThreadPoolExecutor(workers) as pool:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            pool.submit(obj.tick, done, n)
+        assert done.wait(120)
+        return n / (time.perf_counter() - t0)
+
+
+def tpe_round_trip(n: int, workers: int) -> list[float]:
+    obj = LockedCounter()
+    samples = []
+    with ThreadPoolExecutor(workers) as pool:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            pool.submit(obj.ping, 1).result(10)
+            samples.append(time.perf_counter() - t0)
+    return samples
+
+
+def tpe_fanout(spots: int, per_spot: int, workers: int) -> dict[str, float]:
+    shared = Shared(spots * per_spot)
+    objs = [LockedCounter() for _ in range(spots)]
+
+    def tick(obj: LockedCounter) -> None:
+        with obj.lock:
+            obj.count += 1
+        shared.hit()
+
+    with ThreadPoolExecutor(workers) as pool:
+        t0 = time.perf_counter()
+        for _ in range(per_spot):
+            for obj in objs:
+                pool.submit(tick, obj)
+        assert shared.done.wait(120)
+        rate = spots * per_spot / (time.perf_counter() - t0)
+        threads = threading.active_count()
+    return {"rate": rate, "threads": threads, "rss_per_spot": float("nan")}
+
+
+# -- Pykka (optional) -----------------------------------------------------------------------
+def pykka_available() -> bool:
+    try:
+        import pykka  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def pykka_one_way(n: int) -> float:
+    import pykka
+
+    done = threading.Event()
+
+    class Counter(pykka.ThreadingActor):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def on_receive(self, message: Any) -> Any:
+            self.count += 1
+            if self.count == n:
+                done.set()
+
+    ref = Counter.start()
+    try:
+        msg = {"n": 0}
+        t0 = time.perf_counter()
+        for _ in range(n):
+            ref.tell(msg)
+        assert done.wait(120)
+        return n / (time.perf_counter() - t0)
+    finally:
+        ref.stop()
+
+
+def pykka_round_trip(n: int) -> list[float]:
+    import pykka
+
+    class Echo(pykka.ThreadingActor):  # type: ignore[misc]
+        def on_receive(self, message: Any) -> Any:
+            return message
+
+    ref = Echo.start()
+    samples = []
+    try:
+        for _ in range(n):
+            t0 = time.perf_counter()
+            ref.ask(1, timeout=10)
+            samples.append(time.perf_counter() - t0)
+    finally:
+        ref.stop()
+    return samples
+
+
+# -- report ---------------------------------------------------------------------------------
+def pct(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6
+
+
+def best(fn: Callable[[], float], repeats: int) -> float:
+    return max(fn() for _ in range(repeats))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: checks it runs")
+    parser.add_argument("--workers", type=int, default=psutil.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    n_one, n_rt, spots, per, reps = (
+        (2_000, 200, 500, 2, 1) if args.quick else (200_000, 5_000, 10_000, 10, 3)
+    )
+    w = args.workers
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    print(
+        f"# Python {sys.version.split()[0]} GIL={'on' if gil else 'off'} workers={w} "
+        f"cores={psutil.cpu_count()}"
+    )
+
+    z1 = best(lambda: zlink_one_way(n_one, w), reps)
+    t1 = best(lambda: tpe_one_way(n_one, w), reps)
+    print(
+        f"one-way to one Spot   zlink {z1:>10,.0f} msg/s | tpe+lock {t1:>10,.0f} msg/s "
+        f"| zlink/tpe {z1 / t1:5.2f}x",
+        end="",
+    )
+    if pykka_available():
+        p1 = best(lambda: pykka_one_way(n_one), reps)
+        print(f" | pykka tell {p1:>10,.0f} msg/s | zlink/pykka {z1 / p1:5.2f}x", end="")
+    print()
+
+    zr, tr = zlink_round_trip(n_rt, w), tpe_round_trip(n_rt, w)
+    print(
+        f"request round trip    zlink p50 {pct(zr, 0.5):6.1f} us p99 {pct(zr, 0.99):7.1f} us | "
+        f"tpe+lock p50 {pct(tr, 0.5):6.1f} us p99 {pct(tr, 0.99):7.1f} us | "
+        f"p50 zlink/tpe {pct(zr, 0.5) / pct(tr, 0.5):4.2f}",
+        end="",
+    )
+    if pykka_available():
+        pr = pykka_round_trip(n_rt)
+        print(
+            f" | pykka ask p50 {pct(pr, 0.5):6.1f} us p99 {pct(pr, 0.99):7.1f} us | "
+            f"p50 zlink/pykka {pct(zr, 0.5) / pct(pr, 0.5):4.2f}",
+            end="",
+        )
+    print()
+
+    zf, tf = zlink_fanout(spots, per, w), tpe_fanout(spots, per, w)
+    print(
+        f"fan-out {spots:,} Spots    zlink {zf['rate']:>10,.0f} msg/s on {zf['threads']} threads "
+        f"({zf['rss_per_spot']:,.0f} B RSS per idle Spot) | tpe+lock {tf['rate']:>10,.0f} msg/s "
+        f"| zlink/tpe {zf['rate'] / tf['rate']:5.2f}x"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
