@@ -51,13 +51,20 @@ class Count(zlink.Request[int], type_name="t.ho.count"):
     pass
 
 
-def build_app(meeting: threading.Barrier, gate: threading.Event, ran: list[str]) -> zlink.App:
+def build_app(
+    meeting: threading.Barrier,
+    gate: threading.Event,
+    ran: list[str],
+    blocking: threading.Event | None = None,
+) -> zlink.App:
     app = zlink.App("order")
 
     class Room(zlink.UserSpot):
         @zlink.handler
         def block(self, msg: Block) -> None:
             ran.append("block")
+            if blocking is not None:
+                blocking.set()
             assert gate.wait(WAIT)
 
         @zlink.handler
@@ -138,14 +145,16 @@ def test_spotwide_actors_never_run_concurrently_and_per_actor_actors_do(make_nod
 
 @pytest.mark.parametrize("mode", ["t.ho.wide", "t.ho.per"])
 def test_actor_payload_is_submitted_to_that_actors_queue_in_every_mode(make_node, mode):
-    gate, ran = threading.Event(), []
-    node = make_node(build_app(threading.Barrier(2), gate, ran), workers=2)
+    gate, ran, blocking = threading.Event(), [], threading.Event()
+    node = make_node(build_app(threading.Barrier(2), gate, ran, blocking), workers=2)
     a, _ = _two_members(node, "room", mode)
     client = node.client()
     client.send_to_spot("room", Block()).submit()  # in SpotWide this holds the shared gate
+    assert blocking.wait(WAIT)
     client.send_to_actor(a, Empty()).submit()
     rt = node._runtime
-    if mode == "t.ho.wide":  # the shared gate is held: the payload waits in the Actor's queue
+    if mode == "t.ho.wide":
+        run_until_idle(node, WAIT, busy=1)  # settled, but for the turn holding the gate
         assert rt.actors[a].owner.lanes.reserved()[0] == 1
         assert all(type(job.msg) is not Empty for job in rt.spots["room"].owner.lanes.app)
     gate.set()
@@ -173,12 +182,13 @@ def test_a_task_submitted_to_a_full_queue_is_not_run_at_the_call_site(make_node)
 
 
 def test_lifecycle_work_has_its_own_limit_and_runs_first_when_both_lanes_are_ready(make_node):
-    gate, ran = threading.Event(), []
-    node = make_node(build_app(threading.Barrier(2), gate, ran), app_lane_items=2)
+    gate, ran, blocking = threading.Event(), [], threading.Event()
+    node = make_node(build_app(threading.Barrier(2), gate, ran, blocking), app_lane_items=2)
     client = node.client()
     client.spots.get_or_create("room", "t.ho.wide").wait(WAIT)
     pid = client.actors.create("t.ho.player").wait(WAIT).actor_id
     client.send_to_spot("room", Block()).submit()
+    assert blocking.wait(WAIT)  # Block holds the gate before anything else is queued
     client.send_to_spot("room", Blob(data="x")).submit()  # the application lane is now full
     with pytest.raises(zlink.ResourceExhausted):
         client.send_to_spot("room", Blob(data="y")).submit()
@@ -190,6 +200,7 @@ def test_lifecycle_work_has_its_own_limit_and_runs_first_when_both_lanes_are_rea
     assert lanes.reserved()[2] == 1  # on_actor_join waits in the lifecycle lane
     gate.set()
     assert actor.instance.in_room.wait(WAIT)
+    node.wait_idle(WAIT)
     assert ran == ["block", f"join:{pid}", "blob"]
 
 
@@ -208,9 +219,11 @@ def test_an_application_turn_runs_in_finite_time_under_incessant_lifecycle_work(
             budget[0] -= 1
             owner.put_life(CallJob(lifecycle, LIFECYCLE))
 
+    assert gate._flag.acquire(False)  # fill both lanes before the gate may run
     for _ in range(3):
         owner.put_life(CallJob(lifecycle, LIFECYCLE))
     owner.put_app(CallJob(lambda: (order.append("A"), app_ran.set()), APPLICATION))
+    pool.submit(gate._run)  # the holder hands the gate to the pool
     assert app_ran.wait(WAIT)
     pool.wait_idle(WAIT)
     pool.shutdown()

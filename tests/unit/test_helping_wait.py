@@ -69,6 +69,7 @@ def test_a_blocking_wait_runs_an_idle_gate_on_the_calling_thread(make_node):
     node = make_node(build_app(threading.Event(), threading.Event(), []))
     client = node.client()
     client.spots.get_or_create("b", "t.hw.box").wait(WAIT)
+    node.wait_idle(WAIT)  # the activation turn has fully ended: the gate is idle
     me = threading.current_thread().name
     assert client.request_to_spot("b", Where()).wait(WAIT) == me
     assert client.request("t.hw.api", Where()).wait(WAIT) == me
@@ -100,6 +101,7 @@ def test_a_helper_hands_the_gate_to_the_pool_once_its_call_is_done(make_node):
     node = make_node(build_app(threading.Event(), threading.Event(), marks))
     client = node.client()
     client.spots.get_or_create("b", "t.hw.box").wait(WAIT)
+    node.wait_idle(WAIT)
     me = threading.current_thread().name
     assert client.request_to_spot("b", WhereThenMark()).wait(WAIT) == me
     node.wait_idle(WAIT)
