@@ -53,6 +53,12 @@ from .objects.base import SpotCreateResult as SpotCreateResult
 from .objects.base import SpotKind as SpotKind
 from .objects.base import SpotRef as SpotRef
 from .objects.base import UserSpot as UserSpot
+from .timers import OverrunPolicy as OverrunPolicy
+from .timers import TimerHandle as TimerHandle
+from .timers import TimerManager as TimerManager
+from .timers import TimerOptions as TimerOptions
+from .timers import TimerTick as TimerTick
+from .timers import timer_handler as timer_handler
 
 __version__ = "0.1.0"
 
@@ -85,6 +91,7 @@ __all__ = [
     "Node",
     "NodeConfig",
     "NotFound",
+    "OverrunPolicy",
     "Relocation",
     "RelocationCoordination",
     "Request",
@@ -99,9 +106,14 @@ __all__ = [
     "SpotManager",
     "SpotRef",
     "StateIncompatible",
+    "TimerHandle",
+    "TimerManager",
+    "TimerOptions",
+    "TimerTick",
     "Unavailable",
     "UserSpot",
     "ZLinkError",
     "errors",
     "handler",
+    "timer_handler",
 ]

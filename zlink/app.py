@@ -15,6 +15,7 @@ from .errors import InvalidArgument, InvalidOperation
 from .handlers import HandlerSpec, collect
 from .messaging.message import Message
 from .objects.base import Actor, EntrySpot, InstanceSpot, SpotKind, UserSpot
+from .timers import collect_timer_handlers
 
 C = TypeVar("C", bound=type)
 
@@ -73,6 +74,7 @@ class TypeSpec:
     coordination: RelocationCoordination = RelocationCoordination.FRAMEWORK_MANAGED
     actor_type: str | None = None  # an Entry Spot's Actor type; an Actor's Entry Spot type
     handlers: dict[type[Message], HandlerSpec] = field(default_factory=dict)
+    timer_handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
 
 
 def _check_name(what: str, name: object) -> str:
@@ -160,6 +162,7 @@ class App:
                         f"Instance Spot {spec.name!r} cannot hold Actors, yet defines {bad}"
                     )
             spec.cls = cls
+            spec.timer_handlers = collect_timer_handlers(cls)
             try:
                 spec.handlers = collect(cls)
             except InvalidOperation as exc:

@@ -17,6 +17,7 @@ from .message import Message, Request
 if TYPE_CHECKING:
     from ..objects.base import Actor
     from ..objects.runtime import Runtime
+    from ..timers import TimerManager
 
 
 _KIND: dict[type, bool] = {}  # message class -> is it a Request
@@ -136,12 +137,13 @@ class Client(RouteClient):
 
 
 class _Context:
-    __slots__ = ("_rt", "outbound", "spots")
+    __slots__ = ("_rt", "outbound", "spots", "timers")
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
         self.outbound = RouteClient(rt)
         self.spots = SpotManager(rt)
+        self.timers: TimerManager = None  # type: ignore[assignment]  # set by the activation
 
 
 class SpotContext(_Context):

@@ -48,6 +48,7 @@ from ..messaging.context import (
     SpotContext,
 )
 from ..messaging.message import check_reply, wire_size
+from ..timers import Timer, TimerManager, TimerOptions
 from .base import (
     ActorCreateResponse,
     ActorCreateResult,
@@ -78,7 +79,65 @@ class Discarded(Exception):
 # --------------------------------------------------------------------------------------------
 # activations
 # --------------------------------------------------------------------------------------------
-class SpotAct:
+class ObjectAct:
+    """What Spot and Actor activations share: timers and the last time they did work."""
+
+    __slots__ = ("last_active", "timers")
+    rt: Runtime
+    instance: Any
+    spec: TypeSpec
+    owner: Owner
+    state: int
+    context: Any
+
+    def _init_object(self) -> None:
+        self.timers: dict[str, Timer] = {}
+        self.last_active = self.rt.clock.now()
+        self.context.timers = TimerManager(self)
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def touch(self) -> None:
+        """Record activity (idle eviction reads it)."""
+        self.last_active = self.rt.clock.now()
+
+    def timer_owner(self, name: str) -> Owner:
+        """Where this object's timer ticks queue (§2): its own lanes, unless PerActor."""
+        return self.owner
+
+    def add_timer(
+        self, name: str, interval: float, options: TimerOptions, first_delay: float | None
+    ) -> Timer:
+        fn = self.spec.timer_handlers.get(name)
+        if fn is None:
+            raise InvalidArgument(f"{self.spec.name!r} has no @timer_handler({name!r})")
+        if name in self.timers:
+            raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
+        if self.state == GONE or self.rt.stopping:
+            raise Unavailable(f"{self.name!r} is closed")
+        delay = interval if first_delay is None else first_delay
+        timer = Timer(
+            name, interval, options, self, self.timer_owner(name), fn, self.rt.clock.now() + delay
+        )
+        self.timers[name] = timer
+        timer.arm()
+        return timer
+
+    def cancel_timer(self, name: str) -> bool:
+        timer = self.timers.pop(name, None)
+        if timer is None:
+            return False
+        timer.cancel()
+        return True
+
+    def cancel_timers(self) -> None:
+        for name in list(self.timers):
+            self.cancel_timer(name)
+
+
+class SpotAct(ObjectAct):
     """One live Spot: its gate, its own lanes, its instance and its members."""
 
     __slots__ = (
@@ -125,13 +184,23 @@ class SpotAct:
             SpotKind.INSTANCE: InstanceSpotContext,
         }[self.kind]
         self.context = ctx_cls(rt, spot_id, self.ref, self.kind)
+        self._init_object()
+
+    def timer_owner(self, name: str) -> Owner:
+        """A PerActor User Spot gives each of its timers a gate of its own (§2)."""
+        if self.kind is SpotKind.USER and not self.shared:
+            gate = self.rt.new_gate(f"{self.spot_id}/timer:{name}")
+            owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False)
+            owner.ref = self
+            return owner
+        return self.owner
 
     @property
     def name(self) -> str:
         return self.spot_id
 
 
-class ActorAct:
+class ActorAct(ObjectAct):
     """One live Actor: its own lanes (always, §2), its own gate and its current Spot."""
 
     __slots__ = (
@@ -163,6 +232,7 @@ class ActorAct:
         self.context = ActorContext(rt, actor_id, spec.name)
         self.state = ACTIVATING
         self.activated = Completion()
+        self._init_object()
 
     @property
     def yield_ok(self) -> bool:
@@ -793,9 +863,11 @@ class Runtime:
 
     # -- shutdown ---------------------------------------------------------------------------------
     def stop_admission(self) -> None:
-        """Refuse new work from now on; queued jobs will be discarded unrun."""
+        """Refuse new work from now on; queued jobs will be discarded unrun; timers stop."""
         self.stopping = True
         self.stopped_admission.set()
+        for act in [*self.spots.values(), *self.actors.values()]:
+            act.cancel_timers()
 
     def owners(self) -> list[Owner]:
         out = [a.owner for a in list(self.spots.values())]
