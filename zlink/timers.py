@@ -65,7 +65,12 @@ class TimerOptions:
 
 @dataclass(frozen=True, slots=True)
 class TimerTick:
-    """One delivered tick: its timer, its sequence, when it was due and when it fired."""
+    """One delivered tick: its timer, its sequence, when it was due and when it fired.
+
+    ``late_ticks`` counts the due ticks skipped (never delivered) just before this one: under
+    SKIP_LATE_TICKS the one tick delivered after a stall reports every period it stands for;
+    under CATCH_UP_BOUNDED the first tick delivered reports those beyond the catch-up bound.
+    """
 
     name: str
     sequence: int
@@ -201,10 +206,11 @@ class Timer:
             else 0
         )
         self.skipped += late - catch_up
-        first = late - catch_up  # oldest period still delivered
+        first = late - catch_up  # periods skipped; the oldest one still delivered
         for k in range(first, late + 1):
             self.sequence += 1
-            tick = TimerTick(self.name, self.sequence, due + k * self.interval, now, late - k)
+            skipped = first if k == first else 0
+            tick = TimerTick(self.name, self.sequence, due + k * self.interval, now, skipped)
             if self.owner.put_app(TimerJob(self, tick)) == ADMITTED:
                 self.delivered += 1
             else:

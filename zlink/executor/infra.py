@@ -129,7 +129,18 @@ class InfraExecutor:
             self._thread.join(timeout)
 
     def _wake(self) -> None:
+        """The clock jumped: move what is now due to the ready queue before returning.
+
+        Done on the thread that moved the clock, so that once ``advance()`` returns, the due
+        work is visible to ``wait_quiet`` (tests wait on it, never on sleep).
+        """
         with self._cond:
+            now = self._clock.now()
+            heap = self._heap
+            while heap and (heap[0][0] <= now or heap[0][2].cancelled):
+                handle = heapq.heappop(heap)[2]
+                if not handle.cancelled:
+                    self._ready.append((handle.fn, handle.args))
             self._cond.notify()
 
     # -- the infrastructure thread ------------------------------------------------------------

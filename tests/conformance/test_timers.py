@@ -1,0 +1,251 @@
+"""Timers: execution-model §16 timer rows (§2) and the Kotlin timer rules, one test per rule.
+
+Time moves only by ``ManualClock.advance``; tests then wait for the node to go idle.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink import OverrunPolicy, TimerOptions, TimerTick
+from zlink.testing import ManualClock
+
+
+class Start(zlink.Message, type_name="t.tm.start"):
+    name: str = "beat"
+    interval: float = 1.0
+    policy: str = "skip"
+    catch_up: int = 1
+    first_delay: float | None = None
+
+
+class Stop(zlink.Request[bool], type_name="t.tm.stop"):
+    name: str = "beat"
+
+
+class Meet(zlink.Request[str], type_name="t.tm.meet"):
+    pass
+
+
+class Register(zlink.Request[str], type_name="t.tm.register"):
+    name: str
+    interval: Any = 1.0
+    first_delay: Any = None
+
+
+def build_app(ticks: list[TimerTick], meeting: threading.Barrier | None = None) -> zlink.App:
+    app = zlink.App("timers")
+
+    class Base(zlink.UserSpot):
+        @zlink.handler
+        def start(self, msg: Start) -> None:
+            policy = (
+                OverrunPolicy.CATCH_UP_BOUNDED
+                if msg.policy == "catch_up"
+                else OverrunPolicy.SKIP_LATE_TICKS
+            )
+            options = TimerOptions(overrun_policy=policy, max_catch_up_ticks=msg.catch_up)
+            self.context.timers.register(
+                msg.name, msg.interval, options=options, first_delay=msg.first_delay
+            )
+
+        @zlink.handler
+        def stop(self, req: Stop) -> bool:
+            return self.context.timers.cancel(req.name)
+
+        @zlink.handler
+        def register(self, req: Register) -> str:
+            try:
+                self.context.timers.register(req.name, req.interval, first_delay=req.first_delay)
+            except zlink.ZLinkError as exc:
+                return type(exc).__name__
+            return "ok"
+
+        @zlink.handler
+        def meet(self, req: Meet) -> str:
+            return _meet(meeting)
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: TimerTick) -> None:
+            ticks.append(tick)
+
+        @zlink.timer_handler("meet-a")
+        def on_meet_a(self, tick: TimerTick) -> None:
+            ticks.append(tick)
+            self.met = _meet(meeting)
+
+        @zlink.timer_handler("meet-b")
+        def on_meet_b(self, tick: TimerTick) -> None:
+            ticks.append(tick)
+            self.met = _meet(meeting)
+
+    app.user_spot("t.tm.wide")(type("Wide", (Base,), {}))
+    app.user_spot("t.tm.per", mode=zlink.ExecutionMode.PER_ACTOR)(type("Per", (Base,), {}))
+    return app
+
+
+def _meet(meeting: threading.Barrier | None) -> str:
+    assert meeting is not None
+    try:
+        meeting.wait(0.3)  # opens only if another callback runs at the same time
+    except threading.BrokenBarrierError:
+        return "alone"
+    return "together"
+
+
+@pytest.fixture
+def ticks() -> list[TimerTick]:
+    return []
+
+
+def _spot(make_node: Any, ticks: list[TimerTick], kind: str = "t.tm.wide", **kw: Any):
+    meeting = threading.Barrier(2)
+    node = make_node(build_app(ticks, meeting), **kw)
+    client = node.client()
+    client.spots.get_or_create("s", kind).wait(WAIT)
+    return node, client, meeting
+
+
+def test_default_timer_options_are_skip_late_ticks_with_one_catch_up_tick():
+    options = TimerOptions()
+    assert options.overrun_policy is OverrunPolicy.SKIP_LATE_TICKS
+    assert options.max_catch_up_ticks == 1
+
+
+def test_max_catch_up_ticks_is_validated_only_under_catch_up_bounded():
+    TimerOptions(max_catch_up_ticks=0)  # not used, so not validated
+    TimerOptions(max_catch_up_ticks=-5)
+    bounded = OverrunPolicy.CATCH_UP_BOUNDED
+    for bad in (0, -1, 2**31, True, 1.5):
+        with pytest.raises(zlink.InvalidArgument):
+            TimerOptions(overrun_policy=bounded, max_catch_up_ticks=bad)  # type: ignore[arg-type]
+    assert TimerOptions(overrun_policy=bounded, max_catch_up_ticks=2**31 - 1)
+
+
+def test_a_tick_carries_name_sequence_scheduled_and_fired_time_and_late_count(
+    make_node, ticks, clock: ManualClock
+):
+    node, client, _ = _spot(make_node, ticks)
+    t0 = clock.now()
+    client.send_to_spot("s", Start()).submit()
+    node.wait_idle(WAIT)
+    clock.advance(1.0)
+    node.wait_idle(WAIT)
+    clock.advance(1.0)
+    node.wait_idle(WAIT)
+    assert [(t.name, t.sequence, t.scheduled_at, t.fired_at, t.late_ticks) for t in ticks] == [
+        ("beat", 1, t0 + 1.0, t0 + 1.0, 0),
+        ("beat", 2, t0 + 2.0, t0 + 2.0, 0),
+    ]
+
+
+def test_skip_late_ticks_delivers_one_tick_and_counts_the_rest_late(
+    make_node, ticks, clock: ManualClock
+):
+    node, client, _ = _spot(make_node, ticks)
+    t0 = clock.now()
+    client.send_to_spot("s", Start()).submit()
+    node.wait_idle(WAIT)
+    clock.advance(5.0)  # due at +1; four more periods pass unseen
+    node.wait_idle(WAIT)
+    assert [(t.sequence, t.late_ticks, t.scheduled_at) for t in ticks] == [(1, 4, t0 + 5.0)]
+    clock.advance(1.0)  # the schedule keeps its phase: the next is due at +6
+    node.wait_idle(WAIT)
+    assert [(t.sequence, t.late_ticks, t.scheduled_at) for t in ticks][-1] == (2, 0, t0 + 6.0)
+
+
+def test_catch_up_bounded_delivers_at_most_max_catch_up_late_ticks(
+    make_node, ticks, clock: ManualClock
+):
+    node, client, _ = _spot(make_node, ticks)
+    t0 = clock.now()
+    client.send_to_spot("s", Start(policy="catch_up", catch_up=2)).submit()
+    node.wait_idle(WAIT)
+    clock.advance(5.0)
+    node.wait_idle(WAIT)
+    assert [(t.sequence, t.late_ticks, t.scheduled_at) for t in ticks] == [
+        (1, 2, t0 + 3.0),  # two periods beyond the bound were skipped before it
+        (2, 0, t0 + 4.0),
+        (3, 0, t0 + 5.0),
+    ]
+
+
+def test_first_delay_sets_the_first_due_time_and_cancel_stops_the_ticks(
+    make_node, ticks, clock: ManualClock
+):
+    node, client, _ = _spot(make_node, ticks)
+    client.send_to_spot("s", Start(first_delay=0.25)).submit()
+    node.wait_idle(WAIT)
+    clock.advance(0.25)
+    node.wait_idle(WAIT)
+    assert len(ticks) == 1
+    assert client.request_to_spot("s", Stop()).wait(WAIT) is True
+    assert client.request_to_spot("s", Stop()).wait(WAIT) is False  # already gone
+    clock.advance(10)
+    node.wait_idle(WAIT)
+    assert len(ticks) == 1
+
+
+def test_bad_timer_registrations_are_typed_errors(make_node, ticks):
+    _node, client, _ = _spot(make_node, ticks)
+
+    def register(**kw: Any) -> str:
+        result: str = client.request_to_spot("s", Register(**kw)).wait(WAIT)
+        return result
+
+    assert register(name="beat", interval=0) == "InvalidArgument"
+    assert register(name="beat", interval=-1) == "InvalidArgument"
+    assert register(name="beat", interval=True) == "InvalidArgument"
+    assert register(name="beat", interval=1, first_delay=-1) == "InvalidArgument"
+    assert register(name="no-such-timer") == "InvalidArgument"
+    assert register(name="beat") == "ok"
+    assert register(name="beat") == "InvalidOperation"  # registered twice
+    with pytest.raises(zlink.InvalidArgument):
+        zlink.timer_handler("")
+
+
+def test_in_a_spotwide_spot_a_timer_callback_never_runs_concurrently_with_a_handler(
+    make_node, ticks, clock: ManualClock
+):
+    node, client, _ = _spot(make_node, ticks, workers=3)
+    client.send_to_spot("s", Start(name="meet-a")).submit()
+    node.wait_idle(WAIT)
+    pending = client.request_to_spot("s", Meet()).future()
+    clock.advance(1.0)  # the tick queues behind (or before) the handler on the shared gate
+    assert pending.result(WAIT) == "alone"
+    node.wait_idle(WAIT)
+    assert node._runtime.spots["s"].instance.met == "alone"
+
+
+def test_in_a_per_actor_spot_callbacks_of_different_timers_run_concurrently(
+    make_node, ticks, clock: ManualClock
+):
+    node, client, _ = _spot(make_node, ticks, kind="t.tm.per", workers=3)
+    client.send_to_spot("s", Start(name="meet-a")).submit()
+    client.send_to_spot("s", Start(name="meet-b")).submit()
+    node.wait_idle(WAIT)
+    clock.advance(1.0)
+    node.wait_idle(WAIT)
+    assert len(ticks) == 2
+    assert node._runtime.spots["s"].instance.met == "together"
+
+
+def test_timer_ticks_enter_the_application_lane_behind_waiting_messages(
+    make_node, ticks, clock: ManualClock
+):
+    node, client, _ = _spot(make_node, ticks, app_lane_items=4)
+    client.send_to_spot("s", Start()).submit()
+    node.wait_idle(WAIT)
+    lanes = node._runtime.spots["s"].owner.lanes
+    assert node._runtime.spots["s"].gate._flag.acquire(False)  # hold the gate: nothing runs
+    clock.advance(1.0)
+    node._runtime.infra.wait_quiet(WAIT)
+    assert lanes.reserved()[0] == 1 and type(lanes.app[0]).__name__ == "TimerJob"
+    node._runtime.pool.submit(node._runtime.spots["s"].gate._run)
+    node.wait_idle(WAIT)
+    assert len(ticks) == 1
