@@ -28,6 +28,7 @@ from .messaging.calls import CreateCall as CreateCall
 from .messaging.calls import JoinCall as JoinCall
 from .messaging.calls import RequestCall as RequestCall
 from .messaging.calls import SendCall as SendCall
+from .messaging.calls import WorkerCall as WorkerCall
 from .messaging.context import ActorContext as ActorContext
 from .messaging.context import ActorManager as ActorManager
 from .messaging.context import ChannelContext as ChannelContext
@@ -38,6 +39,7 @@ from .messaging.context import MessageContext as MessageContext
 from .messaging.context import RouteClient as RouteClient
 from .messaging.context import SpotContext as SpotContext
 from .messaging.context import SpotManager as SpotManager
+from .messaging.context import WorkerManager as WorkerManager
 from .messaging.message import Message as Message
 from .messaging.message import Request as Request
 from .node import Node as Node
@@ -112,6 +114,8 @@ __all__ = [
     "TimerTick",
     "Unavailable",
     "UserSpot",
+    "WorkerCall",
+    "WorkerManager",
     "ZLinkError",
     "errors",
     "handler",

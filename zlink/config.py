@@ -28,6 +28,9 @@ class NodeConfig(BaseModel):
     owner_time_budget: float = Field(0.010, gt=0, description="seconds per owner batch (§9)")
     lifecycle_streak_cap: int = Field(8, ge=1, description="lifecycle turns in a row (§7)")
     request_timeout: float = Field(30.0, gt=0, description="default request/create deadline")
+    io_workers: int = Field(16, ge=1, le=1024, description="threads for context.workers.io")
+    cpu_workers: int | None = Field(None, ge=1, le=1024, description="None: one per core")
+    worker_calls_in_flight: int = Field(1024, ge=1, description="io + cpu calls at once")
     shutdown_timeout: float = Field(10.0, gt=0)
 
     def __init__(self, **data: Any) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
 
@@ -56,6 +57,11 @@ class Node:
             clock=self.clock,
             pool=self._pool,
             infra=self._infra,
+            io_pool=ThreadPoolExecutor(self.config.io_workers, thread_name_prefix="zlink-io"),
+            cpu_pool=ThreadPoolExecutor(
+                self.config.cpu_workers or default_workers(), thread_name_prefix="zlink-cpu"
+            ),
+            worker_limit=self.config.worker_calls_in_flight,
         )
         self._client = Client(self._rt)
 
@@ -103,12 +109,18 @@ class Node:
         ``timeout`` (real seconds) passed first.
         """
         end = time.monotonic() + timeout
+        rt = self._rt
         while True:
             left = end - time.monotonic()
             if not self._pool.wait_idle(max(0.0, left), busy):
                 return False
             if not self._infra.wait_quiet(max(0.0, end - time.monotonic())):
                 return False
+            with rt.workers_idle:  # worker calls in flight will resume turns when done
+                if not rt.workers_idle.wait_for(
+                    lambda: rt.workers_in_flight == 0, max(0.0, end - time.monotonic())
+                ):
+                    return False
             if self._pool.pending <= busy:
                 return True
             if time.monotonic() >= end:
@@ -140,6 +152,8 @@ class Node:
         if discarded:
             _log.info("node %s failed %d queued items at shutdown", self.node_id, discarded)
         self._pool.shutdown(max(0.0, end - time.monotonic()))
+        self._rt.io_pool.shutdown(wait=False, cancel_futures=True)
+        self._rt.cpu_pool.shutdown(wait=False, cancel_futures=True)
         self._infra.stop(max(0.0, end - time.monotonic()))
         self._state = "stopped"
         _log.info("node %s stopped", self.node_id)

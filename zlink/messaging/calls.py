@@ -288,6 +288,60 @@ class CreateCall(_Call, Generic[T]):
         return self._rt.submit_create(self, NO_WAIT).future()
 
 
+class WorkerCall(_Call, Generic[T]):
+    """Blocking (``io``) or CPU-bound (``cpu``) work run off the gate on a bounded pool (§16).
+
+    The function runs on a worker pool thread, never on an application worker, so the turn's
+    gate is not occupied by it: ``await`` keeps the turn while waiting; ``yield_()`` (SpotWide
+    User Spots and Instance Spots) releases the shared gate. Its exception is raised as is.
+    """
+
+    __slots__ = ("args", "deadline", "fn", "kwargs", "pool")
+
+    def __init__(
+        self, rt: Runtime, pool: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> None:
+        super().__init__(rt)
+        if not callable(fn):
+            raise InvalidArgument(f"workers.{pool}() takes a callable, got {fn!r}")
+        self.pool = pool  # "io" or "cpu"
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.deadline: float | None = None
+
+    def timeout(self, seconds: float) -> WorkerCall[T]:
+        """Fail the wait with ``DeadlineExceeded`` after ``seconds`` (the work still runs)."""
+        _check_timeout(seconds)
+        self._option("timeout")
+        self.deadline = float(seconds)
+        return self
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        _inside_only()
+        self._terminal()
+        completion = self._rt.submit_worker(self)
+        return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
+
+    def yield_(self) -> _Yielding[T]:
+        """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
+        self._rt.check_yield(self)
+        self._terminal()
+        return _Yielding(self._rt, self)
+
+    def wait(self, timeout: float | None = None) -> T:
+        """Outside the runtime: run on the pool and block up to ``timeout`` real seconds."""
+        _outside_only("WorkerCall.wait()")
+        self._terminal()
+        return self._rt.submit_worker(self).wait(timeout)  # type: ignore[no-any-return]
+
+    def future(self) -> concurrent.futures.Future[T]:
+        """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
+        _outside_only("WorkerCall.future()")
+        self._terminal()
+        return self._rt.submit_worker(self).future()
+
+
 class JoinCall(_Call):
     """An Actor Join; its single terminal is the synchronous ``defer()`` (execution-model §5)."""
 

@@ -6,12 +6,12 @@ builds calls or registers intents; the runtime (``zlink.objects.runtime``) carri
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument
 from ..objects.base import SpotKind, SpotRef
-from .calls import CreateCall, JoinCall, RequestCall, SendCall, check_id
+from .calls import CreateCall, JoinCall, RequestCall, SendCall, WorkerCall, check_id
 from .message import Message, Request
 
 if TYPE_CHECKING:
@@ -87,6 +87,23 @@ class RouteClient:
         return RequestCall(self._rt, "channel", check_id("channel", channel), _message(req, True))
 
 
+class WorkerManager:
+    """``context.workers``: run blocking or CPU-bound work off the gate (bounded pools)."""
+
+    __slots__ = ("_rt",)
+
+    def __init__(self, rt: Runtime) -> None:
+        self._rt = rt
+
+    def io(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkerCall[Any]:
+        """Blocking work (files, sockets, a database driver) on the I/O pool."""
+        return WorkerCall(self._rt, "io", fn, args, kwargs)
+
+    def cpu(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkerCall[Any]:
+        """CPU-bound work on the CPU pool (one thread per core; parallel on 3.13t)."""
+        return WorkerCall(self._rt, "cpu", fn, args, kwargs)
+
+
 class SpotManager:
     """Creates User Spots (python-api §6); Entry Spot ids are the framework's own."""
 
@@ -137,12 +154,13 @@ class Client(RouteClient):
 
 
 class _Context:
-    __slots__ = ("_rt", "outbound", "spots", "timers")
+    __slots__ = ("_rt", "outbound", "spots", "timers", "workers")
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
         self.outbound = RouteClient(rt)
         self.spots = SpotManager(rt)
+        self.workers = WorkerManager(rt)
         self.timers: TimerManager = None  # type: ignore[assignment]  # set by the activation
 
 

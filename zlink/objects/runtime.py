@@ -21,6 +21,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,15 @@ from ..errors import (
 from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
 from ..executor.lanes import ADMITTED, APPLICATION, FULL_COUNT, LIFECYCLE, UNRESERVED, LaneLimits
 from ..executor.turn import CLOSED
-from ..messaging.calls import HELP, KEEP, YIELD, CreateCall, JoinCall, MessageCall
+from ..messaging.calls import (
+    HELP,
+    KEEP,
+    YIELD,
+    CreateCall,
+    JoinCall,
+    MessageCall,
+    WorkerCall,
+)
 from ..messaging.completion import Completion, expire
 from ..messaging.context import (
     ActorContext,
@@ -384,6 +393,9 @@ class Runtime:
         clock: Clock,
         pool: WorkerPool,
         infra: InfraExecutor,
+        io_pool: ThreadPoolExecutor | None = None,
+        cpu_pool: ThreadPoolExecutor | None = None,
+        worker_limit: int = 1024,
     ) -> None:
         self.app = app
         self.node_id = node_id
@@ -394,6 +406,12 @@ class Runtime:
         self.clock = clock
         self.pool = pool
         self.infra = infra
+        self.io_pool = io_pool or ThreadPoolExecutor(16, thread_name_prefix="zlink-io")
+        self.cpu_pool = cpu_pool or ThreadPoolExecutor(pool.size, thread_name_prefix="zlink-cpu")
+        self.worker_limit = worker_limit
+        self.worker_slots = threading.BoundedSemaphore(worker_limit)
+        self.workers_in_flight = 0
+        self.workers_idle = threading.Condition(threading.Lock())
         self.metrics = Metrics()
         self.spots: dict[str, SpotAct] = {}
         self.actors: dict[str, ActorAct] = {}
@@ -490,7 +508,46 @@ class Runtime:
     def submit_any(self, call: Any, mode: int) -> Completion:
         if isinstance(call, CreateCall):
             return self.submit_create(call, mode)
+        if isinstance(call, WorkerCall):
+            return self.submit_worker(call)
         return self.submit(call, Completion(), mode)
+
+    def submit_worker(self, call: WorkerCall[Any]) -> Completion:
+        """Run ``call.fn`` on its bounded pool; the completion carries its result or error."""
+        if self.stopping:
+            raise Unavailable(f"node {self.node_id} is shutting down")
+        pool = self.io_pool if call.pool == "io" else self.cpu_pool
+        if not self.worker_slots.acquire(False):
+            self.metrics.add("rejected_admissions")
+            raise ResourceExhausted(f"{self.worker_limit} worker calls are already in flight")
+        with self.workers_idle:
+            self.workers_in_flight += 1
+        completion = Completion()
+        if call.deadline is not None:
+            completion.timer = self.infra.call_later(
+                call.deadline,
+                expire,
+                completion,
+                DeadlineExceeded(f"worker call took longer than {call.deadline} s"),
+            )
+        fn, args, kwargs = call.fn, call.args, call.kwargs
+
+        def run() -> None:
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:  # noqa: BLE001 - the caller receives it as is
+                completion.set(None, exc)
+            else:
+                completion.set(result, None)
+            finally:
+                self.worker_slots.release()
+                with self.workers_idle:
+                    self.workers_in_flight -= 1
+                    if not self.workers_in_flight:
+                        self.workers_idle.notify_all()
+
+        pool.submit(run)
+        return completion
 
     def _check_wait(self, turn: Turn | None, target: Act, mode: int) -> None:
         """§6: refuse a wait that needs the caller's own gate or its own Actor claim."""
