@@ -50,6 +50,8 @@ from .objects.base import ActorJoinCompletion as ActorJoinCompletion
 from .objects.base import ActorJoinResult as ActorJoinResult
 from .objects.base import EntrySpot as EntrySpot
 from .objects.base import InstanceSpot as InstanceSpot
+from .objects.base import SpotCloseReason as SpotCloseReason
+from .objects.base import SpotClosingContext as SpotClosingContext
 from .objects.base import SpotCreateResponse as SpotCreateResponse
 from .objects.base import SpotCreateResult as SpotCreateResult
 from .objects.base import SpotKind as SpotKind
@@ -101,6 +103,8 @@ __all__ = [
     "ResourceExhausted",
     "RouteClient",
     "SendCall",
+    "SpotCloseReason",
+    "SpotClosingContext",
     "SpotContext",
     "SpotCreateResponse",
     "SpotCreateResult",

@@ -54,6 +54,8 @@ class Node:
             limits=self.config.lane_limits(),
             budget=self.config.owner_time_budget,
             request_timeout=self.config.request_timeout,
+            closing_timeout=self.config.closing_timeout,
+            idle_timeout=self.config.idle_timeout,
             clock=self.clock,
             pool=self._pool,
             infra=self._infra,
@@ -142,6 +144,7 @@ class Node:
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         end = time.monotonic() + timeout
         self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
+        self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         self._pool.wait_idle(max(0.0, end - time.monotonic()))
         error = Unavailable(f"node {self.node_id} shut down")
         for handle in self._infra.take_pending():

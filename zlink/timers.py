@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -128,10 +129,11 @@ class TimerJob(Job):
         if timer.cancelled or timer.host.rt.stopping:
             return None  # cancelled after this tick was queued: it never reaches the handler
         if timer.options.keeps_alive:
-            timer.host.touch()
+            timer.host.touch()  # otherwise a tick is not activity (idle eviction)
         return timer.fn(timer.host.instance, self.tick)
 
     def finish(self, turn: Turn) -> None:
+        self.timer.tick_done()
         rt = self.timer.host.rt
         rt.close_scope(turn, turn.error is None)
         if turn.error is not None:
@@ -146,6 +148,7 @@ class Timer:
     """A registered timer: its schedule on the infrastructure heap and its tick bookkeeping."""
 
     __slots__ = (
+        "_lock",
         "cancelled",
         "delivered",
         "dropped",
@@ -157,6 +160,7 @@ class Timer:
         "next_due",
         "options",
         "owner",
+        "queued",
         "sequence",
         "skipped",
     )  # fmt: skip
@@ -182,6 +186,12 @@ class Timer:
         self.handle: InfraTimerHandle | None = None
         self.cancelled = False
         self.delivered = self.skipped = self.dropped = 0
+        self.queued = 0  # ticks admitted and not yet finished (idle eviction ignores these)
+        self._lock = threading.Lock()  # queued has two writers: the infra thread and the gate
+
+    def tick_done(self) -> None:
+        with self._lock:
+            self.queued -= 1
 
     def arm(self) -> None:
         self.handle = self.host.rt.infra.call_at(self.next_due, self._fire)
@@ -211,9 +221,12 @@ class Timer:
             self.sequence += 1
             skipped = first if k == first else 0
             tick = TimerTick(self.name, self.sequence, due + k * self.interval, now, skipped)
+            with self._lock:
+                self.queued += 1
             if self.owner.put_app(TimerJob(self, tick)) == ADMITTED:
                 self.delivered += 1
             else:
+                self.tick_done()
                 self.dropped += 1
                 rt.metrics.add("timer_ticks_dropped")
         self.next_due = due + (late + 1) * self.interval

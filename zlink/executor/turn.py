@@ -105,6 +105,7 @@ class Turn:
         "result",
         "suspension",
         "wait_seq",
+        "waker",
     )
 
     def __init__(self, job: Job, owner: Owner | None) -> None:
@@ -117,6 +118,7 @@ class Turn:
         self.wait_seq = 0
         self.suspension: Suspension | None = None
         self.claimed = False  # the owner is held across a Yield (member Actor claim, §3)
+        self.waker: Completion | None = None  # the current suspension's once-only callback
         # Defer() barriers (§5): None, a list, or CLOSED once the registration scope ended
         self.barriers: Any = None
 
@@ -171,7 +173,11 @@ class Turn:
             )
 
     def completion(self, deliver: Callable[[Turn, Any, BaseException | None], None]) -> Completion:
-        """A once-only callback for the current suspension, fenced by its sequence number."""
+        """A once-only callback for the current suspension, fenced by its sequence number.
+
+        Kept as ``waker``: calling it with an error (a deadline) resumes the turn with that
+        error; the real completion, arriving later, is then dropped by the fence.
+        """
         seq = self.wait_seq
         fired = [False]
 
@@ -181,4 +187,5 @@ class Turn:
             fired[0] = True
             deliver(self, value, error)
 
+        self.waker = complete
         return complete

@@ -121,6 +121,14 @@ class SpotManager:
         check_id("spot_id", spot_id)
         return CreateCall(self._rt, "spot", check_id("spot_type", spot_type), spot_id, True)
 
+    def close(self, spot_ref: SpotRef) -> bool:
+        """Close exactly the incarnation ``spot_ref`` names; returns once the close is begun.
+
+        ``False`` if no such Spot; ``InvalidOperation`` on a generation mismatch or for a
+        Spot that is not a User Spot; ``Unavailable`` if it is already sealed (closing).
+        """
+        return self._rt.close_ref(spot_ref)
+
 
 class ActorManager:
     """Creates Actors in the Entry Spot registered for their type (python-api §6)."""
@@ -195,6 +203,10 @@ class InstanceSpotContext(SpotContext):
     """The context of an Instance Spot."""
 
     __slots__ = ()
+
+    def close(self) -> None:
+        """Close this Instance Spot after the current turn (self-close); idempotent."""
+        self._rt.close_self(self.spot_id)
 
 
 class ActorContext(_Context):

@@ -27,6 +27,27 @@ class SpotKind(IntEnum):
     INSTANCE = 3
 
 
+class SpotCloseReason(IntEnum):
+    """Why a Spot is closing, with the contract values of the seed."""
+
+    EXPLICIT_CLOSE = 0
+    HOST_SHUTDOWN = 1
+    RELOCATION_OUT = 2
+    IDLE_EVICTED = 3
+
+
+@dataclass(frozen=True, slots=True)
+class SpotClosingContext:
+    """What ``on_closing`` receives: the reason and an absolute deadline on the node's clock.
+
+    A suspending ``on_closing`` still waiting at ``deadline`` is cancelled: ``Cancelled`` is
+    raised at its ``await``. A ``def`` one that blocks past it cannot be interrupted.
+    """
+
+    reason: SpotCloseReason
+    deadline: float
+
+
 _MAX_GENERATION = 2**63 - 1
 
 
@@ -120,6 +141,9 @@ class UserSpot:
     def on_initialize(self) -> None:
         """After ``on_create``, before any application message."""
 
+    def on_closing(self, closing: SpotClosingContext) -> None:
+        """Before the Spot goes away; its member Actors have already left."""
+
     def on_actor_join(self, actor_id: str, request: Message | None) -> ActorJoinResult:
         """Accept or reject an Actor's Join; accepts by default."""
         return ActorJoinResult()
@@ -140,6 +164,9 @@ class EntrySpot:
     def on_initialize(self) -> None:
         """When the node starts this Entry Spot."""
 
+    def on_closing(self, closing: SpotClosingContext) -> None:
+        """Before the Entry Spot goes away (node shutdown)."""
+
     def on_create_actor(self, actor: Actor, request: Message | None) -> ActorCreateResponse | None:
         """Approve (default) or refuse a new Actor; may answer the creator."""
         return None
@@ -156,6 +183,9 @@ class InstanceSpot:
 
     def on_initialize(self) -> None:
         """Before the first message is handled."""
+
+    def on_closing(self, closing: SpotClosingContext) -> None:
+        """Before the Instance Spot goes away (self-close, eviction or shutdown)."""
 
 
 class Actor:

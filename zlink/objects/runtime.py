@@ -16,6 +16,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import threading
@@ -26,6 +27,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    Cancelled,
     DeadlineExceeded,
     HandlerError,
     InvalidArgument,
@@ -63,6 +65,8 @@ from .base import (
     ActorCreateResult,
     ActorJoinCompletion,
     ActorJoinResult,
+    SpotCloseReason,
+    SpotClosingContext,
     SpotCreateResponse,
     SpotCreateResult,
     SpotKind,
@@ -78,7 +82,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("zlink.runtime")
 
-ACTIVATING, READY, GONE = 0, 1, 2
+ACTIVATING, READY, CLOSING, GONE = 0, 1, 2, 3  # CLOSING: sealed, admission refused
 
 
 class Discarded(Exception):
@@ -91,7 +95,7 @@ class Discarded(Exception):
 class ObjectAct:
     """What Spot and Actor activations share: timers and the last time they did work."""
 
-    __slots__ = ("last_active", "timers")
+    __slots__ = ("activity", "idle_since", "seen_activity", "timers")
     rt: Runtime
     instance: Any
     spec: TypeSpec
@@ -101,7 +105,8 @@ class ObjectAct:
 
     def _init_object(self) -> None:
         self.timers: dict[str, Timer] = {}
-        self.last_active = self.rt.clock.now()
+        self.activity = self.seen_activity = 0  # handled messages; idle eviction compares them
+        self.idle_since = self.rt.clock.now()
         self.context.timers = TimerManager(self)
 
     @property
@@ -109,8 +114,8 @@ class ObjectAct:
         raise NotImplementedError
 
     def touch(self) -> None:
-        """Record activity (idle eviction reads it)."""
-        self.last_active = self.rt.clock.now()
+        """Record activity (idle eviction reads it); only the owner's gate holder calls it."""
+        self.activity += 1
 
     def timer_owner(self, name: str) -> Owner:
         """Where this object's timer ticks queue (§2): its own lanes, unless PerActor."""
@@ -124,8 +129,8 @@ class ObjectAct:
             raise InvalidArgument(f"{self.spec.name!r} has no @timer_handler({name!r})")
         if name in self.timers:
             raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
-        if self.state == GONE or self.rt.stopping:
-            raise Unavailable(f"{self.name!r} is closed")
+        if self.state >= CLOSING or self.rt.stopping:
+            raise Unavailable(f"{self.name!r} is closing or closed")
         delay = interval if first_delay is None else first_delay
         timer = Timer(
             name, interval, options, self, self.timer_owner(name), fn, self.rt.clock.now() + delay
@@ -151,6 +156,7 @@ class SpotAct(ObjectAct):
 
     __slots__ = (
         "activated",
+        "closing_turn",
         "context",
         "gate",
         "instance",
@@ -179,6 +185,7 @@ class SpotAct(ObjectAct):
         self.owner.ref = self
         self.instance: Any = None
         self.state = ACTIVATING
+        self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
         self.activated = Completion()  # set when on_create / on_initialize have finished
@@ -301,13 +308,16 @@ class MessageJob(Job):
         self.sender = sender
 
     def invoke(self) -> Any:
-        if self.act.rt.stopping:
+        act = self.act
+        if act.rt.stopping:
             raise Discarded
+        if act.owner is not None:
+            act.activity += 1  # idle eviction; only the gate holder writes it
         h = self.handler
         if h.wants_context:
             ctx = MessageContext(self.meta or {}, self.sender, h.is_request)
-            return h.fn(self.act.instance, self.msg, ctx)
-        return h.fn(self.act.instance, self.msg)
+            return h.fn(act.instance, self.msg, ctx)
+        return h.fn(act.instance, self.msg)
 
     def finish(self, turn: Turn) -> None:
         if self.reply is None and turn.error is None and turn.barriers is None:
@@ -393,6 +403,8 @@ class Runtime:
         clock: Clock,
         pool: WorkerPool,
         infra: InfraExecutor,
+        closing_timeout: float = 5.0,
+        idle_timeout: float | None = None,
         io_pool: ThreadPoolExecutor | None = None,
         cpu_pool: ThreadPoolExecutor | None = None,
         worker_limit: int = 1024,
@@ -403,6 +415,8 @@ class Runtime:
         self.limits = limits
         self.budget = budget
         self.request_timeout = request_timeout
+        self.closing_timeout = closing_timeout
+        self.idle_timeout = idle_timeout
         self.clock = clock
         self.pool = pool
         self.infra = infra
@@ -440,6 +454,8 @@ class Runtime:
                 self.entries[spec.actor_type] = act
                 self._activate(act, None)
                 waits.append(act.activated)
+        if self.idle_timeout is not None:
+            self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
         return waits
 
     # -- messages -------------------------------------------------------------------------------
@@ -465,6 +481,8 @@ class Runtime:
             if act is None:
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
+            elif act.state > READY:
+                raise Unavailable(f"spot {call.target!r} is closing; it admits nothing new")
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
         spec = act.spec if act is not None else self._instance_spec(call)
@@ -713,26 +731,32 @@ class Runtime:
         )
         actor.owner.unhold(gate)
 
-    def leave(self, actor_id: str, from_spot: str | None) -> None:
+    def leave(
+        self, actor_id: str, from_spot: str | None, then: Callable[[], None] | None = None
+    ) -> None:
         """Send an Actor back to its Entry Spot after its current turn (python-api §6)."""
         actor = self.actors.get(actor_id)
         if actor is None or actor.state != READY:
             raise NotFound(f"no actor {actor_id!r}")
         if from_spot is not None and actor.spot.spot_id != from_spot:
             raise InvalidOperation(f"actor {actor_id!r} is not a member of {from_spot!r}")
-        go = partial(self._leave_go, actor)
+        go = partial(self._leave_go, actor, then)
         actor.owner.put_unreserved(
             LifeJob(actor, "leave", lambda: actor.owner.hold(go), lane=UNRESERVED)
         )
 
-    def _leave_go(self, actor: ActorAct) -> None:
+    def _leave_go(self, actor: ActorAct, then: Callable[[], None] | None) -> None:
         source, entry = actor.spot, actor.entry
         if source is entry:
             actor.owner.unhold()
+            if then is not None:
+                then()
             return
 
         def back(_t: Turn) -> None:
             self._move(actor, entry)
+            if then is not None:
+                then()
             entry.owner.put_unreserved(
                 LifeJob(
                     entry,
@@ -917,6 +941,120 @@ class Runtime:
             completion.timer.cancel()  # type: ignore[union-attr]
             raise ResourceExhausted(f"the lifecycle lane of {entry.spot_id!r} is full")
         return completion
+
+    # -- closing ----------------------------------------------------------------------------------
+    def close_ref(self, ref: SpotRef) -> bool:
+        """``spots.close(ref)``: Missing False, generation mismatch InvalidOperation, sealed
+        Unavailable, User Spots only (kotlin-spot-interface)."""
+        if not isinstance(ref, SpotRef):
+            raise InvalidArgument(f"close() takes a SpotRef, got {type(ref).__name__}")
+        act = self.spots.get(ref.spot_id)
+        if act is None or act.state == GONE:
+            return False
+        if act.ref.object_generation != ref.object_generation:
+            raise InvalidOperation(
+                f"{ref.spot_id!r} is generation {act.ref.object_generation}, "
+                f"not {ref.object_generation}"
+            )
+        if act.kind is not SpotKind.USER:
+            raise InvalidOperation(f"{ref.spot_id!r} is not a User Spot; only those are closed")
+        self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
+        return True
+
+    def close_self(self, spot_id: str) -> None:
+        act = self.spots.get(spot_id)
+        if act is not None and act.state == READY:
+            self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
+
+    def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
+        """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane)."""
+        with self._lock:
+            if act.state >= CLOSING:
+                raise Unavailable(f"{act.spot_id!r} is already closing (sealed)")
+            act.state = CLOSING
+        act.cancel_timers()
+        members = list(act.members)
+        if not members:
+            self._queue_closing(act, reason)
+            return
+        left = [len(members)]
+        lock = threading.Lock()
+
+        def one_left() -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self._queue_closing(act, reason)
+
+        for actor_id in members:
+            self.leave(actor_id, act.spot_id, one_left)
+
+    def _queue_closing(self, act: SpotAct, reason: SpotCloseReason, budget: float = 0) -> None:
+        deadline = self.clock.now() + (budget or self.closing_timeout)
+        closing = SpotClosingContext(reason, deadline)
+
+        def run() -> Any:
+            act.closing_turn = current_turn()
+            return None if act.instance is None else act.instance.on_closing(closing)
+
+        act.owner.put_unreserved(
+            LifeJob(act, "on_closing", run, partial(self._closed, act), UNRESERVED)
+        )
+        self.infra.call_at(deadline, self._closing_overdue, act)
+
+    def _closing_overdue(self, act: SpotAct) -> None:
+        turn = act.closing_turn
+        if act.state == CLOSING and turn is not None and turn.waker is not None:
+            turn.waker(None, Cancelled(f"on_closing of {act.spot_id!r} passed its deadline"))
+
+    def _closed(self, act: SpotAct, turn: Turn) -> None:
+        if turn.error is not None and not isinstance(turn.error, Cancelled):
+            self.metrics.add("handler_errors")
+            _log.error("on_closing of %r failed", act.spot_id, exc_info=turn.error)
+        act.state = GONE
+        act.closing_turn = None
+        with self._lock:
+            if self.spots.get(act.spot_id) is act:
+                del self.spots[act.spot_id]
+        error: ZLinkError = (
+            Unavailable(f"node {self.node_id} shut down before it ran")
+            if self.stopping
+            else NotFound(f"spot {act.spot_id!r} was closed")
+        )
+        for item in act.owner.drain():
+            if isinstance(item, Job):
+                item.discard(error)
+        self.metrics.add("spots_closed")
+
+    def sweep_idle(self) -> None:
+        """On the infrastructure thread: close User/Instance Spots idle for ``idle_timeout``."""
+        now = self.clock.now()
+        for act in list(self.spots.values()):
+            if act.kind is SpotKind.ENTRY or act.state != READY:
+                continue
+            if act.activity != act.seen_activity:
+                act.seen_activity, act.idle_since = act.activity, now
+                continue
+            if now - act.idle_since < self.idle_timeout:  # type: ignore[operator]
+                continue
+            lanes = act.owner.lanes
+            ticks = sum(t.queued for t in act.timers.values() if t.owner is act.owner)
+            if not act.members and not lanes.life and lanes.reserved()[0] == ticks:
+                with contextlib.suppress(Unavailable):  # closed by someone else meanwhile
+                    self.close_spot(act, SpotCloseReason.IDLE_EVICTED)
+        if not self.stopping and self.idle_timeout is not None:
+            self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
+
+    def close_all(self, budget: float) -> None:
+        """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)``; members stay put."""
+        for act in list(self.spots.values()):
+            with self._lock:
+                if act.state >= CLOSING:
+                    continue
+                act.state = CLOSING
+            act.cancel_timers()
+            self._queue_closing(act, SpotCloseReason.HOST_SHUTDOWN, budget)
 
     # -- shutdown ---------------------------------------------------------------------------------
     def stop_admission(self) -> None:

@@ -1,0 +1,265 @@
+"""Object lifecycle: kotlin-spot-interface rules on closing, SpotRef and kinds, one test each."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink import SpotCloseReason, SpotClosingContext
+from zlink.testing import ManualClock
+
+
+class Ping(zlink.Request[str], type_name="t.lc.ping"):
+    pass
+
+
+class Hang(zlink.Request[str], type_name="t.lc.hang"):
+    pass
+
+
+class SelfClose(zlink.Message, type_name="t.lc.selfclose"):
+    pass
+
+
+class Enter(zlink.Message, type_name="t.lc.enter"):
+    room: str
+
+
+class Start(zlink.Message, type_name="t.lc.start"):
+    pass
+
+
+CLOSINGS: list[tuple[str, SpotClosingContext]] = []
+
+
+def build_app(mode: str = "plain", release: threading.Event | None = None) -> zlink.App:
+    app = zlink.App("lifecycle")
+
+    @app.user_spot("t.lc.room")
+    class Room(zlink.UserSpot):
+        @zlink.handler
+        def ping(self, req: Ping) -> str:
+            return f"gen {self.context.spot_ref.object_generation}"
+
+        @zlink.handler
+        def hang(self, req: Hang) -> str:
+            return "never reached while the test holds this gate"
+
+        @zlink.handler
+        def start(self, msg: Start) -> None:
+            self.context.timers.register("tick", 1.0)
+
+        @zlink.timer_handler("tick")
+        def on_tick(self, tick: zlink.TimerTick) -> None:
+            pass
+
+        async def on_closing(self, closing: SpotClosingContext) -> None:
+            CLOSINGS.append((self.context.spot_id, closing))
+            if mode == "hang":  # a suspending on_closing that never completes by itself
+                try:  # "hole" is a Spot whose gate the test holds: the request never runs
+                    await self.context.outbound.request_to_spot("hole", Hang())
+                except zlink.Cancelled:
+                    CLOSINGS.append((self.context.spot_id, "cancelled"))  # type: ignore[arg-type]
+                    raise
+            if mode == "block":
+                assert release is not None
+                await self.context.workers.io(release.wait, WAIT)
+
+    @app.instance_spot("t.lc.inst")
+    class Inst(zlink.InstanceSpot):
+        @zlink.handler
+        def ping(self, req: Ping) -> str:
+            return "inst"
+
+        @zlink.handler
+        def self_close(self, msg: SelfClose) -> None:
+            self.context.close()
+
+        def on_closing(self, closing: SpotClosingContext) -> None:
+            CLOSINGS.append((self.context.spot_id, closing))
+
+    @app.entry_spot("t.lc.lobby", actor="t.lc.player")
+    class Lobby(zlink.EntrySpot):
+        def on_joined_actor(self, actor: zlink.Actor) -> None:
+            CLOSINGS.append(("lobby-got", actor.actor_id))  # type: ignore[arg-type]
+
+    @app.actor("t.lc.player")
+    class Player(zlink.Actor):
+        def __init__(self, context: zlink.ActorContext) -> None:
+            super().__init__(context)
+            self.joined = threading.Event()
+
+        @zlink.handler
+        def enter(self, msg: Enter) -> None:
+            self.context.join(msg.room).defer()
+
+        @zlink.handler
+        def ping(self, req: Ping) -> str:
+            return self.context.spot_id
+
+        def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
+            self.joined.set()
+
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    CLOSINGS.clear()
+
+
+def _room(node: zlink.Node, spot_id: str = "r") -> zlink.SpotRef:
+    ref: zlink.SpotRef = node.client().spots.get_or_create(spot_id, "t.lc.room").wait(WAIT).spot_ref
+    return ref
+
+
+def test_spot_close_reason_and_kind_have_the_contract_values():
+    assert [int(r) for r in SpotCloseReason] == [0, 1, 2, 3]
+    assert [r.name for r in SpotCloseReason] == [
+        "EXPLICIT_CLOSE", "HOST_SHUTDOWN", "RELOCATION_OUT", "IDLE_EVICTED"
+    ]  # fmt: skip
+    assert {k.name: int(k) for k in zlink.SpotKind} == {
+        "INVALID": 0, "ENTRY": 1, "USER": 2, "INSTANCE": 3
+    }  # fmt: skip
+
+
+def test_object_generation_is_1_to_2_63_minus_1_and_a_decimal_string_in_json():
+    ref = zlink.SpotRef("s", 2**63 - 1, "main", "n1")
+    assert ref.to_json_dict()["object_generation"] == "9223372036854775807"
+    for bad in (0, -1, 2**63, True, "1"):
+        with pytest.raises(zlink.InvalidArgument):
+            zlink.SpotRef("s", bad, "main", "n1")  # type: ignore[arg-type]
+
+
+def test_close_of_a_missing_spot_is_false(make_node):
+    node = make_node(build_app())
+    ref = zlink.SpotRef("nobody", 1, "main", "node-1")
+    assert node.client().spots.close(ref) is False
+
+
+def test_close_with_a_generation_mismatch_is_invalid_operation(make_node):
+    node = make_node(build_app())
+    ref = _room(node)
+    forged = zlink.SpotRef(ref.spot_id, ref.object_generation + 1, ref.mesh_name, ref.node_rid)
+    with pytest.raises(zlink.InvalidOperation):
+        node.client().spots.close(forged)
+    with pytest.raises(zlink.InvalidArgument):
+        node.client().spots.close("r")  # type: ignore[arg-type]
+
+
+def test_close_of_a_sealed_spot_is_unavailable_and_it_admits_nothing_new(make_node):
+    release = threading.Event()
+    node = make_node(build_app("block", release))
+    client = node.client()
+    ref = _room(node)
+    assert client.spots.close(ref) is True
+    with pytest.raises(zlink.Unavailable):
+        client.spots.close(ref)  # on_closing still runs: the Spot is sealed
+    with pytest.raises(zlink.Unavailable):
+        client.request_to_spot("r", Ping()).wait(WAIT)
+    release.set()
+    node.wait_idle(WAIT)
+    assert client.spots.close(ref) is False  # gone now
+    assert [(s, c.reason) for s, c in CLOSINGS] == [("r", SpotCloseReason.EXPLICIT_CLOSE)]
+
+
+def test_close_targets_user_spots_only(make_node):
+    node = make_node(build_app())
+    client = node.client()
+    assert client.request_to_spot("i", Ping()).instance_spot().wait(WAIT) == "inst"
+    inst_ref = node._runtime.spots["i"].ref
+    with pytest.raises(zlink.InvalidOperation):
+        client.spots.close(inst_ref)
+    entry_ref = node._runtime.entries["t.lc.player"].ref
+    with pytest.raises(zlink.InvalidOperation):
+        client.spots.close(entry_ref)
+
+
+def test_an_instance_spot_closes_itself(make_node):
+    node = make_node(build_app())
+    client = node.client()
+    client.send_to_spot("i", SelfClose()).instance_spot().submit()
+    node.wait_idle(WAIT)
+    assert "i" not in node._runtime.spots
+    assert CLOSINGS[0][0] == "i" and CLOSINGS[0][1].reason is SpotCloseReason.EXPLICIT_CLOSE
+
+
+def test_the_closing_deadline_is_absolute_and_a_suspending_on_closing_is_cancelled_at_it(
+    make_node, clock: ManualClock
+):
+    node = make_node(build_app("hang"), closing_timeout=3.0)
+    client = node.client()
+    ref = _room(node)
+    _room(node, "hole")
+    node.wait_idle(WAIT)
+    assert node._runtime.spots["hole"].gate._flag.acquire(False)  # nothing runs there now
+    before = clock.now()
+    assert client.spots.close(ref)
+    node.wait_idle(WAIT)  # on_closing is suspended on its request
+    assert "r" in node._runtime.spots
+    ((_spot_id, closing),) = CLOSINGS
+    assert closing.deadline == before + 3.0
+    clock.advance(3.0)
+    node.wait_idle(WAIT)
+    assert CLOSINGS[-1] == ("r", "cancelled")
+    assert "r" not in node._runtime.spots
+
+
+def test_a_new_incarnation_gets_a_new_generation(make_node):
+    node = make_node(build_app())
+    client = node.client()
+    first = _room(node)
+    assert client.spots.close(first)
+    node.wait_idle(WAIT)
+    second = _room(node)
+    assert second.object_generation != first.object_generation
+    assert client.request_to_spot("r", Ping()).wait(WAIT) == f"gen {second.object_generation}"
+    with pytest.raises(zlink.InvalidOperation):
+        client.spots.close(first)  # the old incarnation's ref no longer matches
+
+
+def test_closing_a_user_spot_sends_its_member_actors_back_to_their_entry_spot(make_node):
+    node = make_node(build_app())
+    client = node.client()
+    ref = _room(node)
+    pid = client.actors.create("t.lc.player").wait(WAIT).actor_id
+    client.send_to_actor(pid, Enter(room="r")).submit()
+    assert node._runtime.actors[pid].instance.joined.wait(WAIT)
+    assert client.spots.close(ref)
+    node.wait_idle(WAIT)
+    entry = node._runtime.entries["t.lc.player"].spot_id
+    assert client.request_to_actor(pid, Ping()).wait(WAIT) == entry
+    assert ("lobby-got", pid) in CLOSINGS
+
+
+def test_idle_spots_are_evicted_and_timer_ticks_do_not_count_as_activity(
+    make_node, clock: ManualClock
+):
+    node = make_node(build_app(), idle_timeout=10.0)
+    client = node.client()
+    _room(node, "busy")
+    _room(node, "ticking")
+    client.send_to_spot("ticking", Start()).submit()  # a 1 s timer that does not keep it alive
+    for _ in range(8):
+        clock.advance(2.5)
+        node.wait_idle(WAIT)
+        client.request_to_spot("busy", Ping()).wait(WAIT)  # activity keeps "busy" alive
+    node.wait_idle(WAIT)
+    assert "busy" in node._runtime.spots
+    assert "ticking" not in node._runtime.spots
+    assert [(s, c.reason) for s, c in CLOSINGS] == [("ticking", SpotCloseReason.IDLE_EVICTED)]
+
+
+def test_shutdown_closes_every_spot_with_host_shutdown(clock: ManualClock):
+    node = zlink.Node(build_app(), zlink.NodeConfig(workers=2), clock=clock).start()
+    client = node.client()
+    _room(node)
+    client.request_to_spot("i", Ping()).instance_spot().wait(WAIT)
+    node.shutdown(timeout=WAIT)
+    assert sorted((s, c.reason) for s, c in CLOSINGS) == [
+        ("i", SpotCloseReason.HOST_SHUTDOWN),
+        ("r", SpotCloseReason.HOST_SHUTDOWN),
+    ]
