@@ -57,6 +57,9 @@ from .objects.base import SpotCreateResult as SpotCreateResult
 from .objects.base import SpotKind as SpotKind
 from .objects.base import SpotRef as SpotRef
 from .objects.base import UserSpot as UserSpot
+from .status import NodeStatus as NodeStatus
+from .status import OwnerStatus as OwnerStatus
+from .status import StatusSubscription as StatusSubscription
 from .timers import OverrunPolicy as OverrunPolicy
 from .timers import TimerHandle as TimerHandle
 from .timers import TimerManager as TimerManager
@@ -94,8 +97,10 @@ __all__ = [
     "MessageContext",
     "Node",
     "NodeConfig",
+    "NodeStatus",
     "NotFound",
     "OverrunPolicy",
+    "OwnerStatus",
     "Relocation",
     "RelocationCoordination",
     "Request",
@@ -112,6 +117,7 @@ __all__ = [
     "SpotManager",
     "SpotRef",
     "StateIncompatible",
+    "StatusSubscription",
     "TimerHandle",
     "TimerManager",
     "TimerOptions",

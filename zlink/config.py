@@ -32,6 +32,7 @@ class NodeConfig(BaseModel):
     cpu_workers: int | None = Field(None, ge=1, le=1024, description="None: one per core")
     worker_calls_in_flight: int = Field(1024, ge=1, description="io + cpu calls at once")
     shutdown_timeout: float = Field(10.0, gt=0)
+    status_interval: float = Field(1.0, gt=0, description="seconds between status publications")
     closing_timeout: float = Field(5.0, gt=0, description="on_closing deadline (seconds)")
     idle_timeout: float | None = Field(
         None, gt=0, description="close User/Instance Spots idle this long; None: never"

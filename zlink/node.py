@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any
@@ -17,11 +18,12 @@ import psutil
 
 from .app import App
 from .config import NodeConfig
-from .errors import InvalidOperation, Unavailable
+from .errors import InvalidArgument, InvalidOperation, Unavailable
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
 from .messaging.completion import expire
 from .messaging.context import Client
 from .objects.runtime import Runtime
+from .status import NodeStatus, StatusSubscription
 
 _log = logging.getLogger("zlink.node")
 
@@ -66,6 +68,7 @@ class Node:
             worker_limit=self.config.worker_calls_in_flight,
         )
         self._client = Client(self._rt)
+        self._subscribers: list[StatusSubscription] = []
 
     @property
     def node_id(self) -> str:
@@ -98,6 +101,53 @@ class Node:
     def client(self) -> Client:
         """The route client and managers for code outside the runtime (python-api §6)."""
         return self._client
+
+    def status(self) -> NodeStatus:
+        """A snapshot: workers, infrastructure backlog, counters and every owner's lanes."""
+        rt = self._rt
+        return NodeStatus(
+            node_id=self.node_id,
+            mesh=self.config.mesh,
+            at=self.clock.now(),
+            workers=self._pool.size,
+            workers_busy=self._pool.busy,
+            infrastructure_backlog=self._infra.backlog(),
+            worker_calls_in_flight=rt.workers_in_flight,
+            counters=rt.metrics.snapshot(),
+            spots=len(rt.spots),
+            actors=len(rt.actors),
+            owners=rt.owner_statuses(),
+        )
+
+    def subscribe_status(
+        self, callback: Callable[[NodeStatus], object], *, capacity: int = 16
+    ) -> StatusSubscription:
+        """Deliver a status every ``status_interval`` (node clock) to ``callback``.
+
+        The callback runs on the subscription's own thread. A slow one never slows message
+        processing and is never cut off: when its ``capacity`` slots are full it receives the
+        latest status per source, coalesced (§13).
+        """
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise InvalidArgument(f"capacity is a whole number >= 1, got {capacity!r}")
+        if not callable(callback):
+            raise InvalidArgument(f"callback must be callable, got {callback!r}")
+        sub = StatusSubscription(callback, capacity)
+        with self._state_lock:
+            self._subscribers.append(sub)
+            first = len(self._subscribers) == 1
+        if first:
+            self._infra.call_later(self.config.status_interval, self._publish)
+        return sub
+
+    def _publish(self) -> None:
+        """On the infrastructure thread: offer a snapshot to every subscriber, then re-arm."""
+        if self._state in ("stopping", "stopped"):
+            return
+        snapshot = self.status()
+        for sub in list(self._subscribers):
+            sub.offer(self.node_id, snapshot)
+        self._infra.call_later(self.config.status_interval, self._publish)
 
     def counters(self) -> dict[str, int]:
         """Late replies, handler errors, rejected admissions and the like."""
@@ -158,6 +208,8 @@ class Node:
         self._rt.io_pool.shutdown(wait=False, cancel_futures=True)
         self._rt.cpu_pool.shutdown(wait=False, cancel_futures=True)
         self._infra.stop(max(0.0, end - time.monotonic()))
+        for sub in self._subscribers:
+            sub.close()
         self._state = "stopped"
         _log.info("node %s stopped", self.node_id)
 

@@ -59,6 +59,7 @@ from ..messaging.context import (
     SpotContext,
 )
 from ..messaging.message import check_reply, wire_size
+from ..status import OwnerStatus
 from ..timers import Timer, TimerManager, TimerOptions
 from .base import (
     ActorCreateResponse,
@@ -170,7 +171,7 @@ class SpotAct(ObjectAct):
         "spot_id",
         "state",
         "yield_ok",
-    )  # fmt: skip
+    )
 
     def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
         from ..app import ExecutionMode
@@ -231,7 +232,7 @@ class ActorAct(ObjectAct):
         "spec",
         "spot",
         "state",
-    )  # fmt: skip
+    )
 
     def __init__(self, rt: Runtime, spec: TypeSpec, actor_id: str, entry: SpotAct) -> None:
         self.rt = rt
@@ -941,6 +942,43 @@ class Runtime:
             completion.timer.cancel()  # type: ignore[union-attr]
             raise ResourceExhausted(f"the lifecycle lane of {entry.spot_id!r} is full")
         return completion
+
+    # -- status ------------------------------------------------------------------------------------
+    def owner_statuses(self) -> list[OwnerStatus]:
+        """Every owner's lanes, gate and timers, read without stopping any turn."""
+        now = self.clock.now()
+        names = {ACTIVATING: "activating", READY: "ready", CLOSING: "closing", GONE: "gone"}
+        out: list[OwnerStatus] = []
+
+        def add(owner: Owner, kind: str, type_: str, state: int, timers: list[str]) -> None:
+            ai, ab, li, lb = owner.lanes.reserved()
+            gate = owner.gate
+            age = None if gate.running is None else max(0.0, now - gate.running_since)
+            out.append(
+                OwnerStatus(
+                    owner=owner.name,
+                    kind=kind,
+                    type=type_,
+                    state=names[state],
+                    app_items=ai,
+                    app_bytes=ab,
+                    lifecycle_items=li,
+                    lifecycle_bytes=lb,
+                    gate_busy=gate.busy,
+                    running_turn_age=age,
+                    held=owner.held,
+                    timers=timers,
+                )
+            )
+
+        for act in list(self.spots.values()):
+            add(act.owner, "spot", act.spec.name, act.state, sorted(act.timers))
+            for timer in list(act.timers.values()):
+                if timer.owner is not act.owner:
+                    add(timer.owner, "timer", act.spec.name, act.state, [timer.name])
+        for actor in list(self.actors.values()):
+            add(actor.owner, "actor", actor.spec.name, actor.state, sorted(actor.timers))
+        return out
 
     # -- closing ----------------------------------------------------------------------------------
     def close_ref(self, ref: SpotRef) -> bool:

@@ -1,0 +1,116 @@
+"""Status snapshots and the bounded, coalescing status stream (execution-model §13).
+
+Guarantees / assumes:
+* A snapshot is built on demand (``node.status()``) or by the publisher on the infrastructure
+  heap; it reads counters without stopping any turn, so it is a consistent-enough picture, not a
+  transaction.
+* Each subscriber has its own delivery thread and ``capacity`` slots guarded by ``_cond``.
+  ``offer`` never blocks: when the slots are full, the status is kept as the latest for its
+  source (coalesced) and delivered after the queued ones. A slow subscriber therefore never slows
+  message processing or the infrastructure thread, and is never cut off.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict, deque
+from collections.abc import Callable
+
+from pydantic import BaseModel, ConfigDict
+
+_log = logging.getLogger("zlink.status")
+
+
+class OwnerStatus(BaseModel):
+    """One serial execution object: its lanes, its gate and its timers."""
+
+    model_config = ConfigDict(frozen=True)
+
+    owner: str
+    kind: str  # "spot", "actor" or "timer"
+    type: str
+    state: str
+    app_items: int
+    app_bytes: int
+    lifecycle_items: int
+    lifecycle_bytes: int
+    gate_busy: bool
+    running_turn_age: float | None  # seconds the gate's current turn has run (node clock)
+    held: bool
+    timers: list[str]
+
+
+class NodeStatus(BaseModel):
+    """A node at one moment: workers, infrastructure backlog, counters and every owner."""
+
+    model_config = ConfigDict(frozen=True)
+
+    node_id: str
+    mesh: str
+    at: float  # node clock
+    workers: int
+    workers_busy: int
+    infrastructure_backlog: int
+    worker_calls_in_flight: int
+    counters: dict[str, int]
+    spots: int
+    actors: int
+    owners: list[OwnerStatus]
+
+
+class StatusSubscription:
+    """A subscriber's bounded slots and delivery thread; ``close()`` ends it."""
+
+    def __init__(self, callback: Callable[[NodeStatus], object], capacity: int) -> None:
+        self._callback = callback
+        self.capacity = capacity
+        self._cond = threading.Condition(threading.Lock())
+        self._queue: deque[NodeStatus] = deque()
+        self._latest: OrderedDict[str, NodeStatus] = OrderedDict()
+        self._closed = False
+        self.delivered = 0
+        self.coalesced = 0
+        self._thread = threading.Thread(target=self._run, name="zlink-status", daemon=True)
+        self._thread.start()
+
+    def offer(self, source: str, status: NodeStatus) -> None:
+        """Queue ``status``; when the slots are full keep it as the latest for ``source``."""
+        with self._cond:
+            if self._closed:
+                return
+            if len(self._queue) < self.capacity:
+                self._queue.append(status)
+            else:
+                self._latest[source] = status
+                self._latest.move_to_end(source)
+                self.coalesced += 1
+            self._cond.notify()
+
+    @property
+    def pending(self) -> int:
+        """Statuses waiting for the subscriber (never more than capacity + sources)."""
+        with self._cond:
+            return len(self._queue) + len(self._latest)
+
+    def close(self) -> None:
+        """Stop delivering; the thread ends after the callback it is in, if any."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._queue or self._latest)
+                if self._closed:
+                    return
+                if self._queue:
+                    status = self._queue.popleft()
+                else:
+                    _, status = self._latest.popitem(last=False)
+            try:
+                self._callback(status)
+            except Exception:  # noqa: BLE001 - a subscriber's failure is its own
+                _log.exception("status subscriber %r failed", self._callback)
+            self.delivered += 1
