@@ -24,6 +24,7 @@ from .errors import StateIncompatible as StateIncompatible
 from .errors import Unavailable as Unavailable
 from .errors import ZLinkError as ZLinkError
 from .handlers import handler as handler
+from .handlers import subscription as subscription
 from .messaging.calls import CreateCall as CreateCall
 from .messaging.calls import JoinCall as JoinCall
 from .messaging.calls import RequestCall as RequestCall
@@ -129,5 +130,6 @@ __all__ = [
     "ZLinkError",
     "errors",
     "handler",
+    "subscription",
     "timer_handler",
 ]

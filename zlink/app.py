@@ -75,12 +75,21 @@ class TypeSpec:
     actor_type: str | None = None  # an Entry Spot's Actor type; an Actor's Entry Spot type
     handlers: dict[type[Message], HandlerSpec] = field(default_factory=dict)
     timer_handlers: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    subscriptions: dict[type[Message], HandlerSpec] = field(default_factory=dict)
 
 
 def _check_name(what: str, name: object) -> str:
     if not isinstance(name, str) or not 0 < len(name.encode()) <= 255:
         raise InvalidArgument(f"a {what} name is a str of 1..255 UTF-8 bytes, got {name!r}")
     return name
+
+
+def _has_subscriptions(cls: type) -> bool:
+    return any(
+        getattr(fn, "__zlink_subscription__", False)
+        for klass in cls.__mro__
+        for fn in vars(klass).values()
+    )
 
 
 _MEMBERSHIP_CALLBACKS = ("on_actor_join", "on_joined_actor", "on_leave_actor", "on_create_actor")
@@ -163,6 +172,10 @@ class App:
                     )
             spec.cls = cls
             spec.timer_handlers = collect_timer_handlers(cls)
+            if spec.kind is SpotKind.INSTANCE and _has_subscriptions(cls):
+                raise InvalidOperation(
+                    f"Instance Spot {spec.name!r} cannot subscribe to Logical Multicast"
+                )
             try:
                 spec.handlers = collect(cls)
             except InvalidOperation as exc:
@@ -180,6 +193,7 @@ class App:
         for table in (self.spots, self.actors, self.channels):
             for spec in table.values():
                 spec.handlers = collect(spec.cls)
+                spec.subscriptions = collect(spec.cls, subscriptions=True)
         hosts: dict[str, str] = {}
         for spec in self.spots.values():
             if spec.kind is SpotKind.ENTRY:

@@ -19,6 +19,7 @@ from .messaging.message import Message, is_request, reply_type
 
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__zlink_handler__"
+_SUB_MARK = "__zlink_subscription__"
 
 
 def handler(fn: F) -> F:
@@ -31,6 +32,19 @@ def handler(fn: F) -> F:
         raise InvalidOperation(f"@zlink.handler decorates a function, not {fn!r}")
     _positional(fn)  # shape errors that need no annotations show at decoration
     setattr(fn, _MARK, True)
+    return fn
+
+
+def subscription(fn: F) -> F:
+    """Mark a method as the handler of a Logical Multicast event type (guide §1).
+
+    The Spot receives events published to topics it joined with ``context.subscribe(topic)``;
+    they go to the Spot queue, like its other payloads. Instance Spots cannot subscribe.
+    """
+    if not inspect.isfunction(fn):
+        raise InvalidOperation(f"@zlink.subscription decorates a function, not {fn!r}")
+    _positional(fn)
+    setattr(fn, _SUB_MARK, True)
     return fn
 
 
@@ -78,13 +92,14 @@ def resolve(fn: Callable[..., Any]) -> HandlerSpec:
     return HandlerSpec(fn, msg_type, len(pos) >= 3, reply_type(msg_type) if req else None, req)
 
 
-def collect(cls: type) -> dict[type[Message], HandlerSpec]:
-    """All handlers of ``cls`` (and its bases) by message type; duplicates are refused."""
+def collect(cls: type, subscriptions: bool = False) -> dict[type[Message], HandlerSpec]:
+    """All handlers (or subscription handlers) of ``cls`` by message type; no duplicates."""
+    mark = _SUB_MARK if subscriptions else _MARK
     found: dict[type[Message], HandlerSpec] = {}
     seen: set[str] = set()
     for klass in cls.__mro__:
         for attr, fn in vars(klass).items():
-            if attr in seen or not getattr(fn, _MARK, False):
+            if attr in seen or not getattr(fn, mark, False):
                 continue
             seen.add(attr)  # a subclass's override hides the base's method of the same name
             spec = resolve(fn)

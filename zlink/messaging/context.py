@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, InvalidOperation
 from ..objects.base import SpotKind, SpotRef
 from .calls import CreateCall, JoinCall, RequestCall, SendCall, WorkerCall, check_id
 from .message import Message, Request
@@ -46,12 +46,19 @@ def _message(msg: object, request: bool) -> Message:
 class MessageContext:
     """What a handler may learn of the message it handles (its optional second parameter)."""
 
-    __slots__ = ("is_request", "metadata", "sender")
+    __slots__ = ("is_request", "metadata", "sender", "topic")
 
-    def __init__(self, metadata: Mapping[str, str], sender: str | None, is_request: bool) -> None:
+    def __init__(
+        self,
+        metadata: Mapping[str, str],
+        sender: str | None,
+        is_request: bool,
+        topic: str | None = None,
+    ) -> None:
         self.metadata = metadata
         self.sender = sender
         self.is_request = is_request
+        self.topic = topic  # the Logical Multicast topic, for a subscription handler
 
 
 class RouteClient:
@@ -85,6 +92,14 @@ class RouteClient:
     def request(self, channel: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Channel; each request is its own turn."""
         return RequestCall(self._rt, "channel", check_id("channel", channel), _message(req, True))
+
+    def publish(self, topic: str, event: Message) -> SendCall:
+        """A Logical Multicast event to every Spot subscribed to ``topic`` (no Yield, §16).
+
+        Each subscriber gets it in its Spot queue; one whose lane is full misses it (counted
+        as ``publish_dropped``), which never fails the publish for the others.
+        """
+        return SendCall(self._rt, "topic", check_id("topic", topic), _message(event, False))
 
 
 class WorkerManager:
@@ -183,6 +198,14 @@ class SpotContext(_Context):
         self.spot_ref = spot_ref
         self.kind = kind
 
+    def subscribe(self, topic: str) -> None:
+        """Receive events published to ``topic`` (through ``@zlink.subscription`` handlers)."""
+        self._rt.subscribe(self.spot_id, check_id("topic", topic), True)
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop receiving ``topic``; a no-op if not subscribed."""
+        self._rt.subscribe(self.spot_id, check_id("topic", topic), False)
+
     def leave_actor(self, actor: Actor) -> None:
         """Send a member Actor back to its Entry Spot (after this turn's queue position)."""
         self._rt.leave(actor.context.actor_id, self.spot_id)
@@ -203,6 +226,10 @@ class InstanceSpotContext(SpotContext):
     """The context of an Instance Spot."""
 
     __slots__ = ()
+
+    def subscribe(self, topic: str) -> None:
+        """Instance Spots do not take Logical Multicast (guide §1): ``InvalidOperation``."""
+        raise InvalidOperation("an Instance Spot cannot subscribe to Logical Multicast")
 
     def close(self) -> None:
         """Close this Instance Spot after the current turn (self-close); idempotent."""

@@ -287,7 +287,7 @@ Act = SpotAct | ActorAct | ChannelAct
 class MessageJob(Job):
     """An application message (one-way or request) for one handler."""
 
-    __slots__ = ("act", "handler", "meta", "msg", "reply", "sender")
+    __slots__ = ("act", "handler", "meta", "msg", "reply", "sender", "topic")
 
     def __init__(
         self,
@@ -298,8 +298,10 @@ class MessageJob(Job):
         meta: dict[str, str] | None,
         sender: str | None,
         size: int,
+        topic: str | None = None,
     ) -> None:
         self.lane = APPLICATION
+        self.topic = topic
         self.size = size
         self.act = act
         self.handler = handler
@@ -316,7 +318,7 @@ class MessageJob(Job):
             act.activity += 1  # idle eviction; only the gate holder writes it
         h = self.handler
         if h.wants_context:
-            ctx = MessageContext(self.meta or {}, self.sender, h.is_request)
+            ctx = MessageContext(self.meta or {}, self.sender, h.is_request, self.topic)
             return h.fn(act.instance, self.msg, ctx)
         return h.fn(act.instance, self.msg)
 
@@ -432,6 +434,7 @@ class Runtime:
         self.actors: dict[str, ActorAct] = {}
         self.channels: dict[str, ChannelAct] = {}
         self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
+        self.topics: dict[str, frozenset[str]] = {}  # topic -> subscribed Spot ids (copy on write)
         self.stopping = False  # read on the hot path
         self.stopped_admission = threading.Event()  # for those who must wait for it
         self._lock = threading.Lock()
@@ -469,6 +472,9 @@ class Runtime:
         turn = current_turn()
         msg = call.msg
         act: Act | None
+        if call.kind == "topic":
+            self._publish(call, turn)
+            return reply  # type: ignore[return-value]
         if call.kind == "channel":
             act = self.channels.get(call.target)
             if act is None:
@@ -523,6 +529,35 @@ class Runtime:
             assert reply is not None
             helped.help(lambda: reply.done)
         return reply  # type: ignore[return-value]
+
+    def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
+        with self._lock:
+            ids = set(self.topics.get(topic, ()))
+            if on:
+                ids.add(spot_id)
+            else:
+                ids.discard(spot_id)
+            if ids:
+                self.topics[topic] = frozenset(ids)
+            else:
+                self.topics.pop(topic, None)
+
+    def _publish(self, call: MessageCall, turn: Turn | None) -> None:
+        """Fan a Logical Multicast event out to every subscribed Spot's queue."""
+        msg = call.msg
+        size = wire_size(msg)
+        sender = turn.owner.name if turn is not None and turn.owner is not None else None
+        for spot_id in self.topics.get(call.target, ()):
+            act = self.spots.get(spot_id)
+            if act is None or act.state > READY:
+                continue
+            handler = act.spec.subscriptions.get(type(msg))
+            if handler is None:
+                self.metrics.add("publish_unhandled")
+                continue
+            job = MessageJob(act, handler, msg, None, call.meta, sender, size, call.target)
+            if act.owner.put_app(job) != ADMITTED:
+                self.metrics.add("publish_dropped")
 
     def submit_any(self, call: Any, mode: int) -> Completion:
         if isinstance(call, CreateCall):
@@ -1055,6 +1090,9 @@ class Runtime:
         with self._lock:
             if self.spots.get(act.spot_id) is act:
                 del self.spots[act.spot_id]
+        for topic, ids in list(self.topics.items()):
+            if act.spot_id in ids:
+                self.subscribe(act.spot_id, topic, False)
         error: ZLinkError = (
             Unavailable(f"node {self.node_id} shut down before it ran")
             if self.stopping
