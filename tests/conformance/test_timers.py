@@ -249,3 +249,81 @@ def test_timer_ticks_enter_the_application_lane_behind_waiting_messages(
     node._runtime.pool.submit(node._runtime.spots["s"].gate._run)
     node.wait_idle(WAIT)
     assert len(ticks) == 1
+
+
+class Arm(zlink.Message, type_name="t.tm.arm"):
+    pass
+
+
+class Go(zlink.Message, type_name="t.tm.go"):
+    room: str
+
+
+def test_an_actors_timer_ticks_in_the_actors_own_queue_on_its_current_gate(
+    make_node, clock: ManualClock
+):
+    app = build_app([], threading.Barrier(2))
+    seen: list[str] = []
+
+    @app.entry_spot("t.tm.lobby", actor="t.tm.player")
+    class Lobby(zlink.EntrySpot):
+        pass
+
+    @app.actor("t.tm.player")
+    class Player(zlink.Actor):
+        def __init__(self, context: zlink.ActorContext) -> None:
+            super().__init__(context)
+            self.in_room = threading.Event()
+
+        @zlink.handler
+        def arm(self, msg: Arm) -> None:
+            self.context.timers.register("own", 1.0)
+
+        @zlink.handler
+        def go(self, msg: Go) -> None:
+            self.context.join(msg.room).defer()
+
+        def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
+            self.in_room.set()
+
+        @zlink.timer_handler("own")
+        def on_own(self, tick: TimerTick) -> None:
+            turn = zlink.executor.current_turn()
+            assert turn is not None and turn.owner is not None
+            seen.append(f"{turn.owner.name}@{turn.owner.gate.name}")
+
+    node = make_node(app)
+    client = node.client()
+    client.spots.get_or_create("room", "t.tm.wide").wait(WAIT)
+    pid = client.actors.create("t.tm.player").wait(WAIT).actor_id
+    client.send_to_actor(pid, Arm()).submit()
+    node.wait_idle(WAIT)
+    clock.advance(1.0)
+    node.wait_idle(WAIT)
+    client.send_to_actor(pid, Go(room="room")).submit()
+    assert node._runtime.actors[pid].instance.in_room.wait(WAIT)
+    clock.advance(1.0)
+    node.wait_idle(WAIT)
+    assert seen == [f"{pid}@{pid}", f"{pid}@room"]  # its own gate, then the room's shared one
+
+
+def test_a_timer_that_keeps_alive_counts_as_activity_for_idle_eviction(
+    make_node, clock: ManualClock
+):
+    app = zlink.App("alive")
+
+    @app.user_spot("t.tm.alive")
+    class Alive(zlink.UserSpot):
+        def on_initialize(self) -> None:
+            self.context.timers.register("beat", 1.0, options=TimerOptions(keeps_alive=True))
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: TimerTick) -> None:
+            pass
+
+    node = make_node(app, idle_timeout=5.0)
+    node.client().spots.get_or_create("alive", "t.tm.alive").wait(WAIT)
+    for _ in range(12):
+        clock.advance(1.25)
+        node.wait_idle(WAIT)
+    assert "alive" in node._runtime.spots
