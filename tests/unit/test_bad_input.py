@@ -221,3 +221,40 @@ def test_awaiting_a_foreign_awaitable_in_a_handler_is_a_clear_type_error(make_no
         client.request_to_spot("f", Get()).wait(WAIT)
     assert info.value.remote_type == "TypeError"
     assert "ZLink calls" in info.value.remote_message
+
+
+class Later(zlink.Request["LaterReply"], type_name="t.bi.later"):
+    pass
+
+
+class LaterReply(zlink.Message, type_name="t.bi.later_reply"):
+    value: int
+
+
+class Opaque:  # a class pydantic has no schema for
+    pass
+
+
+class Odd(zlink.Request[Opaque], type_name="t.bi.odd"):
+    pass
+
+
+def test_a_forward_reference_reply_type_resolves_and_any_bad_reply_is_a_handler_error(make_node):
+    app = zlink.App("replies")
+
+    @app.user_spot("t.bi.replies")
+    class Replies(zlink.UserSpot):
+        @zlink.handler
+        def later(self, req: Later) -> LaterReply:
+            return LaterReply(value=7)
+
+        @zlink.handler
+        def odd(self, req: Odd) -> Opaque:
+            return "not an Opaque"  # type: ignore[return-value]  # cannot be checked as one
+
+    node = make_node(app)
+    client = node.client()
+    client.spots.get_or_create("r", "t.bi.replies").wait(WAIT)
+    assert client.request_to_spot("r", Later()).wait(WAIT) == LaterReply(value=7)
+    with pytest.raises(zlink.HandlerError):
+        client.request_to_spot("r", Odd()).wait(WAIT)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -21,8 +22,16 @@ cli = typer.Typer(
 )
 
 
+def _app_dir() -> None:
+    """Import from the working directory, as ``python -m`` would (uvicorn's ``--app-dir .``)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def load(target: str, factory: bool = False) -> Any:
     """Import ``MODULE:ATTR``; call it when ``factory`` is set."""
+    _app_dir()
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise InvalidArgument(f"expected MODULE:ATTR, got {target!r}")
@@ -60,6 +69,56 @@ def run(
         typer.echo(f"{node!r} serving {obj.describe()}; Ctrl-C stops it")
         stop.wait()
     typer.echo("stopped")
+
+
+bingo_cli = typer.Typer(add_completion=False, help="The Bingo sample (examples/bingo).")
+cli.add_typer(bingo_cli, name="bingo")
+
+
+@bingo_cli.command("play")
+def bingo_play(
+    rooms: Annotated[int, typer.Option(min=1, help="rooms, one game each")] = 4,
+    players: Annotated[int, typer.Option(min=1, help="players per room")] = 8,
+    nodes: Annotated[int, typer.Option(min=1, help="nodes (more than 1 needs the mesh)")] = 1,
+    draw_ms: Annotated[float, typer.Option(min=0.1, help="milliseconds between draws")] = 5.0,
+    workers: Annotated[int | None, typer.Option(help="worker threads (default: cores)")] = None,
+) -> None:
+    """Play one Bingo game per room on an embedded node and print a summary."""
+    from rich.console import Console
+    from rich.progress import Progress
+    from rich.table import Table
+
+    if nodes != 1:
+        raise typer.BadParameter("several nodes arrive with the mesh (issue 4); use --nodes 1")
+    _app_dir()
+    try:
+        from examples.bingo.play import play
+    except ImportError as exc:
+        raise typer.BadParameter(f"run from the repository root: {exc}") from exc
+    console = Console()
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("games finished", total=rooms)
+        summary = play(
+            rooms,
+            players,
+            draw_interval=draw_ms / 1000,
+            workers=workers,
+            progress=lambda done, total: bar.update(task, completed=done),
+        )
+    table = Table(title="Bingo", show_header=False)
+    for key, value in (
+        ("rooms / players", f"{summary.rooms} / {summary.players}"),
+        ("games finished", str(summary.games)),
+        ("winners", str(len(summary.winners))),
+        ("messages", f"{summary.messages:,}"),
+        ("draw -> mark latency", f"p50 {summary.p50_ms:.2f} ms, p99 {summary.p99_ms:.2f} ms"),
+        ("wall time", f"{summary.seconds:.2f} s on {summary.workers} workers"),
+        ("handler errors", str(summary.counters.get("handler_errors", 0))),
+    ):
+        table.add_row(key, value)
+    console.print(table)
+    if summary.games != rooms:
+        raise typer.Exit(1)
 
 
 @cli.command()

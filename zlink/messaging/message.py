@@ -7,8 +7,9 @@ lane admission reserves (execution-model §7) is the length of that form.
 
 from __future__ import annotations
 
+import sys
 from functools import cache
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, ForwardRef, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -69,14 +70,31 @@ def message_type(wire_name: str) -> type[Message]:
         raise NotFound(f"no message type is registered as {wire_name!r}") from None
 
 
-@cache
 def reply_type(request_cls: type[Message]) -> Any:
-    """The ``T`` of a ``Request[T]`` subclass, or ``None`` for a one-way ``Message``."""
+    """The ``T`` of a ``Request[T]`` subclass, or ``None`` for a one-way ``Message``.
+
+    A forward reference (``Request["Card"]``) is resolved in the request's module; one that
+    does not resolve is ``InvalidOperation`` (so registration, not the first reply, fails).
+    """
     for base in request_cls.__mro__:
         meta = getattr(base, "__pydantic_generic_metadata__", None)
         if meta and meta["origin"] is Request and meta["args"]:
-            return meta["args"][0]
+            return _resolve(meta["args"][0], request_cls)
     return None
+
+
+def _resolve(tp: Any, owner: type) -> Any:
+    if isinstance(tp, str):
+        tp = ForwardRef(tp)
+    if not isinstance(tp, ForwardRef):
+        return tp
+    namespace = vars(sys.modules[owner.__module__])
+    try:
+        return eval(tp.__forward_arg__, namespace)
+    except Exception as exc:
+        raise InvalidOperation(
+            f"reply type {tp.__forward_arg__!r} of {owner.__qualname__} does not resolve: {exc}"
+        ) from exc
 
 
 def is_request(cls: type[Message]) -> bool:
@@ -119,5 +137,5 @@ def check_reply(tp: Any, value: Any) -> Any:
         return value
     try:
         return _adapter(tp).validate_python(value, strict=True)
-    except ValidationError as exc:
+    except Exception as exc:  # an invalid value, or a type pydantic cannot validate at all
         raise InvalidArgument(f"reply {value!r} is not a valid {tp!r}: {exc}") from exc

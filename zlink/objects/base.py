@@ -7,9 +7,10 @@ keeps the context as ``self.context``.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from ..errors import InvalidArgument, ZLinkError
 
@@ -49,6 +50,8 @@ class SpotClosingContext:
 
 
 _MAX_GENERATION = 2**63 - 1
+_T = TypeVar("_T")
+Maybe: TypeAlias = "_T | Awaitable[_T]"  # every callback may be ``def`` or ``async def``
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,24 +137,24 @@ class UserSpot:
     def __init__(self, context: SpotContext) -> None:
         self.context = context
 
-    def on_create(self, request: Message | None) -> SpotCreateResponse | None:
+    def on_create(self, request: Message | None) -> Maybe[SpotCreateResponse | None]:
         """The first callback of a new Spot; may answer the creator."""
         return None
 
-    def on_initialize(self) -> None:
+    def on_initialize(self) -> Maybe[None]:
         """After ``on_create``, before any application message."""
 
-    def on_closing(self, closing: SpotClosingContext) -> None:
+    def on_closing(self, closing: SpotClosingContext) -> Maybe[None]:
         """Before the Spot goes away; its member Actors have already left."""
 
-    def on_actor_join(self, actor_id: str, request: Message | None) -> ActorJoinResult:
+    def on_actor_join(self, actor_id: str, request: Message | None) -> Maybe[ActorJoinResult]:
         """Accept or reject an Actor's Join; accepts by default."""
         return ActorJoinResult()
 
-    def on_joined_actor(self, actor: Actor) -> None:
+    def on_joined_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor has joined."""
 
-    def on_leave_actor(self, actor: Actor) -> None:
+    def on_leave_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor has left (back to its Entry Spot)."""
 
 
@@ -161,17 +164,19 @@ class EntrySpot:
     def __init__(self, context: EntrySpotContext) -> None:
         self.context = context
 
-    def on_initialize(self) -> None:
+    def on_initialize(self) -> Maybe[None]:
         """When the node starts this Entry Spot."""
 
-    def on_closing(self, closing: SpotClosingContext) -> None:
+    def on_closing(self, closing: SpotClosingContext) -> Maybe[None]:
         """Before the Entry Spot goes away (node shutdown)."""
 
-    def on_create_actor(self, actor: Actor, request: Message | None) -> ActorCreateResponse | None:
+    def on_create_actor(
+        self, actor: Actor, request: Message | None
+    ) -> Maybe[ActorCreateResponse | None]:
         """Approve (default) or refuse a new Actor; may answer the creator."""
         return None
 
-    def on_joined_actor(self, actor: Actor) -> None:
+    def on_joined_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor came back from a User Spot."""
 
 
@@ -181,10 +186,10 @@ class InstanceSpot:
     def __init__(self, context: InstanceSpotContext) -> None:
         self.context = context
 
-    def on_initialize(self) -> None:
+    def on_initialize(self) -> Maybe[None]:
         """Before the first message is handled."""
 
-    def on_closing(self, closing: SpotClosingContext) -> None:
+    def on_closing(self, closing: SpotClosingContext) -> Maybe[None]:
         """Before the Instance Spot goes away (self-close, eviction or shutdown)."""
 
 
@@ -199,5 +204,5 @@ class Actor:
         """This Actor's id."""
         return self.context.actor_id
 
-    def on_join_completed(self, completion: ActorJoinCompletion) -> None:
+    def on_join_completed(self, completion: ActorJoinCompletion) -> Maybe[None]:
         """The outcome of this Actor's deferred Join (execution-model §5)."""

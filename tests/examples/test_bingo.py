@@ -1,0 +1,30 @@
+"""The Bingo sample plays full games (guide-execution-model §3-§5)."""
+
+from __future__ import annotations
+
+from examples.bingo.play import play
+from examples.bingo.spots import has_line, make_card
+from zlink.testing import ManualClock
+
+
+def test_a_full_game_on_a_manual_clock_ends_with_a_winner_in_every_room():
+    summary = play(rooms=3, players=5, draw_interval=1.0, workers=2, clock=ManualClock())
+    assert summary.games == 3
+    assert len(summary.winners) == 3
+    assert summary.players == 15
+    assert summary.counters.get("handler_errors", 0) == 0
+    assert summary.marks > 0
+
+
+def test_a_card_has_a_free_centre_and_a_line_wins():
+    card = make_card("seed")
+    assert card[2][2] == 0
+    assert all(
+        15 * c + 1 <= card[r][c] <= 15 * c + 15
+        for r in range(5)
+        for c in range(5)
+        if (r, c) != (2, 2)
+    )
+    assert has_line(card, set(card[0]))
+    assert has_line(card, {card[r][2] for r in range(5)})  # the centre column, free centre
+    assert not has_line(card, set())

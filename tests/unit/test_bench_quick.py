@@ -1,0 +1,14 @@
+"""The benchmark still runs (its quick mode), whatever its numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import core
+
+
+@pytest.mark.timeout(120)
+def test_the_core_benchmark_runs_in_quick_mode(capsys):
+    assert core.main(["--quick", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "one-way to one Spot" in out and "round trip" in out and "fan-out" in out

@@ -1,0 +1,5 @@
+"""``python -m zlink``: the command line."""
+
+from .cli import main
+
+main()
