@@ -37,6 +37,7 @@ class OwnerStatus(BaseModel):
     lifecycle_bytes: int
     gate_busy: bool
     running_turn_age: float | None  # seconds the gate's current turn has run (node clock)
+    oldest_item_age: float | None  # seconds the first waiting application item has waited
     held: bool
     timers: list[str]
 

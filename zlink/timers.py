@@ -121,6 +121,7 @@ class TimerJob(Job):
     def __init__(self, timer: Timer, tick: TimerTick) -> None:
         self.lane = APPLICATION
         self.size = 0
+        self.at = tick.fired_at
         self.timer = timer
         self.tick = tick
 

@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
 import signal
 import sys
 import threading
+import urllib.request
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
 
+from ..admin import AdminServer, parse_address
 from ..app import App
 from ..config import NodeConfig
 from ..errors import InvalidArgument
 from ..node import Node
+from ..status import NodeStatus, OwnerStatus
 
 cli = typer.Typer(
     add_completion=False, help="ZLink for Python: Spots and Actors, one turn at a time."
@@ -45,16 +50,21 @@ def load(target: str, factory: bool = False) -> Any:
 
 @cli.command()
 def run(
-    target: Annotated[
-        str, typer.Argument(help="MODULE:ATTR of a zlink.App, or of a main() function")
-    ],
+    target: Annotated[str, typer.Argument(help="MODULE:ATTR of a zlink.App or a main()")],
     factory: Annotated[bool, typer.Option(help="ATTR is a factory returning an App")] = False,
     node_id: Annotated[str, typer.Option(help="this node's id")] = "node-1",
     workers: Annotated[int | None, typer.Option(help="worker threads (default: cores)")] = None,
+    admin: Annotated[
+        str | None, typer.Option(help="serve status on HOST:PORT (loopback; port 0 picks one)")
+    ] = None,
+    admin_allow_remote: Annotated[
+        bool, typer.Option(help="allow a non-loopback admin address")
+    ] = False,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
     """Start a node for an App and serve until SIGINT/SIGTERM; a callable ATTR is just run."""
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     obj = load(target, factory)
     if not isinstance(obj, App):
@@ -65,10 +75,114 @@ def run(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    server = None
     with Node(obj, NodeConfig(node_id=node_id, workers=workers)) as node:
-        typer.echo(f"{node!r} serving {obj.describe()}; Ctrl-C stops it")
+        if admin is not None:
+            host, port = parse_address(admin)
+            server = AdminServer(node, host, port, allow_remote=admin_allow_remote).start()
+            bound = server.address
+            typer.echo(f"admin on http://{bound[0]}:{bound[1]}", err=False)
+        typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
+        sys.stdout.flush()
         stop.wait()
+        typer.echo("stopping: refusing new work, finishing running turns")
+        if server is not None:
+            server.stop()
     typer.echo("stopped")
+
+
+def _fetch(admin: str) -> NodeStatus:
+    host, port = parse_address(admin)
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/status"
+    try:
+        with urllib.request.urlopen(url, timeout=5) as reply:
+            return NodeStatus.model_validate_json(reply.read())
+    except OSError as exc:
+        raise typer.BadParameter(f"no node answers at {admin}: {exc}") from exc
+
+
+_VIEWS: dict[str, tuple[list[str], Callable[[OwnerStatus], bool]]] = {
+    "queues": (
+        ["owner", "kind", "app items", "app bytes", "lifecycle", "gate", "running", "oldest"],
+        lambda o: True,
+    ),
+    "spots": (["owner", "type", "state", "app items", "timers"], lambda o: o.kind == "spot"),
+    "timers": (["owner", "kind", "timers"], lambda o: bool(o.timers)),
+}
+
+
+def _row(view: str, o: OwnerStatus) -> list[str]:
+    def secs(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1000:.1f} ms"
+
+    if view == "queues":
+        gate = "busy" if o.gate_busy else "idle"
+        return [o.owner, o.kind, str(o.app_items), f"{o.app_bytes:,}", str(o.lifecycle_items),
+                gate, secs(o.running_turn_age), secs(o.oldest_item_age)]  # fmt: skip
+    if view == "spots":
+        return [o.owner, o.type, o.state, str(o.app_items), str(len(o.timers))]
+    return [o.owner, o.kind, ", ".join(o.timers)]
+
+
+@cli.command()
+def inspect(
+    view: Annotated[str, typer.Argument(help="queues, spots or timers")],
+    admin: Annotated[str, typer.Option(help="the node's admin HOST:PORT")] = "127.0.0.1:8765",
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """Show a running node's owners: lane depths, bytes, gate state, oldest item age, timers."""
+    from rich.console import Console
+    from rich.table import Table
+
+    if view not in _VIEWS:
+        raise typer.BadParameter(f"choose queues, spots or timers, not {view!r}")
+    status = _fetch(admin)
+    columns, keep = _VIEWS[view]
+    owners = [o for o in status.owners if keep(o)]
+    if json_out:
+        typer.echo(json.dumps([o.model_dump() for o in owners], indent=2))
+        return
+    table = Table(title=f"{view} on {status.node_id}")
+    for column in columns:
+        table.add_column(column)
+    for o in owners:
+        table.add_row(*_row(view, o))
+    Console().print(table)
+
+
+@cli.command()
+def status(
+    admin: Annotated[str, typer.Option(help="the node's admin HOST:PORT")] = "127.0.0.1:8765",
+    watch: Annotated[bool, typer.Option(help="refresh until Ctrl-C")] = False,
+    interval: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 1.0,
+    count: Annotated[int | None, typer.Option(help="stop after this many refreshes")] = None,
+) -> None:
+    """Show a node's workers, backlog and counters; --watch refreshes it."""
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    def render() -> Table:
+        s = _fetch(admin)
+        table = Table(title=f"node {s.node_id} ({s.mesh})", show_header=False)
+        table.add_row("workers busy", f"{s.workers_busy} / {s.workers}")
+        table.add_row("spots / actors", f"{s.spots} / {s.actors}")
+        table.add_row("infrastructure backlog", str(s.infrastructure_backlog))
+        table.add_row("worker calls in flight", str(s.worker_calls_in_flight))
+        for key, value in sorted(s.counters.items()):
+            table.add_row(key, str(value))
+        return table
+
+    if not watch:
+        Console().print(render())
+        return
+    done = 0
+    pause = threading.Event()
+    with Live(render(), refresh_per_second=4) as live:
+        while count is None or done < count:
+            pause.wait(interval)
+            live.update(render())
+            done += 1
 
 
 bingo_cli = typer.Typer(add_completion=False, help="The Bingo sample (examples/bingo).")

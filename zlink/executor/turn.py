@@ -62,11 +62,12 @@ class Job:
     run (shutdown). ``lane`` and ``size`` name the reservation returned after ``finish``.
     """
 
-    __slots__ = ("lane", "size")
+    __slots__ = ("at", "lane", "size")
 
     def __init__(self, lane: int, size: int) -> None:
         self.lane = lane
         self.size = size
+        self.at = 0.0  # when it was admitted (clock time), for the oldest-item age in status
 
     def invoke(self) -> Any:
         raise NotImplementedError

@@ -301,6 +301,7 @@ class MessageJob(Job):
         topic: str | None = None,
     ) -> None:
         self.lane = APPLICATION
+        self.at = 0.0
         self.topic = topic
         self.size = size
         self.act = act
@@ -348,6 +349,7 @@ class LifeJob(Job):
     ) -> None:
         self.lane = lane
         self.size = 0
+        self.at = 0.0
         self.act = act
         self.what = what
         self.fn = fn
@@ -421,6 +423,7 @@ class Runtime:
         self.closing_timeout = closing_timeout
         self.idle_timeout = idle_timeout
         self.clock = clock
+        self._now = clock.now
         self.pool = pool
         self.infra = infra
         self.io_pool = io_pool or ThreadPoolExecutor(16, thread_name_prefix="zlink-io")
@@ -502,6 +505,7 @@ class Runtime:
         if act is None:  # an Instance Spot's first message activates it (cold activation)
             act = self._activate_instance(spec, call.target)
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
+        job.at = self._now()
         if reply is not None:
             seconds = call.deadline if call.deadline is not None else self.request_timeout
             reply.timer = self.infra.call_later(
@@ -989,6 +993,11 @@ class Runtime:
             ai, ab, li, lb = owner.lanes.reserved()
             gate = owner.gate
             age = None if gate.running is None else max(0.0, now - gate.running_since)
+            try:
+                first = owner.lanes.app[0]  # a peek; the gate may pop it meanwhile
+                oldest = max(0.0, now - first.at) if first.at else None
+            except (IndexError, AttributeError):
+                oldest = None
             out.append(
                 OwnerStatus(
                     owner=owner.name,
@@ -1001,6 +1010,7 @@ class Runtime:
                     lifecycle_bytes=lb,
                     gate_busy=gate.busy,
                     running_turn_age=age,
+                    oldest_item_age=oldest,
                     held=owner.held,
                     timers=timers,
                 )

@@ -1,0 +1,77 @@
+"""The admin endpoint and the commands that read it, against a real node in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+import zlink
+from zlink.admin import AdminServer, is_loopback, parse_address
+from zlink.cli import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_addresses_parse_and_only_loopback_is_served_unless_asked():
+    assert parse_address("127.0.0.1:8765") == ("127.0.0.1", 8765)
+    assert parse_address("[::1]:0") == ("::1", 0)
+    for bad in ("nope", "127.0.0.1:", ":80", "h:99999"):
+        with pytest.raises(zlink.InvalidArgument):
+            parse_address(bad)
+    assert is_loopback("127.0.0.2") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("10.0.0.1") and not is_loopback("example.org")
+    node = zlink.Node(zlink.App("a"), zlink.NodeConfig(workers=1))
+    with pytest.raises(zlink.InvalidArgument, match="loopback"):
+        AdminServer(node, "0.0.0.0", 0)
+
+
+@pytest.mark.timeout(60)
+def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "examples.counter:app", "--admin", "127.0.0.1:0"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("admin on http://127.0.0.1:"), line
+        address = line.strip().removeprefix("admin on http://")
+        proc.stdout.readline()  # "serving ..."
+
+        def zl(*args: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "zlink", *args, "--admin", address],
+                cwd=ROOT, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        owners = json.loads(zl("inspect", "queues", "--json"))
+        assert [o["owner"] for o in owners] == ["counter.lobby@node-1"]
+        assert "counter.lobby@node-1" in zl("inspect", "spots")
+        assert "workers busy" in zl("status")
+        assert "workers busy" in zl("status", "--watch", "--count", "1", "--interval", "0.1")
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+        assert "stopped" in out
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_inspect_reports_a_node_that_does_not_answer():
+    result = CliRunner().invoke(cli, ["inspect", "queues", "--admin", "127.0.0.1:1"])
+    assert result.exit_code == 2
+    assert "no node answers" in result.output
+    result = CliRunner().invoke(cli, ["inspect", "everything"])
+    assert result.exit_code == 2
