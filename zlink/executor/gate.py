@@ -33,6 +33,7 @@ from .pool import WorkerPool
 from .turn import DONE, KEEP, Job, Turn
 
 _log = logging.getLogger("zlink.gate")
+_RING_LOCK = threading.Lock()  # only to make a gate's ring on its first push
 
 
 class _Resume:
@@ -93,7 +94,7 @@ class Owner:
         verdict = self.lanes.put_app(job, job.size)
         if verdict == ADMITTED and self._flag.acquire(False):
             gate = self.gate
-            gate._ring.append(self)
+            gate.push_held(self)
             if gate._flag.acquire(False):
                 return verdict, gate
         return verdict, None
@@ -171,7 +172,7 @@ class Owner:
             return
         lanes = self.lanes
         if lanes.app or lanes.life or self._resume is not None:
-            self.gate._ring.append(self)
+            self.gate._ring.append(self)  # type: ignore[union-attr]  # pushed before: it exists
         else:
             self._settle_empty()
 
@@ -215,7 +216,7 @@ class Gate:
         budget: float,
         name: str = "",
     ) -> None:
-        self._ring: deque[Owner] = deque()
+        self._ring: deque[Owner] | None = None  # made on first push (see OwnerLanes)
         self._flag = threading.Lock()
         self._pool = pool
         self._clock = clock
@@ -228,9 +229,19 @@ class Gate:
 
     def push(self, owner: Owner) -> None:
         """Put a ready owner at the back of the ring; schedule the gate if it was idle."""
-        self._ring.append(owner)
+        self.push_held(owner)
         if self._flag.acquire(False):
             self._pool.submit(self._run)
+
+    def push_held(self, owner: Owner) -> None:
+        """Append to the ring without scheduling (the caller is about to take the flag)."""
+        ring = self._ring
+        if ring is None:
+            with _RING_LOCK:
+                if self._ring is None:
+                    self._ring = deque()
+            ring = self._ring
+        ring.append(owner)
 
     @property
     def busy(self) -> bool:
@@ -258,6 +269,9 @@ class Gate:
         started = now()
         deadline = started + self.budget
         ring = self._ring
+        if ring is None:  # scheduled before anything was ever pushed: nothing to run
+            self._flag.release()
+            return
         while True:
             try:
                 owner = ring.popleft()

@@ -34,17 +34,27 @@ def in_infrastructure() -> bool:
 class TimerHandle:
     """A scheduled infrastructure callback; ``cancel()`` makes it a no-op (lazy deletion)."""
 
-    __slots__ = ("args", "cancelled", "deadline", "fn")
+    __slots__ = ("_owner", "args", "cancelled", "deadline", "fn")
 
-    def __init__(self, deadline: float, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    def __init__(
+        self,
+        deadline: float,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        owner: InfraExecutor | None = None,
+    ) -> None:
         self.deadline = deadline
         self.fn = fn
         self.args = args
         self.cancelled = False
+        self._owner = owner
 
     def cancel(self) -> None:
         """Never run this callback. Safe from any thread, any number of times."""
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled = True
+            if self._owner is not None:
+                self._owner._cancelled_one()
 
 
 class InfraExecutor:
@@ -61,6 +71,7 @@ class InfraExecutor:
         self._cond = threading.Condition(threading.Lock())
         self._ready: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._dead = 0  # cancelled entries still in the heap
         self._seq = itertools.count()
         self._state = "new"
         self._busy = False  # a batch is running (read by wait_quiet)
@@ -89,7 +100,7 @@ class InfraExecutor:
 
     def call_at(self, deadline: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
         """Run ``fn(*args)`` on the infrastructure thread once the clock reaches ``deadline``."""
-        handle = TimerHandle(deadline, fn, args)
+        handle = TimerHandle(deadline, fn, args, self)
         with self._cond:
             heapq.heappush(self._heap, (deadline, next(self._seq), handle))
             if self._heap[0][2] is handle:
@@ -105,11 +116,26 @@ class InfraExecutor:
         with self._cond:
             return len(self._ready) + sum(1 for e in self._heap if not e[2].cancelled)
 
+    def _cancelled_one(self) -> None:
+        """A deadline was cancelled; compact the heap once most of it is dead (as asyncio does).
+
+        Most request deadlines are cancelled by their reply long before they are due; without
+        this the heap would hold every one of them until its deadline passed.
+        """
+        with self._cond:
+            self._dead += 1
+            heap = self._heap
+            if self._dead > 256 and self._dead * 2 > len(heap):
+                self._heap = [e for e in heap if not e[2].cancelled]
+                heapq.heapify(self._heap)
+                self._dead = 0
+
     def take_pending(self) -> list[TimerHandle]:
         """Remove and return every live deadline (shutdown fails them itself)."""
         with self._cond:
             live = [e[2] for e in self._heap if not e[2].cancelled]
             self._heap.clear()
+            self._dead = 0
         return live
 
     def wait_quiet(self, timeout: float) -> bool:
@@ -139,7 +165,9 @@ class InfraExecutor:
             heap = self._heap
             while heap and (heap[0][0] <= now or heap[0][2].cancelled):
                 handle = heapq.heappop(heap)[2]
-                if not handle.cancelled:
+                if handle.cancelled:
+                    self._dead = max(0, self._dead - 1)
+                else:
                     self._ready.append((handle.fn, handle.args))
             self._cond.notify()
 
@@ -165,7 +193,9 @@ class InfraExecutor:
                 heap = self._heap
                 while heap and (heap[0][0] <= now or heap[0][2].cancelled):
                     handle = heapq.heappop(heap)[2]
-                    if not handle.cancelled:
+                    if handle.cancelled:
+                        self._dead = max(0, self._dead - 1)
+                    else:
                         batch.append((handle.fn, handle.args))
                 if batch:
                     self._busy = True

@@ -189,7 +189,8 @@ class SpotAct(ObjectAct):
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
-        self.activated = Completion()  # set when on_create / on_initialize have finished
+        # set when on_create / on_initialize have finished, then dropped (idle Spots keep none)
+        self.activated: Completion | None = Completion()
         # §2/§3: one shared gate, and Yield, only in SpotWide User Spots and Instance Spots
         self.shared = self.kind is SpotKind.INSTANCE or (
             self.kind is SpotKind.USER and spec.mode is ExecutionMode.SPOT_WIDE
@@ -248,7 +249,7 @@ class ActorAct(ObjectAct):
         self.instance: Any = None
         self.context = ActorContext(rt, actor_id, spec.name)
         self.state = ACTIVATING
-        self.activated = Completion()
+        self.activated: Completion | None = Completion()
         self._init_object()
 
     @property
@@ -460,6 +461,7 @@ class Runtime:
                 assert spec.actor_type is not None
                 self.entries[spec.actor_type] = act
                 self._activate(act, None)
+                assert act.activated is not None  # just made
                 waits.append(act.activated)
         if self.idle_timeout is not None:
             self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
@@ -859,7 +861,9 @@ class Runtime:
             act.state = READY
             reply = turn.result.reply if isinstance(turn.result, SpotCreateResponse) else None
             result = SpotCreateResult(act.spot_id, act.ref, True, reply)
-            act.activated.set(result, None)
+            activated, act.activated = act.activated, None  # idle Spots keep no completion
+            assert activated is not None
+            activated.set(result, None)
 
         job = LifeJob(act, "activation", lambda: _chain(*steps), done, UNRESERVED)
         act.owner.put_unreserved(job)
@@ -870,7 +874,8 @@ class Runtime:
         with self._lock:
             if self.spots.get(act.spot_id) is act:
                 del self.spots[act.spot_id]
-        act.activated.set(None, error)
+        if act.activated is not None:
+            act.activated.set(None, error)
         for item in act.owner.drain():
             if isinstance(item, Job):
                 item.discard(NotFound(f"spot {act.spot_id!r} failed to activate"))
@@ -895,6 +900,7 @@ class Runtime:
         if existing is not None:
             self._existing(existing, spec, call, completion)
             return completion
+        assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
         self._activate(act, call.request_msg)
         return completion
@@ -925,7 +931,10 @@ class Runtime:
             else:
                 out.set(ActorCreateResult(act.actor_id, False), None)
 
-        act.activated.add_callback(settle)
+        if act.activated is None:  # activated already
+            settle(None, None)
+        else:
+            act.activated.add_callback(settle)
 
     def _create_actor(self, call: CreateCall[Any], mode: int) -> Completion:
         spec = self.app.actors.get(call.type_name)
@@ -961,18 +970,22 @@ class Runtime:
                 error = InvalidOperation(f"{entry.spot_id!r} refused to create {actor_id!r}")
             else:
                 act.state = READY
-                act.activated.set(ActorCreateResult(actor_id, True, res.reply), None)
+                activated, act.activated = act.activated, None
+                assert activated is not None
+                activated.set(ActorCreateResult(actor_id, True, res.reply), None)
                 act.owner.unhold()
                 return
             act.state = GONE
             with self._lock:
                 if self.actors.get(actor_id) is act:
                     del self.actors[actor_id]
-            act.activated.set(None, error)
+            if act.activated is not None:
+                act.activated.set(None, error)
             for item in act.owner.drain():
                 if isinstance(item, Job):
                     item.discard(NotFound(f"actor {actor_id!r} was not created"))
 
+        assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
         job = LifeJob(entry, "on_create_actor", approve, decided)
         if entry.owner.put_life(job) != ADMITTED:
@@ -993,9 +1006,10 @@ class Runtime:
             ai, ab, li, lb = owner.lanes.reserved()
             gate = owner.gate
             age = None if gate.running is None else max(0.0, now - gate.running_since)
+            app = owner.lanes.app
             try:
-                first = owner.lanes.app[0]  # a peek; the gate may pop it meanwhile
-                oldest = max(0.0, now - first.at) if first.at else None
+                first = app[0] if app else None  # a peek; the gate may pop it meanwhile
+                oldest = max(0.0, now - first.at) if first is not None and first.at else None
             except (IndexError, AttributeError):
                 oldest = None
             out.append(
