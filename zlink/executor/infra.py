@@ -161,14 +161,7 @@ class InfraExecutor:
         work is visible to ``wait_quiet`` (tests wait on it, never on sleep).
         """
         with self._cond:
-            now = self._clock.now()
-            heap = self._heap
-            while heap and (heap[0][0] <= now or heap[0][2].cancelled):
-                handle = heapq.heappop(heap)[2]
-                if handle.cancelled:
-                    self._dead = max(0, self._dead - 1)
-                else:
-                    self._ready.append((handle.fn, handle.args))
+            self._ready.extend(self._pop_due())
             self._cond.notify()
 
     # -- the infrastructure thread ------------------------------------------------------------
@@ -183,20 +176,27 @@ class InfraExecutor:
                 except BaseException:  # noqa: BLE001 - the infrastructure thread never dies
                     _log.exception("infrastructure task %r failed", fn)
 
+    def _pop_due(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+        """Pop every due (or cancelled) deadline; the due ones' calls. Holds ``_cond``."""
+        now = self._clock.now()
+        heap = self._heap
+        due = []
+        while heap and (heap[0][0] <= now or heap[0][2].cancelled):
+            handle = heapq.heappop(heap)[2]
+            if handle.cancelled:
+                self._dead = max(0, self._dead - 1)
+            else:
+                due.append((handle.fn, handle.args))
+        return due
+
     def _next_batch(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]] | None:
         with self._cond:
             self._busy = False
             while True:
                 batch: list[tuple[Callable[..., Any], tuple[Any, ...]]] = list(self._ready)
                 self._ready.clear()
-                now = self._clock.now()
+                batch += self._pop_due()
                 heap = self._heap
-                while heap and (heap[0][0] <= now or heap[0][2].cancelled):
-                    handle = heapq.heappop(heap)[2]
-                    if handle.cancelled:
-                        self._dead = max(0, self._dead - 1)
-                    else:
-                        batch.append((handle.fn, handle.args))
                 if batch:
                     self._busy = True
                     return batch

@@ -93,6 +93,40 @@ class _Call:
         self._ended = True
 
 
+class _Completing(_Call, Generic[T]):
+    """The terminals of a call that completes with a value; subclasses say how to submit."""
+
+    __slots__ = ()
+    _WAIT_MODE = NO_WAIT  # what wait() submits as (requests let a blocked caller help)
+
+    def _submit(self, mode: int) -> Completion:
+        raise NotImplementedError
+
+    def __await__(self) -> Generator[Any, Any, T]:
+        _inside_only()
+        self._terminal()
+        completion = self._submit(KEEP)
+        return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
+
+    def yield_(self) -> _Yielding[T]:
+        """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
+        self._rt.check_yield(self)
+        self._terminal()
+        return _Yielding(self)
+
+    def wait(self, timeout: float | None = None) -> T:
+        """Outside the runtime: submit and block up to ``timeout`` real seconds."""
+        _outside_only(f"{type(self).__name__}.wait()")
+        self._terminal()
+        return self._submit(self._WAIT_MODE).wait(timeout)  # type: ignore[no-any-return]
+
+    def future(self) -> concurrent.futures.Future[T]:
+        """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
+        _outside_only(f"{type(self).__name__}.future()")
+        self._terminal()
+        return self._submit(NO_WAIT).future()
+
+
 class MessageCall(_Call):
     """Options shared by sends and requests to a Spot, an Actor or a Channel."""
 
@@ -168,10 +202,11 @@ class SendCall(MessageCall):
         yield  # pragma: no cover - makes this a generator; admission never suspends
 
 
-class RequestCall(MessageCall, Generic[T]):
+class RequestCall(MessageCall, _Completing[T]):
     """A request whose reply is a ``T``."""
 
     __slots__ = ()
+    _WAIT_MODE = HELP
 
     def timeout(self, seconds: float) -> RequestCall[T]:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
@@ -180,44 +215,23 @@ class RequestCall(MessageCall, Generic[T]):
         self.deadline = float(seconds)
         return self
 
-    def __await__(self) -> Generator[Any, Any, T]:
-        _inside_only()
-        self._terminal()
-        completion = self._rt.submit(self, Completion(), KEEP)
-        return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
-
-    def yield_(self) -> _Yielding[T]:
-        """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
-        self._rt.check_yield(self)
-        self._terminal()
-        return _Yielding(self._rt, self)
-
-    def wait(self, timeout: float | None = None) -> T:
-        """Outside the runtime: submit and block up to ``timeout`` real seconds."""
-        _outside_only("RequestCall.wait()")
-        self._terminal()
-        return self._rt.submit(self, Completion(), HELP).wait(timeout)  # type: ignore[no-any-return]
-
-    def future(self) -> concurrent.futures.Future[T]:
-        """Outside the runtime: a ``concurrent.futures.Future`` of the reply."""
-        _outside_only("RequestCall.future()")
-        self._terminal()
-        return self._rt.submit(self, Completion(), NO_WAIT).future()
+    def _submit(self, mode: int) -> Completion:
+        return self._rt.submit(self, Completion(), mode)
 
 
 class _Yielding(Generic[T]):
     """The awaitable ``yield_()`` returns: submits on ``await`` and releases the gate."""
 
-    __slots__ = ("_call", "_rt", "_spent")
+    __slots__ = ("_call", "_spent")
 
-    def __init__(self, rt: Runtime, call: _Call) -> None:
-        self._rt, self._call, self._spent = rt, call, False
+    def __init__(self, call: _Completing[T]) -> None:
+        self._call, self._spent = call, False
 
     def __await__(self) -> Generator[Any, Any, T]:
         if self._spent:
             raise InvalidOperation("a yield_() awaitable can be awaited once")
         self._spent = True
-        completion = self._rt.submit_any(self._call, YIELD)
+        completion = self._call._submit(YIELD)
         return (yield Suspension(True, completion.add_callback))  # type: ignore[no-any-return]
 
 
@@ -226,7 +240,7 @@ def _check_timeout(seconds: object) -> None:
         raise InvalidArgument(f"a timeout is a positive number of seconds, got {seconds!r}")
 
 
-class CreateCall(_Call, Generic[T]):
+class CreateCall(_Completing[T]):
     """A Spot or Actor create / get-or-create; the result is a create result."""
 
     __slots__ = ("deadline", "get", "kind", "mesh", "object_id", "request_msg", "type_name")
@@ -263,32 +277,11 @@ class CreateCall(_Call, Generic[T]):
         self.mesh = mesh_name
         return self
 
-    def __await__(self) -> Generator[Any, Any, T]:
-        _inside_only()
-        self._terminal()
-        completion = self._rt.submit_create(self, KEEP)
-        return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
-
-    def yield_(self) -> _Yielding[T]:
-        """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
-        self._rt.check_yield(self)
-        self._terminal()
-        return _Yielding(self._rt, self)
-
-    def wait(self, timeout: float | None = None) -> T:
-        """Outside the runtime: submit and block up to ``timeout`` real seconds."""
-        _outside_only("CreateCall.wait()")
-        self._terminal()
-        return self._rt.submit_create(self, NO_WAIT).wait(timeout)  # type: ignore[no-any-return]
-
-    def future(self) -> concurrent.futures.Future[T]:
-        """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
-        _outside_only("CreateCall.future()")
-        self._terminal()
-        return self._rt.submit_create(self, NO_WAIT).future()
+    def _submit(self, mode: int) -> Completion:
+        return self._rt.submit_create(self, mode)
 
 
-class WorkerCall(_Call, Generic[T]):
+class WorkerCall(_Completing[T]):
     """Blocking (``io``) or CPU-bound (``cpu``) work run off the gate on a bounded pool (§16).
 
     The function runs on a worker pool thread, never on an application worker, so the turn's
@@ -317,29 +310,8 @@ class WorkerCall(_Call, Generic[T]):
         self.deadline = float(seconds)
         return self
 
-    def __await__(self) -> Generator[Any, Any, T]:
-        _inside_only()
-        self._terminal()
-        completion = self._rt.submit_worker(self)
-        return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
-
-    def yield_(self) -> _Yielding[T]:
-        """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
-        self._rt.check_yield(self)
-        self._terminal()
-        return _Yielding(self._rt, self)
-
-    def wait(self, timeout: float | None = None) -> T:
-        """Outside the runtime: run on the pool and block up to ``timeout`` real seconds."""
-        _outside_only("WorkerCall.wait()")
-        self._terminal()
-        return self._rt.submit_worker(self).wait(timeout)  # type: ignore[no-any-return]
-
-    def future(self) -> concurrent.futures.Future[T]:
-        """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
-        _outside_only("WorkerCall.future()")
-        self._terminal()
-        return self._rt.submit_worker(self).future()
+    def _submit(self, mode: int) -> Completion:
+        return self._rt.submit_worker(self)
 
 
 class JoinCall(_Call):

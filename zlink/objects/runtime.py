@@ -565,13 +565,6 @@ class Runtime:
             if act.owner.put_app(job) != ADMITTED:
                 self.metrics.add("publish_dropped")
 
-    def submit_any(self, call: Any, mode: int) -> Completion:
-        if isinstance(call, CreateCall):
-            return self.submit_create(call, mode)
-        if isinstance(call, WorkerCall):
-            return self.submit_worker(call)
-        return self.submit(call, Completion(), mode)
-
     def submit_worker(self, call: WorkerCall[Any]) -> Completion:
         """Run ``call.fn`` on its bounded pool; the completion carries its result or error."""
         if self.stopping:
