@@ -20,6 +20,9 @@ from .app import App
 from .config import NodeConfig
 from .errors import InvalidArgument, InvalidOperation, Unavailable
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
+from .mesh.location import LocationStore
+from .mesh.router import MeshRouter
+from .mesh.transport import Transport
 from .messaging.completion import expire
 from .messaging.context import Client
 from .objects.runtime import Runtime
@@ -37,8 +40,15 @@ class Node:
     """A ZLink node: ``start()``, ``client()``, ``shutdown()``; or use it as a context manager."""
 
     def __init__(
-        self, app: App, config: NodeConfig | None = None, *, clock: Clock | None = None
+        self,
+        app: App,
+        config: NodeConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        store: LocationStore | None = None,
+        transport: Transport | None = None,
     ) -> None:
+        """``store`` and ``transport`` (both, or neither) make this node part of a mesh."""
         if not isinstance(app, App):
             raise InvalidOperation(f"Node takes a zlink.App, got {type(app).__name__}")
         self.app = app
@@ -67,6 +77,11 @@ class Node:
             ),
             worker_limit=self.config.worker_calls_in_flight,
         )
+        if (store is None) != (transport is None):
+            raise InvalidArgument("a mesh node needs both a LocationStore and a Transport")
+        self._transport = transport
+        if store is not None and transport is not None:
+            self._rt.router = MeshRouter(self._rt, store, transport)
         self._client = Client(self._rt)
         self._subscribers: list[StatusSubscription] = []
 
@@ -92,6 +107,8 @@ class Node:
             self._state = "starting"
         self._infra.start()
         self._pool.start()
+        if self._transport is not None and self._rt.router is not None:
+            self._transport.attach(self.node_id, self._rt.router.receive, self._infra.submit)
         for activated in self._rt.start():
             activated.wait(self.config.request_timeout)
         self._state = "running"
@@ -210,6 +227,8 @@ class Node:
         self._infra.stop(max(0.0, end - time.monotonic()))
         for sub in self._subscribers:
             sub.close()
+        if self._transport is not None:
+            self._transport.detach(self.node_id)
         self._state = "stopped"
         _log.info("node %s stopped", self.node_id)
 

@@ -102,6 +102,12 @@ class Completion:
         return fut
 
 
-def expire(completion: Completion, error: BaseException) -> None:
-    """The infrastructure deadline of a call: fail it unless it already completed."""
-    completion.set(None, error)
+def expire(completion: Completion, reason: BaseException | str) -> None:
+    """The infrastructure deadline of a call: fail it unless it already completed.
+
+    ``reason`` is the error, or the text of a ``DeadlineExceeded`` made only if it fires (most
+    deadlines are cancelled by their reply, so most never need the exception object).
+    """
+    if not completion.done:
+        error = reason if isinstance(reason, BaseException) else DeadlineExceeded(reason)
+        completion.set(None, error)

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     Cancelled,
-    DeadlineExceeded,
     HandlerError,
     InvalidArgument,
     InvalidOperation,
@@ -40,6 +39,8 @@ from ..errors import (
 from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
 from ..executor.lanes import ADMITTED, APPLICATION, FULL_COUNT, LIFECYCLE, UNRESERVED, LaneLimits
 from ..executor.turn import CLOSED
+from ..mesh.location import Location
+from ..mesh.router import _MAX_HOPS, MeshRouter
 from ..messaging.calls import (
     HELP,
     KEEP,
@@ -157,6 +158,7 @@ class SpotAct(ObjectAct):
 
     __slots__ = (
         "activated",
+        "authority",
         "closing_turn",
         "context",
         "gate",
@@ -187,6 +189,7 @@ class SpotAct(ObjectAct):
         self.instance: Any = None
         self.state = ACTIVATING
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
+        self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
         # set when on_create / on_initialize have finished, then dropped (idle Spots keep none)
@@ -439,6 +442,7 @@ class Runtime:
         self.channels: dict[str, ChannelAct] = {}
         self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
         self.topics: dict[str, frozenset[str]] = {}  # topic -> subscribed Spot ids (copy on write)
+        self.router: MeshRouter | None = None  # set when the node is part of a mesh
         self.stopping = False  # read on the hot path
         self.stopped_admission = threading.Event()  # for those who must wait for it
         self._lock = threading.Lock()
@@ -468,8 +472,14 @@ class Runtime:
         return waits
 
     # -- messages -------------------------------------------------------------------------------
-    def submit(self, call: MessageCall, reply: Completion | None, mode: int) -> Completion:
-        """Route a send or request; raises before any queue change when it cannot be taken."""
+    def submit(
+        self, call: MessageCall, reply: Completion | None, mode: int, hops: int = 0
+    ) -> Completion:
+        """Route a send or request; raises before any queue change when it cannot be taken.
+
+        A target this node does not have is looked up in the Location Store (when the node is
+        part of a mesh) and the call is forwarded to its owner (``hops`` counts relays).
+        """
         if self.stopping:
             raise Unavailable(f"node {self.node_id} is shutting down")
         if call.mesh is not None and call.mesh != self.mesh:
@@ -487,10 +497,14 @@ class Runtime:
         elif call.kind == "actor":
             act = self.actors.get(call.target)
             if act is None or act.state == GONE:
+                if self.router is not None:
+                    return self._remote(call, reply, hops)
                 raise NotFound(f"no actor {call.target!r}")
         else:
             act = self.spots.get(call.target)
             if act is None:
+                if self.router is not None and not call.instance:
+                    return self._remote(call, reply, hops)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
             elif act.state > READY:
@@ -505,14 +519,20 @@ class Runtime:
             self._check_wait(turn, act, mode)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         if act is None:  # an Instance Spot's first message activates it (cold activation)
-            act = self._activate_instance(spec, call.target)
+            generation = None
+            if self.router is not None:  # only the owner the store confirms runs the factory
+                held = self.router.store.reserve(
+                    call.target, "spot", spec.name, self.node_id, self._lease()
+                )
+                if held.location.owner != self.node_id:
+                    return self._remote(call, reply, hops, held.location)
+                generation = held.location.object_generation
+            act = self._activate_instance(spec, call.target, generation)
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
         job.at = self._now()
         if reply is not None:
             seconds = call.deadline if call.deadline is not None else self.request_timeout
-            reply.timer = self.infra.call_later(
-                seconds, expire, reply, DeadlineExceeded(f"no reply within {seconds} s")
-            )
+            reply.timer = self.infra.call_later(seconds, expire, reply, "no reply in time")
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
             run_free(job, self.pool, inline=mode == HELP)
@@ -534,6 +554,30 @@ class Runtime:
         if helped is not None:  # the gate was idle: this blocking caller runs it (§10)
             assert reply is not None
             helped.help(lambda: reply.done)
+        return reply  # type: ignore[return-value]
+
+    def _lease(self) -> float:
+        return self.clock.now() + 3600.0  # no failure detection yet: leases are long
+
+    def _remote(
+        self,
+        call: MessageCall,
+        reply: Completion | None,
+        hops: int,
+        location: Location | None = None,
+    ) -> Completion:
+        """Forward ``call`` to the node that owns its target (stale routes relay onward)."""
+        assert self.router is not None
+        if location is None:
+            location = self.router.store.lookup(call.target)
+        if location is None or location.owner == self.node_id:
+            raise NotFound(f"no {call.kind} {call.target!r}")
+        if hops > _MAX_HOPS:
+            raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
+        if reply is not None:
+            seconds = call.deadline if call.deadline is not None else self.request_timeout
+            reply.timer = self.infra.call_later(seconds, expire, reply, "no reply in time")
+        self.router.forward(call, reply, location, hops)
         return reply  # type: ignore[return-value]
 
     def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
@@ -581,7 +625,7 @@ class Runtime:
                 call.deadline,
                 expire,
                 completion,
-                DeadlineExceeded(f"worker call took longer than {call.deadline} s"),
+                "the worker call took longer than its timeout",
             )
         fn, args, kwargs = call.fn, call.args, call.kwargs
 
@@ -811,8 +855,10 @@ class Runtime:
         return actor.spot.spot_id
 
     # -- activation ----------------------------------------------------------------------------
-    def _register_spot(self, spec: TypeSpec, spot_id: str) -> SpotAct:
-        act = SpotAct(self, spec, spot_id, next(self._generations))
+    def _register_spot(
+        self, spec: TypeSpec, spot_id: str, generation: int | None = None
+    ) -> SpotAct:
+        act = SpotAct(self, spec, spot_id, generation or next(self._generations))
         self.spots[spot_id] = act
         return act
 
@@ -827,12 +873,14 @@ class Runtime:
             raise InvalidArgument(f"{name!r} is not a registered Instance Spot type")
         return spec
 
-    def _activate_instance(self, spec: TypeSpec, spot_id: str) -> SpotAct:
+    def _activate_instance(
+        self, spec: TypeSpec, spot_id: str, generation: int | None = None
+    ) -> SpotAct:
         with self._lock:
             act = self.spots.get(spot_id)
             if act is not None:
                 return act
-            act = self._register_spot(spec, spot_id)
+            act = self._register_spot(spec, spot_id, generation)
         self._activate(act, None)
         return act
 
@@ -886,10 +934,31 @@ class Runtime:
             raise InvalidArgument(f"{call.type_name!r} is not a registered User Spot type")
         completion = self._timed(call)
         spot_id = call.object_id or uuid.uuid4().hex
+        remote: Location | None = None
         with self._lock:
             existing = self.spots.get(spot_id)
             if existing is None:
-                act = self._register_spot(spec, spot_id)
+                generation = None
+                if self.router is not None:  # only the owner the store confirms runs the factory
+                    held = self.router.store.reserve(
+                        spot_id, "spot", spec.name, self.node_id, self._lease()
+                    )
+                    if held.location.owner != self.node_id:
+                        remote = held.location
+                    generation = held.location.object_generation
+                if remote is None:
+                    act = self._register_spot(spec, spot_id, generation)
+        if remote is not None:
+            assert self.router is not None
+            if not call.get or remote.type_name != spec.name:
+                assert completion.timer is not None
+                completion.timer.cancel()
+                what = "exists already" if not call.get else f"exists as {remote.type_name!r}"
+                raise (InvalidOperation if not call.get else InvalidArgument)(
+                    f"{spot_id!r} {what} on node {remote.owner}"
+                )
+            self.router.forward_create(call, completion, remote)
+            return completion
         if existing is not None:
             self._existing(existing, spec, call, completion)
             return completion
@@ -901,9 +970,7 @@ class Runtime:
     def _timed(self, call: CreateCall[Any]) -> Completion:
         completion = Completion()
         seconds = call.deadline if call.deadline is not None else self.request_timeout
-        completion.timer = self.infra.call_later(
-            seconds, expire, completion, DeadlineExceeded(f"not created within {seconds} s")
-        )
+        completion.timer = self.infra.call_later(seconds, expire, completion, "not created in time")
         return completion
 
     def _existing(
@@ -941,6 +1008,17 @@ class Runtime:
         actor_id = call.object_id or uuid.uuid4().hex
         with self._lock:
             existing = self.actors.get(actor_id)
+            if existing is None and self.router is not None:
+                held = self.router.store.reserve(
+                    actor_id, "actor", spec.name, self.node_id, self._lease()
+                )
+                if held.location.owner != self.node_id:  # it lives on another node
+                    assert completion.timer is not None
+                    completion.timer.cancel()
+                    if not call.get:
+                        raise InvalidOperation(f"{actor_id!r} exists already on another node")
+                    completion.set(ActorCreateResult(actor_id, False), None)
+                    return completion
             if existing is None:
                 act = ActorAct(self, spec, actor_id, entry)
                 self.actors[actor_id] = act
@@ -1110,6 +1188,9 @@ class Runtime:
         for topic, ids in list(self.topics.items()):
             if act.spot_id in ids:
                 self.subscribe(act.spot_id, topic, False)
+        if self.router is not None:  # fenced: a stale owner's release is refused
+            with contextlib.suppress(Unavailable):
+                self.router.store.release(act.spot_id, self.node_id, act.authority)
         error: ZLinkError = (
             Unavailable(f"node {self.node_id} shut down before it ran")
             if self.stopping

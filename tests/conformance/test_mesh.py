@@ -1,0 +1,204 @@
+"""Several nodes in one process: the Location Store, routing and request/reply (§4, §14)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.mesh.location import InMemoryLocationStore
+from zlink.mesh.transport import InProcessTransport
+from zlink.testing import LocalCluster, ManualClock
+
+
+class Add(zlink.Message, type_name="t.ms.add"):
+    n: int
+
+
+class Total(zlink.Request[int], type_name="t.ms.total"):
+    pass
+
+
+class Stall(zlink.Request[str], type_name="t.ms.stall"):
+    pass
+
+
+class Where(zlink.Request[str], type_name="t.ms.where"):
+    pass
+
+
+CREATED: list[str] = []
+GATE = threading.Event()
+STALLED = threading.Event()
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("mesh")
+
+    @app.user_spot("t.ms.room")
+    class Room(zlink.UserSpot):
+        def __init__(self, context: zlink.SpotContext) -> None:
+            super().__init__(context)
+            self.total = 0
+
+        def on_create(self, request: Any) -> None:
+            CREATED.append(self.context.spot_id)
+
+        @zlink.handler
+        def add(self, msg: Add) -> None:
+            self.total += msg.n
+
+        @zlink.handler
+        def get_total(self, req: Total) -> int:
+            return self.total
+
+        @zlink.handler
+        def stall(self, req: Stall) -> str:
+            STALLED.set()
+            assert GATE.wait(WAIT)
+            return "late"
+
+        @zlink.handler
+        def where(self, req: Where) -> str:
+            return self.context.spot_ref.node_rid
+
+    @app.instance_spot("t.ms.counter")
+    class Counter(zlink.InstanceSpot):
+        def on_initialize(self) -> None:
+            CREATED.append(f"instance:{self.context.spot_id}")
+
+        @zlink.handler
+        def where(self, req: Where) -> str:
+            return self.context.spot_ref.node_rid
+
+    @app.entry_spot("t.ms.lobby", actor="t.ms.player")
+    class Lobby(zlink.EntrySpot):
+        pass
+
+    @app.actor("t.ms.player")
+    class Player(zlink.Actor):
+        @zlink.handler
+        def where(self, req: Where) -> str:
+            return self.context.spot_id
+
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    CREATED.clear()
+    GATE.clear()
+    STALLED.clear()
+
+
+@pytest.fixture
+def cluster(clock: ManualClock):
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2) as cluster:
+        yield cluster
+    GATE.set()
+
+
+def test_a_spot_created_on_one_node_is_reached_from_every_node(cluster):
+    n1, n2, n3 = cluster.nodes
+    n1.client().spots.get_or_create("room", "t.ms.room").wait(WAIT)
+    for node in (n1, n2, n3):
+        node.client().send_to_spot("room", Add(n=1)).submit()
+    cluster.wait_idle(WAIT)
+    assert n3.client().request_to_spot("room", Total()).wait(WAIT) == 3
+    assert n2.client().request_to_spot("room", Where()).wait(WAIT) == "node-1"
+    assert "room" in n1._runtime.spots and "room" not in n2._runtime.spots
+
+
+def test_only_the_owner_confirmed_by_the_store_runs_the_factory(cluster):
+    calls = [n.client().spots.get_or_create("one", "t.ms.room").future() for n in cluster.nodes]
+    results = [f.result(WAIT) for f in calls]
+    assert CREATED == ["one"]
+    assert len({r.spot_ref.object_generation for r in results}) == 1
+    assert sum("one" in n._runtime.spots for n in cluster.nodes) == 1
+
+
+def test_an_instance_spot_is_cold_activated_once_in_the_mesh(cluster):
+    answers = {
+        n.client().request_to_spot("c", Where()).instance_spot().wait(WAIT) for n in cluster.nodes
+    }
+    assert len(answers) == 1
+    assert CREATED == ["instance:c"]
+
+
+def test_an_actor_is_reached_from_every_node(cluster):
+    n1, n2, _ = cluster.nodes
+    pid = n1.client().actors.create("t.ms.player").wait(WAIT).actor_id
+    assert n2.client().request_to_actor(pid, Where()).wait(WAIT) == "t.ms.lobby@node-1"
+    assert n2.client().actors.get_or_create(pid, "t.ms.player").wait(WAIT).created is False
+
+
+def test_every_store_write_is_fenced_and_a_stale_owner_is_refused():
+    store = InMemoryLocationStore()
+    first = store.reserve("s", "spot", "t", "node-1", 10.0)
+    assert first.created and first.location.authority_generation == 1
+    assert not store.reserve("s", "spot", "t", "node-2", 10.0).created  # owner stays node-1
+    moved = store.transfer("s", "node-1", 1, "node-2", 10.0)
+    assert (moved.owner, moved.authority_generation) == ("node-2", 2)
+    with pytest.raises(zlink.Unavailable, match="stale owner"):
+        store.release("s", "node-1", 1)  # node-1 lost authority
+    with pytest.raises(zlink.Unavailable):
+        store.transfer("s", "node-2", 1, "node-3", 10.0)  # an old generation
+    assert store.release("s", "node-2", 2)
+    assert store.lookup("s") is None
+
+
+def test_a_cross_node_request_keeps_its_deadline_and_a_late_reply_is_counted(
+    cluster, clock: ManualClock
+):
+    n1, n2, _ = cluster.nodes
+    n2.client().spots.get_or_create("slow", "t.ms.room").wait(WAIT)
+    call = n1.client().request_to_spot("slow", Stall()).timeout(2).future()
+    assert STALLED.wait(WAIT)
+    clock.advance(2)
+    with pytest.raises(zlink.DeadlineExceeded):
+        call.result(WAIT)
+    GATE.set()
+    cluster.wait_idle(WAIT)
+    assert n1.counters().get("late_replies") == 1
+
+
+def test_a_reply_reaches_its_caller_while_every_worker_of_that_node_is_blocked(clock):
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=1) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("busy", "t.ms.room").wait(WAIT)
+        n2.client().spots.get_or_create("far", "t.ms.room").wait(WAIT)
+        stuck = n1.client().request_to_spot("busy", Stall()).future()
+        assert STALLED.wait(WAIT)  # node-1's only worker is now held
+        far = n1.client().request_to_spot("far", Total()).future()
+        assert far.result(WAIT) == 0  # completed by node-1's infrastructure thread
+        assert not stuck.done()
+        GATE.set()
+        assert stuck.result(WAIT) == "late"
+
+
+def test_a_bad_wire_payload_fails_only_that_request_and_is_counted(cluster):
+    n1, n2, _ = cluster.nodes
+    n2._runtime.router.receive(
+        {"k": "request", "to": "spot", "t": "x", "tn": "t.ms.total", "p": "{not json",
+         "m": {}, "o": "node-1", "h": 0, "c": 999, "d": 5}
+    )  # fmt: skip
+    cluster.wait_idle(WAIT)
+    assert n2.counters()["bad_wire_payloads"] == 1
+    assert n1.counters()["late_replies"] == 1  # node-1 had no such call waiting
+
+
+def test_mesh_bad_input_is_typed(cluster):
+    n1, n2, _ = cluster.nodes
+    with pytest.raises(zlink.NotFound):
+        n2.client().request_to_spot("nowhere", Total()).wait(WAIT)
+    n1.client().spots.get_or_create("r", "t.ms.room").wait(WAIT)
+    with pytest.raises(zlink.InvalidOperation):
+        n2.client().actors.create("t.ms.player", actor_id="p").wait(WAIT)
+        n1.client().actors.create("t.ms.player", actor_id="p").wait(WAIT)
+    with pytest.raises(zlink.InvalidArgument):
+        zlink.Node(build_app(), store=InMemoryLocationStore())
+    with pytest.raises(zlink.InvalidArgument):
+        zlink.Node(build_app(), transport=InProcessTransport())

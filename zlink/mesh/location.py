@@ -1,0 +1,120 @@
+"""The Location Store: each Spot's owner, owner lease and generations (execution-model §14).
+
+Guarantees / assumes:
+* ``reserve`` is the one place ownership is decided: only the node it confirms runs the
+  factory, so a Spot asked for on several nodes at once is activated once.
+* Every write after that is fenced by ``authority_generation``: a node that lost ownership
+  (a stale owner) has its write refused with ``Unavailable``, never applied.
+* ``object_generation`` numbers incarnations across the whole store (public ``SpotRef``);
+  ``authority_generation`` numbers owner changes of one Spot (store and runtime fencing only).
+* ``InMemoryLocationStore`` keeps all of it under one lock: the embedded default.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from ..errors import Unavailable
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where one Spot lives, as the store knows it."""
+
+    spot_id: str
+    kind: str  # "spot" or "actor"
+    type_name: str
+    owner: str  # node id
+    authority_generation: int
+    object_generation: int
+    lease_until: float
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """The answer to ``reserve``: the location, and whether this caller won the factory."""
+
+    location: Location
+    created: bool
+
+
+class LocationStore(Protocol):
+    """What nodes need from the store; any implementation must fence as described above."""
+
+    def reserve(
+        self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float
+    ) -> Reservation: ...
+
+    def lookup(self, spot_id: str) -> Location | None: ...
+
+    def release(self, spot_id: str, node: str, authority_generation: int) -> bool: ...
+
+    def transfer(
+        self, spot_id: str, node: str, authority_generation: int, target: str, lease_until: float
+    ) -> Location: ...
+
+
+class InMemoryLocationStore:
+    """The embedded store: one dict under one lock, shared by the nodes of one process."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locations: dict[str, Location] = {}
+        self._object_generations = itertools.count(1)
+
+    def reserve(
+        self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float
+    ) -> Reservation:
+        """Claim ``spot_id`` for ``node`` if nobody owns it; else say who does."""
+        with self._lock:
+            found = self._locations.get(spot_id)
+            if found is not None:
+                return Reservation(found, created=False)
+            location = Location(
+                spot_id, kind, type_name, node, 1, next(self._object_generations), lease_until
+            )
+            self._locations[spot_id] = location
+            return Reservation(location, created=True)
+
+    def lookup(self, spot_id: str) -> Location | None:
+        """The current location of ``spot_id``, or ``None``."""
+        return self._locations.get(spot_id)
+
+    def release(self, spot_id: str, node: str, authority_generation: int) -> bool:
+        """Forget ``spot_id`` (it closed); refused for anyone but its current owner."""
+        with self._lock:
+            found = self._locations.get(spot_id)
+            if found is None:
+                return False
+            self._fence(found, node, authority_generation)
+            del self._locations[spot_id]
+            return True
+
+    def transfer(
+        self, spot_id: str, node: str, authority_generation: int, target: str, lease_until: float
+    ) -> Location:
+        """Move authority to ``target`` (relocation); the new authority generation is +1."""
+        with self._lock:
+            found = self._locations.get(spot_id)
+            if found is None:
+                raise Unavailable(f"{spot_id!r} has no location to transfer")
+            self._fence(found, node, authority_generation)
+            moved = replace(
+                found,
+                owner=target,
+                authority_generation=found.authority_generation + 1,
+                lease_until=lease_until,
+            )
+            self._locations[spot_id] = moved
+            return moved
+
+    @staticmethod
+    def _fence(found: Location, node: str, authority_generation: int) -> None:
+        if found.owner != node or found.authority_generation != authority_generation:
+            raise Unavailable(
+                f"stale owner: {node!r} at authority {authority_generation} may not write "
+                f"{found.spot_id!r} (owner {found.owner!r} at {found.authority_generation})"
+            )
