@@ -464,9 +464,10 @@ class Runtime:
                 act = self._register_spot(spec, f"{spec.name}@{self.node_id}")
                 assert spec.actor_type is not None
                 self.entries[spec.actor_type] = act
+                activated = act.activated  # taken first: activation drops it once done
+                assert activated is not None
+                waits.append(activated)
                 self._activate(act, None)
-                assert act.activated is not None  # just made
-                waits.append(act.activated)
         if self.idle_timeout is not None:
             self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
         return waits
@@ -991,10 +992,11 @@ class Runtime:
             else:
                 out.set(ActorCreateResult(act.actor_id, False), None)
 
-        if act.activated is None:  # activated already
+        activated = act.activated  # one read: activation may drop it meanwhile
+        if activated is None:  # activated already
             settle(None, None)
         else:
-            act.activated.add_callback(settle)
+            activated.add_callback(settle)  # calls back at once if it completed meanwhile
 
     def _create_actor(self, call: CreateCall[Any], mode: int) -> Completion:
         spec = self.app.actors.get(call.type_name)
