@@ -58,6 +58,8 @@ from .objects.base import SpotCreateResult as SpotCreateResult
 from .objects.base import SpotKind as SpotKind
 from .objects.base import SpotRef as SpotRef
 from .objects.base import UserSpot as UserSpot
+from .relocation import JsonStateAdapter as JsonStateAdapter
+from .relocation import RelocationAdapter as RelocationAdapter
 from .status import NodeStatus as NodeStatus
 from .status import OwnerStatus as OwnerStatus
 from .status import StatusSubscription as StatusSubscription
@@ -94,6 +96,7 @@ __all__ = [
     "InvalidArgument",
     "InvalidOperation",
     "JoinCall",
+    "JsonStateAdapter",
     "Message",
     "MessageContext",
     "Node",
@@ -103,6 +106,7 @@ __all__ = [
     "OverrunPolicy",
     "OwnerStatus",
     "Relocation",
+    "RelocationAdapter",
     "RelocationCoordination",
     "Request",
     "RequestCall",

@@ -15,6 +15,7 @@ from .errors import InvalidArgument, InvalidOperation
 from .handlers import HandlerSpec, collect
 from .messaging.message import Message
 from .objects.base import Actor, EntrySpot, InstanceSpot, SpotKind, UserSpot
+from .relocation import validate_adapter
 from .timers import collect_timer_handlers
 
 C = TypeVar("C", bound=type)
@@ -192,6 +193,8 @@ class App:
         """Check the whole registry (``Node.start()`` calls this); ``InvalidOperation`` if bad."""
         for table in (self.spots, self.actors, self.channels):
             for spec in table.values():
+                if spec.relocation.adapter is not None:  # python-api §2: checked at start
+                    validate_adapter(spec.relocation.adapter, spec.name)
                 spec.handlers = collect(spec.cls)
                 spec.subscriptions = collect(spec.cls, subscriptions=True)
         hosts: dict[str, str] = {}
