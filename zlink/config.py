@@ -32,6 +32,9 @@ class NodeConfig(BaseModel):
     cpu_workers: int | None = Field(None, ge=1, le=1024, description="None: one per core")
     worker_calls_in_flight: int = Field(1024, ge=1, description="io + cpu calls at once")
     shutdown_timeout: float = Field(10.0, gt=0)
+    relocation_payload_chunk_limit_bytes: int = Field(
+        1024 * 1024, ge=16, description="largest chunk of a relocation payload on the wire"
+    )
     status_interval: float = Field(1.0, gt=0, description="seconds between status publications")
     closing_timeout: float = Field(5.0, gt=0, description="on_closing deadline (seconds)")
     idle_timeout: float | None = Field(

@@ -18,13 +18,14 @@ import psutil
 
 from .app import App
 from .config import NodeConfig
-from .errors import InvalidArgument, InvalidOperation, Unavailable
+from .errors import InvalidArgument, InvalidOperation, NotFound, Unavailable
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh.location import LocationStore
 from .mesh.router import MeshRouter
 from .mesh.transport import Transport
 from .messaging.completion import expire
 from .messaging.context import Client
+from .objects.relocate import Relocator
 from .objects.runtime import Runtime
 from .status import NodeStatus, StatusSubscription
 
@@ -82,6 +83,9 @@ class Node:
         self._transport = transport
         if store is not None and transport is not None:
             self._rt.router = MeshRouter(self._rt, store, transport)
+            self._rt.relocator = Relocator(
+                self._rt, self._rt.router, self.config.relocation_payload_chunk_limit_bytes
+            )
         self._client = Client(self._rt)
         self._subscribers: list[StatusSubscription] = []
 
@@ -165,6 +169,19 @@ class Node:
         for sub in list(self._subscribers):
             sub.offer(self.node_id, snapshot)
         self._infra.call_later(self.config.status_interval, self._publish)
+
+    def relocate_spot(self, spot_id: str, target: str, timeout: float | None = None) -> None:
+        """Move the User Spot ``spot_id`` (owned here) to node ``target``; blocks until the
+        target has committed authority. See ``zlink.objects.relocate`` for the order and the
+        failure rules; ``timeout`` is in real seconds (default: the request timeout)."""
+        rt = self._rt
+        if rt.relocator is None:
+            raise InvalidOperation("relocation needs a mesh (store and transport)")
+        act = rt.spots.get(spot_id)
+        if act is None:
+            raise NotFound(f"{spot_id!r} is not owned by node {self.node_id}")
+        done = rt.relocator.start(act, target)
+        done.wait(self.config.request_timeout if timeout is None else timeout)
 
     def counters(self) -> dict[str, int]:
         """Late replies, handler errors, rejected admissions and the like."""

@@ -25,6 +25,7 @@ UNRESERVED = 2  # a framework follow-up record that holds no reservation of its 
 ADMITTED = 0
 FULL_COUNT = 1
 FULL_BYTES = 2
+ADMISSION_CLOSED = 3  # admission is closed (a seal): nothing is queued
 
 
 class LaneLimits(NamedTuple):
@@ -52,6 +53,7 @@ class OwnerLanes:
         "_life_out_bytes",
         "_put_lock",
         "app",
+        "closed",
         "debt",
         "life",
         "limits",
@@ -67,6 +69,7 @@ class OwnerLanes:
         self._put_lock = threading.Lock()
         self._app_in = self._app_in_bytes = self._app_out = self._app_out_bytes = 0
         self._life_in = self._life_in_bytes = self._life_out = self._life_out_bytes = 0
+        self.closed = False  # set and cleared under _put_lock: a seal is atomic with admission
         self.streak = 0  # lifecycle turns chosen in a row
         self.debt = False  # an application turn is owed (§7 yield debt)
 
@@ -79,6 +82,8 @@ class OwnerLanes:
         lim = self.limits
         cost = payload_bytes + lim.app_retained_per_item
         with self._put_lock:
+            if self.closed:
+                return ADMISSION_CLOSED
             if self._app_in - self._app_out >= lim.app_items:
                 return FULL_COUNT
             if self._app_in_bytes - self._app_out_bytes + cost > lim.app_bytes:
@@ -94,6 +99,8 @@ class OwnerLanes:
         """Reserve in the lifecycle lane, which shares nothing with the application lane (§7)."""
         lim = self.limits
         with self._put_lock:
+            if self.closed:
+                return ADMISSION_CLOSED
             if self._life_in - self._life_out >= lim.life_items:
                 return FULL_COUNT
             if self._life_in_bytes - self._life_out_bytes + payload_bytes > lim.life_bytes:
@@ -104,6 +111,12 @@ class OwnerLanes:
                 self.life = deque()
             self.life.append(item)
         return ADMITTED
+
+    def set_closed(self, closed: bool) -> None:
+        """Close (or reopen) admission atomically with every producer: after ``True`` returns,
+        no item can be admitted until ``False``. Unreserved framework records still enter."""
+        with self._put_lock:
+            self.closed = closed
 
     def put_unreserved(self, item: Any, lifecycle: bool = False) -> None:
         """Append to the back of a lane without a reservation (never refused).

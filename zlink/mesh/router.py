@@ -115,6 +115,14 @@ class MeshRouter:
              "c": corr, "h": 0},
         )  # fmt: skip
 
+    def register_pending(self, completion: Completion, tp: Any) -> int:
+        """Await a reply for ``completion`` under a new correlation id (relocated requests)."""
+        corr = next(self._ids)
+        with self._lock:
+            self._pending[corr] = (completion, tp)
+        completion.add_callback(lambda _v, _e: self._forget(corr))
+        return corr
+
     def _forget(self, corr: int) -> None:
         with self._lock:
             self._pending.pop(corr, None)
@@ -124,6 +132,16 @@ class MeshRouter:
         kind = envelope["k"]
         if kind == "reply":
             self._on_reply(envelope)
+        elif kind.startswith("reloc"):
+            relocator = self.rt.relocator
+            assert relocator is not None
+            {
+                "reloc_chunk": relocator.on_chunk,
+                "reloc": relocator.on_relocate,
+                "reloc_done": relocator.on_restored,
+                "reloc_commit": relocator.on_commit,
+                "reloc_opened": relocator.on_opened,
+            }[kind](envelope)
         elif kind == "create":
             self._on_create(envelope)
         else:
@@ -158,6 +176,10 @@ class MeshRouter:
             done = self.rt.submit(call, Completion() if request else None, NO_WAIT,
                                   hops=env["h"] + 1)  # fmt: skip
         except ZLinkError as exc:
+            relocator = self.rt.relocator
+            moving = isinstance(exc, Unavailable) and relocator is not None
+            if moving and relocator.park(env["t"], env):  # type: ignore[union-attr]
+                return  # sealed for a move: it goes along to the new owner
             if request:
                 self._reply(env, error=exc)
             else:

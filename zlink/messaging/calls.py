@@ -231,7 +231,14 @@ class _Yielding(Generic[T]):
         if self._spent:
             raise InvalidOperation("a yield_() awaitable can be awaited once")
         self._spent = True
-        completion = self._call._submit(YIELD)
+        rt = self._call._rt
+        counted = rt.yield_begin()
+        try:
+            completion = self._call._submit(YIELD)
+        except BaseException:
+            rt.yield_end(counted)
+            raise
+        completion.add_callback(lambda _v, _e: rt.yield_end(counted))
         return (yield Suspension(True, completion.add_callback))  # type: ignore[no-any-return]
 
 

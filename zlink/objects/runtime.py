@@ -37,10 +37,21 @@ from ..errors import (
     ZLinkError,
 )
 from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
-from ..executor.lanes import ADMITTED, APPLICATION, FULL_COUNT, LIFECYCLE, UNRESERVED, LaneLimits
+from ..executor.lanes import (
+    ADMISSION_CLOSED,
+    ADMITTED,
+    APPLICATION,
+    FULL_COUNT,
+    LIFECYCLE,
+    UNRESERVED,
+    LaneLimits,
+)
 from ..executor.turn import CLOSED
 from ..mesh.location import Location
 from ..mesh.router import _MAX_HOPS, MeshRouter
+
+if TYPE_CHECKING:
+    from .relocate import Relocator
 from ..messaging.calls import (
     HELP,
     KEEP,
@@ -84,7 +95,8 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("zlink.runtime")
 
-ACTIVATING, READY, CLOSING, GONE = 0, 1, 2, 3  # CLOSING: sealed, admission refused
+# SEALED (relocating) and CLOSING refuse admission; only READY and ACTIVATING admit
+ACTIVATING, READY, SEALED, CLOSING, GONE = 0, 1, 2, 3, 4
 
 
 class Discarded(Exception):
@@ -131,8 +143,8 @@ class ObjectAct:
             raise InvalidArgument(f"{self.spec.name!r} has no @timer_handler({name!r})")
         if name in self.timers:
             raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
-        if self.state >= CLOSING or self.rt.stopping:
-            raise Unavailable(f"{self.name!r} is closing or closed")
+        if self.state > READY or self.rt.stopping:
+            raise Unavailable(f"{self.name!r} is sealed, closing or closed")
         delay = interval if first_delay is None else first_delay
         timer = Timer(
             name, interval, options, self, self.timer_owner(name), fn, self.rt.clock.now() + delay
@@ -167,12 +179,14 @@ class SpotAct(ObjectAct):
         "members",
         "owner",
         "ref",
+        "restored",
         "rt",
         "shared",
         "spec",
         "spot_id",
         "state",
         "yield_ok",
+        "yields_out",
     )
 
     def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
@@ -190,6 +204,8 @@ class SpotAct(ObjectAct):
         self.state = ACTIVATING
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
         self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
+        self.yields_out = 0  # Yields whose completion has not arrived (relocation barrier)
+        self.restored = False  # a relocation target, restored and held until its commit
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
         # set when on_create / on_initialize have finished, then dropped (idle Spots keep none)
@@ -443,6 +459,8 @@ class Runtime:
         self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
         self.topics: dict[str, frozenset[str]] = {}  # topic -> subscribed Spot ids (copy on write)
         self.router: MeshRouter | None = None  # set when the node is part of a mesh
+        self.relocator: Relocator | None = None
+        self._yield_lock = threading.Lock()
         self.stopping = False  # read on the hot path
         self.stopped_admission = threading.Event()  # for those who must wait for it
         self._lock = threading.Lock()
@@ -508,8 +526,8 @@ class Runtime:
                     return self._remote(call, reply, hops)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
-            elif act.state > READY:
-                raise Unavailable(f"spot {call.target!r} is closing; it admits nothing new")
+            elif act.state > READY and not act.restored:  # a restored target queues, held
+                raise Unavailable(f"spot {call.target!r} is sealed (closing or relocating)")
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
         spec = act.spec if act is not None else self._instance_spec(call)
@@ -547,6 +565,8 @@ class Runtime:
         if verdict != ADMITTED:
             if reply is not None and reply.timer is not None:
                 reply.timer.cancel()
+            if verdict == ADMISSION_CLOSED:  # sealed between the state check and the queue
+                raise Unavailable(f"spot {act.name!r} is sealed (closing or relocating)")
             self.metrics.add("rejected_admissions")
             what = "items" if verdict == FULL_COUNT else "bytes"
             raise ResourceExhausted(
@@ -661,6 +681,22 @@ class Runtime:
                 f"actor {target.name!r} cannot wait on a request to itself: it keeps its Actor "
                 "claim even across Yield"
             )
+
+    def yield_begin(self) -> SpotAct | None:
+        """Count a Spot turn's Yield from before its call is submitted (relocation barrier)."""
+        turn = current_turn()
+        act = turn.owner.ref if turn is not None and turn.owner is not None else None
+        if not isinstance(act, SpotAct):
+            return None
+        with self._yield_lock:
+            act.yields_out += 1
+        return act
+
+    def yield_end(self, act: SpotAct | None) -> None:
+        """The Yield's completion arrived (or its submission failed)."""
+        if act is not None:
+            with self._yield_lock:
+                act.yields_out -= 1
 
     def check_yield(self, call: Any) -> None:
         """§3, §16: Yield only in SpotWide User Spot / Instance Spot owner turns."""
@@ -1072,7 +1108,10 @@ class Runtime:
     def owner_statuses(self) -> list[OwnerStatus]:
         """Every owner's lanes, gate and timers, read without stopping any turn."""
         now = self.clock.now()
-        names = {ACTIVATING: "activating", READY: "ready", CLOSING: "closing", GONE: "gone"}
+        names = {
+            ACTIVATING: "activating", READY: "ready", SEALED: "sealed", CLOSING: "closing",
+            GONE: "gone",
+        }  # fmt: skip
         out: list[OwnerStatus] = []
 
         def add(owner: Owner, kind: str, type_: str, state: int, timers: list[str]) -> None:
@@ -1139,8 +1178,8 @@ class Runtime:
     def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane)."""
         with self._lock:
-            if act.state >= CLOSING:
-                raise Unavailable(f"{act.spot_id!r} is already closing (sealed)")
+            if act.state > READY:
+                raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
             act.state = CLOSING
         act.cancel_timers()
         members = list(act.members)

@@ -1,0 +1,274 @@
+"""Relocation of a SpotWide User Spot (kotlin-spot-interface relocation paragraphs; §4, §14)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.testing import LocalCluster, ManualClock
+
+
+class Add(zlink.Message, type_name="t.rl.add"):
+    n: int = 1
+    sender: int = 0
+    seq: int = -1
+
+
+class Total(zlink.Request[int], type_name="t.rl.total"):
+    pass
+
+
+class Where(zlink.Request[str], type_name="t.rl.where"):
+    pass
+
+
+class Beat(zlink.Message, type_name="t.rl.beat"):
+    pass
+
+
+class Slow(zlink.Request[str], type_name="t.rl.slow"):
+    pass
+
+
+class Hold(zlink.Request[str], type_name="t.rl.hold"):
+    pass
+
+
+HOLD = threading.Event()
+HOLDING = threading.Event()
+RESTORES: list[int] = []
+
+
+class Exploding(zlink.JsonStateAdapter):
+    def capture(self, instance: Any) -> bytes:
+        raise RuntimeError("cannot capture")
+
+
+class Unrestorable(zlink.JsonStateAdapter):
+    def restore(self, instance: Any, data: bytes) -> None:
+        RESTORES.append(1)
+        raise RuntimeError("cannot restore")
+
+
+class Room(zlink.UserSpot):
+    def __init__(self, context: zlink.SpotContext) -> None:
+        super().__init__(context)
+        self.total = 0
+        self.beats = 0
+        self.last: dict[str, int] = {}
+        self.seen: dict[str, list[int]] = {}
+        self.disorder = 0
+        self.initialized = False
+
+    def on_initialize(self) -> None:
+        self.initialized = True
+
+    @zlink.handler
+    def add(self, msg: Add) -> None:
+        if msg.seq >= 0:
+            key = str(msg.sender)
+            if msg.seq != self.last.get(key, -1) + 1:
+                self.disorder += 1
+            self.last[key] = msg.seq
+            self.seen.setdefault(key, []).append(msg.seq)
+        self.total += msg.n
+
+    @zlink.handler
+    def get_total(self, req: Total) -> int:
+        return self.total
+
+    @zlink.handler
+    def where(self, req: Where) -> str:
+        return _node()
+
+    @zlink.handler
+    def beat(self, msg: Beat) -> None:
+        self.context.timers.register("beat", 1.0)
+
+    @zlink.timer_handler("beat")
+    def on_beat(self, tick: zlink.TimerTick) -> None:
+        self.beats = tick.sequence
+
+    @zlink.handler
+    async def slow(self, req: Slow) -> str:
+        out: str = await self.context.outbound.request("t.rl.api", Hold()).yield_()
+        return out
+
+
+def _node() -> str:
+    turn = zlink.executor.current_turn()
+    assert turn is not None and turn.owner is not None
+    return turn.owner.ref.rt.node_id  # type: ignore[no-any-return]
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("relocation")
+    json_state = zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
+    app.user_spot("t.rl.room", relocation=json_state)(type("R1", (Room,), {}))
+    app.user_spot("t.rl.fresh", relocation=zlink.Relocation.recreate())(type("R2", (Room,), {}))
+    app.user_spot("t.rl.fixed", relocation=zlink.Relocation.disabled())(type("R3", (Room,), {}))
+    app.user_spot("t.rl.boom", relocation=zlink.Relocation.preserve_state(Exploding))(
+        type("R4", (Room,), {})
+    )
+    app.user_spot("t.rl.stuck", relocation=zlink.Relocation.preserve_state(Unrestorable))(
+        type("R5", (Room,), {})
+    )
+
+    @app.channel("t.rl.api")
+    class Api:
+        def __init__(self, context: zlink.ChannelContext) -> None:
+            self.context = context
+
+        @zlink.handler
+        def hold(self, req: Hold) -> str:
+            HOLDING.set()
+            assert HOLD.wait(WAIT)
+            return "held"
+
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    HOLD.clear()
+    HOLDING.clear()
+    RESTORES.clear()
+
+
+@pytest.fixture
+def cluster(clock: ManualClock):
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, request_timeout=20.0,
+                      relocation_payload_chunk_limit_bytes=16) as cluster:  # fmt: skip
+        yield cluster
+    HOLD.set()
+
+
+def _make(cluster: LocalCluster, spot_id: str, spot_type: str) -> None:
+    cluster.node(0).client().spots.get_or_create(spot_id, spot_type).wait(WAIT)
+
+
+def test_a_relocated_spot_keeps_state_queued_messages_timers_and_generation(cluster, clock):
+    n1, n2, n3 = cluster.nodes
+    _make(cluster, "room", "t.rl.room")
+    c1 = n1.client()
+    for _ in range(5):
+        c1.send_to_spot("room", Add()).submit()
+    c1.send_to_spot("room", Beat()).submit()
+    cluster.wait_idle(WAIT)
+    clock.advance(1.0)
+    cluster.wait_idle(WAIT)
+    act = n1._runtime.spots["room"]
+    generation = act.ref.object_generation
+    assert act.gate._flag.acquire(False)  # hold the gate: these wait in the queue
+    for _ in range(3):
+        c1.send_to_spot("room", Add()).submit()
+    queued_total = c1.request_to_spot("room", Total()).future()
+    moving = n1._runtime.relocator.start(act, "node-2")
+    n1._runtime.pool.submit(act.gate._run)  # the barrier turn runs first (lifecycle lane)
+    moving.wait(WAIT)
+    assert queued_total.result(WAIT) == 8  # answered by node-2, routed back through node-1
+    assert n3.client().request_to_spot("room", Total()).wait(WAIT) == 8
+    assert c1.request_to_spot("room", Where()).wait(WAIT) == "node-2"  # a stale route relays
+    assert "room" not in n1._runtime.spots and "room" in n2._runtime.spots
+    moved = n2._runtime.spots["room"]
+    assert moved.ref.object_generation == generation
+    assert cluster.store.lookup("room").owner == "node-2"
+    assert moved.instance.beats == 1
+    clock.advance(1.0)  # the logical timer moved too: its sequence goes on
+    cluster.wait_idle(WAIT)
+    assert moved.instance.beats == 2
+    assert n1.counters()["relocated_out"] == 1 and n2.counters()["relocated_in"] == 1
+
+
+def test_recreate_starts_a_fresh_instance_on_the_target(cluster):
+    n1, n2, _ = cluster.nodes
+    _make(cluster, "fresh", "t.rl.fresh")
+    n1.client().send_to_spot("fresh", Add(n=5)).submit()
+    cluster.wait_idle(WAIT)
+    n1.relocate_spot("fresh", "node-2", timeout=WAIT)
+    assert n2.client().request_to_spot("fresh", Total()).wait(WAIT) == 0
+    assert n2._runtime.spots["fresh"].instance.initialized
+
+
+def test_disabled_relocation_is_refused_and_nothing_changes(cluster):
+    n1, _, _ = cluster.nodes
+    _make(cluster, "fixed", "t.rl.fixed")
+    with pytest.raises(zlink.InvalidOperation, match="disabled"):
+        n1.relocate_spot("fixed", "node-2")
+    with pytest.raises(zlink.NotFound):
+        cluster.node(1).relocate_spot("fixed", "node-3")  # not the owner
+    assert n1.client().request_to_spot("fixed", Total()).wait(WAIT) == 0
+
+
+def test_a_capture_failure_keeps_the_source_authoritative_and_admitting(cluster):
+    n1, _, _ = cluster.nodes
+    _make(cluster, "boom", "t.rl.boom")
+    with pytest.raises(zlink.StateIncompatible):
+        n1.relocate_spot("boom", "node-2", timeout=WAIT)
+    n1.client().send_to_spot("boom", Add()).submit()
+    assert n1.client().request_to_spot("boom", Total()).wait(WAIT) == 1
+    assert cluster.store.lookup("boom").owner == "node-1"
+
+
+def test_a_barrier_failure_aborts_the_seal_and_restores_admission_exactly(cluster):
+    n1, _, _ = cluster.nodes
+    _make(cluster, "room", "t.rl.room")
+    slow = n1.client().request_to_spot("room", Slow()).future()  # a Yield in flight
+    assert HOLDING.wait(WAIT)  # its call runs, so the Yield was counted before it was sent
+    with pytest.raises(zlink.Unavailable, match="barrier"):
+        n1.relocate_spot("room", "node-2", timeout=WAIT)
+    n1.client().send_to_spot("room", Add()).submit()  # admission is back
+    HOLD.set()
+    assert slow.result(WAIT) == "held"
+    assert n1.client().request_to_spot("room", Total()).wait(WAIT) == 1
+
+
+def test_a_restore_failure_keeps_the_target_sealed_and_picks_no_other_target(cluster):
+    n1, n2, n3 = cluster.nodes
+    _make(cluster, "stuck", "t.rl.stuck")
+    with pytest.raises(zlink.StateIncompatible, match="restore failed 3 times"):
+        n1.relocate_spot("stuck", "node-2", timeout=WAIT)
+    assert len(RESTORES) == 3  # retried on the same target with the same payload
+    assert n2._runtime.spots["stuck"].state == 2  # SEALED: not authoritative, admits nothing
+    assert "stuck" not in n3._runtime.spots
+    assert cluster.store.lookup("stuck").owner == "node-1"  # no commit happened
+
+
+def test_moving_back_and_forth_under_load_loses_and_doubles_nothing(cluster):
+    _make(cluster, "busy", "t.rl.room")
+    sent = [0, 0]
+    stop = threading.Event()
+
+    def sender(k: int) -> None:
+        client = cluster.node(k + 1).client()
+        seq = 0
+        while not stop.is_set() and seq < 400:
+            try:
+                client.send_to_spot("busy", Add(sender=k, seq=seq)).submit()
+            except zlink.Unavailable:
+                continue  # sealed while moving: refused, not lost; send it again
+            seq += 1
+        sent[k] = seq
+
+    threads = [threading.Thread(target=sender, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    owner = 0
+    for _ in range(20):
+        target = (owner + 1) % 3
+        cluster.node(owner).relocate_spot("busy", f"node-{target + 1}", timeout=WAIT)
+        owner = target
+    stop.set()
+    for t in threads:
+        t.join(WAIT)
+    cluster.wait_idle(WAIT)
+    room = cluster.node(owner)._runtime.spots["busy"].instance
+    assert room.total == sum(sent)
+    for k in range(2):  # every message of every sender arrived exactly once
+        assert sorted(room.seen[str(k)]) == list(range(sent[k]))
+    # Per-sender FIFO is not yet guaranteed across a move: a message relayed by the old owner
+    # can be overtaken by a later one sent straight to the new owner (room.disorder counts it).
