@@ -104,11 +104,13 @@ class Relocator:
 
     def _capture(self, act: SpotAct) -> bytes | None:
         """Inside the barrier turn: refuse if anything is in flight, then capture."""
+        from .runtime import LifeJob
+
         lanes = act.owner.lanes
         pending = list(lanes.app or ()) + list(lanes.life or ())
         if act.yields_out or any(isinstance(i, _Resume) for i in pending):
             raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
-        if any(not isinstance(i, (Job,)) or type(i).__name__ == "LifeJob" for i in pending):
+        if any(isinstance(i, LifeJob) for i in pending):
             raise Unavailable(f"{act.spot_id!r}: lifecycle work is queued (barrier failed)")
         adapter = act.spec.relocation.adapter
         if adapter is None:
