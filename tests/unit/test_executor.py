@@ -145,3 +145,22 @@ def test_the_executor_imports_nothing_else_from_zlink():
                 assert not (node.module or "").startswith("zlink"), path.name
             if isinstance(node, ast.Import):
                 assert not any(a.name.startswith("zlink") for a in node.names), path.name
+
+
+def test_a_failing_hold_continuation_does_not_kill_the_gate(caplog):
+    pool = ex.WorkerPool(1)
+    pool.start()
+    gate = ex.Gate(pool, ManualClock(), 0.010, "g")
+    owner = ex.Owner(OwnerLanes(LaneLimits()), gate, "o", claim_on_yield=False)
+    other = ex.Owner(OwnerLanes(LaneLimits()), gate, "p", claim_on_yield=False)
+
+    def boom() -> None:
+        raise RuntimeError("continuation failed")
+
+    owner.put_app(ex.CallJob(lambda: owner.hold(boom)))
+    assert pool.wait_idle(WAIT)
+    ran = threading.Event()
+    other.put_app(ex.CallJob(ran.set))  # the same gate still runs other owners
+    assert ran.wait(WAIT)
+    pool.shutdown()
+    assert "continuation of a hold" in caplog.text

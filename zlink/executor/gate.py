@@ -168,7 +168,10 @@ class Owner:
             after = self._after_hold
             if after is not None:
                 self._after_hold = None
-                after()
+                try:
+                    after()
+                except BaseException:  # noqa: BLE001 - a failed step must not kill the gate
+                    _log.exception("the continuation of a hold on %s failed", self.name)
             return
         lanes = self.lanes
         if lanes.app or lanes.life or self._resume is not None:
