@@ -22,6 +22,7 @@ from .executor import Job, Owner, Turn
 from .executor import TimerHandle as InfraTimerHandle
 from .executor.lanes import ADMITTED, APPLICATION
 from .executor.turn import CLOSED
+from .messaging.calls import check_seconds
 
 if TYPE_CHECKING:
     from .objects.runtime import ObjectAct
@@ -277,19 +278,14 @@ class TimerManager:
 
         The first tick comes ``first_delay`` seconds from now (default: one interval).
         """
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
-            raise InvalidArgument(f"a timer interval is a positive number of seconds: {interval!r}")
-        if first_delay is not None and (
-            isinstance(first_delay, bool)
-            or not isinstance(first_delay, (int, float))
-            or not first_delay >= 0
-        ):
-            raise InvalidArgument(f"first_delay is a number of seconds >= 0: {first_delay!r}")
+        interval = check_seconds(interval, "a timer interval")
+        if first_delay is not None:
+            first_delay = check_seconds(first_delay, "first_delay", zero_ok=True)
         if options is None:
             options = TimerOptions()
         elif not isinstance(options, TimerOptions):
             raise InvalidArgument(f"options must be TimerOptions, got {options!r}")
-        timer = self._host.add_timer(name, float(interval), options, first_delay)
+        timer = self._host.add_timer(name, interval, options, first_delay)
         return TimerHandle(timer)
 
     def cancel(self, name: str) -> bool:

@@ -93,22 +93,14 @@ class MeshRouter:
             "ii": call.instance,
         }
         if reply is not None:
-            corr = next(self._ids)
-            with self._lock:
-                self._pending[corr] = (reply, reply_type(type(msg)))
-            reply.add_callback(lambda _v, _e: self._forget(corr))
-            envelope["c"] = corr
-            seconds = call.deadline if call.deadline is not None else self.rt.request_timeout
-            envelope["d"] = seconds  # the remaining time travels with the request
+            envelope["c"] = self.register_pending(reply, reply_type(type(msg)))
+            envelope["d"] = self.rt.deadline_of(call.deadline)  # the time travels with it
         self.transport.send(location.owner, envelope)
         return reply
 
     def forward_create(self, call: CreateCall[Any], completion: Completion, at: Location) -> None:
         """``get_or_create`` of a User Spot that another node owns: ask that node."""
-        corr = next(self._ids)
-        with self._lock:
-            self._pending[corr] = (completion, SpotCreateResult)
-        completion.add_callback(lambda _v, _e: self._forget(corr))
+        corr = self.register_pending(completion, SpotCreateResult)
         self.transport.send(
             at.owner,
             {"k": "create", "t": call.object_id, "tn": call.type_name, "o": self.rt.node_id,
@@ -116,7 +108,7 @@ class MeshRouter:
         )  # fmt: skip
 
     def register_pending(self, completion: Completion, tp: Any) -> int:
-        """Await a reply for ``completion`` under a new correlation id (relocated requests)."""
+        """Await a reply for ``completion`` under a new correlation id; forgotten once done."""
         corr = next(self._ids)
         with self._lock:
             self._pending[corr] = (completion, tp)

@@ -210,9 +210,9 @@ class RequestCall(MessageCall, _Completing[T]):
 
     def timeout(self, seconds: float) -> RequestCall[T]:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
-        _check_timeout(seconds)
+        value = check_seconds(seconds, "a timeout")
         self._option("timeout")
-        self.deadline = float(seconds)
+        self.deadline = value
         return self
 
     def _submit(self, mode: int) -> Completion:
@@ -242,9 +242,13 @@ class _Yielding(Generic[T]):
         return (yield Suspension(True, completion.add_callback))  # type: ignore[no-any-return]
 
 
-def _check_timeout(seconds: object) -> None:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds > 0:
-        raise InvalidArgument(f"a timeout is a positive number of seconds, got {seconds!r}")
+def check_seconds(value: object, what: str, *, zero_ok: bool = False) -> float:
+    """A duration: a real number of seconds, positive (or >= 0 with ``zero_ok``), not a bool."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if not ok or not (value >= 0 if zero_ok else value > 0):  # type: ignore[operator]
+        bound = ">= 0" if zero_ok else "positive"
+        raise InvalidArgument(f"{what} is a {bound} number of seconds, got {value!r}")
+    return float(value)  # type: ignore[arg-type]
 
 
 class CreateCall(_Completing[T]):
@@ -272,9 +276,9 @@ class CreateCall(_Completing[T]):
 
     def timeout(self, seconds: float) -> CreateCall[T]:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
-        _check_timeout(seconds)
+        value = check_seconds(seconds, "a timeout")
         self._option("timeout")
-        self.deadline = float(seconds)
+        self.deadline = value
         return self
 
     def in_mesh(self, mesh_name: str) -> CreateCall[T]:
@@ -312,9 +316,9 @@ class WorkerCall(_Completing[T]):
 
     def timeout(self, seconds: float) -> WorkerCall[T]:
         """Fail the wait with ``DeadlineExceeded`` after ``seconds`` (the work still runs)."""
-        _check_timeout(seconds)
+        value = check_seconds(seconds, "a timeout")
         self._option("timeout")
-        self.deadline = float(seconds)
+        self.deadline = value
         return self
 
     def _submit(self, mode: int) -> Completion:

@@ -550,8 +550,7 @@ class Runtime:
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
         job.at = self._now()
         if reply is not None:
-            seconds = call.deadline if call.deadline is not None else self.request_timeout
-            reply.timer = self.infra.call_later(seconds, expire, reply, "no reply in time")
+            self._arm(reply, call.deadline, "no reply in time")
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
             run_free(job, self.pool, inline=mode == HELP)
@@ -596,8 +595,7 @@ class Runtime:
         if hops > _MAX_HOPS:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
         if reply is not None:
-            seconds = call.deadline if call.deadline is not None else self.request_timeout
-            reply.timer = self.infra.call_later(seconds, expire, reply, "no reply in time")
+            self._arm(reply, call.deadline, "no reply in time")
         self.router.forward(call, reply, location, hops)
         return reply  # type: ignore[return-value]
 
@@ -1006,9 +1004,18 @@ class Runtime:
 
     def _timed(self, call: CreateCall[Any]) -> Completion:
         completion = Completion()
-        seconds = call.deadline if call.deadline is not None else self.request_timeout
-        completion.timer = self.infra.call_later(seconds, expire, completion, "not created in time")
+        self._arm(completion, call.deadline, "not created in time")
         return completion
+
+    def deadline_of(self, deadline: float | None) -> float:
+        """A call's timeout in seconds: its own, or the node's default."""
+        return self.request_timeout if deadline is None else deadline
+
+    def _arm(self, completion: Completion, deadline: float | None, reason: str) -> None:
+        """Put the call's deadline on the infrastructure heap (it fails it unless it is done)."""
+        completion.timer = self.infra.call_later(
+            self.deadline_of(deadline), expire, completion, reason
+        )
 
     def _existing(
         self, act: SpotAct | ActorAct, spec: TypeSpec, call: CreateCall[Any], out: Completion
