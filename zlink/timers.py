@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .errors import InvalidArgument, InvalidOperation
 from .executor import Job, Owner, Turn
 from .executor import TimerHandle as InfraTimerHandle
-from .executor.lanes import ADMITTED, APPLICATION
+from .executor.lanes import ADMISSION_CLOSED, ADMITTED, APPLICATION
 from .executor.turn import CLOSED
 from .messaging.calls import check_seconds
 
@@ -225,7 +225,12 @@ class Timer:
             tick = TimerTick(self.name, self.sequence, due + k * self.interval, now, skipped)
             with self._lock:
                 self.queued += 1
-            if self.owner.put_app(TimerJob(self, tick)) == ADMITTED:
+            job = TimerJob(self, tick)
+            verdict = self.owner.put_app(job)
+            if verdict == ADMISSION_CLOSED:  # sealed for a move: the tick is pending and moves
+                self.owner.put_unreserved(job, False)
+                verdict = ADMITTED
+            if verdict == ADMITTED:
                 self.delivered += 1
             else:
                 self.tick_done()

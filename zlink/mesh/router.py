@@ -8,14 +8,23 @@ Guarantees / assumes:
   submission (admission never waits), and completing the waiting call, so a reply reaches the
   waiting turn even while every application worker of that node is blocked (§13, §16).
 * A node that receives a call for a Spot it no longer owns forwards it again (stale routes
-  relay to the current owner).
+  relay to the current owner) and tells the call's origin the better route.
+* Per-sender FIFO across a relocation: each node sends a remote target along one path at a
+  time: its own forwarding pointer if it moved the target away, else its route cache, else the
+  Location Store. A path changes only behind a fence: when a node learns a better route (a
+  relaying node tells it), or the target arrives on it, it sends a fence along the old path and
+  keeps its new calls for that target until the fence comes back from the owner. The fence is
+  relayed, parked and flushed exactly like a call, so it reaches the owner after every call
+  sent before it; only then do the kept calls leave, along the new path. Transports need only
+  per-connection order.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import TypeAdapter
 from pydantic_core import to_json
@@ -72,6 +81,152 @@ class MeshRouter:
         self._pending: dict[int, tuple[Completion, Any]] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
+        # routing: one path per remote target at a time (see the module docstring)
+        self.route_lock = threading.RLock()
+        self._routes: dict[str, Route] = {}  # target -> where this node sends it
+        self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
+        self._switching: dict[str, list[dict[str, Any]]] = {}  # target -> kept behind a fence
+
+    # -- routes ------------------------------------------------------------------------------
+    def route(self, target: str) -> Route | None:
+        """Where to send ``target`` now (caller holds ``route_lock``); ``None`` if nowhere."""
+        hit = self._moved.get(target) or self._routes.get(target)
+        if hit is not None and hit.node != self.rt.node_id:
+            return hit
+        found = self.store.lookup(target)
+        if found is None or found.owner == self.rt.node_id:  # not here (we checked): nowhere
+            self._routes.pop(target, None)
+            return None
+        hit = Route(found.owner, (found.object_generation, found.authority_generation))
+        self._routes[target] = hit
+        return hit
+
+    def moved_away(self, target: str, route: Route) -> None:
+        """This node relocated ``target`` to ``route.node``: relay along it from now on."""
+        with self.route_lock:
+            self._moved[target] = route
+            self._routes.pop(target, None)
+
+    def arrived(self, target: str) -> None:
+        """``target`` relocated onto this node: no pointer, no route; it is local now."""
+        with self.route_lock:
+            self._moved.pop(target, None)
+            self._routes.pop(target, None)
+
+    def send_call(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
+        """Send (or keep, behind a fence) a call for a remote target; ``False`` if it has no
+        location. The caller holds ``route_lock``."""
+        target = call.target
+        kept = self._switching.get(target)
+        if kept is not None:
+            kept.append(self.envelope(call, reply, hops))
+            return True
+        route = self.route(target)
+        if route is None:
+            return False
+        self.transport.send(route.node, self.envelope(call, reply, hops))
+        if hops:
+            self.rt.metrics.add("relayed_calls")
+            self.tell_origin(call.origin, target, route)
+        return True
+
+    def switch(self, target: str) -> bool:
+        """Start changing ``target``'s path: a fence goes along the old one, and calls wait.
+
+        The caller holds ``route_lock``. ``False`` if there is no old path to fence (nothing
+        can be overtaken); ``fenced`` ends the switch when the fence is back.
+        """
+        if target in self._switching:
+            return True
+        route = self._moved.get(target) or self._routes.get(target)
+        if route is None or route.node == self.rt.node_id:
+            return False
+        self._switching[target] = []
+        self.rt.metrics.add("route_fences")
+        fence = {"k": "fence", "t": target, "oo": self.rt.node_id, "h": 0}
+        try:
+            self.transport.send(route.node, fence)
+        except Unavailable:  # the old path is gone, and what went along it with it
+            del self._switching[target]
+            return False
+        return True
+
+    def _on_route(self, env: dict[str, Any]) -> None:
+        """A relaying node says where ``t`` went: a newer generation starts a fenced switch."""
+        learned = Route(env["n"], (env["g"][0], env["g"][1]))
+        target = env["t"]
+        with self.route_lock:
+            known = self._moved.get(target) or self._routes.get(target)
+            if known is not None and learned.generation <= known.generation:
+                return
+            if learned.node == self.rt.node_id:  # it is arriving here: its own fence decides
+                return
+            if not self.switch(target):
+                self._routes[target] = learned
+
+    def _on_fence(self, env: dict[str, Any]) -> None:
+        """A fence travels like a call: parked with a moving target, relayed along the route,
+        kept behind this node's own fence; at the owner it goes back to where it started."""
+        target = env["t"]
+        relocator = self.rt.relocator
+        if relocator is not None and relocator.divert_envelope(target, env):
+            return
+        with self.route_lock:
+            if self.rt.has_live(target):
+                self._fence_back(env)
+                return
+            env["h"] += 1
+            kept = self._switching.get(target)
+            if kept is not None:
+                kept.append(env)
+                return
+            route = self.route(target)
+            if route is None or env["h"] > _MAX_HOPS:  # nowhere: the calls before it met that too
+                self._fence_back(env, gone=True)
+                return
+            env["v"] = self.rt.node_id
+            self.transport.send(route.node, env)
+
+    def _fence_back(self, env: dict[str, Any], gone: bool = False) -> None:
+        back = {"k": "fenced", "t": env["t"], "n": None if gone else self.rt.node_id}
+        if env["oo"] == self.rt.node_id:
+            self._on_fenced(back)
+            return
+        with contextlib.suppress(Unavailable):  # the origin is gone, and its calls with it
+            self.transport.send(env["oo"], back)
+
+    def _on_fenced(self, env: dict[str, Any]) -> None:
+        """The fence is back: the new path is safe; the calls kept behind it go, in order."""
+        target = env["t"]
+        with self.route_lock:
+            kept = self._switching.pop(target, None)
+            if kept is None:
+                return
+            found = self.store.lookup(target)
+            self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
+            if env["n"] is not None and env["n"] != self.rt.node_id and found is not None:
+                self._routes[target] = Route(
+                    env["n"], (found.object_generation, found.authority_generation)
+                )
+            else:
+                self._routes.pop(target, None)
+
+            def resend() -> None:  # re-routed from here, as if they had just arrived
+                for item in kept:
+                    (self._on_fence if item["k"] == "fence" else self._on_call)(item)
+
+            relocator = self.rt.relocator
+            if relocator is None or not relocator.fence_back(target, resend):
+                resend()
+
+    def tell_origin(self, origin: str | None, target: str, route: Route) -> None:
+        """After relaying a call of ``origin``: tell it the better route (it relayed first)."""
+        if origin is None or origin == self.rt.node_id:
+            return
+        with contextlib.suppress(Unavailable):  # a hint only: the relay already happened
+            self.transport.send(
+                origin, {"k": "route", "t": target, "n": route.node, "g": list(route.generation)}
+            )
 
     # -- the origin side -----------------------------------------------------------------------
     def forward(
@@ -79,6 +234,13 @@ class MeshRouter:
     ) -> Completion | None:
         """Send ``call`` to the node that owns its target. Admission is the owner's affair:
         a one-way send is accepted once handed to the transport."""
+        self.transport.send(location.owner, self.envelope(call, reply, hops))
+        return reply
+
+    def envelope(
+        self, call: MessageCall, reply: Completion | None, hops: int = 0
+    ) -> dict[str, Any]:
+        """``call`` as it crosses the boundary; a request's reply is awaited here from now."""
         msg = call.msg
         envelope: dict[str, Any] = {
             "k": "request" if reply is not None else "send",
@@ -88,6 +250,8 @@ class MeshRouter:
             "p": msg.__pydantic_serializer__.to_json(msg).decode(),
             "m": call.meta or {},
             "o": self.rt.node_id,
+            "oo": call.origin or self.rt.node_id,  # the first node: route updates go there
+            "v": self.rt.node_id,  # the node handing it over (a relocation target asks)
             "h": hops,
             "i": call.instance_type if call.instance else None,
             "ii": call.instance,
@@ -95,8 +259,7 @@ class MeshRouter:
         if reply is not None:
             envelope["c"] = self.register_pending(reply, reply_type(type(msg)))
             envelope["d"] = self.rt.deadline_of(call.deadline)  # the time travels with it
-        self.transport.send(location.owner, envelope)
-        return reply
+        return envelope
 
     def forward_create(self, call: CreateCall[Any], completion: Completion, at: Location) -> None:
         """``get_or_create`` of a User Spot that another node owns: ask that node."""
@@ -124,6 +287,12 @@ class MeshRouter:
         kind = envelope["k"]
         if kind == "reply":
             self._on_reply(envelope)
+        elif kind == "route":
+            self._on_route(envelope)
+        elif kind == "fence":
+            self._on_fence(envelope)
+        elif kind == "fenced":
+            self._on_fenced(envelope)
         elif kind.startswith("reloc"):
             relocator = self.rt.relocator
             assert relocator is not None
@@ -148,7 +317,7 @@ class MeshRouter:
             return
         done.add_callback(lambda value, error: self._reply(env, value, error))
 
-    def _on_call(self, env: dict[str, Any]) -> None:
+    def _on_call(self, env: dict[str, Any], force: bool = False) -> None:
         request = env["k"] == "request"
         try:
             cls = message_type(env["tn"])
@@ -161,17 +330,15 @@ class MeshRouter:
         call_cls = RequestCall if request else SendCall
         call: MessageCall = call_cls(self.rt, env["to"], env["t"], msg)
         call.meta = env["m"] or None
+        call.origin = env.get("oo", env["o"])
+        call.via = env.get("v")
         call.instance, call.instance_type = bool(env.get("ii")), env.get("i")
         if request:
             call.deadline = float(env["d"])
         try:
             done = self.rt.submit(call, Completion() if request else None, NO_WAIT,
-                                  hops=env["h"] + 1)  # fmt: skip
+                                  hops=env["h"] + 1, force=force)  # fmt: skip
         except ZLinkError as exc:
-            relocator = self.rt.relocator
-            moving = isinstance(exc, Unavailable) and relocator is not None
-            if moving and relocator.park(env["t"], env):  # type: ignore[union-attr]
-                return  # sealed for a move: it goes along to the new owner
             if request:
                 self._reply(env, error=exc)
             else:
@@ -210,6 +377,13 @@ class MeshRouter:
             self.rt.metrics.add("late_replies")
 
 
+class Route(NamedTuple):
+    """Where a node sends a remote target: a node, at an (object, authority) generation."""
+
+    node: str
+    generation: tuple[int, int]
+
+
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 
 
@@ -220,4 +394,4 @@ def _adapter(tp: Any) -> TypeAdapter[Any]:
     return adapter
 
 
-__all__ = ["_MAX_HOPS", "MeshRouter", "decode_error", "encode_error"]
+__all__ = ["_MAX_HOPS", "MeshRouter", "Route", "decode_error", "encode_error"]

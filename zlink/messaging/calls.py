@@ -130,7 +130,10 @@ class _Completing(_Call, Generic[T]):
 class MessageCall(_Call):
     """Options shared by sends and requests to a Spot, an Actor or a Channel."""
 
-    __slots__ = ("deadline", "instance", "instance_type", "kind", "mesh", "meta", "msg", "target")
+    __slots__ = (
+        "deadline", "instance", "instance_type", "kind", "mesh", "meta", "msg", "origin", "target",
+        "via",
+    )  # fmt: skip
 
     def __init__(self, rt: Runtime, kind: str, target: str, msg: Message) -> None:
         self._rt = rt  # _Call.__init__ inlined: this runs once per message
@@ -144,6 +147,8 @@ class MessageCall(_Call):
         self.instance_type: str | None = None
         self.mesh: str | None = None
         self.deadline: float | None = None  # seconds (requests)
+        self.origin: str | None = None  # the node a relayed call started on (mesh routing)
+        self.via: str | None = None  # the node that handed it over last (mesh routing)
 
     def metadata(self, key: str, value: str) -> MessageCall:
         """Attach a string header, once per key."""

@@ -1,20 +1,32 @@
-"""Moving a SpotWide User Spot to another node (kotlin-spot-interface relocation; §4, §14).
+"""Moving a Spot, with its member Actors, to another node (kotlin-spot-interface relocation;
+§4, §14).
 
-The order is the seed's: seal new admission; reach the all-lane barrier (a lifecycle turn of
-the Spot itself: no other turn running, no Yield in flight, no continuation waiting); capture
-with the Spot adapter inside that turn; send the payload (state, logical timers with their last
-sequence and next due time, pending ticks, queued messages) in chunks of at most
-``relocation_payload_chunk_limit_bytes`` straight to the target; restore into a fresh instance
-from a fresh defensive copy, with queues and timers held; commit authority in the Location Store
-(fenced: a stale owner cannot); open admission on the target. The source then forgets the Spot
-and stale routes relay to the new owner. Requests queued at the source keep their reply route:
-the target answers the source, which completes the original caller.
+The order is the seed's: seal new admission of the Spot and of every member Actor; reach the
+all-lane barrier (a lifecycle turn of the Spot itself: with the shared gate no member turn runs
+either; no Yield in flight, no continuation waiting, no Join or leave queued); capture with the
+Spot adapter and each Actor adapter inside that turn; send the payload (states, logical timers
+with their last sequence and next due time, pending ticks, queued messages, per object) in
+chunks of at most ``relocation_payload_chunk_limit_bytes`` straight to the target; restore into
+fresh instances from fresh defensive copies, with queues and timers held; commit authority in
+the Location Store (fenced: a stale owner cannot); open admission on the target. The source
+keeps a forwarding pointer, so stale routes relay to the new owner, and requests queued at the
+source keep their reply route (the target answers the source, which completes the caller).
+
+Nothing accepted is refused, lost, run twice or reordered per sender by a move:
+* a call that meets the seal on the source is parked, in arrival order, and relayed to the
+  target before authority is committed (after a failed barrier it runs on the source instead,
+  before any call admitted after the reopening);
+* on the target, calls relayed by the source queue behind the moved queue; a call made on the
+  target node itself waits until the commit, since that node's earlier calls went through the
+  source (the router's route lock makes "sent before the target arrived" and "found it here"
+  exclusive).
 
 Failures: a barrier failure aborts the seal of that generation and restores admission exactly; a
 capture failure keeps the source authoritative; a restore failure keeps the target sealed and is
 retried on the same target with the same payload (never another target).
 
-Not yet: Spots with member Actors, PER_ACTOR Spots, APPLICATION_SIGNALED coordination.
+Moves: SpotWide User Spots (with members) and Instance Spots. Not yet: PER_ACTOR Spots (their
+per-Actor migration behind a stateless shell) and APPLICATION_SIGNALED coordination.
 """
 
 from __future__ import annotations
@@ -23,6 +35,8 @@ import base64
 import itertools
 import logging
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..app import ExecutionMode, RelocationCoordination
@@ -30,6 +44,8 @@ from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unava
 from ..executor import Job, Turn
 from ..executor.gate import _Resume
 from ..executor.lanes import UNRESERVED
+from ..messaging import codec
+from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Completion
 from ..messaging.message import message_type, reply_type
 from ..timers import OverrunPolicy, Timer, TimerJob, TimerOptions, TimerTick
@@ -37,10 +53,48 @@ from .base import SpotKind
 
 if TYPE_CHECKING:
     from ..mesh.router import MeshRouter
-    from .runtime import Runtime, SpotAct
+    from ..messaging.calls import MessageCall
+    from .runtime import ActorAct, ObjectAct, Runtime, SpotAct
 
 _log = logging.getLogger("zlink.relocation")
 RESTORE_ATTEMPTS = 3
+
+_Held = tuple["MessageCall", "Completion | None", int]  # a call kept for later admission
+
+
+@dataclass(eq=False)
+class _Out:
+    """One move leaving this node."""
+
+    rid: int
+    spot: SpotAct
+    members: list[ActorAct]
+    target: str
+    done: Completion
+    relaying: bool = False  # parked calls went to the target; later ones follow at once
+    parked: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def objects(self) -> list[SpotAct | ActorAct]:
+        return [self.spot, *self.members]
+
+
+@dataclass(eq=False)
+class _In:
+    """One move arriving on this node."""
+
+    key: tuple[str, int]
+    spot: SpotAct
+    members: list[ActorAct]
+    restored: bool = False
+    committed: bool = False
+    fences: set[str] = field(default_factory=set)  # this node's fences still travelling
+    early: list[_Held] = field(default_factory=list)  # relayed before the restore finished
+    local: list[_Held] = field(default_factory=list)  # made here: wait for this node's fences
+
+    @property
+    def objects(self) -> list[SpotAct | ActorAct]:
+        return [self.spot, *self.members]
 
 
 class Relocator:
@@ -51,89 +105,177 @@ class Relocator:
         self.router = router
         self.chunk_limit = chunk_limit
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
-        self._outgoing: dict[int, tuple[SpotAct, str, Completion]] = {}
+        self._lock = threading.RLock()  # admission of diverted calls; re-entered by refills
+        self._out: dict[int, _Out] = {}
+        self._out_ids: dict[str, _Out] = {}  # spot and member ids -> their move
         self._chunks: dict[tuple[str, int], list[str]] = {}
-        self._incoming: dict[tuple[str, int], SpotAct] = {}
-        self._parked: dict[str, list[dict[str, Any]]] = {}  # spot -> calls that met the seal
+        self._in: dict[tuple[str, int], _In] = {}
+        self._in_ids: dict[str, _In] = {}
+
+    # -- calls that meet a move ------------------------------------------------------------------
+    def divert(self, act: Any, call: MessageCall, reply: Completion | None, hops: int) -> bool:
+        """Keep a call for an object that is moving; ``False`` if it is not moving."""
+        target = call.target
+        with self._lock:
+            if target in self._out_ids:
+                return self.divert_envelope(target, self.router.envelope(call, reply, hops))
+            inc = self._in_ids.get(target)
+            if inc is None:
+                return False
+            if inc.fences and not (hops and call.via == inc.key[0]):
+                # Calls made or relayed here went the old way until now: those still on it
+                # come back through the source, ahead of this node's fence; the rest wait.
+                inc.local.append((call, reply, hops))
+            elif not inc.restored:
+                inc.early.append((call, reply, hops))
+            else:
+                self._admit((call, reply, hops))
+            return True
+
+    def divert_envelope(self, target: str, env: dict[str, Any]) -> bool:
+        """A call or fence for a target sealed here: park it, or relay it once restored."""
+        with self._lock:
+            out = self._out_ids.get(target)
+            if out is None:
+                return False
+            if out.relaying:
+                env["h"] += 1
+                env["v"] = self.rt.node_id
+                self.router.transport.send(out.target, env)
+            else:
+                out.parked.append(env)
+            return True
+
+    def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
+        """This node's fence for an arriving ``target`` is back: the calls kept behind it
+        (``resend``) and then those made since may go in. ``False`` if none is arriving."""
+        with self._lock:
+            inc = self._in_ids.get(target)
+            if inc is None or target not in inc.fences:
+                return False
+            later, inc.local = inc.local, []
+            resend()  # older than anything made here since the target arrived: first in line
+            inc.local.extend(later)
+            inc.fences.discard(target)
+            if inc.fences:
+                return True
+            held, inc.local = inc.local, []
+            for item in held:
+                if inc.restored:
+                    self._admit(item)
+                else:
+                    inc.early.append(item)
+            if inc.committed:
+                self._open(inc)
+        return True
+
+    def _admit(self, held: _Held) -> None:
+        """Admit a kept call now (force: past the seal); a refusal completes its reply."""
+        call, reply, hops = held
+        try:
+            self.rt.submit(call, reply, NO_WAIT, hops, force=True)
+        except ZLinkError as exc:
+            if reply is not None:
+                reply.set(None, exc)
+            else:
+                self.rt.metrics.add("remote_sends_refused")
 
     # -- source ----------------------------------------------------------------------------------
     def start(self, act: SpotAct, target: str) -> Completion:
-        """Seal ``act`` and queue the barrier turn; the completion ends when committed."""
+        """Seal ``act`` and its members and queue the barrier turn; done once committed."""
         from .runtime import READY, SEALED, LifeJob
 
         spec = act.spec
-        if act.kind is not SpotKind.USER or spec.mode is not ExecutionMode.SPOT_WIDE:
-            raise InvalidOperation("only SpotWide User Spots relocate yet")
+        if act.kind is SpotKind.ENTRY:
+            raise InvalidOperation(f"{act.spot_id!r} is an Entry Spot; Entry Spots never move")
+        if act.kind is SpotKind.USER and spec.mode is not ExecutionMode.SPOT_WIDE:
+            raise InvalidOperation("PER_ACTOR User Spots do not relocate yet")
         if spec.relocation.kind == "disabled":
             raise InvalidOperation(f"{spec.name!r} is registered with Relocation.disabled()")
         if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
             raise InvalidOperation("APPLICATION_SIGNALED relocation is not built yet")
-        if act.members:
-            raise InvalidOperation("relocating a Spot with member Actors is not built yet")
         if target == self.rt.node_id:
             raise InvalidArgument("a Spot relocates to another node, not its own")
         done = Completion()
-        rid = next(self._ids)
-        with self._lock:  # registered before the seal, so a forwarded call that meets it parks
-            self._outgoing[rid] = (act, target, done)
-        with self.rt._lock:
-            if act.state != READY:
-                with self._lock:
-                    del self._outgoing[rid]
+        with self._lock, self.rt._lock:
+            members = list(act.members.values())
+            for member in members:
+                if member.spec.relocation.kind == "disabled":
+                    raise InvalidOperation(
+                        f"member {member.actor_id!r} is a {member.spec.name!r}, registered "
+                        "with Relocation.disabled(); its Spot cannot move while it is a member"
+                    )
+            if act.state != READY or any(m.state != READY for m in members):
                 raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
-            act.state = SEALED  # from here admission is refused; nothing accepted is lost
-        act.owner.lanes.set_closed(True)  # atomic with producers: none slips past the drain
+            out = _Out(next(self._ids), act, members, target, done)
+            for obj in out.objects:
+                obj.state = SEALED  # from here calls are parked; nothing accepted is lost
+                self._out_ids[obj.name] = out
+            self._out[out.rid] = out
+        for obj in out.objects:
+            obj.owner.lanes.set_closed(True)  # atomic with producers: none slips past
         act.owner.put_unreserved(
-            LifeJob(act, "relocation barrier", lambda: self._capture(act),
-                    lambda turn: self._ship(rid, turn), UNRESERVED)
+            LifeJob(act, "relocation barrier", lambda: self._capture(out),
+                    lambda turn: self._ship(out, turn), UNRESERVED)
         )  # fmt: skip
         return done
 
-    def park(self, spot_id: str, env: dict[str, Any]) -> bool:
-        """A forwarded call met this node's seal: keep it for the new owner, if moving."""
-        with self._lock:
-            if not any(a.spot_id == spot_id for a, _, _ in self._outgoing.values()):
-                return False
-            self._parked.setdefault(spot_id, []).append(env)
-            return True
-
-    def _unpark(self, spot_id: str) -> list[dict[str, Any]]:
-        with self._lock:
-            return self._parked.pop(spot_id, [])
-
-    def _capture(self, act: SpotAct) -> bytes | None:
-        """Inside the barrier turn: refuse if anything is in flight, then capture."""
+    def _capture(self, out: _Out) -> dict[str, str | None]:
+        """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
         from .runtime import LifeJob
 
-        lanes = act.owner.lanes
-        pending = list(lanes.app or ()) + list(lanes.life or ())
-        if act.yields_out or any(isinstance(i, _Resume) for i in pending):
+        act = out.spot
+        if set(act.members) != {m.actor_id for m in out.members}:
+            raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
+        if act.yields_out:
             raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
-        if any(isinstance(i, LifeJob) for i in pending):
-            raise Unavailable(f"{act.spot_id!r}: lifecycle work is queued (barrier failed)")
-        adapter = act.spec.relocation.adapter
-        if adapter is None:
-            return None  # recreate(): no state moves
-        data = adapter().capture(act.instance)
-        if not isinstance(data, (bytes, bytearray)):
-            raise StateIncompatible(f"capture returned {type(data).__name__}, not bytes")
-        return bytes(data)  # the runtime's own copy; the adapter owns its array
+        for obj in out.objects:
+            lanes = obj.owner.lanes
+            pending = list(lanes.app or ()) + list(lanes.life or ())
+            if obj.owner._resume is not None or any(isinstance(i, _Resume) for i in pending):
+                raise Unavailable(f"{obj.name!r}: a Yield is still in flight (barrier failed)")
+            if any(isinstance(i, LifeJob) for i in pending):
+                raise Unavailable(f"{obj.name!r}: lifecycle work is queued (barrier failed)")
+        return {obj.name: _capture_one(obj) for obj in out.objects}
 
-    def _ship(self, rid: int, turn: Turn) -> None:
-        from .runtime import READY, MessageJob
-
-        act, target, _done = self._outgoing[rid]
+    def _ship(self, out: _Out, turn: Turn) -> None:
         if turn.error is not None:  # barrier or capture failure: admission back, exactly
-            act.owner.lanes.set_closed(False)
-            act.state = READY
-            self._finish(rid, turn.error)
-            for env in self._unpark(act.spot_id):  # what met the seal runs here after all
-                self.router._on_call(env)
+            self._reopen(out, turn.error)
             return
-        data: bytes | None = turn.result
+        states: dict[str, str | None] = turn.result
+        timers = {}
+        for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
+            timers[obj.name] = list(obj.timers.values())
+            obj.cancel_timers()
+        objects = [
+            {"id": obj.name, "tn": obj.spec.name, "jobs": self._take_jobs(obj),
+             "timers": _timers_of(timers[obj.name])}
+            for obj in out.objects
+        ]  # fmt: skip
+        blob = codec.dumps(states).decode()
+        size = self.chunk_limit
+        chunks = [blob[i : i + size] for i in range(0, len(blob), size)]
+        act = out.spot
+        try:
+            for n, chunk in enumerate(chunks):
+                self.router.transport.send(out.target, {
+                    "k": "reloc_chunk", "o": self.rt.node_id, "r": out.rid, "i": n, "b": chunk,
+                })  # fmt: skip
+            self.router.transport.send(out.target, {
+                "k": "reloc", "o": self.rt.node_id, "r": out.rid, "t": act.spot_id,
+                "tn": act.spec.name, "g": act.ref.object_generation, "n": len(chunks),
+                "objects": objects,
+            })  # fmt: skip
+        except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
+            _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
+            self._finish(out, exc)
+
+    def _take_jobs(self, obj: SpotAct | ActorAct) -> list[dict[str, Any]]:
+        """Everything queued behind the barrier, in order, as it will be queued on the target."""
+        from .runtime import MessageJob
+
         jobs: list[dict[str, Any]] = []
-        for item in act.owner.drain():  # queued behind the barrier: they move, in order
+        for item in obj.owner.drain():
             if isinstance(item, MessageJob):
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us
@@ -149,69 +291,88 @@ class Relocator:
                              "fa": t.fired_at, "l": t.late_ticks})  # fmt: skip
                 item.timer.tick_done()
             if isinstance(item, Job) and item.lane != UNRESERVED:
-                act.owner.lanes.release(item.lane, item.size)
-        timers = [
-            {"n": t.name, "i": t.interval, "p": t.options.overrun_policy.value,
-             "x": t.options.max_catch_up_ticks, "k": t.options.keeps_alive,
-             "d": t.next_due, "q": t.sequence}
-            for t in act.timers.values()
-        ]  # fmt: skip
-        act.cancel_timers()
-        blob = "" if data is None else base64.b64encode(data).decode()
-        chunks = [blob[i : i + self.chunk_limit] for i in range(0, len(blob), self.chunk_limit)]
-        try:
-            for n, chunk in enumerate(chunks):
-                self.router.transport.send(
-                    target, {"k": "reloc_chunk", "o": self.rt.node_id, "r": rid, "i": n, "b": chunk}
-                )
-            self.router.transport.send(target, {
-                "k": "reloc", "o": self.rt.node_id, "r": rid, "t": act.spot_id,
-                "tn": act.spec.name, "g": act.ref.object_generation, "n": len(chunks),
-                "s": data is not None, "timers": timers, "jobs": jobs,
-            })  # fmt: skip
-        except Unavailable as exc:  # the target is gone: nothing left the source
-            _log.error("relocation of %r to %s could not start: %s", act.spot_id, target, exc)
-            self._finish(rid, exc)
+                obj.owner.lanes.release(item.lane, item.size)
+        return jobs
+
+    def _reopen(self, out: _Out, error: BaseException) -> None:
+        """The barrier failed: parked calls run here first, then admission reopens."""
+        from .runtime import READY
+
+        with self._lock:
+            for obj in out.objects:
+                obj.owner.lanes.set_closed(False)
+            self._forget_out(out)
+            for env in out.parked:  # still sealed: these go first, in arrival order
+                if env["k"] == "fence":
+                    self.router._on_fence(env)
+                else:
+                    self.router._on_call(env, force=True)
+            out.parked.clear()
+            for obj in out.objects:
+                obj.state = READY
+        out.done.set(None, _typed(error))
 
     def on_restored(self, env: dict[str, Any]) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
         from .runtime import GONE
 
-        with self._lock:
-            entry = self._outgoing.get(env["r"])
-        if entry is None:
+        out = self._out.get(env["r"])
+        if out is None:
             return
-        act, target, _done = entry
         if not env["ok"]:  # the target stays sealed; so does this node (nothing is lost)
-            self._finish(env["r"], StateIncompatible(env["e"]))
+            self._finish(out, StateIncompatible(env["e"]))
             return
-        for parked in self._unpark(act.spot_id):  # before the commit: per-sender order holds
-            parked["h"] = parked.get("h", 0) + 1
-            self.router.transport.send(target, parked)
-        moved = self.router.store.transfer(
-            act.spot_id, self.rt.node_id, act.authority, target, self.rt._lease()
-        )
-        act.state = GONE
-        with self.rt._lock:
-            if self.rt.spots.get(act.spot_id) is act:
-                del self.rt.spots[act.spot_id]  # from now on stale routes relay to the target
-        self.router.transport.send(target, {
-            "k": "reloc_commit", "o": self.rt.node_id, "r": env["r"], "t": act.spot_id,
-            "a": moved.authority_generation,
+        router, rt = self.router, self.rt
+        with self._lock:  # before the commit, in arrival order: per-sender order holds
+            for parked in out.parked:
+                parked["h"] += 1
+                parked["v"] = rt.node_id
+                router.transport.send(out.target, parked)
+            out.parked.clear()
+            out.relaying = True
+        authority: dict[str, int] = {}
+        try:
+            for obj in out.objects:
+                moved = router.store.transfer(
+                    obj.name, rt.node_id, obj.authority, out.target, rt._lease()
+                )
+                authority[obj.name] = moved.authority_generation
+                router.moved_away(
+                    obj.name,
+                    _route(out.target, moved.object_generation, moved.authority_generation),
+                )
+        except Unavailable as exc:  # fenced: this node is a stale owner; it commits nothing
+            _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, exc)
+            self._finish(out, exc)
+            return
+        with router.route_lock, rt._lock:  # from now on stale routes relay to the target
+            if rt.spots.get(out.spot.spot_id) is out.spot:
+                del rt.spots[out.spot.spot_id]
+            for member in out.members:
+                if rt.actors.get(member.actor_id) is member:
+                    del rt.actors[member.actor_id]
+        for obj in out.objects:
+            obj.state = GONE
+        router.transport.send(out.target, {
+            "k": "reloc_commit", "o": rt.node_id, "r": out.rid, "a": authority,
         })  # fmt: skip
-        self.rt.metrics.add("relocated_out")  # done once the target says admission is open
+        rt.metrics.add("relocated_out")
 
     def on_opened(self, env: dict[str, Any]) -> None:
-        self._finish(env["r"], None)
+        out = self._out.get(env["r"])
+        if out is not None:
+            self._finish(out, None)
 
-    def _finish(self, rid: int, error: BaseException | None) -> None:
+    def _finish(self, out: _Out, error: BaseException | None) -> None:
         with self._lock:
-            entry = self._outgoing.pop(rid, None)
-        if entry is not None:
-            err = error
-            if err is not None and not isinstance(err, ZLinkError):
-                err = StateIncompatible(f"capture failed: {type(err).__name__}: {err}")
-            entry[2].set(None, err)
+            self._forget_out(out)
+        out.done.set(None, None if error is None else _typed(error))
+
+    def _forget_out(self, out: _Out) -> None:
+        self._out.pop(out.rid, None)
+        for obj in out.objects:
+            if self._out_ids.get(obj.name) is out:
+                del self._out_ids[obj.name]
 
     # -- target ----------------------------------------------------------------------------------
     def on_chunk(self, env: dict[str, Any]) -> None:
@@ -219,35 +380,63 @@ class Relocator:
             self._chunks.setdefault((env["o"], env["r"]), []).append(env["b"])
 
     def on_relocate(self, env: dict[str, Any]) -> None:
-        from .runtime import SEALED, SpotAct
+        from .runtime import SEALED, ActorAct, SpotAct
 
+        rt = self.rt
         key = (env["o"], env["r"])
         with self._lock:
             chunks = self._chunks.pop(key, [])
-        spec = self.rt.app.spots.get(env["tn"])
-        if spec is None or len(chunks) != env["n"]:
+        spec = rt.app.spots.get(env["tn"])
+        objects = env["objects"]
+        actor_specs = [rt.app.actors.get(o["tn"]) for o in objects[1:]]
+        if spec is None or None in actor_specs or len(chunks) != env["n"]:
             self._answer(env, "the payload does not match this node's app or is incomplete")
             return
-        payload = base64.b64decode("".join(chunks)) if env["s"] else None
-        with self.rt._lock:
-            if env["t"] in self.rt.spots:
-                self._answer(env, f"{env['t']!r} already lives on {self.rt.node_id}")
-                return
-            act = SpotAct(self.rt, spec, env["t"], env["g"])
-            act.state = SEALED
-            self.rt.spots[act.spot_id] = act
-        self._incoming[key] = act
-        self._restore(env, act, payload, 1)
+        states: dict[str, str | None] = codec.loads("".join(chunks))
+        with self.router.route_lock:  # a call sent before this left; after it, finds it here
+            with rt._lock:
+                taken = [o["id"] for o in objects if o["id"] in rt.spots or o["id"] in rt.actors]
+                if taken:
+                    self._answer(env, f"{taken} already live on {rt.node_id}")
+                    return
+                # this node's own calls so far went elsewhere: fence that path first
+                fences = {o["id"] for o in objects if self.router.switch(o["id"])}
+                act = SpotAct(rt, spec, env["t"], env["g"])
+                act.state = SEALED
+                members = []
+                for o, aspec in zip(objects[1:], actor_specs, strict=True):
+                    assert aspec is not None
+                    member = ActorAct(rt, aspec, o["id"], rt.entries[aspec.name])
+                    member.state = SEALED  # born held: its queue waits for the commit
+                    member.spot = act
+                    act.members[member.actor_id] = member
+                    members.append(member)
+                inc = _In(key, act, members, fences=fences)
+                with self._lock:  # known as arriving before anyone can find it
+                    self._in[key] = inc
+                    for obj in inc.objects:
+                        self._in_ids[obj.name] = inc
+                for member in members:
+                    rt.actors[member.actor_id] = member
+                rt.spots[act.spot_id] = act
+            for obj in inc.objects:
+                self.router.arrived(obj.name)
+        self._restore(env, inc, states, 1)
 
-    def _restore(self, env: dict[str, Any], act: SpotAct, payload: bytes | None, attempt: int):  # type: ignore[no-untyped-def]
+    def _restore(self, env: dict[str, Any], inc: _In, states: dict[str, str | None],
+                 attempt: int) -> None:  # fmt: skip
         from .runtime import LifeJob
 
+        act = inc.spot
+
         def run() -> Any:
-            act.instance = act.spec.cls(act.context)  # a fresh instance for every attempt
-            adapter = act.spec.relocation.adapter
-            if payload is None or adapter is None:
+            for obj in inc.objects:  # a fresh instance for every attempt
+                obj.instance = obj.spec.cls(obj.context)
+                data, adapter = states.get(obj.name), obj.spec.relocation.adapter
+                if data is not None and adapter is not None:
+                    adapter().restore(obj.instance, base64.b64decode(data))  # a fresh copy
+            if states.get(act.spot_id) is None:
                 return act.instance.on_initialize()  # recreate(): a new start, no state
-            adapter().restore(act.instance, bytes(payload))  # a fresh defensive copy
             return None
 
         def restored(turn: Turn) -> None:
@@ -255,46 +444,54 @@ class Relocator:
                 _log.error("restore of %r failed (attempt %d)", act.spot_id, attempt,
                            exc_info=turn.error)  # fmt: skip
                 if attempt < RESTORE_ATTEMPTS:  # same target, same payload
-                    self._restore(env, act, payload, attempt + 1)
+                    self._restore(env, inc, states, attempt + 1)
                 else:  # stays sealed here; the source is told
                     self._answer(env, f"restore failed {attempt} times: {turn.error}")
                 return
-            act.owner.hold(after=lambda: self._refill(env, act))
+            act.owner.hold(after=lambda: self._refill(env, inc))
 
         act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, UNRESERVED))
 
-    def _refill(self, env: dict[str, Any], act: SpotAct) -> None:
-        """The restored Spot is held: queue its messages and timers, then tell the source."""
+    def _refill(self, env: dict[str, Any], inc: _In) -> None:
+        """The restored objects are held: queue their messages and timers, tell the source."""
+        for obj, moved in zip(inc.objects, env["objects"], strict=True):
+            timers = _restore_timers(obj, moved["timers"])
+            self._queue_jobs(env, obj, moved["jobs"])  # pending ticks before any new one
+            for timer in timers:
+                timer.arm()
+        with self._lock:
+            for held in inc.early:  # still unrestored: nothing else gets in before these
+                self._admit(held)
+            inc.early.clear()
+            for obj in inc.objects:
+                obj.restored = inc.key[0]  # from now on the source's calls queue (held) here
+            inc.restored = True
+        self._answer(env, None)
+
+    def _queue_jobs(
+        self, env: dict[str, Any], obj: SpotAct | ActorAct, jobs: list[dict[str, Any]]
+    ) -> None:
         from .runtime import MessageJob
 
-        rt = self.rt
-        for t in env["timers"]:
-            options = TimerOptions(OverrunPolicy(t["p"]), t["x"], t["k"])
-            fn = act.spec.timer_handlers[t["n"]]
-            timer = Timer(t["n"], t["i"], options, act, act.owner, fn, t["d"])
-            timer.sequence = t["q"]
-            act.timers[timer.name] = timer
-            timer.arm()
-        for job in env["jobs"]:
+        now = self.rt.clock.now()
+        for job in jobs:
             if job["k"] == "tick":
-                owner_timer = act.timers.get(job["n"])
-                if owner_timer is not None:
+                timer = obj.timers.get(job["n"])
+                if timer is not None:
                     tick = TimerTick(job["n"], job["q"], job["sa"], job["fa"], job["l"])
-                    owner_timer.queued += 1
-                    act.owner.lanes.put_app(TimerJob(owner_timer, tick), 0)
+                    timer.queued += 1
+                    obj.owner.lanes.put_app(TimerJob(timer, tick), 0)
                 continue
             msg = message_type(job["tn"]).model_validate_json(job["p"])
-            handler = (act.spec.subscriptions if job["tp"] else act.spec.handlers)[type(msg)]
+            handler = (obj.spec.subscriptions if job["tp"] else obj.spec.handlers)[type(msg)]
             reply = None
             if job["c"] is not None:
                 reply = Completion()
                 reply.add_callback(self._answer_to({"c": job["c"], "o": env["o"]}))
-            item = MessageJob(act, handler, msg, reply, job["m"], job["s"], 0, job["tp"])
+            item = MessageJob(obj, handler, msg, reply, job["m"], job["s"], 0, job["tp"])
             item.size = len(job["p"])
-            item.at = rt.clock.now()
-            act.owner.lanes.put_app(item, item.size)
-        act.restored = True  # from now on arrivals queue (held) behind the moved messages
-        self._answer(env, None)
+            item.at = now
+            obj.owner.lanes.put_app(item, item.size)
 
     def _answer_to(self, route: dict[str, Any]) -> Any:
         def answer(value: Any, error: BaseException | None) -> None:
@@ -303,19 +500,81 @@ class Relocator:
         return answer
 
     def on_commit(self, env: dict[str, Any]) -> None:
+        with self._lock:
+            inc = self._in.get((env["o"], env["r"]))
+            if inc is None or inc.committed:
+                return
+            for obj in inc.objects:
+                obj.authority = env["a"][obj.name]
+            inc.committed = True
+            if not inc.fences:  # else it opens when this node's last fence is back
+                self._open(inc)
+
+    def _open(self, inc: _In) -> None:
+        """Authority is here and this node's own calls are in line: admission opens."""
         from .runtime import READY
 
-        act = self._incoming.pop((env["o"], env["r"]), None)
-        if act is None:
-            return
-        act.authority = env["a"]
-        act.restored = False
-        act.state = READY  # admission opens
+        with self._lock:
+            self._in.pop(inc.key, None)
+            for obj in inc.objects:
+                if self._in_ids.get(obj.name) is inc:
+                    del self._in_ids[obj.name]
+                obj.restored = None
+                obj.state = READY
+        act = inc.spot
+        for member in inc.members:
+            member.owner.unhold(act.gate)  # a SpotWide member runs on its Spot's gate
         act.owner.unhold()  # queued messages and ticks run now
         self.rt.metrics.add("relocated_in")
-        self.router.transport.send(env["o"], {"k": "reloc_opened", "r": env["r"]})
+        self.router.transport.send(inc.key[0], {"k": "reloc_opened", "r": inc.key[1]})
 
     def _answer(self, env: dict[str, Any], error: str | None) -> None:
         self.router.transport.send(
             env["o"], {"k": "reloc_done", "r": env["r"], "ok": error is None, "e": error or ""}
         )
+
+
+def _route(node: str, object_generation: int, authority_generation: int) -> Any:
+    from ..mesh.router import Route
+
+    return Route(node, (object_generation, authority_generation))
+
+
+def _capture_one(obj: ObjectAct) -> str | None:
+    """One object's state as base64 text, or ``None`` for ``recreate()``."""
+    adapter = obj.spec.relocation.adapter
+    if adapter is None:
+        return None
+    data = adapter().capture(obj.instance)
+    if not isinstance(data, (bytes, bytearray)):
+        raise StateIncompatible(f"capture of {obj.name!r} returned {type(data).__name__}")
+    return base64.b64encode(bytes(data)).decode()  # the runtime's own copy
+
+
+def _timers_of(timers: list[Timer]) -> list[dict[str, Any]]:
+    return [
+        {"n": t.name, "i": t.interval, "p": t.options.overrun_policy.value,
+         "x": t.options.max_catch_up_ticks, "k": t.options.keeps_alive,
+         "d": t.next_due, "q": t.sequence}
+        for t in timers
+    ]  # fmt: skip
+
+
+def _restore_timers(obj: ObjectAct, timers: list[dict[str, Any]]) -> list[Timer]:
+    """The logical timers go on: same sequence, same next due time; the app registers none.
+    They are armed by the caller, once the pending ticks are queued."""
+    out = []
+    for t in timers:
+        options = TimerOptions(OverrunPolicy(t["p"]), t["x"], t["k"])
+        fn = obj.spec.timer_handlers[t["n"]]
+        timer = Timer(t["n"], t["i"], options, obj, obj.timer_owner(t["n"]), fn, t["d"])
+        timer.sequence = t["q"]
+        obj.timers[timer.name] = timer
+        out.append(timer)
+    return out
+
+
+def _typed(error: BaseException) -> ZLinkError:
+    if isinstance(error, ZLinkError):
+        return error
+    return StateIncompatible(f"capture failed: {type(error).__name__}: {error}")

@@ -109,7 +109,7 @@ class Discarded(Exception):
 class ObjectAct:
     """What Spot and Actor activations share: timers and the last time they did work."""
 
-    __slots__ = ("activity", "idle_since", "seen_activity", "timers")
+    __slots__ = ("activity", "authority", "idle_since", "restored", "seen_activity", "timers")
     rt: Runtime
     instance: Any
     spec: TypeSpec
@@ -119,6 +119,9 @@ class ObjectAct:
 
     def _init_object(self) -> None:
         self.timers: dict[str, Timer] = {}
+        self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
+        # a relocation target, restored and held until its commit: the source's node id
+        self.restored: str | None = None
         self.activity = self.seen_activity = 0  # handled messages; idle eviction compares them
         self.idle_since = self.rt.clock.now()
         self.context.timers = TimerManager(self)
@@ -170,7 +173,6 @@ class SpotAct(ObjectAct):
 
     __slots__ = (
         "activated",
-        "authority",
         "closing_turn",
         "context",
         "gate",
@@ -179,7 +181,6 @@ class SpotAct(ObjectAct):
         "members",
         "owner",
         "ref",
-        "restored",
         "rt",
         "shared",
         "spec",
@@ -203,9 +204,7 @@ class SpotAct(ObjectAct):
         self.instance: Any = None
         self.state = ACTIVATING
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
-        self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
         self.yields_out = 0  # Yields whose completion has not arrived (relocation barrier)
-        self.restored = False  # a relocation target, restored and held until its commit
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
         # set when on_create / on_initialize have finished, then dropped (idle Spots keep none)
@@ -492,14 +491,21 @@ class Runtime:
 
     # -- messages -------------------------------------------------------------------------------
     def submit(
-        self, call: MessageCall, reply: Completion | None, mode: int, hops: int = 0
+        self,
+        call: MessageCall,
+        reply: Completion | None,
+        mode: int,
+        hops: int = 0,
+        force: bool = False,
     ) -> Completion:
         """Route a send or request; raises before any queue change when it cannot be taken.
 
-        A target this node does not have is looked up in the Location Store (when the node is
-        part of a mesh) and the call is forwarded to its owner (``hops`` counts relays).
+        A target this node does not have is routed to its owner (when the node is part of a
+        mesh; ``hops`` counts relays). A target sealed for relocation keeps the call for the
+        new owner, and a relocation target holds it until authority is committed, so nothing
+        accepted is refused or reordered by a move (``force``: the relocator's own refill).
         """
-        if self.stopping:
+        if self.stopping and not (hops and self.router is not None):  # a drained node relays
             raise Unavailable(f"node {self.node_id} is shutting down")
         if call.mesh is not None and call.mesh != self.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
@@ -515,19 +521,23 @@ class Runtime:
                 raise NotFound(f"no channel {call.target!r}")
         elif call.kind == "actor":
             act = self.actors.get(call.target)
-            if act is None or act.state == GONE:
+            if act is None:
                 if self.router is not None:
-                    return self._remote(call, reply, hops)
+                    return self._remote(call, reply, mode, hops)
                 raise NotFound(f"no actor {call.target!r}")
+            if act.state > READY and not force and not (act.restored and call.via == act.restored):
+                return self._not_ready(act, call, reply, mode, hops)
         else:
             act = self.spots.get(call.target)
             if act is None:
                 if self.router is not None and not call.instance:
-                    return self._remote(call, reply, hops)
+                    return self._remote(call, reply, mode, hops)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
-            elif act.state > READY and not act.restored:  # a restored target queues, held
-                raise Unavailable(f"spot {call.target!r} is sealed (closing or relocating)")
+            elif (
+                act.state > READY and not force and not (act.restored and call.via == act.restored)
+            ):
+                return self._not_ready(act, call, reply, mode, hops)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
         spec = act.spec if act is not None else self._instance_spec(call)
@@ -544,12 +554,12 @@ class Runtime:
                     call.target, "spot", spec.name, self.node_id, self._lease()
                 )
                 if held.location.owner != self.node_id:
-                    return self._remote(call, reply, hops, held.location)
+                    return self._remote(call, reply, mode, hops)
                 generation = held.location.object_generation
             act = self._activate_instance(spec, call.target, generation)
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
         job.at = self._now()
-        if reply is not None:
+        if reply is not None and reply.timer is None:  # a diverted call was armed already
             self._arm(reply, call.deadline, "no reply in time")
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
@@ -564,8 +574,11 @@ class Runtime:
         if verdict != ADMITTED:
             if reply is not None and reply.timer is not None:
                 reply.timer.cancel()
-            if verdict == ADMISSION_CLOSED:  # sealed between the state check and the queue
-                raise Unavailable(f"spot {act.name!r} is sealed (closing or relocating)")
+            if verdict == ADMISSION_CLOSED and not force:  # sealed after the state check
+                assert not isinstance(act, ChannelAct)  # a Channel has no lanes to close
+                return self._not_ready(act, call, reply, mode, hops)
+            if verdict == ADMISSION_CLOSED:
+                raise Unavailable(f"{act.name!r} is sealed (closing or relocating)")
             self.metrics.add("rejected_admissions")
             what = "items" if verdict == FULL_COUNT else "bytes"
             raise ResourceExhausted(
@@ -579,25 +592,63 @@ class Runtime:
     def _lease(self) -> float:
         return self.clock.now() + 3600.0  # no failure detection yet: leases are long
 
-    def _remote(
-        self,
-        call: MessageCall,
-        reply: Completion | None,
+    def _not_ready(
+        self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: int,
         hops: int,
-        location: Location | None = None,
+    ) -> Completion:  # fmt: skip
+        """A sealed, moving or restoring target: the relocator keeps the call, or it is gone
+        (routed on), or it is closing (refused before any queue change)."""
+        relocator = self.relocator
+        if reply is not None and reply.timer is not None:
+            reply.timer.cancel()  # armed for an admission that did not happen
+            reply.timer = None
+        if relocator is not None:
+            if reply is not None:
+                self._arm(reply, call.deadline, "no reply in time")
+            if relocator.divert(act, call, reply, hops):
+                return reply  # type: ignore[return-value]
+            if reply is not None and reply.timer is not None:
+                reply.timer.cancel()
+                reply.timer = None
+        if act.state == GONE or act.state <= READY:  # moved or reopened meanwhile: go again
+            return self.submit(call, reply, mode, hops)
+        raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
+
+    def _remote(
+        self, call: MessageCall, reply: Completion | None, mode: int, hops: int
     ) -> Completion:
-        """Forward ``call`` to the node that owns its target (stale routes relay onward)."""
-        assert self.router is not None
-        if location is None:
-            location = self.router.store.lookup(call.target)
-        if location is None or location.owner == self.node_id:
-            raise NotFound(f"no {call.kind} {call.target!r}")
+        """Forward ``call`` along this node's route to its target (stale routes relay onward).
+
+        The route is read and the envelope sent under the router's route lock, which the
+        relocator also takes when a target arrives here: a call either left before the target
+        arrived or finds it local (per-sender FIFO; see ``zlink.mesh.router``).
+        """
+        router = self.router
+        assert router is not None
         if hops > _MAX_HOPS:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
-        if reply is not None:
-            self._arm(reply, call.deadline, "no reply in time")
-        self.router.forward(call, reply, location, hops)
-        return reply  # type: ignore[return-value]
+        with router.route_lock:
+            local = (self.actors if call.kind == "actor" else self.spots).get(call.target)
+            if local is None:
+                if reply is not None and reply.timer is None:
+                    self._arm(reply, call.deadline, "no reply in time")
+                try:
+                    sent = router.send_call(call, reply, hops)
+                except Unavailable as exc:  # the next node is unreachable: nothing was sent
+                    if reply is not None:
+                        reply.set(None, exc)
+                    raise
+                if not sent:
+                    if reply is not None:
+                        reply.set(None, NotFound(f"no {call.kind} {call.target!r}"))
+                    raise NotFound(f"no {call.kind} {call.target!r}")
+                return reply  # type: ignore[return-value]
+        return self.submit(call, reply, mode, hops)  # it arrived here meanwhile
+
+    def has_live(self, target: str) -> bool:
+        """Whether a Spot or Actor ``target`` lives on this node (in any state but gone)."""
+        act = self.spots.get(target) or self.actors.get(target)
+        return act is not None and act.state != GONE
 
     def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
         with self._lock:
@@ -681,9 +732,12 @@ class Runtime:
             )
 
     def yield_begin(self) -> SpotAct | None:
-        """Count a Spot turn's Yield from before its call is submitted (relocation barrier)."""
+        """Count a Spot turn's Yield from before its call is submitted (relocation barrier);
+        a member Actor's Yield counts on its Spot, whose barrier covers it."""
         turn = current_turn()
         act = turn.owner.ref if turn is not None and turn.owner is not None else None
+        if isinstance(act, ActorAct):
+            act = act.spot
         if not isinstance(act, SpotAct):
             return None
         with self._yield_lock:
