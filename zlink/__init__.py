@@ -43,6 +43,7 @@ from .messaging.context import SpotManager as SpotManager
 from .messaging.context import WorkerManager as WorkerManager
 from .messaging.message import Message as Message
 from .messaging.message import Request as Request
+from .node import DrainResult as DrainResult
 from .node import Node as Node
 from .objects.base import Actor as Actor
 from .objects.base import ActorCreateResponse as ActorCreateResponse
@@ -86,6 +87,7 @@ __all__ = [
     "Client",
     "CreateCall",
     "DeadlineExceeded",
+    "DrainResult",
     "EntrySpot",
     "EntrySpotContext",
     "ErrorCode",

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -18,7 +19,7 @@ import psutil
 
 from .app import App
 from .config import NodeConfig
-from .errors import InvalidArgument, InvalidOperation, NotFound, Unavailable
+from .errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh.location import LocationStore
 from .mesh.router import MeshRouter
@@ -30,6 +31,14 @@ from .objects.runtime import Runtime
 from .status import NodeStatus, StatusSubscription
 
 _log = logging.getLogger("zlink.node")
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What ``Node.drain()`` did: the Spots moved away, and those that stayed, with why."""
+
+    moved: list[str]
+    stayed: dict[str, str]
 
 
 def default_workers() -> int:
@@ -182,6 +191,47 @@ class Node:
             raise NotFound(f"{spot_id!r} is not owned by node {self.node_id}")
         done = rt.relocator.start(act, target)
         done.wait(self.config.request_timeout if timeout is None else timeout)
+
+    def drain(self, timeout: float | None = None) -> DrainResult:
+        """Relocate every Spot that can move to the other nodes, then stop admission.
+
+        Spots go round-robin to the other reachable nodes, all moves at once; each follows the
+        relocation rules (``relocate_spot``). What cannot move stays, with the reason: Entry
+        Spots (and the Actors they hold), ``Relocation.disabled()`` and PER_ACTOR types, Spots
+        not ready, a node with no peers, or a move that failed or did not finish in
+        ``timeout`` (real seconds; default: the request timeout). Afterwards this node refuses
+        new calls and creates made on it with ``Unavailable`` but still relays calls routed to
+        it to the new owners, and still serves what stayed, until ``shutdown()``.
+        """
+        rt = self._rt
+        if self._state != "running":
+            raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")
+        budget = self.config.request_timeout if timeout is None else timeout
+        end = time.monotonic() + budget
+        peers = [] if self._transport is None else self._transport.nodes()
+        peers = [p for p in peers if p != self.node_id]
+        moving: dict[str, Any] = {}
+        stayed: dict[str, str] = {}
+        turn = 0
+        for spot_id, act in list(rt.spots.items()):
+            if rt.relocator is None or not peers:
+                stayed[spot_id] = "no other node to move to"
+                continue
+            try:
+                moving[spot_id] = rt.relocator.start(act, peers[turn % len(peers)])
+                turn += 1
+            except ZLinkError as exc:
+                stayed[spot_id] = str(exc)
+        rt.draining = True  # from here calls made on this node are refused; relays go on
+        moved = []
+        for spot_id, done in moving.items():
+            try:
+                done.wait(max(0.0, end - time.monotonic()))
+                moved.append(spot_id)
+            except ZLinkError as exc:
+                stayed[spot_id] = f"{type(exc).__name__}: {exc}"
+        _log.info("node %s drained: %d moved, %d stayed", self.node_id, len(moved), len(stayed))
+        return DrainResult(sorted(moved), stayed)
 
     def counters(self) -> dict[str, int]:
         """Late replies, handler errors, rejected admissions and the like."""

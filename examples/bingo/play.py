@@ -1,4 +1,4 @@
-"""Drive Bingo games on an embedded node and summarise them (``zlink bingo play``)."""
+"""Drive Bingo games on one or several embedded nodes and summarise them (``zlink bingo play``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import zlink
-from zlink.testing import ManualClock
+from zlink.testing import LocalCluster, ManualClock
 
 from . import spots as bingo
 from .messages import EnterRoom, RoomState, RoomSummary, StartGame
@@ -28,6 +28,8 @@ class Summary:
     p99_ms: float
     seconds: float
     workers: int
+    nodes: int = 1
+    moves: int = 0  # rooms moved between nodes while playing
     counters: dict[str, int] = field(default_factory=dict)
 
 
@@ -62,7 +64,9 @@ def play(
     rooms: int = 4,
     players: int = 8,
     *,
+    nodes: int = 1,
     draw_interval: float = 0.005,
+    move_every: int = 1,
     workers: int | None = None,
     clock: ManualClock | None = None,
     progress: Callable[[int, int], None] | None = None,
@@ -70,36 +74,42 @@ def play(
 ) -> Summary:
     """Play one game in each of ``rooms`` rooms with ``players`` players each.
 
-    With a ``ManualClock`` the driver moves time itself, one draw interval at a time.
+    With ``nodes`` > 1 the rooms start spread over the nodes of a ``LocalCluster`` (players
+    are made on their room's node, since a Join stays on one node), and while the games run
+    the driver moves one room to the next node every ``move_every`` rounds, players, queues
+    and draw timer included. With a ``ManualClock`` the driver moves time itself, one draw
+    interval per round; otherwise a round is about 10 ms (50 ms on one node).
     """
-    if rooms < 1 or players < 1:
-        raise zlink.InvalidArgument("rooms and players must each be at least 1")
+    if rooms < 1 or players < 1 or nodes < 1:
+        raise zlink.InvalidArgument("rooms, players and nodes must each be at least 1")
     tally = _Tally()
     bingo._observers[:] = [tally]
     started = time.perf_counter()
-    config = zlink.NodeConfig(node_id="bingo-1", workers=workers)
-    with zlink.Node(bingo.app, config, clock=clock) as node:
-        bingo.use_clock(node.clock.now)
-        client = node.client()
+    cluster = LocalCluster(bingo.app, nodes=nodes, clock=clock, workers=workers)
+    with cluster:
+        bingo.use_clock(cluster.node(0).clock.now)
         room_ids = [f"room-{i}" for i in range(rooms)]
+        home = {r: i % nodes for i, r in enumerate(room_ids)}
         for room_id in room_ids:
-            client.spots.get_or_create(room_id, "bingo.room").wait(timeout)
-        actor_ids: list[str] = []
-        for _ in range(0, rooms * players, 100):  # the lobby's lifecycle lane admits 128
-            n = min(100, rooms * players - len(actor_ids))
-            batch = [client.actors.create("bingo.player").future() for _ in range(n)]
-            actor_ids += [f.result(timeout).actor_id for f in batch]
-        for i, actor_id in enumerate(actor_ids):
-            client.send_to_actor(actor_id, EnterRoom(room_id=room_ids[i % rooms])).submit()
+            cluster.node(home[room_id]).client().spots.get_or_create(room_id, "bingo.room").wait(
+                timeout
+            )
+        actor_ids = _join_players(cluster, room_ids, home, players, timeout)
         if not tally.wait("joined", len(actor_ids), timeout):
             raise zlink.DeadlineExceeded("players did not all join in time")
+        client = cluster.node(0).client()
         for room_id in room_ids:
             client.send_to_spot(room_id, StartGame(draw_interval=draw_interval)).submit()
         deadline = time.monotonic() + timeout
-        while not tally.wait("win", rooms, 0 if clock else 0.05):
+        rounds = moves = 0
+        pause = 0.0 if clock else 0.05 if nodes == 1 else 0.01
+        while not tally.wait("win", rooms, pause):
+            rounds += 1
             if clock is not None:
                 clock.advance(draw_interval)
-                node.wait_idle(timeout)
+                cluster.wait_idle(timeout)
+            if nodes > 1 and rounds % move_every == 0:
+                moves += _move_one(cluster, room_ids, home, rounds // move_every, timeout)
             if progress is not None:
                 progress(tally.counts.get("win", 0), rooms)
             if time.monotonic() > deadline:
@@ -109,9 +119,12 @@ def play(
         summaries: list[RoomSummary] = [
             client.request_to_spot(r, RoomState()).wait(timeout) for r in room_ids
         ]
-        node.wait_idle(timeout)
-        counters = node.counters()
-        used = node.workers
+        cluster.wait_idle(timeout)
+        counters: dict[str, int] = {}
+        for node in cluster.nodes:
+            for key, value in node.counters().items():
+                counters[key] = counters.get(key, 0) + value
+        used = sum(node.workers for node in cluster.nodes)
     marks = tally.counts.get("mark", 0)
     drawn = sum(s.drawn for s in summaries)
     return Summary(
@@ -125,5 +138,42 @@ def play(
         p99_ms=_pct(tally.latencies, 0.99),
         seconds=time.perf_counter() - started,
         workers=used,
+        nodes=nodes,
+        moves=moves,
         counters=counters,
     )
+
+
+def _join_players(
+    cluster: LocalCluster, room_ids: list[str], home: dict[str, int], players: int, timeout: float
+) -> list[str]:
+    """Make each room's players on the room's node and send them in."""
+    actor_ids: list[str] = []
+    for room_id in room_ids:
+        client = cluster.node(home[room_id]).client()
+        for start in range(0, players, 100):  # the lobby's lifecycle lane admits 128
+            batch = [
+                client.actors.create("bingo.player").future()
+                for _ in range(min(100, players - start))
+            ]
+            ids = [f.result(timeout).actor_id for f in batch]
+            for actor_id in ids:
+                client.send_to_actor(actor_id, EnterRoom(room_id=room_id)).submit()
+            actor_ids += ids
+    return actor_ids
+
+
+def _move_one(
+    cluster: LocalCluster, room_ids: list[str], home: dict[str, int], turn: int, timeout: float
+) -> int:
+    """Move one room (taking turns) to the next node; 1 if it moved, 0 if it could not now
+    (a barrier that meets a Yield in flight, say: the room stays and plays on)."""
+    room_id = room_ids[turn % len(room_ids)]
+    source = home[room_id]
+    target = (source + 1) % len(cluster.nodes)
+    try:
+        cluster.node(source).relocate_spot(room_id, cluster.node(target).node_id, timeout)
+    except zlink.Unavailable:
+        return 0
+    home[room_id] = target
+    return 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 from collections.abc import Callable
@@ -58,7 +59,25 @@ def has_line(rows: list[list[int]], marked: set[int]) -> bool:
     return any(all(line) for line in lines)
 
 
-@app.user_spot("bingo.room")  # SPOT_WIDE: the room, its players and its timer share one gate
+class PlayerAdapter:
+    """A player's card and marks as JSON: what a room move carries for each member."""
+
+    def capture(self, player: Player) -> bytes:
+        return json.dumps(
+            {"card": player.card, "marked": sorted(player.marked), "claimed": player.claimed,
+             "room": player.room}
+        ).encode()  # fmt: skip
+
+    def restore(self, player: Player, data: bytes) -> None:
+        state = json.loads(data)
+        player.card, player.marked = state["card"], set(state["marked"])
+        player.claimed, player.room = state["claimed"], state["room"]
+        player.joined.set()
+
+
+# SPOT_WIDE: the room, its players and its timer share one gate; a room moves between nodes
+# with its players, their queues and its draw timer (JsonStateAdapter: its fields are JSON)
+@app.user_spot("bingo.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
 class Room(zlink.UserSpot):
     def __init__(self, context: zlink.SpotContext) -> None:
         super().__init__(context)
@@ -139,7 +158,7 @@ class Lobby(zlink.EntrySpot):
     pass
 
 
-@app.actor("bingo.player")
+@app.actor("bingo.player", relocation=zlink.Relocation.preserve_state(PlayerAdapter))
 class Player(zlink.Actor):
     def __init__(self, context: zlink.ActorContext) -> None:
         super().__init__(context)

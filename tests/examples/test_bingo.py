@@ -16,6 +16,14 @@ def test_a_full_game_on_a_manual_clock_ends_with_a_winner_in_every_room():
     assert summary.marks > 0
 
 
+def test_rooms_moved_between_three_nodes_mid_game_still_end_with_a_winner_each():
+    summary = play(rooms=3, players=4, nodes=3, draw_interval=1.0, workers=2, clock=ManualClock())
+    assert summary.games == 3 and len(summary.winners) == 3
+    assert summary.moves >= 3  # every round one room moved, players and draw timer with it
+    assert summary.counters["relocated_in"] == summary.moves
+    assert summary.counters.get("handler_errors", 0) == 0
+
+
 def test_a_card_has_a_free_centre_and_a_line_wins():
     card = make_card("seed")
     assert card[2][2] == 0

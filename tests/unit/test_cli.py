@@ -26,10 +26,16 @@ def test_bingo_play_prints_a_summary():
     assert "games finished" in result.output and "p50" in result.output
 
 
+def test_bingo_play_on_several_nodes_moves_rooms_while_they_play():
+    result = runner.invoke(cli, ["bingo", "play", "--rooms", "2", "--players", "3", "--nodes", "2"])
+    assert result.exit_code == 0, result.output
+    assert "nodes / room moves" in result.output and "games finished" in result.output
+
+
 def test_bad_options_are_refused_with_a_clear_message():
     assert runner.invoke(cli, ["bingo", "play", "--rooms", "0"]).exit_code == 2
-    result = runner.invoke(cli, ["bingo", "play", "--nodes", "2"])
-    assert result.exit_code == 2 and "mesh" in result.output
+    result = runner.invoke(cli, ["bingo", "play", "--nodes", "0"])
+    assert result.exit_code == 2 and "nodes" in result.output
     result = runner.invoke(cli, ["run", "no_colon_here"])
     assert result.exit_code != 0
 

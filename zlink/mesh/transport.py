@@ -27,6 +27,8 @@ class Transport(Protocol):
 
     def send(self, node_id: str, envelope: dict[str, Any]) -> None: ...
 
+    def nodes(self) -> list[str]: ...
+
 
 class InProcessTransport:
     """The embedded transport: JSON bytes handed to the target node's infrastructure thread."""
@@ -44,6 +46,11 @@ class InProcessTransport:
     def detach(self, node_id: str) -> None:
         with self._lock:
             self._nodes.pop(node_id, None)
+
+    def nodes(self) -> list[str]:
+        """The node ids reachable now, sorted."""
+        with self._lock:
+            return sorted(self._nodes)
 
     def send(self, node_id: str, envelope: dict[str, Any]) -> None:
         """Deliver ``envelope`` to ``node_id``; ``Unavailable`` if it is not reachable."""

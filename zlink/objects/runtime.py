@@ -461,6 +461,7 @@ class Runtime:
         self.relocator: Relocator | None = None
         self._yield_lock = threading.Lock()
         self.stopping = False  # read on the hot path
+        self.draining = False  # drained: calls made here are refused; relayed calls go on
         self.stopped_admission = threading.Event()  # for those who must wait for it
         self._lock = threading.Lock()
         self._generations = itertools.count(1)
@@ -505,8 +506,8 @@ class Runtime:
         new owner, and a relocation target holds it until authority is committed, so nothing
         accepted is refused or reordered by a move (``force``: the relocator's own refill).
         """
-        if self.stopping and not (hops and self.router is not None):  # a drained node relays
-            raise Unavailable(f"node {self.node_id} is shutting down")
+        if (self.stopping or self.draining) and not (hops and self.router is not None):
+            raise Unavailable(f"node {self.node_id} is shutting down")  # a drained node relays
         if call.mesh is not None and call.mesh != self.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
         turn = current_turn()
@@ -1012,7 +1013,7 @@ class Runtime:
 
     # -- create ----------------------------------------------------------------------------------
     def submit_create(self, call: CreateCall[Any], mode: int) -> Completion:
-        if self.stopping:
+        if self.stopping or self.draining:
             raise Unavailable(f"node {self.node_id} is shutting down")
         if call.mesh is not None and call.mesh != self.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")

@@ -1,0 +1,81 @@
+"""``node.drain()``: relocate everything that can move away, then stop admission
+(python-api "node.drain()"; kotlin-spot-interface relocation paragraphs; §14)."""
+
+from __future__ import annotations
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.testing import LocalCluster, ManualClock
+
+
+class Add(zlink.Message, type_name="t.dr.add"):
+    pass
+
+
+class Total(zlink.Request[int], type_name="t.dr.total"):
+    pass
+
+
+class Room(zlink.UserSpot):
+    def __init__(self, context: zlink.SpotContext) -> None:
+        super().__init__(context)
+        self.total = 0
+
+    @zlink.handler
+    def add(self, msg: Add) -> None:
+        self.total += 1
+
+    @zlink.handler
+    def get(self, req: Total) -> int:
+        return self.total
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("drain")
+    app.user_spot("t.dr.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))(
+        Room
+    )
+    app.user_spot("t.dr.fixed", relocation=zlink.Relocation.disabled())(type("F", (Room,), {}))
+    return app
+
+
+def test_drain_moves_every_movable_spot_round_robin_and_says_why_the_rest_stayed(
+    clock: ManualClock,
+):
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        c1 = n1.client()
+        rooms = [f"room-{i}" for i in range(4)]
+        for room in rooms:
+            c1.spots.get_or_create(room, "t.dr.room").wait(WAIT)
+            c1.send_to_spot(room, Add()).submit()
+        c1.spots.get_or_create("fixed", "t.dr.fixed").wait(WAIT)
+        c3 = n3.client()
+        assert c3.request_to_spot("room-0", Total()).wait(WAIT) == 1  # node-3 routes to node-1
+
+        result = n1.drain(timeout=WAIT)
+
+        assert result.moved == rooms
+        assert set(result.stayed) == {"fixed"}
+        assert "disabled" in result.stayed["fixed"]
+        owners = [cluster.store.lookup(room).owner for room in rooms]
+        assert owners == ["node-2", "node-3", "node-2", "node-3"]
+        for room in rooms:  # state kept; node-3's old route relays through the drained node
+            assert c3.request_to_spot(room, Total()).wait(WAIT) == 1
+        with pytest.raises(zlink.Unavailable):  # admission on the drained node is stopped
+            c1.send_to_spot("room-1", Add()).submit()
+        with pytest.raises(zlink.Unavailable):
+            c1.spots.get_or_create("new", "t.dr.room").wait(WAIT)
+        assert n2.client().request_to_spot("fixed", Total()).wait(WAIT) == 0  # stayed, serves
+
+
+def test_drain_without_other_nodes_moves_nothing_and_stops_admission(make_node):
+    node = make_node(build_app())
+    client = node.client()
+    client.spots.get_or_create("room", "t.dr.room").wait(WAIT)
+    result = node.drain(timeout=WAIT)
+    assert result.moved == [] and result.stayed == {"room": "no other node to move to"}
+    with pytest.raises(zlink.Unavailable):
+        client.send_to_spot("room", Add()).submit()
