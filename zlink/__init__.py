@@ -52,12 +52,14 @@ from .objects.base import ActorJoinCompletion as ActorJoinCompletion
 from .objects.base import ActorJoinResult as ActorJoinResult
 from .objects.base import EntrySpot as EntrySpot
 from .objects.base import InstanceSpot as InstanceSpot
+from .objects.base import RelocationReadyStatus as RelocationReadyStatus
 from .objects.base import SpotCloseReason as SpotCloseReason
 from .objects.base import SpotClosingContext as SpotClosingContext
 from .objects.base import SpotCreateResponse as SpotCreateResponse
 from .objects.base import SpotCreateResult as SpotCreateResult
 from .objects.base import SpotKind as SpotKind
 from .objects.base import SpotRef as SpotRef
+from .objects.base import SpotRelocationReadyCompletion as SpotRelocationReadyCompletion
 from .objects.base import UserSpot as UserSpot
 from .relocation import JsonStateAdapter as JsonStateAdapter
 from .relocation import RelocationAdapter as RelocationAdapter
@@ -110,6 +112,7 @@ __all__ = [
     "Relocation",
     "RelocationAdapter",
     "RelocationCoordination",
+    "RelocationReadyStatus",
     "Request",
     "RequestCall",
     "ResourceExhausted",
@@ -123,6 +126,7 @@ __all__ = [
     "SpotKind",
     "SpotManager",
     "SpotRef",
+    "SpotRelocationReadyCompletion",
     "StateIncompatible",
     "StatusSubscription",
     "TimerHandle",

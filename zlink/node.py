@@ -19,7 +19,14 @@ import psutil
 
 from .app import App
 from .config import NodeConfig
-from .errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
+from .errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    InvalidOperation,
+    NotFound,
+    Unavailable,
+    ZLinkError,
+)
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh.location import LocationStore
 from .mesh.router import MeshRouter
@@ -190,7 +197,11 @@ class Node:
         if act is None:
             raise NotFound(f"{spot_id!r} is not owned by node {self.node_id}")
         done = rt.relocator.start(act, target)
-        done.wait(self.config.request_timeout if timeout is None else timeout)
+        try:
+            done.wait(self.config.request_timeout if timeout is None else timeout)
+        except DeadlineExceeded:
+            rt.relocator.withdraw(spot_id, done)  # an unsignaled move is given up
+            raise
 
     def drain(self, timeout: float | None = None) -> DrainResult:
         """Relocate every Spot that can move to the other nodes, then stop admission.

@@ -112,6 +112,12 @@ class Owner:
         if self._flag.acquire(False):
             self.gate.push(self)
 
+    def put_first(self, job: Job) -> None:
+        """Queue ``job`` ahead of everything (see ``OwnerLanes.put_first``)."""
+        self.lanes.put_first(job)
+        if self._flag.acquire(False):
+            self.gate.push(self)
+
     def drain(self) -> list[Any]:
         """Remove and return every queued item (shutdown, or an owner that never started).
 

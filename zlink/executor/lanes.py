@@ -134,6 +134,16 @@ class OwnerLanes:
                     self.app = deque()
                 self.app.append(item)
 
+    def put_first(self, item: Any) -> None:
+        """Put ``item`` at the head of the lifecycle lane, owing nothing to the application
+        lane: framework control that must run before anything already queued (a callback
+        that held messages wait for). Never refused."""
+        with self._put_lock:
+            if self.life is None:
+                self.life = deque()
+            self.life.appendleft(item)
+            self.debt = False
+
     # -- take side (gate holder only) ---------------------------------------------------------
     def ready(self) -> bool:
         """Whether either lane holds an item."""

@@ -352,3 +352,24 @@ class JoinCall(_Call):
         """
         self._rt.defer_join(self)
         self._terminal()
+
+
+class RelocationReadyCall(_Call):
+    """``context.relocation_ready()``: its single terminal ``defer()`` marks the end of this
+    turn as a boundary where an ``APPLICATION_SIGNALED`` Spot may move (kotlin-spot-interface)."""
+
+    __slots__ = ("spot_id", "turn")
+
+    def __init__(self, rt: Runtime, spot_id: str) -> None:
+        super().__init__(rt)
+        self.spot_id = spot_id
+        self.turn = current_turn()
+
+    def defer(self) -> None:
+        """Register the boundary after this handler ends normally. Returns ``None``.
+
+        ``InvalidOperation`` before any queue change in the default mode, in PER_ACTOR, in
+        Entry and Instance Spots, outside the Spot's own turn, and the second time in a turn.
+        """
+        self._rt.defer_relocation_ready(self)
+        self._terminal()

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, InvalidOperation
 from ..objects.base import SpotKind, SpotRef
-from .calls import CreateCall, JoinCall, RequestCall, SendCall, WorkerCall, check_id
+from .calls import (
+    CreateCall,
+    JoinCall,
+    RelocationReadyCall,
+    RequestCall,
+    SendCall,
+    WorkerCall,
+    check_id,
+)
 from .message import Message, Request
 
 if TYPE_CHECKING:
@@ -209,6 +217,10 @@ class SpotContext(_Context):
     def leave_actor(self, actor: Actor) -> None:
         """Send a member Actor back to its Entry Spot (after this turn's queue position)."""
         self._rt.leave(actor.context.actor_id, self.spot_id)
+
+    def relocation_ready(self) -> RelocationReadyCall:
+        """A boundary for an ``APPLICATION_SIGNALED`` move; end it with ``.defer()``."""
+        return RelocationReadyCall(self._rt, self.spot_id)
 
 
 class EntrySpotContext(SpotContext):

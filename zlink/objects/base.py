@@ -131,6 +131,24 @@ class ActorJoinCompletion:
     error: ZLinkError | None = None
 
 
+class RelocationReadyStatus(IntEnum):
+    """How an ``APPLICATION_SIGNALED`` readiness boundary ended (kotlin-spot-interface)."""
+
+    CONTINUED = 0  # on the source: no move was waiting, or the move did not happen
+    RELOCATED = 1  # on the target: the Spot moved here; authority is committed
+
+
+@dataclass(frozen=True, slots=True)
+class SpotRelocationReadyCompletion:
+    """Delivered to ``UserSpot.on_relocation_ready_completed`` after ``relocation_ready()
+    .defer()``: ``CONTINUED`` on the source (``error`` says why a waiting move failed) or
+    ``RELOCATED`` on the target. It may be delivered again in recovery: be retry-safe."""
+
+    status: RelocationReadyStatus
+    node_id: str
+    error: ZLinkError | None = None
+
+
 class UserSpot:
     """A User Spot: created by id, SPOT_WIDE (default) or PER_ACTOR, may hold Actors."""
 
@@ -156,6 +174,13 @@ class UserSpot:
 
     def on_leave_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor has left (back to its Entry Spot)."""
+
+    def on_relocation_ready_completed(
+        self, completion: SpotRelocationReadyCompletion
+    ) -> Maybe[None]:
+        """After ``relocation_ready().defer()`` (APPLICATION_SIGNALED): held messages and
+        timers wait for this. The default does nothing."""
+        return None
 
 
 class EntrySpot:

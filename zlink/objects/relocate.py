@@ -25,8 +25,13 @@ Failures: a barrier failure aborts the seal of that generation and restores admi
 capture failure keeps the source authoritative; a restore failure keeps the target sealed and is
 retried on the same target with the same payload (never another target).
 
+APPLICATION_SIGNALED: a requested move waits for the Spot's next ``relocation_ready().defer()``
+boundary; then the seal and barrier come first of all, and the Spot is told ``CONTINUED`` on
+the source (no move waiting, or it failed) or ``RELOCATED`` on the target, before anything it
+held back runs.
+
 Moves: SpotWide User Spots (with members) and Instance Spots. Not yet: PER_ACTOR Spots (their
-per-Actor migration behind a stateless shell) and APPLICATION_SIGNALED coordination.
+per-Actor migration behind a stateless shell).
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Completion
 from ..messaging.message import message_type, reply_type
 from ..timers import OverrunPolicy, Timer, TimerJob, TimerOptions, TimerTick
-from .base import SpotKind
+from .base import RelocationReadyStatus, SpotKind
 
 if TYPE_CHECKING:
     from ..mesh.router import MeshRouter
@@ -72,6 +77,7 @@ class _Out:
     target: str
     done: Completion
     relaying: bool = False  # parked calls went to the target; later ones follow at once
+    signaled: bool = False  # APPLICATION_SIGNALED: the Spot gets CONTINUED or RELOCATED
     parked: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -88,6 +94,7 @@ class _In:
     members: list[ActorAct]
     restored: bool = False
     committed: bool = False
+    signaled: bool = False
     fences: set[str] = field(default_factory=set)  # this node's fences still travelling
     early: list[_Held] = field(default_factory=list)  # relayed before the restore finished
     local: list[_Held] = field(default_factory=list)  # made here: wait for this node's fences
@@ -111,6 +118,7 @@ class Relocator:
         self._chunks: dict[tuple[str, int], list[str]] = {}
         self._in: dict[tuple[str, int], _In] = {}
         self._in_ids: dict[str, _In] = {}
+        self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
 
     # -- calls that meet a move ------------------------------------------------------------------
     def divert(self, act: Any, call: MessageCall, reply: Completion | None, hops: int) -> bool:
@@ -182,9 +190,11 @@ class Relocator:
 
     # -- source ----------------------------------------------------------------------------------
     def start(self, act: SpotAct, target: str) -> Completion:
-        """Seal ``act`` and its members and queue the barrier turn; done once committed."""
-        from .runtime import READY, SEALED, LifeJob
+        """Seal ``act`` and its members and queue the barrier turn; done once committed.
 
+        An ``APPLICATION_SIGNALED`` Spot is only asked: the move waits for its next
+        ``relocation_ready().defer()`` boundary (see :meth:`signaled`).
+        """
         spec = act.spec
         if act.kind is SpotKind.ENTRY:
             raise InvalidOperation(f"{act.spot_id!r} is an Entry Spot; Entry Spots never move")
@@ -192,11 +202,46 @@ class Relocator:
             raise InvalidOperation("PER_ACTOR User Spots do not relocate yet")
         if spec.relocation.kind == "disabled":
             raise InvalidOperation(f"{spec.name!r} is registered with Relocation.disabled()")
-        if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
-            raise InvalidOperation("APPLICATION_SIGNALED relocation is not built yet")
         if target == self.rt.node_id:
             raise InvalidArgument("a Spot relocates to another node, not its own")
         done = Completion()
+        if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
+            with self._lock:
+                if act.spot_id in self._wanted:
+                    raise Unavailable(f"a move of {act.spot_id!r} already waits for its signal")
+                self._wanted[act.spot_id] = (target, done)
+            return done
+        self._seal(act, target, done, signaled=False)
+        return done
+
+    def withdraw(self, spot_id: str, done: Completion) -> bool:
+        """Give up a move still waiting for its signal; ``False`` if it started meanwhile."""
+        with self._lock:
+            if self._wanted.get(spot_id, (None, None))[1] is done:
+                del self._wanted[spot_id]
+                return True
+            return False
+
+    def signaled(self, act: SpotAct) -> bool:
+        """The Spot reached a ``relocation_ready()`` boundary: start a waiting move now.
+
+        ``False`` when none waits (the Spot is told CONTINUED by the caller).
+        """
+        with self._lock:
+            wanted = self._wanted.pop(act.spot_id, None)
+        if wanted is None:
+            return False
+        target, done = wanted
+        try:
+            self._seal(act, target, done, signaled=True)
+        except ZLinkError as exc:  # it continues here, and is told why
+            done.set(None, exc)
+            self.rt.relocation_ready_completed(act, RelocationReadyStatus.CONTINUED, exc)
+        return True
+
+    def _seal(self, act: SpotAct, target: str, done: Completion, signaled: bool) -> None:
+        from .runtime import READY, SEALED, LifeJob
+
         with self._lock, self.rt._lock:
             members = list(act.members.values())
             for member in members:
@@ -207,18 +252,19 @@ class Relocator:
                     )
             if act.state != READY or any(m.state != READY for m in members):
                 raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
-            out = _Out(next(self._ids), act, members, target, done)
+            out = _Out(next(self._ids), act, members, target, done, signaled=signaled)
             for obj in out.objects:
                 obj.state = SEALED  # from here calls are parked; nothing accepted is lost
                 self._out_ids[obj.name] = out
             self._out[out.rid] = out
         for obj in out.objects:
             obj.owner.lanes.set_closed(True)  # atomic with producers: none slips past
-        act.owner.put_unreserved(
-            LifeJob(act, "relocation barrier", lambda: self._capture(out),
-                    lambda turn: self._ship(out, turn), UNRESERVED)
-        )  # fmt: skip
-        return done
+        barrier = LifeJob(act, "relocation barrier", lambda: self._capture(out),
+                          lambda turn: self._ship(out, turn), UNRESERVED)  # fmt: skip
+        if signaled:  # the boundary the Spot chose: nothing queued runs before it
+            act.owner.put_first(barrier)
+        else:
+            act.owner.put_unreserved(barrier)
 
     def _capture(self, out: _Out) -> dict[str, str | None]:
         """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
@@ -264,7 +310,7 @@ class Relocator:
             self.router.transport.send(out.target, {
                 "k": "reloc", "o": self.rt.node_id, "r": out.rid, "t": act.spot_id,
                 "tn": act.spec.name, "g": act.ref.object_generation, "n": len(chunks),
-                "objects": objects,
+                "objects": objects, "sig": out.signaled,
             })  # fmt: skip
         except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
             _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
@@ -310,6 +356,10 @@ class Relocator:
             out.parked.clear()
             for obj in out.objects:
                 obj.state = READY
+            if out.signaled:  # told before anything it held back runs
+                self.rt.relocation_ready_completed(
+                    out.spot, RelocationReadyStatus.CONTINUED, _typed(error)
+                )
         out.done.set(None, _typed(error))
 
     def on_restored(self, env: dict[str, Any]) -> None:
@@ -411,7 +461,7 @@ class Relocator:
                     member.spot = act
                     act.members[member.actor_id] = member
                     members.append(member)
-                inc = _In(key, act, members, fences=fences)
+                inc = _In(key, act, members, fences=fences, signaled=env.get("sig", False))
                 with self._lock:  # known as arriving before anyone can find it
                     self._in[key] = inc
                     for obj in inc.objects:
@@ -522,6 +572,8 @@ class Relocator:
                 obj.restored = None
                 obj.state = READY
         act = inc.spot
+        if inc.signaled:  # first of all, before the messages and ticks it held back
+            self.rt.relocation_ready_completed(act, RelocationReadyStatus.RELOCATED)
         for member in inc.members:
             member.owner.unhold(act.gate)  # a SpotWide member runs on its Spot's gate
         act.owner.unhold()  # queued messages and ticks run now

@@ -59,6 +59,7 @@ from ..messaging.calls import (
     CreateCall,
     JoinCall,
     MessageCall,
+    RelocationReadyCall,
     WorkerCall,
 )
 from ..messaging.completion import Completion, expire
@@ -78,12 +79,14 @@ from .base import (
     ActorCreateResult,
     ActorJoinCompletion,
     ActorJoinResult,
+    RelocationReadyStatus,
     SpotCloseReason,
     SpotClosingContext,
     SpotCreateResponse,
     SpotCreateResult,
     SpotKind,
     SpotRef,
+    SpotRelocationReadyCompletion,
 )
 from .metrics import Metrics
 
@@ -391,6 +394,22 @@ class LifeJob(Job):
             fake = Turn(self, None)
             fake.error = error
             self.done(fake)
+
+
+class _ReadyBoundary:
+    """The barrier ``relocation_ready().defer()`` registers: a waiting move starts here,
+    else the Spot is told it continues."""
+
+    __slots__ = ("act", "rt")
+
+    def __init__(self, rt: Runtime, act: SpotAct) -> None:
+        self.rt = rt
+        self.act = act
+
+    def __call__(self) -> None:
+        relocator = self.rt.relocator
+        if relocator is None or not relocator.signaled(self.act):
+            self.rt.relocation_ready_completed(self.act, RelocationReadyStatus.CONTINUED)
 
 
 async def _chain(*steps: Callable[[], Any]) -> Any:
@@ -815,6 +834,42 @@ class Runtime:
         if turn.barriers is None:
             turn.barriers = []
         turn.barriers.append(partial(self._join_hold, actor, call.target, call.request_msg))
+
+    # -- APPLICATION_SIGNALED relocation boundaries ---------------------------------------------
+    def defer_relocation_ready(self, call: RelocationReadyCall) -> None:
+        """``relocation_ready().defer()``: checks first (kotlin-spot-interface), then a barrier."""
+        from ..app import ExecutionMode, RelocationCoordination
+
+        turn = current_turn()
+        if turn is None or call.turn is not turn or turn.barriers is CLOSED:
+            raise InvalidOperation("relocation_ready().defer() belongs in the Spot turn made it")
+        act = turn.owner.ref if turn.owner is not None else None
+        if not isinstance(act, SpotAct) or act.spot_id != call.spot_id:
+            raise InvalidOperation("relocation_ready().defer() runs only in a turn of the Spot")
+        if act.kind is not SpotKind.USER:
+            raise InvalidOperation("Entry and Instance Spots have no relocation_ready boundary")
+        if act.spec.mode is not ExecutionMode.SPOT_WIDE:
+            raise InvalidOperation("PER_ACTOR Spots have no relocation_ready boundary")
+        if act.spec.coordination is not RelocationCoordination.APPLICATION_SIGNALED:
+            raise InvalidOperation(
+                f"{act.spec.name!r} is FRAMEWORK_MANAGED; relocation_ready() is for "
+                "relocation_coordination=APPLICATION_SIGNALED"
+            )
+        if turn.barriers is None:
+            turn.barriers = []
+        if any(isinstance(b, _ReadyBoundary) for b in turn.barriers):
+            raise InvalidOperation("relocation_ready().defer() was already called in this turn")
+        turn.barriers.append(_ReadyBoundary(self, act))
+
+    def relocation_ready_completed(
+        self, act: SpotAct, status: RelocationReadyStatus, error: ZLinkError | None = None
+    ) -> None:
+        """Queue ``on_relocation_ready_completed`` ahead of everything held for it."""
+        done = SpotRelocationReadyCompletion(status, self.node_id, error)
+        act.owner.put_first(
+            LifeJob(act, "on_relocation_ready_completed",
+                    lambda: act.instance.on_relocation_ready_completed(done), lane=UNRESERVED)
+        )  # fmt: skip
 
     # -- Join and leave --------------------------------------------------------------------------
     def _join_hold(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
