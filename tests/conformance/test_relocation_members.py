@@ -133,15 +133,38 @@ class Counter(zlink.InstanceSpot):
         return self.count
 
 
+class Hall(zlink.UserSpot):
+    """A PER_ACTOR room: its own fields and timers are not relocated (recreate())."""
+
+    def __init__(self, context: zlink.SpotContext) -> None:
+        super().__init__(context)
+        self.fresh = True
+        self.beats = 0
+
+    @zlink.handler
+    def start(self, msg: StartTicks) -> None:
+        self.fresh = False
+        self.context.timers.register("beat", 1.0)
+
+    @zlink.handler
+    def where(self, req: Where) -> str:
+        return f"{_node_of(self.context)}:fresh={self.fresh}"
+
+    @zlink.timer_handler("beat")
+    def on_beat(self, tick: zlink.TimerTick) -> None:
+        self.beats += 1
+
+
 def build_app() -> zlink.App:
     app = zlink.App("relocation-members")
     state = zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
     app.user_spot("t.rm.room", relocation=state)(Room)
     app.entry_spot("t.rm.lobby", actor="t.rm.player")(Lobby)
     app.actor("t.rm.player", relocation=state)(Player)
-    app.entry_spot("t.rm.hall", actor="t.rm.fixed")(type("Hall", (Lobby,), {}))
+    app.entry_spot("t.rm.gate", actor="t.rm.fixed")(type("Gatehouse", (Lobby,), {}))
     app.actor("t.rm.fixed", relocation=zlink.Relocation.disabled())(type("Fixed", (Player,), {}))
     app.instance_spot("t.rm.counter", relocation=state)(Counter)
+    app.user_spot("t.rm.hall", mode=zlink.ExecutionMode.PER_ACTOR)(Hall)
     return app
 
 
@@ -207,6 +230,7 @@ def test_a_spot_moves_with_its_members_state_queues_timers_and_authority(cluster
     assert player.instance.ticks == 2
     n2.client().send_to_actor(ids[2], Leave()).submit()  # home is the target's Entry Spot now
     assert LOBBY_BACK.wait(WAIT)
+    cluster.wait_idle(WAIT)  # the room's on_leave_actor is a turn of its own
     assert f"lobby@node-2:{ids[2]}" in CALLBACKS and f"left:{ids[2]}" in CALLBACKS
     assert n1.client().request_to_actor(ids[2], Where()).wait(WAIT) == "node-2:t.rm.lobby@node-2"
 
@@ -231,6 +255,39 @@ def test_a_member_yield_in_flight_fails_the_barrier_and_admission_comes_back(clu
     room.yields_out -= 1
     n1.client().send_to_actor(ids[0], Mark(n=1)).submit()
     assert n1.client().request_to_actor(ids[0], Marks()).wait(WAIT) == [1]
+
+
+def test_a_per_actor_spot_moves_as_a_fresh_shell_then_each_actor_with_its_own_state(cluster, clock):
+    n1, n2, n3 = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("hall", "t.rm.hall").wait(WAIT)
+    ids = [c1.actors.create("t.rm.player").wait(WAIT).actor_id for _ in range(3)]
+    for pid in ids:
+        c1.send_to_actor(pid, Enter(room="hall")).submit()
+    for _ in ids:
+        assert JOINED.acquire(timeout=WAIT)
+    c1.send_to_spot("hall", StartTicks()).submit()
+    c1.send_to_actor(ids[0], StartTicks()).submit()
+    for k, pid in enumerate(ids):
+        c1.send_to_actor(pid, Mark(n=k)).submit()
+    cluster.wait_idle(WAIT)
+    clock.advance(1.0)
+    cluster.wait_idle(WAIT)
+    assert n1._runtime.spots["hall"].instance.beats == 1
+    CALLBACKS.clear()
+    n1.relocate_spot("hall", "node-2", timeout=WAIT)
+    hall = n2._runtime.spots["hall"]
+    assert c1.request_to_spot("hall", Where()).wait(WAIT) == "node-2:fresh=True"  # recreate()
+    assert hall.timers == {}  # the Spot's own timers stay behind
+    for k, pid in enumerate(ids):
+        player = n2._runtime.actors[pid]
+        assert player.spot is hall and player.owner.gate is player.own_gate  # its own gate
+        assert n3.client().request_to_actor(pid, Marks()).wait(WAIT) == [k]
+        assert cluster.store.lookup(pid).owner == "node-2" and pid not in n1._runtime.actors
+    assert set(hall.members) == set(ids) and CALLBACKS == []
+    clock.advance(1.0)
+    cluster.wait_idle(WAIT)
+    assert n2._runtime.actors[ids[0]].instance.ticks == 2  # the Actor's timer moved on
 
 
 def test_an_instance_spot_moves_with_its_adapter(cluster):

@@ -30,8 +30,13 @@ boundary; then the seal and barrier come first of all, and the Spot is told ``CO
 the source (no move waiting, or it failed) or ``RELOCATED`` on the target, before anything it
 held back runs.
 
-Moves: SpotWide User Spots (with members) and Instance Spots. Not yet: PER_ACTOR Spots (their
-per-Actor migration behind a stateless shell).
+PER_ACTOR Spots (``recreate()`` only): the Spot moves first as a stateless shell (same id and
+generation; its own queue moves, its own timers do not), authority switches, the shell opens;
+then each member Actor moves on its own, as a unit of one, with its state (its own policy),
+queue and timers, in the order each finishes its current turn. A failed Actor barrier is tried
+again (three times); the shell's move is never rolled back.
+
+Moves: SpotWide User Spots (with members), PER_ACTOR Spots, and Instance Spots.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..app import ExecutionMode, RelocationCoordination
+from ..app import RelocationCoordination
 from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
 from ..executor import Job, Turn
 from ..executor.gate import _Resume
@@ -69,20 +74,23 @@ _Held = tuple["MessageCall", "Completion | None", int]  # a call kept for later 
 
 @dataclass(eq=False)
 class _Out:
-    """One move leaving this node."""
+    """One move leaving this node: a Spot (with its SpotWide members, or alone as a PER_ACTOR
+    shell), or one Actor of a PER_ACTOR Spot whose shell has moved already."""
 
     rid: int
+    unit: SpotAct | ActorAct  # whose lanes the barrier turn runs on
     spot: SpotAct
-    members: list[ActorAct]
+    objects: list[SpotAct | ActorAct]
     target: str
     done: Completion
     relaying: bool = False  # parked calls went to the target; later ones follow at once
     signaled: bool = False  # APPLICATION_SIGNALED: the Spot gets CONTINUED or RELOCATED
+
     parked: list[dict[str, Any]] = field(default_factory=list)
 
     @property
-    def objects(self) -> list[SpotAct | ActorAct]:
-        return [self.spot, *self.members]
+    def kind(self) -> str:
+        return "spot" if self.unit is self.spot else "actor"
 
 
 @dataclass(eq=False)
@@ -90,8 +98,9 @@ class _In:
     """One move arriving on this node."""
 
     key: tuple[str, int]
-    spot: SpotAct
-    members: list[ActorAct]
+    spot: SpotAct  # arriving with this move, or the shell an arriving Actor joins
+    objects: list[SpotAct | ActorAct]
+    kind: str  # "spot" or "actor"
     restored: bool = False
     committed: bool = False
     signaled: bool = False
@@ -100,8 +109,8 @@ class _In:
     local: list[_Held] = field(default_factory=list)  # made here: wait for this node's fences
 
     @property
-    def objects(self) -> list[SpotAct | ActorAct]:
-        return [self.spot, *self.members]
+    def members(self) -> list[ActorAct]:
+        return [o for o in self.objects if o is not self.spot]  # type: ignore[misc]
 
 
 class Relocator:
@@ -198,8 +207,6 @@ class Relocator:
         spec = act.spec
         if act.kind is SpotKind.ENTRY:
             raise InvalidOperation(f"{act.spot_id!r} is an Entry Spot; Entry Spots never move")
-        if act.kind is SpotKind.USER and spec.mode is not ExecutionMode.SPOT_WIDE:
-            raise InvalidOperation("PER_ACTOR User Spots do not relocate yet")
         if spec.relocation.kind == "disabled":
             raise InvalidOperation(f"{spec.name!r} is registered with Relocation.disabled()")
         if target == self.rt.node_id:
@@ -211,8 +218,63 @@ class Relocator:
                     raise Unavailable(f"a move of {act.spot_id!r} already waits for its signal")
                 self._wanted[act.spot_id] = (target, done)
             return done
+        if act.kind is SpotKind.USER and not act.shared:  # PER_ACTOR: shell, then each Actor
+            shell = Completion()
+            shell.add_callback(lambda _v, error: self._shell_moved(act, target, done, error))
+            self._seal(act, target, shell, signaled=False)
+            return done
         self._seal(act, target, done, signaled=False)
         return done
+
+    def _shell_moved(
+        self, act: SpotAct, target: str, done: Completion, error: BaseException | None
+    ) -> None:
+        """A PER_ACTOR Spot's authority is on the target: now each member Actor moves on its
+        own, in the order it finishes its current turn (kotlin-spot-interface)."""
+        if error is not None:
+            done.set(None, error)
+            return
+        members = list(act.members.values())
+        if not members:
+            done.set(None, None)
+            return
+        left = [len(members)]
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def one(_v: Any, err: BaseException | None) -> None:
+            with lock:
+                left[0] -= 1
+                if err is not None:
+                    errors.append(err)
+                last = left[0] == 0
+            if last:
+                done.set(None, errors[0] if errors else None)
+
+        for member in members:
+            moved = Completion()
+            moved.add_callback(one)
+            self._move_actor(act, member, target, moved, RESTORE_ATTEMPTS)
+
+    def _move_actor(
+        self, spot: SpotAct, actor: ActorAct, target: str, done: Completion, tries: int
+    ) -> None:
+        """Move one Actor of a moved PER_ACTOR Spot; a failed barrier is tried again."""
+
+        def settled(_v: Any, error: BaseException | None) -> None:
+            if error is None or actor.spot is not spot:  # moved, or it left meanwhile
+                done.set(None, None)
+            elif tries > 1 and isinstance(error, Unavailable):
+                self.rt.infra.submit(self._move_actor, spot, actor, target, done, tries - 1)
+            else:
+                done.set(None, error)
+
+        attempt = Completion()
+        attempt.add_callback(settled)
+        try:
+            self._seal(spot, target, attempt, signaled=False, unit=actor)
+        except ZLinkError as exc:
+            attempt.set(None, exc)
 
     def withdraw(self, spot_id: str, done: Completion) -> bool:
         """Give up a move still waiting for its signal; ``False`` if it started meanwhile."""
@@ -239,42 +301,62 @@ class Relocator:
             self.rt.relocation_ready_completed(act, RelocationReadyStatus.CONTINUED, exc)
         return True
 
-    def _seal(self, act: SpotAct, target: str, done: Completion, signaled: bool) -> None:
+    def _seal(
+        self,
+        act: SpotAct,
+        target: str,
+        done: Completion,
+        signaled: bool,
+        unit: ActorAct | None = None,
+    ) -> None:
+        """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
+        Spot's, or one Actor's of a PER_ACTOR Spot)."""
         from .runtime import READY, SEALED, LifeJob
 
         with self._lock, self.rt._lock:
             members = list(act.members.values())
+            if unit is not None:
+                objects: list[SpotAct | ActorAct] = [unit]
+                members = [unit]
+            elif act.shared or act.kind is not SpotKind.USER:
+                objects = [act, *members]  # SpotWide: one unit with its members
+            else:
+                objects = [act]  # PER_ACTOR: the shell first; each Actor moves later
             for member in members:
                 if member.spec.relocation.kind == "disabled":
                     raise InvalidOperation(
                         f"member {member.actor_id!r} is a {member.spec.name!r}, registered "
                         "with Relocation.disabled(); its Spot cannot move while it is a member"
                     )
-            if act.state != READY or any(m.state != READY for m in members):
+            if any(o.state != READY for o in objects):
                 raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
-            out = _Out(next(self._ids), act, members, target, done, signaled=signaled)
-            for obj in out.objects:
+            out = _Out(next(self._ids), unit or act, act, objects, target, done, signaled=signaled)
+            for obj in objects:
                 obj.state = SEALED  # from here calls are parked; nothing accepted is lost
                 self._out_ids[obj.name] = out
             self._out[out.rid] = out
-        for obj in out.objects:
+        for obj in objects:
             obj.owner.lanes.set_closed(True)  # atomic with producers: none slips past
-        barrier = LifeJob(act, "relocation barrier", lambda: self._capture(out),
+        owner = out.unit.owner
+        barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
                           lambda turn: self._ship(out, turn), UNRESERVED)  # fmt: skip
         if signaled:  # the boundary the Spot chose: nothing queued runs before it
-            act.owner.put_first(barrier)
+            owner.put_first(barrier)
         else:
-            act.owner.put_unreserved(barrier)
+            owner.put_unreserved(barrier)
 
     def _capture(self, out: _Out) -> dict[str, str | None]:
         """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
         from .runtime import LifeJob
 
         act = out.spot
-        if set(act.members) != {m.actor_id for m in out.members}:
-            raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
-        if act.yields_out:
-            raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
+        if out.kind == "spot" and act.shared:
+            if set(act.members) != {o.name for o in out.objects if o is not act}:
+                raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
+            if act.yields_out:
+                raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
+        if out.kind == "actor" and out.unit.spot is not act:  # type: ignore[union-attr]
+            raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
             lanes = obj.owner.lanes
             pending = list(lanes.app or ()) + list(lanes.life or ())
@@ -291,7 +373,10 @@ class Relocator:
         states: dict[str, str | None] = turn.result
         timers = {}
         for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
-            timers[obj.name] = list(obj.timers.values())
+            # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
+            # is recreated and registers what it needs
+            keep = obj is not out.spot or out.spot.shared or out.spot.kind is not SpotKind.USER
+            timers[obj.name] = list(obj.timers.values()) if keep else []
             obj.cancel_timers()
         objects = [
             {"id": obj.name, "tn": obj.spec.name, "jobs": self._take_jobs(obj),
@@ -310,7 +395,7 @@ class Relocator:
             self.router.transport.send(out.target, {
                 "k": "reloc", "o": self.rt.node_id, "r": out.rid, "t": act.spot_id,
                 "tn": act.spec.name, "g": act.ref.object_generation, "n": len(chunks),
-                "objects": objects, "sig": out.signaled,
+                "objects": objects, "sig": out.signaled, "unit": out.kind,
             })  # fmt: skip
         except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
             _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
@@ -396,11 +481,10 @@ class Relocator:
             self._finish(out, exc)
             return
         with router.route_lock, rt._lock:  # from now on stale routes relay to the target
-            if rt.spots.get(out.spot.spot_id) is out.spot:
-                del rt.spots[out.spot.spot_id]
-            for member in out.members:
-                if rt.actors.get(member.actor_id) is member:
-                    del rt.actors[member.actor_id]
+            for obj in out.objects:
+                table: dict[str, Any] = rt.spots if obj is out.spot else rt.actors
+                if table.get(obj.name) is obj:
+                    del table[obj.name]
         for obj in out.objects:
             obj.state = GONE
         router.transport.send(out.target, {
@@ -430,7 +514,7 @@ class Relocator:
             self._chunks.setdefault((env["o"], env["r"]), []).append(env["b"])
 
     def on_relocate(self, env: dict[str, Any]) -> None:
-        from .runtime import SEALED, ActorAct, SpotAct
+        from .runtime import READY, SEALED, ActorAct, SpotAct
 
         rt = self.rt
         key = (env["o"], env["r"])
@@ -438,7 +522,9 @@ class Relocator:
             chunks = self._chunks.pop(key, [])
         spec = rt.app.spots.get(env["tn"])
         objects = env["objects"]
-        actor_specs = [rt.app.actors.get(o["tn"]) for o in objects[1:]]
+        kind = env.get("unit", "spot")
+        actor_objects = objects[1:] if kind == "spot" else objects
+        actor_specs = [rt.app.actors.get(o["tn"]) for o in actor_objects]
         if spec is None or None in actor_specs or len(chunks) != env["n"]:
             self._answer(env, "the payload does not match this node's app or is incomplete")
             return
@@ -446,30 +532,38 @@ class Relocator:
         with self.router.route_lock:  # a call sent before this left; after it, finds it here
             with rt._lock:
                 taken = [o["id"] for o in objects if o["id"] in rt.spots or o["id"] in rt.actors]
+                shell = rt.spots.get(env["t"]) if kind == "actor" else None
                 if taken:
                     self._answer(env, f"{taken} already live on {rt.node_id}")
                     return
+                if kind == "actor" and (shell is None or shell.state > READY):
+                    self._answer(env, f"the shell of {env['t']!r} is not open on {rt.node_id}")
+                    return
                 # this node's own calls so far went elsewhere: fence that path first
                 fences = {o["id"] for o in objects if self.router.switch(o["id"])}
-                act = SpotAct(rt, spec, env["t"], env["g"])
-                act.state = SEALED
-                members = []
-                for o, aspec in zip(objects[1:], actor_specs, strict=True):
+                if shell is None:
+                    act = SpotAct(rt, spec, env["t"], env["g"])
+                    act.state = SEALED
+                    arriving: list[SpotAct | ActorAct] = [act]
+                else:
+                    act, arriving = shell, []
+                for o, aspec in zip(actor_objects, actor_specs, strict=True):
                     assert aspec is not None
                     member = ActorAct(rt, aspec, o["id"], rt.entries[aspec.name])
                     member.state = SEALED  # born held: its queue waits for the commit
                     member.spot = act
                     act.members[member.actor_id] = member
-                    members.append(member)
-                inc = _In(key, act, members, fences=fences, signaled=env.get("sig", False))
+                    arriving.append(member)
+                inc = _In(key, act, arriving, kind, fences=fences, signaled=env.get("sig", False))
                 with self._lock:  # known as arriving before anyone can find it
                     self._in[key] = inc
-                    for obj in inc.objects:
+                    for obj in arriving:
                         self._in_ids[obj.name] = inc
-                for member in members:
+                for member in inc.members:
                     rt.actors[member.actor_id] = member
-                rt.spots[act.spot_id] = act
-            for obj in inc.objects:
+                if shell is None:
+                    rt.spots[act.spot_id] = act
+            for obj in arriving:
                 self.router.arrived(obj.name)
         self._restore(env, inc, states, 1)
 
@@ -485,7 +579,7 @@ class Relocator:
                 data, adapter = states.get(obj.name), obj.spec.relocation.adapter
                 if data is not None and adapter is not None:
                     adapter().restore(obj.instance, base64.b64decode(data))  # a fresh copy
-            if states.get(act.spot_id) is None:
+            if inc.kind == "spot" and states.get(act.spot_id) is None:
                 return act.instance.on_initialize()  # recreate(): a new start, no state
             return None
 
@@ -498,7 +592,10 @@ class Relocator:
                 else:  # stays sealed here; the source is told
                     self._answer(env, f"restore failed {attempt} times: {turn.error}")
                 return
-            act.owner.hold(after=lambda: self._refill(env, inc))
+            if inc.kind == "actor":  # born held; the open shell goes on meanwhile
+                self._refill(env, inc)
+            else:
+                act.owner.hold(after=lambda: self._refill(env, inc))
 
         act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, UNRESERVED))
 
@@ -574,9 +671,10 @@ class Relocator:
         act = inc.spot
         if inc.signaled:  # first of all, before the messages and ticks it held back
             self.rt.relocation_ready_completed(act, RelocationReadyStatus.RELOCATED)
-        for member in inc.members:
-            member.owner.unhold(act.gate)  # a SpotWide member runs on its Spot's gate
-        act.owner.unhold()  # queued messages and ticks run now
+        for member in inc.members:  # SpotWide: on the Spot's gate; PER_ACTOR: its own
+            member.owner.unhold(act.gate if act.shared else member.own_gate)
+        if inc.kind == "spot":
+            act.owner.unhold()  # queued messages and ticks run now
         self.rt.metrics.add("relocated_in")
         self.router.transport.send(inc.key[0], {"k": "reloc_opened", "r": inc.key[1]})
 

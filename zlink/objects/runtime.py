@@ -964,6 +964,8 @@ class Runtime:
             raise NotFound(f"no actor {actor_id!r}")
         if from_spot is not None and actor.spot.spot_id != from_spot:
             raise InvalidOperation(f"actor {actor_id!r} is not a member of {from_spot!r}")
+        if actor.spot.state in (SEALED, GONE):  # closing sends members home itself
+            raise Unavailable(f"{actor.spot.spot_id!r} is moving; leave after the move")
         go = partial(self._leave_go, actor, then)
         actor.owner.put_unreserved(
             LifeJob(actor, "leave", lambda: actor.owner.hold(go), lane=UNRESERVED)
