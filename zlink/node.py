@@ -34,6 +34,7 @@ from .mesh.transport import Transport
 from .messaging.completion import expire
 from .messaging.context import Client
 from .objects.relocate import Relocator
+from .objects.remote_join import RemoteJoin
 from .objects.runtime import Runtime
 from .status import NodeStatus, StatusSubscription
 
@@ -102,6 +103,7 @@ class Node:
             self._rt.relocator = Relocator(
                 self._rt, self._rt.router, self.config.relocation_payload_chunk_limit_bytes
             )
+            self._rt.remote_join = RemoteJoin(self._rt, self._rt.router, self._rt.relocator)
         self._client = Client(self._rt)
         self._subscribers: list[StatusSubscription] = []
 

@@ -303,6 +303,9 @@ class MeshRouter:
                 "reloc_commit": relocator.on_commit,
                 "reloc_opened": relocator.on_opened,
             }[kind](envelope)
+        elif kind == "join_ask":
+            assert self.rt.remote_join is not None
+            self.rt.remote_join.on_ask(envelope)
         elif kind == "create":
             self._on_create(envelope)
         else:

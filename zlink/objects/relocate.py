@@ -85,7 +85,8 @@ class _Out:
     done: Completion
     relaying: bool = False  # parked calls went to the target; later ones follow at once
     signaled: bool = False  # APPLICATION_SIGNALED: the Spot gets CONTINUED or RELOCATED
-
+    into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
+    join: dict[str, Any] | None = None  # ... and the accepted join's reply, as sent
     parked: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -101,6 +102,7 @@ class _In:
     spot: SpotAct  # arriving with this move, or the shell an arriving Actor joins
     objects: list[SpotAct | ActorAct]
     kind: str  # "spot" or "actor"
+    join: dict[str, Any] | None = None  # a cross-node Join completes when this opens
     restored: bool = False
     committed: bool = False
     signaled: bool = False
@@ -308,9 +310,11 @@ class Relocator:
         done: Completion,
         signaled: bool,
         unit: ActorAct | None = None,
+        join: tuple[str, dict[str, Any]] | None = None,
     ) -> None:
         """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
-        Spot's, or one Actor's of a PER_ACTOR Spot)."""
+        Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
+        Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn."""
         from .runtime import READY, SEALED, LifeJob
 
         with self._lock, self.rt._lock:
@@ -331,12 +335,22 @@ class Relocator:
             if any(o.state != READY for o in objects):
                 raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
             out = _Out(next(self._ids), unit or act, act, objects, target, done, signaled=signaled)
+            if join is not None:
+                out.into, out.join = join
             for obj in objects:
                 obj.state = SEALED  # from here calls are parked; nothing accepted is lost
                 self._out_ids[obj.name] = out
             self._out[out.rid] = out
         for obj in objects:
             obj.owner.lanes.set_closed(True)  # atomic with producers: none slips past
+        if join is not None:  # held at its boundary already: capture and ship now
+            try:
+                states = self._capture(out)
+            except Exception as exc:  # noqa: BLE001 - a capture failure keeps it here
+                self._reopen(out, exc)
+                return
+            self._send(out, states)
+            return
         owner = out.unit.owner
         barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
                           lambda turn: self._ship(out, turn), UNRESERVED)  # fmt: skip
@@ -370,7 +384,10 @@ class Relocator:
         if turn.error is not None:  # barrier or capture failure: admission back, exactly
             self._reopen(out, turn.error)
             return
-        states: dict[str, str | None] = turn.result
+        self._send(out, turn.result)
+
+    def _send(self, out: _Out, states: dict[str, str | None]) -> None:
+        """Queues, timers and states leave for the target, in chunks."""
         timers = {}
         for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
             # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
@@ -393,9 +410,9 @@ class Relocator:
                     "k": "reloc_chunk", "o": self.rt.node_id, "r": out.rid, "i": n, "b": chunk,
                 })  # fmt: skip
             self.router.transport.send(out.target, {
-                "k": "reloc", "o": self.rt.node_id, "r": out.rid, "t": act.spot_id,
+                "k": "reloc", "o": self.rt.node_id, "r": out.rid, "t": out.into or act.spot_id,
                 "tn": act.spec.name, "g": act.ref.object_generation, "n": len(chunks),
-                "objects": objects, "sig": out.signaled, "unit": out.kind,
+                "objects": objects, "sig": out.signaled, "unit": out.kind, "join": out.join,
             })  # fmt: skip
         except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
             _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
@@ -554,7 +571,8 @@ class Relocator:
                     member.spot = act
                     act.members[member.actor_id] = member
                     arriving.append(member)
-                inc = _In(key, act, arriving, kind, fences=fences, signaled=env.get("sig", False))
+                inc = _In(key, act, arriving, kind, env.get("join"), fences=fences,
+                          signaled=env.get("sig", False))  # fmt: skip
                 with self._lock:  # known as arriving before anyone can find it
                     self._in[key] = inc
                     for obj in arriving:
@@ -671,8 +689,11 @@ class Relocator:
         act = inc.spot
         if inc.signaled:  # first of all, before the messages and ticks it held back
             self.rt.relocation_ready_completed(act, RelocationReadyStatus.RELOCATED)
-        for member in inc.members:  # SpotWide: on the Spot's gate; PER_ACTOR: its own
-            member.owner.unhold(act.gate if act.shared else member.own_gate)
+        if inc.join is not None:  # a cross-node Join: joined callbacks, then it runs
+            self.rt.joined_here(inc.members[0], act, decode_reply(inc.join))
+        else:
+            for member in inc.members:  # SpotWide: on the Spot's gate; PER_ACTOR: its own
+                member.owner.unhold(act.gate if act.shared else member.own_gate)
         if inc.kind == "spot":
             act.owner.unhold()  # queued messages and ticks run now
         self.rt.metrics.add("relocated_in")
@@ -728,3 +749,19 @@ def _typed(error: BaseException) -> ZLinkError:
     if isinstance(error, ZLinkError):
         return error
     return StateIncompatible(f"capture failed: {type(error).__name__}: {error}")
+
+
+def encode_reply(value: Any) -> dict[str, Any]:
+    """A join reply as it crosses nodes: a ``zlink.Message`` keeps its type, else JSON."""
+    from ..messaging.message import Message
+
+    if isinstance(value, Message):
+        body = value.__pydantic_serializer__.to_json(value).decode()
+        return {"tn": type(value).zlink_type_name, "p": body}
+    return {"v": codec.dumps(value).decode()}
+
+
+def decode_reply(data: dict[str, Any]) -> Any:
+    if "tn" in data:
+        return message_type(data["tn"]).model_validate_json(data["p"])
+    return codec.loads(data["v"])

@@ -52,6 +52,7 @@ from ..mesh.router import _MAX_HOPS, MeshRouter
 
 if TYPE_CHECKING:
     from .relocate import Relocator
+    from .remote_join import RemoteJoin
 from ..messaging.calls import (
     HELP,
     KEEP,
@@ -478,6 +479,7 @@ class Runtime:
         self.topics: dict[str, frozenset[str]] = {}  # topic -> subscribed Spot ids (copy on write)
         self.router: MeshRouter | None = None  # set when the node is part of a mesh
         self.relocator: Relocator | None = None
+        self.remote_join: RemoteJoin | None = None
         self._yield_lock = threading.Lock()
         self.stopping = False  # read on the hot path
         self.draining = False  # drained: calls made here are refused; relayed calls go on
@@ -883,6 +885,9 @@ class Runtime:
         """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
         target = self.spots.get(target_id)
         error: ZLinkError | None = None
+        if (target is None or target.state == GONE) and self.remote_join is not None:
+            self.remote_join.ask(actor, target_id, request)  # it lives on another node
+            return
         if target is None or target.state == GONE:
             error = NotFound(f"no spot {target_id!r} to join")
         elif target.kind is not SpotKind.USER:
@@ -913,19 +918,24 @@ class Runtime:
             done = ActorJoinCompletion(False, target.spot_id, res.reply, error)
         else:
             self._move(actor, target)
-            gate = target.gate if target.shared else actor.own_gate
-            done = ActorJoinCompletion(True, target.spot_id, res.reply)
-            target.owner.put_unreserved(
-                LifeJob(
-                    target,
-                    "on_joined_actor",
-                    lambda: target.instance.on_joined_actor(actor.instance),
-                    lambda _t: self._complete_join(actor, done, gate),
-                    UNRESERVED,
-                )
-            )
+            self.joined_here(actor, target, res.reply)
             return
         self._complete_join(actor, done, None)
+
+    def joined_here(self, actor: ActorAct, target: SpotAct, reply: Any) -> None:
+        """The Actor is a member of ``target`` now: ``on_joined_actor``, then its
+        ``on_join_completed`` and its first turn on its new gate (§5)."""
+        gate = target.gate if target.shared else actor.own_gate
+        done = ActorJoinCompletion(True, target.spot_id, reply)
+        target.owner.put_unreserved(
+            LifeJob(
+                target,
+                "on_joined_actor",
+                lambda: target.instance.on_joined_actor(actor.instance),
+                lambda _t: self._complete_join(actor, done, gate),
+                UNRESERVED,
+            )
+        )
 
     def _move(self, actor: ActorAct, target: SpotAct) -> None:
         source = actor.spot

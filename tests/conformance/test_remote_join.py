@@ -1,0 +1,155 @@
+"""A Join into a User Spot on another node (execution-model §5; kotlin-spot-interface: "a
+cross-node Join and relocation create it again in the target activation"; "Target not found,
+insufficient capacity, relocation policy failure, and callback failure are delivered as the
+Actor completion after the handler ends")."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.testing import LocalCluster, ManualClock
+
+
+class Welcome(zlink.Message, type_name="t.xj.welcome"):
+    text: str
+
+
+class Enter(zlink.Message, type_name="t.xj.enter"):
+    room: str
+
+
+class Mark(zlink.Message, type_name="t.xj.mark"):
+    n: int
+
+
+class Info(zlink.Request[str], type_name="t.xj.info"):
+    pass
+
+
+EVENTS: list[str] = []
+DONE: list[zlink.ActorJoinCompletion] = []
+COMPLETED = threading.Semaphore(0)
+
+
+def _node(context: Any) -> str:
+    return context._rt.node_id  # type: ignore[no-any-return]
+
+
+class Room(zlink.UserSpot):
+    def on_actor_join(self, actor_id: str, request: Any) -> zlink.ActorJoinResult:
+        EVENTS.append(f"join?@{_node(self.context)}")
+        if self.context.spot_id.startswith("closed"):
+            return zlink.ActorJoinResult(accept=False, reason="closed")
+        return zlink.ActorJoinResult(reply=Welcome(text=f"hi {actor_id[:4]}"))
+
+    def on_joined_actor(self, actor: zlink.Actor) -> None:
+        EVENTS.append(f"joined@{_node(self.context)}:{actor.marks}")  # type: ignore[attr-defined]
+
+    def on_leave_actor(self, actor: zlink.Actor) -> None:
+        EVENTS.append(f"left@{_node(self.context)}:{self.context.spot_id}")
+
+
+class Player(zlink.Actor):
+    def __init__(self, context: zlink.ActorContext) -> None:
+        super().__init__(context)
+        self.marks: list[int] = []
+
+    @zlink.handler
+    def enter(self, msg: Enter) -> None:
+        self.context.join(msg.room).defer()
+
+    @zlink.handler
+    def mark(self, msg: Mark) -> None:
+        self.marks.append(msg.n)
+
+    @zlink.handler
+    def info(self, req: Info) -> str:
+        return f"{_node(self.context)}:{self.context.spot_id}:{self.marks}"
+
+    def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
+        DONE.append(completion)
+        COMPLETED.release()
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("remote-join")
+    state = zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
+    app.user_spot("t.xj.room")(Room)
+    app.entry_spot("t.xj.lobby", actor="t.xj.player")(type("Lobby", (zlink.EntrySpot,), {}))
+    app.actor("t.xj.player", relocation=state)(Player)
+    app.entry_spot("t.xj.gate", actor="t.xj.fixed")(type("Gate", (zlink.EntrySpot,), {}))
+    app.actor("t.xj.fixed")(type("Fixed", (Player,), {}))  # Relocation.disabled() by default
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    EVENTS.clear()
+    DONE.clear()
+    while COMPLETED.acquire(blocking=False):
+        pass
+
+
+@pytest.fixture
+def cluster(clock: ManualClock):
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2) as cluster:
+        yield cluster
+
+
+def _player(cluster: LocalCluster, actor_type: str = "t.xj.player") -> str:
+    c1 = cluster.node(0).client()
+    pid: str = c1.actors.create(actor_type).wait(WAIT).actor_id
+    c1.send_to_actor(pid, Mark(n=1)).submit()
+    return pid
+
+
+def _join(cluster: LocalCluster, pid: str, room: str) -> zlink.ActorJoinCompletion:
+    cluster.node(0).client().send_to_actor(pid, Enter(room=room)).submit()
+    assert COMPLETED.acquire(timeout=WAIT)
+    cluster.wait_idle(WAIT)
+    return DONE[-1]
+
+
+def test_an_actor_joins_a_spot_on_another_node_and_moves_there_with_its_state(cluster):
+    n1, n2 = cluster.nodes
+    n2.client().spots.get_or_create("room", "t.xj.room").wait(WAIT)
+    pid = _player(cluster)
+    done = _join(cluster, pid, "room")
+    assert done.joined and done.spot_id == "room"
+    assert done.reply == Welcome(text=f"hi {pid[:4]}")  # a Message reply keeps its type
+    assert EVENTS == ["join?@node-2", "joined@node-2:[1]"]
+    assert pid in n2._runtime.actors and pid not in n1._runtime.actors
+    assert cluster.store.lookup(pid).owner == "node-2"
+    assert n1.client().request_to_actor(pid, Info()).wait(WAIT) == "node-2:room:[1]"
+    assert n2._runtime.spots["room"].members.keys() == {pid}
+
+
+def test_leaving_a_user_spot_for_one_on_another_node_tells_the_old_spot(cluster):
+    n1, n2 = cluster.nodes
+    n1.client().spots.get_or_create("here", "t.xj.room").wait(WAIT)
+    n2.client().spots.get_or_create("there", "t.xj.room").wait(WAIT)
+    pid = _player(cluster)
+    assert _join(cluster, pid, "here").joined
+    assert _join(cluster, pid, "there").joined
+    assert "left@node-1:here" in EVENTS and pid not in n1._runtime.spots["here"].members
+
+
+def test_a_rejected_or_impossible_remote_join_completes_as_failed_and_the_actor_stays(cluster):
+    n1, n2 = cluster.nodes
+    n2.client().spots.get_or_create("closed-room", "t.xj.room").wait(WAIT)
+    pid = _player(cluster)
+    done = _join(cluster, pid, "closed-room")
+    assert not done.joined and isinstance(done.error, zlink.InvalidOperation)
+    assert "closed" in str(done.error)
+    done = _join(cluster, pid, "nowhere")
+    assert not done.joined and isinstance(done.error, zlink.NotFound)
+    assert n1.client().request_to_actor(pid, Info()).wait(WAIT).startswith("node-1:t.xj.lobby")
+    fixed = _player(cluster, "t.xj.fixed")
+    done = _join(cluster, fixed, "closed-room")  # a policy failure: asked nothing remotely
+    assert not done.joined and "disabled" in str(done.error)
+    assert EVENTS == ["join?@node-2"]

@@ -1,0 +1,169 @@
+"""A Join into a User Spot on another node (execution-model §5; kotlin-spot-interface: "a
+cross-node Join and relocation create [the Actor handler] again in the target activation").
+
+The order follows a same-node Join, with the move in the middle:
+
+1. The Actor is held at its next turn boundary (the deferred Join's barrier, as on one node).
+2. The source asks the target Spot's node; ``on_actor_join`` runs there as a lifecycle turn of
+   that Spot. A rejection, an error or no answer in time completes the Join as failed.
+3. Accepted: the held Actor is sealed, captured with its adapter and moved with its queue and
+   timers (``zlink.objects.relocate``, a unit of one) into that Spot. An Actor type registered
+   ``Relocation.disabled()`` cannot join across nodes (a relocation policy failure).
+4. On the target, once authority is committed: ``on_joined_actor`` on the Spot, then
+   ``on_join_completed`` on the new Actor instance; the source Spot (if a User Spot) gets
+   ``on_leave_actor``. A failed move leaves the Actor where it was and completes the Join as
+   failed; the target Spot has then accepted an Actor that never came (it must tolerate it).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
+from ..executor import Turn
+from ..executor.lanes import ADMITTED, UNRESERVED
+from ..messaging.completion import Completion
+from .base import ActorJoinCompletion, ActorJoinResult, SpotKind
+from .relocate import decode_reply, encode_reply
+
+if TYPE_CHECKING:
+    from ..mesh.router import MeshRouter
+    from ..messaging.message import Message
+    from .relocate import Relocator
+    from .runtime import ActorAct, Runtime, SpotAct
+
+
+class RemoteJoin:
+    """One node's side of cross-node Joins, as the Actor's node and as the Spot's."""
+
+    def __init__(self, rt: Runtime, router: MeshRouter, relocator: Relocator) -> None:
+        self.rt = rt
+        self.router = router
+        self.relocator = relocator
+
+    # -- the Actor's node ------------------------------------------------------------------------
+    def ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
+        """The Actor is held: ask the node of ``target_id`` whether it may join."""
+        if actor.spec.relocation.kind == "disabled":
+            self._fail(actor, target_id, InvalidOperation(
+                f"{actor.spec.name!r} is registered with Relocation.disabled(): it cannot "
+                f"join {target_id!r} on another node"
+            ))  # fmt: skip
+            return
+        answer = Completion()
+        envelope: dict[str, Any] = {
+            "k": "join_ask", "t": target_id, "a": actor.actor_id, "o": self.rt.node_id, "h": 0,
+            "q": None if request is None else encode_reply(request),
+            "c": self.router.register_pending(answer, None),
+        }  # fmt: skip
+        self.rt._arm(answer, None, f"{target_id!r} did not answer the Join in time")
+        answer.add_callback(lambda value, error: self._answered(actor, target_id, value, error))
+        with self.router.route_lock:
+            route = self.router.route(target_id)
+            if route is None:
+                answer.set(None, NotFound(f"no spot {target_id!r} to join"))
+                return
+            try:
+                self.router.transport.send(route.node, envelope)
+            except Unavailable as exc:
+                answer.set(None, exc)
+
+    def _answered(
+        self, actor: ActorAct, target_id: str, value: Any, error: BaseException | None
+    ) -> None:
+        if error is not None:
+            self._fail(actor, target_id, error)
+            return
+        if not value["accept"]:
+            reason = value["reason"]
+            self._fail(actor, target_id, InvalidOperation(f"{target_id!r} rejected the join: "
+                                                          f"{reason}"), value)  # fmt: skip
+            return
+        source = actor.spot
+        moved = Completion()
+        moved.add_callback(lambda _v, err: self._moved(actor, source, target_id, err))
+        try:
+            self.relocator._seal(
+                source, value["n"], moved, False, unit=actor, join=(target_id, value["reply"])
+            )
+        except ZLinkError as exc:
+            moved.set(None, exc)
+
+    def _moved(
+        self, actor: ActorAct, source: SpotAct, target_id: str, error: BaseException | None
+    ) -> None:
+        from .runtime import LifeJob
+
+        if error is not None:  # it stays here, reopened: the Join failed
+            self._fail(actor, target_id, error)
+            return
+        if source is not actor.entry and source.members.pop(actor.actor_id, None) is not None:
+            old = actor.instance
+            source.owner.put_unreserved(
+                LifeJob(source, "on_leave_actor", lambda: source.instance.on_leave_actor(old),
+                        lane=UNRESERVED)
+            )  # fmt: skip
+
+    def _fail(
+        self,
+        actor: ActorAct,
+        target_id: str,
+        error: BaseException,
+        value: dict[str, Any] | None = None,
+    ) -> None:
+        typed = error if isinstance(error, ZLinkError) else Unavailable(str(error))
+        reply = decode_reply(value["reply"]) if value and value.get("reply") else None
+        self.rt._complete_join(actor, ActorJoinCompletion(False, target_id, reply, typed), None)
+
+    # -- the Spot's node -------------------------------------------------------------------------
+    def on_ask(self, env: dict[str, Any]) -> None:
+        """On the infrastructure thread: run ``on_actor_join`` as a lifecycle turn of the Spot."""
+        from .runtime import GONE, READY, LifeJob, _error_of
+
+        target = self.rt.spots.get(env["t"])
+        if target is None or target.state == GONE:
+            with self.router.route_lock:
+                route = self.router.route(env["t"])
+            if route is None or env["h"] >= 8:
+                self.router._reply(env, error=NotFound(f"no spot {env['t']!r} to join"))
+            else:  # a stale route: relay the question; the answer goes straight back
+                env["h"] += 1
+                self.router.transport.send(route.node, env)
+            return
+        if target.kind is not SpotKind.USER:
+            self.router._reply(env, error=InvalidOperation(
+                f"{env['t']!r} is not a User Spot; only those hold Actors"))  # fmt: skip
+            return
+        if target.state != READY:
+            self.router._reply(env, error=Unavailable(f"{env['t']!r} is sealed or closing"))
+            return
+        try:
+            request = None if env["q"] is None else decode_reply(env["q"])
+        except Exception as exc:  # noqa: BLE001 - a bad request fails this Join only
+            self.router._reply(env, error=InvalidArgument(f"bad join request: {exc}"))
+            return
+
+        def decided(turn: Turn) -> None:
+            result = turn.result if turn.result is not None else ActorJoinResult()
+            if turn.error is not None:
+                self.router._reply(env, error=_error_of(turn.error))
+            elif not isinstance(result, ActorJoinResult):
+                self.router._reply(env, error=InvalidArgument(
+                    f"on_actor_join gave {result!r}: not a JoinResult"))  # fmt: skip
+            else:
+                try:
+                    reply = None if result.reply is None else encode_reply(result.reply)
+                except TypeError as exc:
+                    self.router._reply(env, error=InvalidArgument(f"join reply: {exc}"))
+                    return
+                self.router._reply(env, {
+                    "accept": result.accept, "reply": reply, "reason": result.reason,
+                    "n": self.rt.node_id,
+                })  # fmt: skip
+
+        job = LifeJob(
+            target, "on_actor_join",
+            lambda: target.instance.on_actor_join(env["a"], request), decided,
+        )  # fmt: skip
+        if target.owner.put_life(job) != ADMITTED:
+            self.router._reply(env, error=Unavailable(f"{env['t']!r} admits no join now"))
