@@ -3,7 +3,9 @@
     python -m bench.core            # full run (about a minute)
     python -m bench.core --quick    # seconds; CI runs this to check the script still works
 
-Workloads (issue 2): one-way throughput to one Spot from another thread; request round trip
+Workloads (issues 2 and 5): one-way throughput to one Spot from another thread (one message
+instance sent again and again, and a new message per send); the batch send path
+(``send_many_to_spot``, 100 per call); request round trip
 (p50/p99) from a plain thread; fan-out over 10,000 Spots (throughput, threads, RSS per Spot).
 Every number is measured in this process run; ratios compare ZLink with each peer.
 """
@@ -100,6 +102,45 @@ def zlink_one_way(n: int, workers: int) -> float:
                 sent += 1
             except zlink.ResourceExhausted:  # the lane is full: the producer outran the Spot
                 time.sleep(0)  # let the worker drain; counted in the elapsed time
+        assert done.wait(120)
+        return n / (time.perf_counter() - t0)
+
+
+def zlink_one_way_fresh(n: int, workers: int) -> float:
+    """Like ``zlink_one_way``, but every send builds its own message (validated, sized)."""
+    done, expect = threading.Event(), [n]
+    with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
+        client = node.client()
+        client.spots.get_or_create("c", "bench.counter").wait(10)
+        send = client.send_to_spot
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < n:
+            try:
+                send("c", Tick(n=sent)).submit()
+                sent += 1
+            except zlink.ResourceExhausted:
+                time.sleep(0)
+        assert done.wait(120)
+        return n / (time.perf_counter() - t0)
+
+
+def zlink_batch(n: int, workers: int, size: int = 100) -> float:
+    """The batch send path: ``send_many_to_spot`` with ``size`` messages per call."""
+    done, expect = threading.Event(), [n]
+    with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
+        client = node.client()
+        client.spots.get_or_create("c", "bench.counter").wait(10)
+        batch = [Tick() for _ in range(size)]
+        send_many = client.send_many_to_spot
+        t0 = time.perf_counter()
+        sent = 0
+        while sent < n:
+            try:
+                send_many("c", batch).submit()
+                sent += size
+            except zlink.ResourceExhausted:  # all or none: wait for room, send it again
+                time.sleep(0)
         assert done.wait(120)
         return n / (time.perf_counter() - t0)
 
@@ -241,6 +282,33 @@ def pykka_one_way(n: int) -> float:
         ref.stop()
 
 
+def pykka_one_way_fresh(n: int) -> float:
+    """Pykka ``tell`` with a new message dict per send (the peer of ``zlink_one_way_fresh``)."""
+    import pykka
+
+    done = threading.Event()
+
+    class Counter(pykka.ThreadingActor):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.count = 0
+
+        def on_receive(self, message: Any) -> Any:
+            self.count += 1
+            if self.count == n:
+                done.set()
+
+    ref = Counter.start()
+    try:
+        t0 = time.perf_counter()
+        for i in range(n):
+            ref.tell({"n": i})
+        assert done.wait(120)
+        return n / (time.perf_counter() - t0)
+    finally:
+        ref.stop()
+
+
 def pykka_round_trip(n: int) -> list[float]:
     import pykka
 
@@ -292,9 +360,23 @@ def main(argv: list[str] | None = None) -> int:
         f"| zlink/tpe {z1 / t1:5.2f}x",
         end="",
     )
+    p1 = 0.0
     if pykka_available():
         p1 = best(lambda: pykka_one_way(n_one), reps)
         print(f" | pykka tell {p1:>10,.0f} msg/s | zlink/pykka {z1 / p1:5.2f}x", end="")
+    print()
+
+    zn = best(lambda: zlink_one_way_fresh(n_one, w), reps)
+    print(f"one-way, new message  zlink {zn:>10,.0f} msg/s", end="")
+    if pykka_available():
+        pn = best(lambda: pykka_one_way_fresh(n_one), reps)
+        print(f" | pykka tell {pn:>10,.0f} msg/s | zlink/pykka {zn / pn:5.2f}x", end="")
+    print()
+
+    zb = best(lambda: zlink_batch(n_one, w), reps)
+    print(f"batch of 100 (many)   zlink {zb:>10,.0f} msg/s | zlink/one-way {zb / z1:5.2f}x", end="")
+    if p1:
+        print(f" | zlink batch/pykka tell {zb / p1:5.2f}x", end="")
     print()
 
     zr, tr = zlink_round_trip(n_rt, w), tpe_round_trip(n_rt, w)

@@ -57,6 +57,7 @@ class HandlerSpec:
     wants_context: bool
     reply_type: Any
     is_request: bool
+    is_async: bool = False  # an ``async def``: a batch cannot run it inline
 
 
 def _positional(fn: Callable[..., Any]) -> list[inspect.Parameter]:
@@ -89,7 +90,10 @@ def resolve(fn: Callable[..., Any]) -> HandlerSpec:
             f"zlink.Message subclass, got {msg_type!r}"
         )
     req = is_request(msg_type)
-    return HandlerSpec(fn, msg_type, len(pos) >= 3, reply_type(msg_type) if req else None, req)
+    return HandlerSpec(
+        fn, msg_type, len(pos) >= 3, reply_type(msg_type) if req else None, req,
+        inspect.iscoroutinefunction(fn),
+    )  # fmt: skip
 
 
 def collect(cls: type, subscriptions: bool = False) -> dict[type[Message], HandlerSpec]:

@@ -12,8 +12,9 @@ one way, ``node -> objects/messaging -> executor``). It offers:
   execution object, with count/byte admission, lifecycle streak and yield debt (§7).
 * :class:`Gate` and :class:`Owner` (``gate.py``): the execution right and the serial objects that
   share it (§2, §3, §6, §8, §9, §11).
-* :class:`Turn`, :class:`Job` and :class:`Suspension` (``turn.py``): one handler turn, stepped
-  across threads inside its own ``contextvars.Context`` (§4, §6).
+* :class:`Turn`, :class:`Job` and :class:`Suspension` (``turn.py``): one handler turn; a
+  coroutine is stepped across threads inside its own ``contextvars.Context`` (§4, §6);
+  :func:`run_turns` runs plain calls back to back as turns of their own (a batch).
 """
 
 from .clock import Clock as Clock
@@ -32,6 +33,7 @@ from .turn import Job as Job
 from .turn import Suspension as Suspension
 from .turn import Turn as Turn
 from .turn import current_turn as current_turn
+from .turn import run_turns as run_turns
 
 __all__ = [
     "CallJob",
@@ -50,4 +52,5 @@ __all__ = [
     "current_turn",
     "in_infrastructure",
     "run_free",
+    "run_turns",
 ]

@@ -85,6 +85,13 @@ class Owner:
             self.gate.push(self)
         return verdict
 
+    def put_app_many(self, job: Job) -> int:
+        """Admit a job that stands for ``job.count`` items (a batch), all or none."""
+        verdict = self.lanes.put_app(job, job.size, job.count)
+        if verdict == ADMITTED and self._flag.acquire(False):
+            self.gate.push(self)
+        return verdict
+
     def put_app_and_claim(self, job: Job) -> tuple[int, Gate | None]:
         """Like :meth:`put_app`, but when the gate was idle, take it instead of scheduling it.
 
@@ -347,7 +354,8 @@ class Gate:
             turn.job.finish(turn)
         except BaseException:  # noqa: BLE001 - post-processing must not kill the gate
             _log.exception("post-processing of a turn on gate %s failed", self.name)
-        owner.lanes.release(turn.job.lane, turn.job.size)
+        job = turn.job
+        owner.lanes.release(job.lane, job.size, job.count)
         owner._settle()
 
     def _deliver_keep(self, turn: Turn, value: Any, error: BaseException | None) -> None:

@@ -74,21 +74,22 @@ class OwnerLanes:
         self.debt = False  # an application turn is owed (§7 yield debt)
 
     # -- put side (any thread) ----------------------------------------------------------------
-    def put_app(self, item: Any, payload_bytes: int) -> int:
-        """Reserve ``payload_bytes`` plus the retained cost; append ``item`` to the app lane.
+    def put_app(self, item: Any, payload_bytes: int, count: int = 1) -> int:
+        """Reserve ``payload_bytes`` plus the retained cost of ``count`` items (a batch is one
+        queue entry holding ``count`` messages); append ``item`` to the app lane.
 
         Returns ``ADMITTED``, ``FULL_COUNT`` or ``FULL_BYTES``; when full nothing changes.
         """
         lim = self.limits
-        cost = payload_bytes + lim.app_retained_per_item
+        cost = payload_bytes + lim.app_retained_per_item * count
         with self._put_lock:
             if self.closed:
                 return ADMISSION_CLOSED
-            if self._app_in - self._app_out >= lim.app_items:
+            if self._app_in - self._app_out + count > lim.app_items:
                 return FULL_COUNT
             if self._app_in_bytes - self._app_out_bytes + cost > lim.app_bytes:
                 return FULL_BYTES
-            self._app_in += 1
+            self._app_in += count
             self._app_in_bytes += cost
             if self.app is None:
                 self.app = deque()
@@ -176,11 +177,11 @@ class OwnerLanes:
                     self.life = None
         return item
 
-    def release(self, lane: int, payload_bytes: int) -> None:
+    def release(self, lane: int, payload_bytes: int, count: int = 1) -> None:
         """Return a reservation at the item's terminal completion (gate holder only)."""
         if lane == APPLICATION:
-            self._app_out += 1
-            self._app_out_bytes += payload_bytes + self.limits.app_retained_per_item
+            self._app_out += count
+            self._app_out_bytes += payload_bytes + self.limits.app_retained_per_item * count
         elif lane == LIFECYCLE:
             self._life_out += 1
             self._life_out_bytes += payload_bytes

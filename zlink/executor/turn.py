@@ -63,6 +63,7 @@ class Job:
     """
 
     __slots__ = ("at", "lane", "size")
+    count = 1  # lane items it reserved (a batch reserves one per message)
 
     def __init__(self, lane: int, size: int) -> None:
         self.lane = lane
@@ -112,7 +113,7 @@ class Turn:
     def __init__(self, job: Job, owner: Owner | None) -> None:
         self.job = job
         self.owner = owner
-        self.ctx = contextvars.Context()
+        self.ctx: contextvars.Context | None = None  # made if the handler is a coroutine
         self.coro: Coroutine[Any, Any, Any] | None = None
         self.result: Any = None
         self.error: BaseException | None = None
@@ -125,31 +126,41 @@ class Turn:
 
     # -- stepping (gate holder only) ------------------------------------------------------------
     def start(self) -> int:
-        """Run the first step; returns ``DONE``, ``KEEP`` or ``RELEASE``."""
-        return self.ctx.run(self._first)
+        """Run the first step; returns ``DONE``, ``KEEP`` or ``RELEASE``.
 
-    def resume(self, value: Any, error: BaseException | None) -> int:
-        """Run the next step with the completion of the last suspension."""
-        return self.ctx.run(self._step, value, error)
-
-    def close(self) -> None:
-        """Abandon a suspended coroutine (shutdown); its ``finally`` blocks run now."""
-        if self.coro is not None:
-            with contextlib.suppress(BaseException):  # closing is best effort
-                self.ctx.run(self.coro.close)
-
-    def _first(self) -> int:
-        _CURRENT.set(self)
+        A plain function runs in the worker's own context with this turn as the current one;
+        a coroutine gets a context of its own for all its steps (its context variables stay
+        its own across threads and suspensions).
+        """
+        token = _CURRENT.set(self)
         try:
             out = self.job.invoke()
         except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
             self.error = exc
             return DONE
+        finally:
+            _CURRENT.reset(token)
         if out is not None and (type(out) is CoroutineType or isinstance(out, Coroutine)):
             self.coro = out
-            return self._step(None, None)
+            self.ctx = ctx = contextvars.Context()
+            return ctx.run(self._first_step)
         self.result = out
         return DONE
+
+    def resume(self, value: Any, error: BaseException | None) -> int:
+        """Run the next step with the completion of the last suspension."""
+        assert self.ctx is not None
+        return self.ctx.run(self._step, value, error)
+
+    def close(self) -> None:
+        """Abandon a suspended coroutine (shutdown); its ``finally`` blocks run now."""
+        if self.coro is not None and self.ctx is not None:
+            with contextlib.suppress(BaseException):  # closing is best effort
+                self.ctx.run(self.coro.close)
+
+    def _first_step(self) -> int:
+        _CURRENT.set(self)
+        return self._step(None, None)
 
     def _step(self, value: Any, error: BaseException | None) -> int:
         coro = self.coro
@@ -190,3 +201,33 @@ class Turn:
 
         self.waker = complete
         return complete
+
+
+def run_turns(
+    job: Job,
+    owner: Owner | None,
+    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+    after: Callable[[Turn], None],
+    stop: Callable[[], bool],
+) -> None:
+    """Run plain ``fn(*args)`` calls back to back, each as a turn of its own (current while
+    it runs, with its own Defer() scope and outcome), then ``after(turn)``; ``stop()`` is
+    asked before each. For a job that stands for several (a batch); the caller's turn is
+    current again afterwards. Only plain functions belong here (the caller checks).
+    """
+    new = Turn.__new__
+    for fn, args in calls:
+        if stop():
+            return
+        turn = new(Turn)
+        turn.job, turn.owner, turn.barriers = job, owner, None
+        turn.error = turn.result = turn.coro = turn.ctx = turn.waker = None
+        turn.claimed = False
+        token = _CURRENT.set(turn)
+        try:
+            turn.result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
+            turn.error = exc
+        finally:
+            _CURRENT.reset(token)
+        after(turn)

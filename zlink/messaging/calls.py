@@ -207,6 +207,30 @@ class SendCall(MessageCall):
         yield  # pragma: no cover - makes this a generator; admission never suspends
 
 
+class BatchSendCall(_Call):
+    """Several one-way messages to one Spot or Actor, admitted together (all or none)."""
+
+    __slots__ = ("kind", "msgs", "target")
+
+    def __init__(self, rt: Runtime, kind: str, target: str, msgs: list[Message]) -> None:
+        super().__init__(rt)
+        self.kind = kind
+        self.target = target
+        self.msgs = msgs
+
+    def submit(self) -> None:
+        """Admit every message now, in order, behind one lock and one wake-up of the target;
+        ``ResourceExhausted`` if they do not all fit (then none was queued). A target on
+        another node, or one that is moving, gets them one by one, in order."""
+        self._terminal()
+        self._rt.submit_many(self)
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        self.submit()
+        return None
+        yield  # pragma: no cover - makes this a generator; admission never suspends
+
+
 class RequestCall(MessageCall, _Completing[T]):
     """A request whose reply is a ``T``."""
 

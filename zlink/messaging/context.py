@@ -6,12 +6,13 @@ builds calls or registers intents; the runtime (``zlink.objects.runtime``) carri
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, InvalidOperation
 from ..objects.base import SpotKind, SpotRef
 from .calls import (
+    BatchSendCall,
     CreateCall,
     JoinCall,
     RelocationReadyCall,
@@ -29,6 +30,15 @@ if TYPE_CHECKING:
 
 
 _KIND: dict[type, bool] = {}  # message class -> is it a Request
+
+
+def _messages(msgs: Iterable[object]) -> list[Message]:
+    if isinstance(msgs, (str, bytes, Message)) or not isinstance(msgs, Iterable):
+        raise InvalidArgument(f"a batch is an iterable of zlink.Message, got {type(msgs).__name__}")
+    out = [_message(m, False) for m in msgs]
+    if not out:
+        raise InvalidArgument("a batch holds at least one message")
+    return out
 
 
 def _message(msg: object, request: bool) -> Message:
@@ -100,6 +110,15 @@ class RouteClient:
     def request(self, channel: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Channel; each request is its own turn."""
         return RequestCall(self._rt, "channel", check_id("channel", channel), _message(req, True))
+
+    def send_many_to_spot(self, spot_id: str, msgs: Iterable[Message]) -> BatchSendCall:
+        """One-way messages to a Spot, admitted together: each is still its own turn, in
+        order; the batch costs one admission and one wake-up (the batch send path)."""
+        return BatchSendCall(self._rt, "spot", check_id("spot_id", spot_id), _messages(msgs))
+
+    def send_many_to_actor(self, actor_id: str, msgs: Iterable[Message]) -> BatchSendCall:
+        """One-way messages to an Actor, admitted together (see ``send_many_to_spot``)."""
+        return BatchSendCall(self._rt, "actor", check_id("actor_id", actor_id), _messages(msgs))
 
     def publish(self, topic: str, event: Message) -> SendCall:
         """A Logical Multicast event to every Spot subscribed to ``topic`` (no Yield, §16).

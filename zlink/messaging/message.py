@@ -107,9 +107,23 @@ def wire_bytes(msg: Message) -> bytes:
     return msg.__pydantic_serializer__.to_json(msg)
 
 
+_LAST_SIZE: tuple[Message | None, int] = (None, 0)
+
+
 def wire_size(msg: Message) -> int:
-    """Bytes ``msg`` takes on the wire; what lane admission reserves for it (§7)."""
-    return len(msg.__pydantic_serializer__.to_json(msg))
+    """Bytes ``msg`` takes on the wire; what lane admission reserves for it (§7).
+
+    A message is frozen, so the size of the one sent last is kept: sending one instance to
+    many targets, or many times, serializes it once (a one-entry cache keyed by identity;
+    it holds that one message alive).
+    """
+    global _LAST_SIZE
+    last = _LAST_SIZE
+    if last[0] is msg:
+        return last[1]
+    size = len(msg.__pydantic_serializer__.to_json(msg))
+    _LAST_SIZE = (msg, size)
+    return size
 
 
 def decode(cls: type[Message], data: bytes) -> Message:

@@ -420,10 +420,19 @@ class Relocator:
 
     def _take_jobs(self, obj: SpotAct | ActorAct) -> list[dict[str, Any]]:
         """Everything queued behind the barrier, in order, as it will be queued on the target."""
-        from .runtime import MessageJob
+        from .runtime import BatchJob, MessageJob
 
         jobs: list[dict[str, Any]] = []
+        drained: list[Any] = []
         for item in obj.owner.drain():
+            if isinstance(item, BatchJob):  # a batch moves as its messages, in order
+                obj.owner.lanes.release(item.lane, item.size, item.count)
+                drained.extend(item.messages())
+                for single in drained[-item.count :]:  # reserved again on the target
+                    single.lane = UNRESERVED
+            else:
+                drained.append(item)
+        for item in drained:
             if isinstance(item, MessageJob):
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us

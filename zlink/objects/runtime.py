@@ -36,7 +36,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free
+from ..executor import Gate, Job, Owner, OwnerLanes, Turn, current_turn, run_free, run_turns
 from ..executor.lanes import (
     ADMISSION_CLOSED,
     ADMITTED,
@@ -56,11 +56,14 @@ if TYPE_CHECKING:
 from ..messaging.calls import (
     HELP,
     KEEP,
+    NO_WAIT,
     YIELD,
+    BatchSendCall,
     CreateCall,
     JoinCall,
     MessageCall,
     RelocationReadyCall,
+    SendCall,
     WorkerCall,
 )
 from ..messaging.completion import Completion, expire
@@ -357,6 +360,65 @@ class MessageJob(Job):
             self.reply.set(None, error)
 
 
+class BatchJob(Job):
+    """Messages of one batch send (python-api ``send_many_*``): one queue entry that reserves
+    one lane item per message and runs them back to back, each as a turn of its own (its own
+    Defer() scope, error and current turn) with nothing of the same owner in between. Only
+    plain ``def`` handlers and one-way messages; anything else is queued message by message."""
+
+    __slots__ = ("act", "count", "msgs", "sender")
+
+    def __init__(self, act: SpotAct | ActorAct, msgs: list[tuple[HandlerSpec, Message]],
+                 sender: str | None, size: int) -> None:  # fmt: skip
+        self.lane = APPLICATION
+        self.size = size
+        self.at = 0.0
+        self.act = act
+        self.msgs = msgs
+        self.count = len(msgs)
+        self.sender = sender
+
+    def invoke(self) -> Any:
+        act = self.act
+        rt = act.rt
+        outer = current_turn()
+        instance = act.instance
+        sender = self.sender
+        calls = [
+            (h.fn, (instance, msg, MessageContext({}, sender, False, None)))
+            if h.wants_context else (h.fn, (instance, msg))
+            for h, msg in self.msgs
+        ]  # fmt: skip
+        act.activity += len(calls)
+        run_turns(self, outer.owner if outer is not None else None, calls, self._after,
+                  lambda: rt.stopping)  # fmt: skip
+        if rt.stopping:
+            raise Discarded  # the rest never ran
+        return None
+
+    def _after(self, turn: Turn) -> None:
+        error = turn.error
+        if turn.barriers is not None or error is not None:
+            self.act.rt.close_scope(turn, error is None)
+        else:
+            turn.barriers = CLOSED
+        if error is not None:
+            self.act.rt.metrics.add("handler_errors")
+            _log.error("a batch handler of %r failed", self.act.name, exc_info=error)
+
+    def finish(self, turn: Turn) -> None:
+        turn.barriers = CLOSED  # each message closed its own scope
+
+    def messages(self) -> list[MessageJob]:
+        """The batch as single message jobs (a relocation moves them one by one)."""
+        out = []
+        for handler, msg in self.msgs:
+            job = MessageJob(self.act, handler, msg, None, None, self.sender, 0)
+            job.size, job.at = wire_size(msg), self.at
+            out.append(job)
+        return out
+
+
 class LifeJob(Job):
     """A lifecycle callback (or a framework step) on an owner's lifecycle lane (§7)."""
 
@@ -613,6 +675,53 @@ class Runtime:
 
     def _lease(self) -> float:
         return self.clock.now() + 3600.0  # no failure detection yet: leases are long
+
+    def submit_many(self, call: BatchSendCall) -> None:
+        """The batch send path: a local, ready target admits every message behind one lock
+        (all or none) and is woken once; each message is still its own turn, in order.
+        Anything else (remote, moving, a Channel) goes one by one through ``submit``."""
+        if self.stopping or self.draining:
+            raise Unavailable(f"node {self.node_id} is shutting down")
+        act = (self.actors if call.kind == "actor" else self.spots).get(call.target)
+        if act is None or act.state > READY:
+            self._one_by_one(call)
+            return
+        turn = current_turn()
+        sender = turn.owner.name if turn is not None and turn.owner is not None else None
+        handlers = act.spec.handlers
+        items = []
+        total = 0
+        inline = True
+        for msg in call.msgs:
+            handler = handlers.get(type(msg))
+            if handler is None:
+                raise InvalidArgument(
+                    f"{act.spec.name!r} has no handler for {type(msg).__qualname__}; "
+                    "nothing of the batch was queued"
+                )
+            inline = inline and not handler.is_async
+            total += wire_size(msg)
+            items.append((handler, msg))
+        if not inline:  # an async handler suspends: its message must be a turn of its own
+            self._one_by_one(call)
+            return
+        job = BatchJob(act, items, sender, total)
+        job.at = self._now()
+        verdict = act.owner.put_app_many(job)
+        if verdict == ADMITTED:
+            return
+        if verdict == ADMISSION_CLOSED:  # sealed meanwhile: the moving path, in order
+            self._one_by_one(call)
+            return
+        self.metrics.add("rejected_admissions")
+        raise ResourceExhausted(
+            f"the application lane of {act.name!r} has no room for {len(items)} messages; "
+            "nothing of the batch was queued"
+        )
+
+    def _one_by_one(self, call: BatchSendCall) -> None:
+        for msg in call.msgs:
+            self.submit(SendCall(self, call.kind, call.target, msg), None, NO_WAIT)
 
     def _not_ready(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: int,

@@ -1,0 +1,144 @@
+"""The batch send path (issue 5): ``send_many_to_spot`` / ``send_many_to_actor``.
+
+A batch is admitted all or none (execution-model §7 admission: nothing is queued when it does
+not fit), runs in order, and each message is still a turn of its own: its own Defer() scope
+(§5), its own failure (an exception does not stop the rest), its own current turn.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.testing import LocalCluster, ManualClock, run_until_idle
+
+
+class Add(zlink.Message, type_name="t.bs.add"):
+    n: int
+
+
+class Boom(zlink.Message, type_name="t.bs.boom"):
+    pass
+
+
+class Later(zlink.Message, type_name="t.bs.later"):
+    n: int
+
+
+class Seen(zlink.Request[list[int]], type_name="t.bs.seen"):
+    pass
+
+
+class Turns(zlink.Request[int], type_name="t.bs.turns"):
+    pass
+
+
+HOLD = threading.Event()
+
+
+class Box(zlink.UserSpot):
+    def __init__(self, context: zlink.SpotContext) -> None:
+        super().__init__(context)
+        self.seen: list[int] = []
+        self._turns: set[int] = set()
+
+    @zlink.handler
+    def add(self, msg: Add) -> None:
+        turn = zlink.executor.current_turn()
+        assert turn is not None and turn.barriers is None  # a fresh scope for each message
+        self._turns.add(id(turn))
+        self.seen.append(msg.n)
+
+    @zlink.handler
+    def boom(self, msg: Boom) -> None:
+        raise RuntimeError("this one fails alone")
+
+    @zlink.handler
+    async def later(self, msg: Later) -> None:
+        self.seen.append(msg.n)
+
+    @zlink.handler
+    def get_seen(self, req: Seen) -> list[int]:
+        return self.seen
+
+    @zlink.handler
+    def turns_seen(self, req: Turns) -> int:
+        return len(self._turns)
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("batch")
+    state = zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
+    app.user_spot("t.bs.box", relocation=state)(Box)
+    return app
+
+
+def test_a_batch_runs_in_order_each_message_a_turn_and_a_failure_stays_its_own(make_node):
+    node = make_node(build_app())
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    c.send_to_spot("b", Add(n=0)).submit()
+    c.send_many_to_spot("b", [Add(n=1), Boom(), Add(n=2), Add(n=3)]).submit()
+    c.send_to_spot("b", Add(n=4)).submit()
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == [0, 1, 2, 3, 4]
+    assert c.request_to_spot("b", Turns()).wait(WAIT) >= 3  # distinct turn objects (alive ids)
+    assert node.counters()["handler_errors"] == 1
+
+
+def test_a_batch_that_does_not_fit_is_refused_whole_and_nothing_is_queued(make_node):
+    node = make_node(build_app(), app_lane_items=5)
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    act = node._runtime.spots["b"]
+    assert act.gate._flag.acquire(False)  # hold the gate: the lane fills
+    c.send_many_to_spot("b", [Add(n=1), Add(n=2), Add(n=3)]).submit()
+    with pytest.raises(zlink.ResourceExhausted, match="nothing of the batch"):
+        c.send_many_to_spot("b", [Add(n=4), Add(n=5), Add(n=7)]).submit()
+    c.send_to_spot("b", Add(n=6)).submit()  # one more still fits: the refusal took nothing
+    assert act.owner.lanes.reserved()[0] == 4  # and the request below takes the last place
+    node._runtime.pool.submit(act.gate._run)
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == [1, 2, 3, 6]
+
+
+def test_bad_batches_are_refused_before_anything_is_queued(make_node):
+    node = make_node(build_app())
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    with pytest.raises(zlink.InvalidArgument, match="at least one"):
+        c.send_many_to_spot("b", [])
+    with pytest.raises(zlink.InvalidArgument, match="iterable"):
+        c.send_many_to_spot("b", Add(n=1))  # type: ignore[arg-type]
+    with pytest.raises(zlink.InvalidArgument, match="is a request"):
+        c.send_many_to_spot("b", [Add(n=1), Seen()])
+    with pytest.raises(zlink.InvalidArgument, match="no handler"):
+        c.send_many_to_spot("b", [Add(n=1), zlink.Message()]).submit()
+    run_until_idle(node, WAIT)
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == []
+
+
+def test_an_async_handler_in_a_batch_gets_a_queued_turn_of_its_own(make_node):
+    node = make_node(build_app())
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    c.send_many_to_spot("b", [Add(n=1), Later(n=2), Add(n=3)]).submit()
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == [1, 2, 3]
+
+
+def test_a_queued_batch_moves_with_its_spot_message_by_message(clock: ManualClock):
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        c = n1.client()
+        c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+        act = n1._runtime.spots["b"]
+        assert act.gate._flag.acquire(False)
+        c.send_many_to_spot("b", [Add(n=1), Add(n=2)]).submit()
+        moving = n1._runtime.relocator.start(act, "node-2")
+        n1._runtime.pool.submit(act.gate._run)
+        moving.wait(WAIT)
+        c.send_many_to_spot("b", [Add(n=3), Add(n=4)]).submit()  # remote: one by one, in order
+        cluster.wait_idle(WAIT)
+        assert n2.client().request_to_spot("b", Seen()).wait(WAIT) == [1, 2, 3, 4]
+        assert "b" not in n1._runtime.spots
