@@ -177,6 +177,14 @@ class OwnerLanes:
                     self.life = None
         return item
 
+    def retire(self) -> None:
+        """The owner goes idle (gate holder only): give an empty application deque back, so
+        an idle owner costs no queue (producers make a new one under the same lock)."""
+        if self.app is not None and not self.app:
+            with self._put_lock:
+                if not self.app:
+                    self.app = None
+
     def release(self, lane: int, payload_bytes: int, count: int = 1) -> None:
         """Return a reservation at the item's terminal completion (gate holder only)."""
         if lane == APPLICATION:

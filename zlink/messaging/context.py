@@ -6,6 +6,7 @@ builds calls or registers intents; the runtime (``zlink.objects.runtime``) carri
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -208,10 +209,16 @@ class _Context:
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
-        self.outbound = RouteClient(rt)
-        self.spots = SpotManager(rt)
-        self.workers = WorkerManager(rt)
+        helpers = _HELPERS.get(rt)
+        if helpers is None:  # they hold only the runtime: one set per node serves every context
+            helpers = _HELPERS[rt] = (RouteClient(rt), SpotManager(rt), WorkerManager(rt))
+        self.outbound, self.spots, self.workers = helpers
         self.timers: TimerManager = None  # type: ignore[assignment]  # set by the activation
+
+
+_HELPERS: weakref.WeakKeyDictionary[Runtime, tuple[RouteClient, SpotManager, WorkerManager]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class SpotContext(_Context):
