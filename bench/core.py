@@ -145,6 +145,29 @@ def zlink_batch(n: int, workers: int, size: int = 100) -> float:
         return n / (time.perf_counter() - t0)
 
 
+def zlink_idle_bytes(spots: int, workers: int) -> float:
+    """Bytes per idle Spot by ``tracemalloc``: Spots made and sent one message (their queues
+    were used once), then idle. What the allocator's arenas do to RSS is left out."""
+    import tracemalloc
+
+    done, expect = threading.Event(), [-1]
+    with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
+        client = node.client()
+        client.spots.get_or_create("warm", "bench.counter").wait(10)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.take_snapshot()
+        for i in range(spots):
+            client.spots.get_or_create(f"m{i}", "bench.counter").wait(10)
+            client.send_to_spot(f"m{i}", Tick()).submit()
+        assert node.wait_idle(60)
+        gc.collect()
+        after = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        grown = sum(d.size_diff for d in after.compare_to(before, "filename"))
+        return grown / spots
+
+
 def zlink_round_trip(n: int, workers: int) -> list[float]:
     done, expect = threading.Event(), [-1]
     with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
@@ -401,6 +424,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({zf['rss_per_spot']:,.0f} B RSS per idle Spot) | tpe+lock {tf['rate']:>10,.0f} msg/s "
         f"| zlink/tpe {zf['rate'] / tf['rate']:5.2f}x"
     )
+    idle = zlink_idle_bytes(500 if args.quick else 5_000, w)
+    print(f"idle Spot memory      {idle:,.0f} B per Spot by tracemalloc (target < 2,048 B)")
     return 0
 
 
