@@ -82,7 +82,9 @@ class OwnerLanes:
         """
         lim = self.limits
         cost = payload_bytes + lim.app_retained_per_item * count
-        with self._put_lock:
+        lock = self._put_lock
+        lock.acquire()  # not ``with``: the hot path, and ``with`` costs twice as much here
+        try:
             if self.closed:
                 return ADMISSION_CLOSED
             if self._app_in - self._app_out + count > lim.app_items:
@@ -91,9 +93,12 @@ class OwnerLanes:
                 return FULL_BYTES
             self._app_in += count
             self._app_in_bytes += cost
-            if self.app is None:
-                self.app = deque()
-            self.app.append(item)
+            app = self.app
+            if app is None:
+                app = self.app = deque()
+            app.append(item)
+        finally:
+            lock.release()
         return ADMITTED
 
     def put_life(self, item: Any, payload_bytes: int) -> int:
@@ -181,9 +186,13 @@ class OwnerLanes:
         """The owner goes idle (gate holder only): give an empty application deque back, so
         an idle owner costs no queue (producers make a new one under the same lock)."""
         if self.app is not None and not self.app:
-            with self._put_lock:
+            lock = self._put_lock
+            lock.acquire()
+            try:
                 if not self.app:
                     self.app = None
+            finally:
+                lock.release()
 
     def release(self, lane: int, payload_bytes: int, count: int = 1) -> None:
         """Return a reservation at the item's terminal completion (gate holder only)."""

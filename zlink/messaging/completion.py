@@ -42,13 +42,17 @@ class Completion:
 
     def set(self, value: Any, error: BaseException | None) -> bool:
         """Set the outcome; ``False`` (and nothing happens) if it was already set."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # not ``with``: every call completes one of these
+        try:
             if self._done:
                 return False
             self._done = True
             self._value, self._error = value, error
             callbacks, self._callbacks = self._callbacks, None
             waiter = self._waiter
+        finally:
+            lock.release()
         timer = self.timer
         if timer is not None:
             timer.cancel()
@@ -61,13 +65,17 @@ class Completion:
 
     def add_callback(self, cb: Callback) -> None:
         """Call ``cb(value, error)`` once the outcome is set (now, if it already is)."""
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             if not self._done:
                 if self._callbacks is None:
                     self._callbacks = [cb]
                 else:
                     self._callbacks.append(cb)
                 return
+        finally:
+            lock.release()
         cb(self._value, self._error)
 
     def wait(self, timeout: float | None) -> Any:
