@@ -51,7 +51,24 @@ class Exploding(zlink.JsonStateAdapter):
 class Unrestorable(zlink.JsonStateAdapter):
     def restore(self, instance: Any, data: bytes) -> None:
         RESTORES.append(1)
+        SEEN.append((id(instance), data))
         raise RuntimeError("cannot restore")
+
+
+SEEN: list[tuple[int, bytes]] = []
+
+
+class Nothing(zlink.JsonStateAdapter):
+    def capture(self, instance: Any) -> bytes:
+        return None  # type: ignore[return-value]  # a contract violation
+
+
+class Empty(zlink.JsonStateAdapter):
+    def capture(self, instance: Any) -> bytes:
+        return b""
+
+    def restore(self, instance: Any, data: bytes) -> None:
+        SEEN.append((id(instance), data))
 
 
 class Room(zlink.UserSpot):
@@ -117,6 +134,12 @@ def build_app() -> zlink.App:
     app.user_spot("t.rl.stuck", relocation=zlink.Relocation.preserve_state(Unrestorable))(
         type("R5", (Room,), {})
     )
+    app.user_spot("t.rl.null", relocation=zlink.Relocation.preserve_state(Nothing))(
+        type("R6", (Room,), {})
+    )
+    app.user_spot("t.rl.empty", relocation=zlink.Relocation.preserve_state(Empty))(
+        type("R7", (Room,), {})
+    )
 
     @app.channel("t.rl.api")
     class Api:
@@ -137,6 +160,7 @@ def _reset() -> None:
     HOLD.clear()
     HOLDING.clear()
     RESTORES.clear()
+    SEEN.clear()
 
 
 @pytest.fixture
@@ -236,6 +260,57 @@ def test_a_restore_failure_keeps_the_target_sealed_and_picks_no_other_target(clu
     assert n2._runtime.spots["stuck"].state == 2  # SEALED: not authoritative, admits nothing
     assert "stuck" not in n3._runtime.spots
     assert cluster.store.lookup("stuck").owner == "node-1"  # no commit happened
+
+
+def test_a_null_capture_is_a_contract_violation_and_the_source_stays(cluster):
+    n1, _, _ = cluster.nodes
+    _make(cluster, "null", "t.rl.null")
+    with pytest.raises(zlink.StateIncompatible, match="NoneType"):
+        n1.relocate_spot("null", "node-2", timeout=WAIT)
+    assert cluster.store.lookup("null").owner == "node-1"
+    n1.client().send_to_spot("null", Add()).submit()
+    assert n1.client().request_to_spot("null", Total()).wait(WAIT) == 1
+
+
+def test_empty_bytes_are_a_valid_preserved_state(cluster):
+    n1, n2, _ = cluster.nodes
+    _make(cluster, "empty", "t.rl.empty")
+    source = n1._runtime.spots["empty"].instance
+    n1.relocate_spot("empty", "node-2", timeout=WAIT)
+    assert [data for _, data in SEEN] == [b""]
+    assert SEEN[0][0] != id(source) and "empty" in n2._runtime.spots
+
+
+def test_every_restore_attempt_gets_a_fresh_instance_and_a_fresh_copy(cluster):
+    n1, _, _ = cluster.nodes
+    _make(cluster, "stuck", "t.rl.stuck")
+    source = n1._runtime.spots["stuck"].instance
+    with pytest.raises(zlink.StateIncompatible):
+        n1.relocate_spot("stuck", "node-2", timeout=WAIT)
+    payloads = [data for _, data in SEEN]
+    assert len(payloads) == 3 and len({id(d) for d in payloads}) == 3  # a copy each time
+    assert payloads[0] == payloads[1] == payloads[2]  # ... of the same payload
+    assert id(source) not in {i for i, _ in SEEN}  # never the source's instance
+
+
+def test_the_payload_travels_in_chunks_no_larger_than_the_limit(cluster):
+    n1, _, _ = cluster.nodes
+    _make(cluster, "big", "t.rl.room")
+    for _ in range(50):
+        n1.client().send_to_spot("big", Add(n=7, sender=1, seq=-1)).submit()
+    cluster.wait_idle(WAIT)
+    sent: list[dict[str, Any]] = []
+    real_send = cluster.transport.send
+
+    def spy(node_id: str, envelope: dict[str, Any]) -> None:
+        sent.append(envelope)
+        real_send(node_id, envelope)
+
+    cluster.transport.send = spy  # type: ignore[method-assign]
+    n1.relocate_spot("big", "node-2", timeout=WAIT)
+    chunks = [e["b"] for e in sent if e["k"] == "reloc_chunk"]
+    assert len(chunks) > 3 and all(len(c) <= 16 for c in chunks)  # the fixture's limit: 16
+    assert n1.client().request_to_spot("big", Total()).wait(WAIT) == 350
 
 
 def test_moving_back_and_forth_under_load_refuses_loses_doubles_and_reorders_nothing(cluster):
