@@ -64,7 +64,8 @@ from .base import RelocationReadyStatus, SpotKind
 if TYPE_CHECKING:
     from ..mesh.router import MeshRouter
     from ..messaging.calls import MessageCall
-    from .runtime import ActorAct, ObjectAct, Runtime, SpotAct
+    from .acts import ActorAct, ObjectAct, SpotAct
+    from .runtime import Runtime
 
 _log = logging.getLogger("zlink.relocation")
 RESTORE_ATTEMPTS = 3
@@ -315,7 +316,8 @@ class Relocator:
         """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
         Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
         Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn."""
-        from .runtime import READY, SEALED, LifeJob
+        from .acts import READY, SEALED
+        from .jobs import LifeJob
 
         with self._lock, self.rt._lock:
             members = list(act.members.values())
@@ -361,7 +363,7 @@ class Relocator:
 
     def _capture(self, out: _Out) -> dict[str, str | None]:
         """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
-        from .runtime import LifeJob
+        from .jobs import LifeJob
 
         act = out.spot
         if out.kind == "spot" and act.shared:
@@ -420,7 +422,7 @@ class Relocator:
 
     def _take_jobs(self, obj: SpotAct | ActorAct) -> list[dict[str, Any]]:
         """Everything queued behind the barrier, in order, as it will be queued on the target."""
-        from .runtime import BatchJob, MessageJob
+        from .jobs import BatchJob, MessageJob
 
         jobs: list[dict[str, Any]] = []
         drained: list[Any] = []
@@ -453,7 +455,7 @@ class Relocator:
 
     def _reopen(self, out: _Out, error: BaseException) -> None:
         """The barrier failed: parked calls run here first, then admission reopens."""
-        from .runtime import READY
+        from .acts import READY
 
         with self._lock:
             for obj in out.objects:
@@ -475,7 +477,7 @@ class Relocator:
 
     def on_restored(self, env: dict[str, Any]) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
-        from .runtime import GONE
+        from .acts import GONE
 
         out = self._out.get(env["r"])
         if out is None:
@@ -540,7 +542,7 @@ class Relocator:
             self._chunks.setdefault((env["o"], env["r"]), []).append(env["b"])
 
     def on_relocate(self, env: dict[str, Any]) -> None:
-        from .runtime import READY, SEALED, ActorAct, SpotAct
+        from .acts import READY, SEALED, ActorAct, SpotAct
 
         rt = self.rt
         key = (env["o"], env["r"])
@@ -596,7 +598,7 @@ class Relocator:
 
     def _restore(self, env: dict[str, Any], inc: _In, states: dict[str, str | None],
                  attempt: int) -> None:  # fmt: skip
-        from .runtime import LifeJob
+        from .jobs import LifeJob
 
         act = inc.spot
 
@@ -645,7 +647,7 @@ class Relocator:
     def _queue_jobs(
         self, env: dict[str, Any], obj: SpotAct | ActorAct, jobs: list[dict[str, Any]]
     ) -> None:
-        from .runtime import MessageJob
+        from .jobs import MessageJob
 
         now = self.rt.clock.now()
         for job in jobs:
@@ -686,7 +688,7 @@ class Relocator:
 
     def _open(self, inc: _In) -> None:
         """Authority is here and this node's own calls are in line: admission opens."""
-        from .runtime import READY
+        from .acts import READY
 
         with self._lock:
             self._in.pop(inc.key, None)

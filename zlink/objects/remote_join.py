@@ -29,8 +29,9 @@ from .relocate import decode_reply, encode_reply
 if TYPE_CHECKING:
     from ..mesh.router import MeshRouter
     from ..messaging.message import Message
+    from .acts import ActorAct, SpotAct
     from .relocate import Relocator
-    from .runtime import ActorAct, Runtime, SpotAct
+    from .runtime import Runtime
 
 
 class RemoteJoin:
@@ -92,7 +93,7 @@ class RemoteJoin:
     def _moved(
         self, actor: ActorAct, source: SpotAct, target_id: str, error: BaseException | None
     ) -> None:
-        from .runtime import LifeJob
+        from .jobs import LifeJob
 
         if error is not None:  # it stays here, reopened: the Join failed
             self._fail(actor, target_id, error)
@@ -118,7 +119,8 @@ class RemoteJoin:
     # -- the Spot's node -------------------------------------------------------------------------
     def on_ask(self, env: dict[str, Any]) -> None:
         """On the infrastructure thread: run ``on_actor_join`` as a lifecycle turn of the Spot."""
-        from .runtime import GONE, READY, LifeJob, _error_of
+        from .acts import GONE, READY
+        from .jobs import LifeJob, handler_error
 
         target = self.rt.spots.get(env["t"])
         if target is None or target.state == GONE:
@@ -146,7 +148,7 @@ class RemoteJoin:
         def decided(turn: Turn) -> None:
             result = turn.result if turn.result is not None else ActorJoinResult()
             if turn.error is not None:
-                self.router._reply(env, error=_error_of(turn.error))
+                self.router._reply(env, error=handler_error(turn.error))
             elif not isinstance(result, ActorJoinResult):
                 self.router._reply(env, error=InvalidArgument(
                     f"on_actor_join gave {result!r}: not a JoinResult"))  # fmt: skip

@@ -1,0 +1,241 @@
+"""Live objects of one node: Spot, Actor and Channel activations and their states."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    InvalidArgument,
+    InvalidOperation,
+    Unavailable,
+)
+from ..executor import Owner, OwnerLanes, Turn
+
+if TYPE_CHECKING:
+    from .runtime import Runtime
+
+    pass
+from ..messaging.completion import Completion
+from ..messaging.context import (
+    ActorContext,
+    ChannelContext,
+    EntrySpotContext,
+    InstanceSpotContext,
+    SpotContext,
+)
+from ..timers import Timer, TimerManager, TimerOptions
+from .base import (
+    SpotKind,
+    SpotRef,
+)
+
+if TYPE_CHECKING:
+    from ..app import TypeSpec
+
+
+_log = logging.getLogger("zlink.runtime")
+
+# SEALED (relocating) and CLOSING refuse admission; only READY and ACTIVATING admit
+ACTIVATING, READY, SEALED, CLOSING, GONE = 0, 1, 2, 3, 4
+
+
+class Discarded(Exception):
+    """Internal: a queued job met a stopping node and never ran its handler."""
+
+
+# --------------------------------------------------------------------------------------------
+# activations
+# --------------------------------------------------------------------------------------------
+class ObjectAct:
+    """What Spot and Actor activations share: timers and the last time they did work."""
+
+    __slots__ = ("activity", "authority", "idle_since", "restored", "seen_activity", "timers")
+    rt: Runtime
+    instance: Any
+    spec: TypeSpec
+    owner: Owner
+    state: int
+    context: Any
+
+    def _init_object(self) -> None:
+        self.timers: dict[str, Timer] = {}
+        self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
+        # a relocation target, restored and held until its commit: the source's node id
+        self.restored: str | None = None
+        self.activity = self.seen_activity = 0  # handled messages; idle eviction compares them
+        self.idle_since = self.rt.clock.now()
+        self.context.timers = TimerManager(self)
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError
+
+    def touch(self) -> None:
+        """Record activity (idle eviction reads it); only the owner's gate holder calls it."""
+        self.activity += 1
+
+    def timer_owner(self, name: str) -> Owner:
+        """Where this object's timer ticks queue (§2): its own lanes, unless PerActor."""
+        return self.owner
+
+    def add_timer(
+        self, name: str, interval: float, options: TimerOptions, first_delay: float | None
+    ) -> Timer:
+        fn = self.spec.timer_handlers.get(name)
+        if fn is None:
+            raise InvalidArgument(f"{self.spec.name!r} has no @timer_handler({name!r})")
+        if name in self.timers:
+            raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
+        if self.state > READY or self.rt.stopping:
+            raise Unavailable(f"{self.name!r} is sealed, closing or closed")
+        delay = interval if first_delay is None else first_delay
+        timer = Timer(
+            name, interval, options, self, self.timer_owner(name), fn, self.rt.clock.now() + delay
+        )
+        self.timers[name] = timer
+        timer.arm()
+        return timer
+
+    def cancel_timer(self, name: str) -> bool:
+        timer = self.timers.pop(name, None)
+        if timer is None:
+            return False
+        timer.cancel()
+        return True
+
+    def cancel_timers(self) -> None:
+        for name in list(self.timers):
+            self.cancel_timer(name)
+
+
+class SpotAct(ObjectAct):
+    """One live Spot: its gate, its own lanes, its instance and its members."""
+
+    __slots__ = (
+        "activated",
+        "closing_turn",
+        "context",
+        "gate",
+        "instance",
+        "kind",
+        "members",
+        "owner",
+        "ref",
+        "rt",
+        "shared",
+        "spec",
+        "spot_id",
+        "state",
+        "yield_ok",
+        "yields_out",
+    )
+
+    def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
+        from ..app import ExecutionMode
+
+        self.rt = rt
+        self.spec = spec
+        self.spot_id = spot_id
+        assert spec.kind is not None
+        self.kind: SpotKind = spec.kind
+        self.gate = rt.new_gate(spot_id)
+        self.owner = Owner(OwnerLanes(rt.limits), self.gate, spot_id, claim_on_yield=False)
+        self.owner.ref = self
+        self.instance: Any = None
+        self.state = ACTIVATING
+        self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
+        self.yields_out = 0  # Yields whose completion has not arrived (relocation barrier)
+        self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
+        self.members: dict[str, ActorAct] = {}
+        # set when on_create / on_initialize have finished, then dropped (idle Spots keep none)
+        self.activated: Completion | None = Completion()
+        # §2/§3: one shared gate, and Yield, only in SpotWide User Spots and Instance Spots
+        self.shared = self.kind is SpotKind.INSTANCE or (
+            self.kind is SpotKind.USER and spec.mode is ExecutionMode.SPOT_WIDE
+        )
+        self.yield_ok = self.shared
+        ctx_cls = {
+            SpotKind.USER: SpotContext,
+            SpotKind.ENTRY: EntrySpotContext,
+            SpotKind.INSTANCE: InstanceSpotContext,
+        }[self.kind]
+        self.context = ctx_cls(rt, spot_id, self.ref, self.kind)
+        self._init_object()
+
+    def timer_owner(self, name: str) -> Owner:
+        """A PerActor User Spot gives each of its timers a gate of its own (§2)."""
+        if self.kind is SpotKind.USER and not self.shared:
+            gate = self.rt.new_gate(f"{self.spot_id}/timer:{name}")
+            owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False)
+            owner.ref = self
+            return owner
+        return self.owner
+
+    @property
+    def name(self) -> str:
+        return self.spot_id
+
+
+class ActorAct(ObjectAct):
+    """One live Actor: its own lanes (always, §2), its own gate and its current Spot."""
+
+    __slots__ = (
+        "activated",
+        "actor_id",
+        "context",
+        "entry",
+        "instance",
+        "own_gate",
+        "owner",
+        "rt",
+        "spec",
+        "spot",
+        "state",
+    )
+
+    def __init__(self, rt: Runtime, spec: TypeSpec, actor_id: str, entry: SpotAct) -> None:
+        self.rt = rt
+        self.spec = spec
+        self.actor_id = actor_id
+        self.entry = entry
+        self.spot = entry
+        self.own_gate = rt.new_gate(actor_id)
+        self.owner = Owner(
+            OwnerLanes(rt.limits), self.own_gate, actor_id, claim_on_yield=True, held=True
+        )
+        self.owner.ref = self
+        self.instance: Any = None
+        self.context = ActorContext(rt, actor_id, spec.name)
+        self.state = ACTIVATING
+        self.activated: Completion | None = Completion()
+        self._init_object()
+
+    @property
+    def yield_ok(self) -> bool:
+        """A member Actor of a SpotWide User Spot may Yield; elsewhere it may not (§3)."""
+        return self.spot.shared
+
+    @property
+    def name(self) -> str:
+        return self.actor_id
+
+
+class ChannelAct:
+    """A Channel: one stateless instance; every request is its own turn with no gate."""
+
+    __slots__ = ("context", "instance", "owner", "rt", "spec")
+
+    def __init__(self, rt: Runtime, spec: TypeSpec) -> None:
+        self.rt = rt
+        self.spec = spec
+        self.context = ChannelContext(rt, spec.name)
+        self.instance = spec.cls(self.context)
+        self.owner = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+Act = SpotAct | ActorAct | ChannelAct

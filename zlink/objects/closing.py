@@ -1,0 +1,191 @@
+"""Closing, idle eviction and shutdown of Spots (kotlin-spot-interface lifecycle)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    Cancelled,
+    InvalidArgument,
+    InvalidOperation,
+    NotFound,
+    Unavailable,
+    ZLinkError,
+)
+from ..executor import Job, Owner, Turn, current_turn
+from ..executor.lanes import (
+    UNRESERVED,
+)
+
+if TYPE_CHECKING:
+    pass
+from .acts import CLOSING, GONE, READY, SpotAct
+from .base import (
+    SpotCloseReason,
+    SpotClosingContext,
+    SpotKind,
+    SpotRef,
+)
+from .directory import Directory
+from .jobs import LifeJob
+
+if TYPE_CHECKING:
+    pass
+
+
+if TYPE_CHECKING:
+    pass
+
+_log = logging.getLogger("zlink.runtime")
+
+
+class Closing(Directory):
+    """Part of :class:`Runtime` (a mixin; ``self`` is the runtime)."""
+
+    # -- closing ----------------------------------------------------------------------------------
+    def close_ref(self, ref: SpotRef) -> bool:
+        """``spots.close(ref)``: Missing False, generation mismatch InvalidOperation, sealed
+        Unavailable, User Spots only (kotlin-spot-interface)."""
+        if not isinstance(ref, SpotRef):
+            raise InvalidArgument(f"close() takes a SpotRef, got {type(ref).__name__}")
+        act = self.spots.get(ref.spot_id)
+        if act is None or act.state == GONE:
+            return False
+        if act.ref.object_generation != ref.object_generation:
+            raise InvalidOperation(
+                f"{ref.spot_id!r} is generation {act.ref.object_generation}, "
+                f"not {ref.object_generation}"
+            )
+        if act.kind is not SpotKind.USER:
+            raise InvalidOperation(f"{ref.spot_id!r} is not a User Spot; only those are closed")
+        self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
+        return True
+
+    def close_self(self, spot_id: str) -> None:
+        act = self.spots.get(spot_id)
+        if act is not None and act.state == READY:
+            self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
+
+    def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
+        """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane)."""
+        with self._lock:
+            if act.state > READY:
+                raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
+            act.state = CLOSING
+        act.cancel_timers()
+        members = list(act.members)
+        if not members:
+            self._queue_closing(act, reason)
+            return
+        left = [len(members)]
+        lock = threading.Lock()
+
+        def one_left() -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                self._queue_closing(act, reason)
+
+        for actor_id in members:
+            self.whole.leave(actor_id, act.spot_id, one_left)
+
+    def _queue_closing(self, act: SpotAct, reason: SpotCloseReason, budget: float = 0) -> None:
+        deadline = self.clock.now() + (budget or self.closing_timeout)
+        closing = SpotClosingContext(reason, deadline)
+
+        def run() -> Any:
+            act.closing_turn = current_turn()
+            return None if act.instance is None else act.instance.on_closing(closing)
+
+        act.owner.put_unreserved(
+            LifeJob(act, "on_closing", run, partial(self._closed, act), UNRESERVED)
+        )
+        self.infra.call_at(deadline, self._closing_overdue, act)
+
+    def _closing_overdue(self, act: SpotAct) -> None:
+        turn = act.closing_turn
+        if act.state == CLOSING and turn is not None and turn.waker is not None:
+            turn.waker(None, Cancelled(f"on_closing of {act.spot_id!r} passed its deadline"))
+
+    def _closed(self, act: SpotAct, turn: Turn) -> None:
+        if turn.error is not None and not isinstance(turn.error, Cancelled):
+            self.metrics.add("handler_errors")
+            _log.error("on_closing of %r failed", act.spot_id, exc_info=turn.error)
+        act.state = GONE
+        act.closing_turn = None
+        with self._lock:
+            if self.spots.get(act.spot_id) is act:
+                del self.spots[act.spot_id]
+        for topic, ids in list(self.topics.items()):
+            if act.spot_id in ids:
+                self.whole.subscribe(act.spot_id, topic, False)
+        if self.router is not None:  # fenced: a stale owner's release is refused
+            with contextlib.suppress(Unavailable):
+                self.router.store.release(act.spot_id, self.node_id, act.authority)
+        error: ZLinkError = (
+            Unavailable(f"node {self.node_id} shut down before it ran")
+            if self.stopping
+            else NotFound(f"spot {act.spot_id!r} was closed")
+        )
+        for item in act.owner.drain():
+            if isinstance(item, Job):
+                item.discard(error)
+        self.metrics.add("spots_closed")
+
+    def sweep_idle(self) -> None:
+        """On the infrastructure thread: close User/Instance Spots idle for ``idle_timeout``."""
+        now = self.clock.now()
+        for act in list(self.spots.values()):
+            if act.kind is SpotKind.ENTRY or act.state != READY:
+                continue
+            if act.activity != act.seen_activity:
+                act.seen_activity, act.idle_since = act.activity, now
+                continue
+            if now - act.idle_since < self.idle_timeout:  # type: ignore[operator]
+                continue
+            lanes = act.owner.lanes
+            ticks = sum(t.queued for t in act.timers.values() if t.owner is act.owner)
+            if not act.members and not lanes.life and lanes.reserved()[0] == ticks:
+                with contextlib.suppress(Unavailable):  # closed by someone else meanwhile
+                    self.close_spot(act, SpotCloseReason.IDLE_EVICTED)
+        if not self.stopping and self.idle_timeout is not None:
+            self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
+
+    def close_all(self, budget: float) -> None:
+        """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)``; members stay put."""
+        for act in list(self.spots.values()):
+            with self._lock:
+                if act.state >= CLOSING:
+                    continue
+                act.state = CLOSING
+            act.cancel_timers()
+            self._queue_closing(act, SpotCloseReason.HOST_SHUTDOWN, budget)
+
+    # -- shutdown ---------------------------------------------------------------------------------
+    def stop_admission(self) -> None:
+        """Refuse new work from now on; queued jobs will be discarded unrun; timers stop."""
+        self.stopping = True
+        self.stopped_admission.set()
+        for act in [*self.spots.values(), *self.actors.values()]:
+            act.cancel_timers()
+
+    def owners(self) -> list[Owner]:
+        out = [a.owner for a in list(self.spots.values())]
+        out += [a.owner for a in list(self.actors.values())]
+        return out
+
+    def discard_queued(self) -> int:
+        """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers)."""
+        n = 0
+        error = Unavailable(f"node {self.node_id} shut down before it ran")
+        for owner in self.owners():
+            for item in owner.drain():
+                if isinstance(item, Job):
+                    item.discard(error)
+                    n += 1
+        return n

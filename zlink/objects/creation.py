@@ -1,0 +1,281 @@
+"""Activation and create of Spots and Actors (§14; python-api §6)."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    InvalidArgument,
+    InvalidOperation,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+)
+from ..executor import Job, Turn, current_turn
+from ..executor.lanes import (
+    ADMITTED,
+    UNRESERVED,
+)
+from ..mesh.location import Location
+
+if TYPE_CHECKING:
+    pass
+from ..messaging.calls import (
+    KEEP,
+    CreateCall,
+    MessageCall,
+)
+from ..messaging.completion import Completion, expire
+from .acts import GONE, READY, ActorAct, SpotAct
+from .base import (
+    ActorCreateResponse,
+    ActorCreateResult,
+    SpotCreateResponse,
+    SpotCreateResult,
+    SpotKind,
+)
+from .directory import Directory
+from .jobs import LifeJob, handler_error, run_steps
+
+if TYPE_CHECKING:
+    from ..app import TypeSpec
+    from ..messaging.message import Message
+
+
+if TYPE_CHECKING:
+    pass
+
+_log = logging.getLogger("zlink.runtime")
+
+
+class Creation(Directory):
+    """Part of :class:`Runtime` (a mixin; ``self`` is the runtime)."""
+
+    # -- activation ----------------------------------------------------------------------------
+    def _register_spot(
+        self, spec: TypeSpec, spot_id: str, generation: int | None = None
+    ) -> SpotAct:
+        act = SpotAct(self.whole, spec, spot_id, generation or next(self._generations))
+        self.spots[spot_id] = act
+        return act
+
+    def _instance_spec(self, call: MessageCall) -> TypeSpec:
+        name = call.instance_type or self._only_instance_type
+        if name is None:
+            raise InvalidArgument(
+                "instance_spot() needs a stable type when the app has more than one"
+            )
+        spec = self.app.spots.get(name)
+        if spec is None or spec.kind is not SpotKind.INSTANCE:
+            raise InvalidArgument(f"{name!r} is not a registered Instance Spot type")
+        return spec
+
+    def _activate_instance(
+        self, spec: TypeSpec, spot_id: str, generation: int | None = None
+    ) -> SpotAct:
+        with self._lock:
+            act = self.spots.get(spot_id)
+            if act is not None:
+                return act
+            act = self._register_spot(spec, spot_id, generation)
+        self._activate(act, None)
+        return act
+
+    def _activate(self, act: SpotAct, request: Message | None) -> None:
+        """Queue construction, ``on_create`` (User Spots) and ``on_initialize`` (lifecycle)."""
+
+        def construct() -> None:
+            act.instance = act.spec.cls(act.context)
+
+        steps: list[Callable[[], Any]] = [construct]
+        if act.kind is SpotKind.USER:
+            steps.append(lambda: act.instance.on_create(request))
+        steps.append(lambda: act.instance.on_initialize())
+
+        def done(turn: Turn) -> None:
+            if turn.error is not None:
+                self._deactivate(act, handler_error(turn.error))
+                return
+            act.state = READY
+            reply = turn.result.reply if isinstance(turn.result, SpotCreateResponse) else None
+            result = SpotCreateResult(act.spot_id, act.ref, True, reply)
+            activated, act.activated = act.activated, None  # idle Spots keep no completion
+            assert activated is not None
+            activated.set(result, None)
+
+        job = LifeJob(act, "activation", lambda: run_steps(*steps), done, UNRESERVED)
+        act.owner.put_unreserved(job)
+
+    def _deactivate(self, act: SpotAct, error: Exception) -> None:
+        _log.error("activation of %r failed", act.spot_id, exc_info=error)
+        act.state = GONE
+        with self._lock:
+            if self.spots.get(act.spot_id) is act:
+                del self.spots[act.spot_id]
+        if act.activated is not None:
+            act.activated.set(None, error)
+        for item in act.owner.drain():
+            if isinstance(item, Job):
+                item.discard(NotFound(f"spot {act.spot_id!r} failed to activate"))
+
+    # -- create ----------------------------------------------------------------------------------
+    def submit_create(self, call: CreateCall[Any], mode: int) -> Completion:
+        if self.stopping or self.draining:
+            raise Unavailable(f"node {self.node_id} is shutting down")
+        if call.mesh is not None and call.mesh != self.mesh:
+            raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
+        if call.kind == "actor":
+            return self._create_actor(call, mode)
+        spec = self.app.spots.get(call.type_name)
+        if spec is None or spec.kind is not SpotKind.USER:
+            raise InvalidArgument(f"{call.type_name!r} is not a registered User Spot type")
+        completion = self._timed(call)
+        spot_id = call.object_id or uuid.uuid4().hex
+        remote: Location | None = None
+        with self._lock:
+            existing = self.spots.get(spot_id)
+            if existing is None:
+                generation = None
+                if self.router is not None:  # only the owner the store confirms runs the factory
+                    held = self.router.store.reserve(
+                        spot_id, "spot", spec.name, self.node_id, self._lease()
+                    )
+                    if held.location.owner != self.node_id:
+                        remote = held.location
+                    generation = held.location.object_generation
+                if remote is None:
+                    act = self._register_spot(spec, spot_id, generation)
+        if remote is not None:
+            assert self.router is not None
+            if not call.get or remote.type_name != spec.name:
+                assert completion.timer is not None
+                completion.timer.cancel()
+                what = "exists already" if not call.get else f"exists as {remote.type_name!r}"
+                raise (InvalidOperation if not call.get else InvalidArgument)(
+                    f"{spot_id!r} {what} on node {remote.owner}"
+                )
+            self.router.forward_create(call, completion, remote)
+            return completion
+        if existing is not None:
+            self._existing(existing, spec, call, completion)
+            return completion
+        assert act.activated is not None  # just made
+        act.activated.add_callback(completion.set)
+        self._activate(act, call.request_msg)
+        return completion
+
+    def _timed(self, call: CreateCall[Any]) -> Completion:
+        completion = Completion()
+        self._arm(completion, call.deadline, "not created in time")
+        return completion
+
+    def deadline_of(self, deadline: float | None) -> float:
+        """A call's timeout in seconds: its own, or the node's default."""
+        return self.request_timeout if deadline is None else deadline
+
+    def _arm(self, completion: Completion, deadline: float | None, reason: str) -> None:
+        """Put the call's deadline on the infrastructure heap (it fails it unless it is done)."""
+        completion.timer = self.infra.call_later(
+            self.deadline_of(deadline), expire, completion, reason
+        )
+
+    def _existing(
+        self,
+        act: SpotAct | ActorAct,
+        spec: TypeSpec,
+        call: CreateCall[Any],
+        out: Completion,
+    ) -> None:
+        if not call.get:
+            out.timer.cancel()  # type: ignore[union-attr]
+            raise InvalidOperation(f"{call.object_id!r} exists already; use get_or_create")
+        if act.spec is not spec:
+            out.timer.cancel()  # type: ignore[union-attr]
+            raise InvalidArgument(f"{call.object_id!r} exists as {act.spec.name!r}")
+
+        def settle(value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                out.set(None, error)
+            elif isinstance(act, SpotAct):
+                out.set(SpotCreateResult(act.spot_id, act.ref, False), None)
+            else:
+                out.set(ActorCreateResult(act.actor_id, False), None)
+
+        activated = act.activated  # one read: activation may drop it meanwhile
+        if activated is None:  # activated already
+            settle(None, None)
+        else:
+            activated.add_callback(settle)  # calls back at once if it completed meanwhile
+
+    def _create_actor(self, call: CreateCall[Any], mode: int) -> Completion:
+        spec = self.app.actors.get(call.type_name)
+        if spec is None:
+            raise InvalidArgument(f"{call.type_name!r} is not a registered Actor type")
+        entry = self.entries[spec.name]
+        turn = current_turn()
+        if mode == KEEP and turn is not None and turn.owner is entry.owner:
+            raise InvalidOperation("an Entry Spot cannot await an Actor create it must run itself")
+        completion = self._timed(call)
+        actor_id = call.object_id or uuid.uuid4().hex
+        with self._lock:
+            existing = self.actors.get(actor_id)
+            if existing is None and self.router is not None:
+                held = self.router.store.reserve(
+                    actor_id, "actor", spec.name, self.node_id, self._lease()
+                )
+                if held.location.owner != self.node_id:  # it lives on another node
+                    assert completion.timer is not None
+                    completion.timer.cancel()
+                    if not call.get:
+                        raise InvalidOperation(f"{actor_id!r} exists already on another node")
+                    completion.set(ActorCreateResult(actor_id, False), None)
+                    return completion
+            if existing is None:
+                act = ActorAct(self.whole, spec, actor_id, entry)
+                self.actors[actor_id] = act
+        if existing is not None:
+            self._existing(existing, spec, call, completion)
+            return completion
+        request = call.request_msg
+
+        def approve() -> Any:
+            act.instance = spec.cls(act.context)
+            return entry.instance.on_create_actor(act.instance, request)
+
+        def decided(turn: Turn) -> None:
+            res = turn.result if turn.result is not None else ActorCreateResponse()
+            if turn.error is not None:
+                error: Exception = handler_error(turn.error)
+            elif not isinstance(res, ActorCreateResponse):
+                error = InvalidArgument(f"on_create_actor must return ActorCreateResponse: {res!r}")
+            elif not res.accept:
+                error = InvalidOperation(f"{entry.spot_id!r} refused to create {actor_id!r}")
+            else:
+                act.state = READY
+                activated, act.activated = act.activated, None
+                assert activated is not None
+                activated.set(ActorCreateResult(actor_id, True, res.reply), None)
+                act.owner.unhold()
+                return
+            act.state = GONE
+            with self._lock:
+                if self.actors.get(actor_id) is act:
+                    del self.actors[actor_id]
+            if act.activated is not None:
+                act.activated.set(None, error)
+            for item in act.owner.drain():
+                if isinstance(item, Job):
+                    item.discard(NotFound(f"actor {actor_id!r} was not created"))
+
+        assert act.activated is not None  # just made
+        act.activated.add_callback(completion.set)
+        job = LifeJob(entry, "on_create_actor", approve, decided)
+        if entry.owner.put_life(job) != ADMITTED:
+            with self._lock:
+                del self.actors[actor_id]
+            completion.timer.cancel()  # type: ignore[union-attr]
+            raise ResourceExhausted(f"the lifecycle lane of {entry.spot_id!r} is full")
+        return completion

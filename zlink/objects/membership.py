@@ -1,0 +1,249 @@
+"""Defer() barriers, APPLICATION_SIGNALED boundaries, Join and leave (§5; kotlin-spot-
+interface relocation paragraphs)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from ..errors import (
+    InvalidArgument,
+    InvalidOperation,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    ZLinkError,
+)
+from ..executor import Gate, Turn, current_turn
+from ..executor.lanes import (
+    ADMITTED,
+    UNRESERVED,
+)
+from ..executor.turn import CLOSED
+
+if TYPE_CHECKING:
+    pass
+from ..messaging.calls import (
+    JoinCall,
+    RelocationReadyCall,
+)
+from .acts import GONE, READY, SEALED, ActorAct, SpotAct
+from .base import (
+    ActorJoinCompletion,
+    ActorJoinResult,
+    RelocationReadyStatus,
+    SpotKind,
+    SpotRelocationReadyCompletion,
+)
+from .directory import Directory
+from .jobs import LifeJob, ReadyBoundary, handler_error
+
+if TYPE_CHECKING:
+    from ..messaging.message import Message
+
+
+if TYPE_CHECKING:
+    pass
+
+_log = logging.getLogger("zlink.runtime")
+
+
+class Membership(Directory):
+    """Part of :class:`Runtime` (a mixin; ``self`` is the runtime)."""
+
+    # -- Defer() barriers ------------------------------------------------------------------------
+    def close_scope(self, turn: Turn, normal: bool) -> None:
+        """End a turn's Defer() scope: run its barriers on a normal end, else discard them."""
+        barriers, turn.barriers = turn.barriers, CLOSED
+        if normal and barriers and barriers is not CLOSED:
+            for barrier in barriers:
+                barrier()
+
+    def defer_join(self, call: JoinCall) -> None:
+        turn = current_turn()
+        if turn is None or call.turn is not turn or turn.barriers is CLOSED:
+            raise InvalidOperation("defer() is allowed only in the handler that made the call")
+        actor = self.actors.get(call.actor_id)
+        if actor is None or actor.state != READY:
+            raise NotFound(f"no actor {call.actor_id!r}")
+        if turn.owner is not actor.owner and turn.owner is not actor.entry.owner:
+            raise InvalidOperation("only the Actor or its Entry Spot may defer its Join")
+        if turn.barriers is None:
+            turn.barriers = []
+        turn.barriers.append(partial(self._join_hold, actor, call.target, call.request_msg))
+
+    # -- APPLICATION_SIGNALED relocation boundaries ---------------------------------------------
+    def defer_relocation_ready(self, call: RelocationReadyCall) -> None:
+        """``relocation_ready().defer()``: checks first (kotlin-spot-interface), then a barrier."""
+        from ..app import ExecutionMode, RelocationCoordination
+
+        turn = current_turn()
+        if turn is None or call.turn is not turn or turn.barriers is CLOSED:
+            raise InvalidOperation("relocation_ready().defer() belongs in the Spot turn made it")
+        act = turn.owner.ref if turn.owner is not None else None
+        if not isinstance(act, SpotAct) or act.spot_id != call.spot_id:
+            raise InvalidOperation("relocation_ready().defer() runs only in a turn of the Spot")
+        if act.kind is not SpotKind.USER:
+            raise InvalidOperation("Entry and Instance Spots have no relocation_ready boundary")
+        if act.spec.mode is not ExecutionMode.SPOT_WIDE:
+            raise InvalidOperation("PER_ACTOR Spots have no relocation_ready boundary")
+        if act.spec.coordination is not RelocationCoordination.APPLICATION_SIGNALED:
+            raise InvalidOperation(
+                f"{act.spec.name!r} is FRAMEWORK_MANAGED; relocation_ready() is for "
+                "relocation_coordination=APPLICATION_SIGNALED"
+            )
+        if turn.barriers is None:
+            turn.barriers = []
+        if any(isinstance(b, ReadyBoundary) for b in turn.barriers):
+            raise InvalidOperation("relocation_ready().defer() was already called in this turn")
+        turn.barriers.append(ReadyBoundary(self.whole, act))
+
+    def relocation_ready_completed(
+        self, act: SpotAct, status: RelocationReadyStatus, error: ZLinkError | None = None
+    ) -> None:
+        """Queue ``on_relocation_ready_completed`` ahead of everything held for it."""
+        done = SpotRelocationReadyCompletion(status, self.node_id, error)
+        act.owner.put_first(
+            LifeJob(act, "on_relocation_ready_completed",
+                    lambda: act.instance.on_relocation_ready_completed(done), lane=UNRESERVED)
+        )  # fmt: skip
+
+    # -- Join and leave --------------------------------------------------------------------------
+    def _join_hold(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
+        """The barrier: hold the Actor at its next turn boundary, then ask the target."""
+        ask = partial(self._join_ask, actor, target_id, request)
+        actor.owner.put_unreserved(
+            LifeJob(actor, "join", lambda: actor.owner.hold(ask), lane=UNRESERVED)
+        )
+
+    def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
+        """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
+        target = self.spots.get(target_id)
+        error: ZLinkError | None = None
+        if (target is None or target.state == GONE) and self.remote_join is not None:
+            self.remote_join.ask(actor, target_id, request)  # it lives on another node
+            return
+        if target is None or target.state == GONE:
+            error = NotFound(f"no spot {target_id!r} to join")
+        elif target.kind is not SpotKind.USER:
+            error = InvalidOperation(f"{target_id!r} is not a User Spot; only those hold Actors")
+        elif target is actor.spot:
+            error = InvalidOperation(f"actor {actor.actor_id!r} is already in {target_id!r}")
+        else:
+            job = LifeJob(
+                target,
+                "on_actor_join",
+                lambda: target.instance.on_actor_join(actor.actor_id, request),
+                partial(self._join_decided, actor, target),
+            )
+            if target.owner.put_life(job) == ADMITTED:
+                return
+            error = ResourceExhausted(f"the lifecycle lane of {target_id!r} is full")
+        self._complete_join(actor, ActorJoinCompletion(False, target_id, error=error), None)
+
+    def _join_decided(self, actor: ActorAct, target: SpotAct, turn: Turn) -> None:
+        res = turn.result if turn.result is not None else ActorJoinResult()
+        if turn.error is not None:
+            done = ActorJoinCompletion(False, target.spot_id, error=handler_error(turn.error))
+        elif not isinstance(res, ActorJoinResult):
+            error: ZLinkError = InvalidArgument(f"on_actor_join gave {res!r}: not a JoinResult")
+            done = ActorJoinCompletion(False, target.spot_id, error=error)
+        elif not res.accept:
+            error = InvalidOperation(f"{target.spot_id!r} rejected the join: {res.reason}")
+            done = ActorJoinCompletion(False, target.spot_id, res.reply, error)
+        else:
+            self._move(actor, target)
+            self.joined_here(actor, target, res.reply)
+            return
+        self._complete_join(actor, done, None)
+
+    def joined_here(self, actor: ActorAct, target: SpotAct, reply: Any) -> None:
+        """The Actor is a member of ``target`` now: ``on_joined_actor``, then its
+        ``on_join_completed`` and its first turn on its new gate (§5)."""
+        gate = target.gate if target.shared else actor.own_gate
+        done = ActorJoinCompletion(True, target.spot_id, reply)
+        target.owner.put_unreserved(
+            LifeJob(
+                target,
+                "on_joined_actor",
+                lambda: target.instance.on_joined_actor(actor.instance),
+                lambda _t: self._complete_join(actor, done, gate),
+                UNRESERVED,
+            )
+        )
+
+    def _move(self, actor: ActorAct, target: SpotAct) -> None:
+        source = actor.spot
+        if source is not actor.entry:
+            source.members.pop(actor.actor_id, None)
+            source.owner.put_unreserved(
+                LifeJob(
+                    source,
+                    "on_leave_actor",
+                    lambda: source.instance.on_leave_actor(actor.instance),
+                    lane=UNRESERVED,
+                )
+            )
+        actor.spot = target
+        if target is not actor.entry:
+            target.members[actor.actor_id] = actor
+
+    def _complete_join(self, actor: ActorAct, done: ActorJoinCompletion, gate: Gate | None) -> None:
+        actor.owner.lanes.put_unreserved(
+            LifeJob(
+                actor,
+                "on_join_completed",
+                lambda: actor.instance.on_join_completed(done),
+                lane=UNRESERVED,
+            ),
+            True,
+        )
+        actor.owner.unhold(gate)
+
+    def leave(
+        self, actor_id: str, from_spot: str | None, then: Callable[[], None] | None = None
+    ) -> None:
+        """Send an Actor back to its Entry Spot after its current turn (python-api §6)."""
+        actor = self.actors.get(actor_id)
+        if actor is None or actor.state != READY:
+            raise NotFound(f"no actor {actor_id!r}")
+        if from_spot is not None and actor.spot.spot_id != from_spot:
+            raise InvalidOperation(f"actor {actor_id!r} is not a member of {from_spot!r}")
+        if actor.spot.state in (SEALED, GONE):  # closing sends members home itself
+            raise Unavailable(f"{actor.spot.spot_id!r} is moving; leave after the move")
+        go = partial(self._leave_go, actor, then)
+        actor.owner.put_unreserved(
+            LifeJob(actor, "leave", lambda: actor.owner.hold(go), lane=UNRESERVED)
+        )
+
+    def _leave_go(self, actor: ActorAct, then: Callable[[], None] | None) -> None:
+        source, entry = actor.spot, actor.entry
+        if source is entry:
+            actor.owner.unhold()
+            if then is not None:
+                then()
+            return
+
+        def back(_t: Turn) -> None:
+            self._move(actor, entry)
+            if then is not None:
+                then()
+            entry.owner.put_unreserved(
+                LifeJob(
+                    entry,
+                    "on_joined_actor",
+                    lambda: entry.instance.on_joined_actor(actor.instance),
+                    lambda _t2: actor.owner.unhold(actor.own_gate),
+                    UNRESERVED,
+                )
+            )
+
+        source.owner.put_unreserved(LifeJob(source, "leave", lambda: None, back, UNRESERVED))
+
+    def actor_spot_id(self, actor_id: str) -> str:
+        actor = self.actors.get(actor_id)
+        if actor is None:
+            raise NotFound(f"no actor {actor_id!r}")
+        return actor.spot.spot_id
