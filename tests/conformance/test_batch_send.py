@@ -93,6 +93,7 @@ def test_a_batch_that_does_not_fit_is_refused_whole_and_nothing_is_queued(make_n
     c = node.client()
     c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
     act = node._runtime.spots["b"]
+    run_until_idle(node, WAIT)  # the gate is free: nothing runs or is scheduled
     assert act.gate._flag.acquire(False)  # hold the gate: the lane fills
     c.send_many_to_spot("b", [Add(n=1), Add(n=2), Add(n=3)]).submit()
     with pytest.raises(zlink.ResourceExhausted, match="nothing of the batch"):
@@ -133,6 +134,7 @@ def test_a_queued_batch_moves_with_its_spot_message_by_message(clock: ManualCloc
         c = n1.client()
         c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
         act = n1._runtime.spots["b"]
+        cluster.wait_idle(WAIT)  # the gate is free: nothing runs or is scheduled
         assert act.gate._flag.acquire(False)
         c.send_many_to_spot("b", [Add(n=1), Add(n=2)]).submit()
         moving = n1._runtime.relocator.start(act, "node-2")

@@ -139,6 +139,7 @@ def test_with_no_move_waiting_the_spot_is_told_it_continues_before_held_messages
     c = n1.client()
     c.spots.get_or_create("t", "t.rs2.table").wait(WAIT)
     act = n1._runtime.spots["t"]
+    cluster.wait_idle(WAIT)  # the gate is free: nothing runs or is scheduled
     assert act.gate._flag.acquire(False)  # hold the gate: the next three queue up
     ready = c.request_to_spot("t", Ready()).future()
     c.send_to_spot("t", Add()).submit()
@@ -156,6 +157,7 @@ def test_a_requested_move_waits_for_the_signal_then_the_target_is_told_first(clu
     c.send_to_spot("t", Add()).submit()  # the move waits: work goes on at the source
     assert _events(c, "t") == ["add"] and not moving.done
     act = n1._runtime.spots["t"]
+    cluster.wait_idle(WAIT)  # the gate is free: nothing runs or is scheduled
     assert act.gate._flag.acquire(False)
     ready = c.request_to_spot("t", Ready()).future()
     c.send_to_spot("t", Add()).submit()  # queued behind the boundary: it moves, held

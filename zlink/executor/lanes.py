@@ -182,6 +182,16 @@ class OwnerLanes:
                     self.life = None
         return item
 
+    def snapshot(self) -> list[Any]:
+        """Every queued item, lifecycle lane then application lane, copied under the put lock
+        (producers may append meanwhile; iterating a deque they append to would fail)."""
+        lock = self._put_lock
+        lock.acquire()
+        try:
+            return [*(self.life or ()), *(self.app or ())]
+        finally:
+            lock.release()
+
     def retire(self) -> None:
         """The owner goes idle (gate holder only): give an empty application deque back, so
         an idle owner costs no queue (producers make a new one under the same lock)."""

@@ -374,8 +374,7 @@ class Relocator:
         if out.kind == "actor" and out.unit.spot is not act:  # type: ignore[union-attr]
             raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
-            lanes = obj.owner.lanes
-            pending = list(lanes.app or ()) + list(lanes.life or ())
+            pending = obj.owner.lanes.snapshot()
             if obj.owner._resume is not None or any(isinstance(i, _Resume) for i in pending):
                 raise Unavailable(f"{obj.name!r}: a Yield is still in flight (barrier failed)")
             if any(isinstance(i, LifeJob) for i in pending):
