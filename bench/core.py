@@ -87,7 +87,9 @@ def build_fanout_app(shared: Shared) -> zlink.App:
 
 
 # -- ZLink ---------------------------------------------------------------------------------
-def zlink_one_way(n: int, workers: int) -> float:
+def zlink_one_way(n: int, workers: int, fresh: bool = False) -> float:
+    """One-way sends to one Spot: one message instance again and again, or (``fresh``) a new
+    message per send (validated and sized each time)."""
     done, expect = threading.Event(), [n]
     with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
         client = node.client()
@@ -98,29 +100,10 @@ def zlink_one_way(n: int, workers: int) -> float:
         sent = 0
         while sent < n:
             try:
-                send("c", msg).submit()
+                send("c", Tick(n=sent) if fresh else msg).submit()
                 sent += 1
             except zlink.ResourceExhausted:  # the lane is full: the producer outran the Spot
                 time.sleep(0)  # let the worker drain; counted in the elapsed time
-        assert done.wait(120)
-        return n / (time.perf_counter() - t0)
-
-
-def zlink_one_way_fresh(n: int, workers: int) -> float:
-    """Like ``zlink_one_way``, but every send builds its own message (validated, sized)."""
-    done, expect = threading.Event(), [n]
-    with zlink.Node(build_app(done, expect), zlink.NodeConfig(workers=workers)) as node:
-        client = node.client()
-        client.spots.get_or_create("c", "bench.counter").wait(10)
-        send = client.send_to_spot
-        t0 = time.perf_counter()
-        sent = 0
-        while sent < n:
-            try:
-                send("c", Tick(n=sent)).submit()
-                sent += 1
-            except zlink.ResourceExhausted:
-                time.sleep(0)
         assert done.wait(120)
         return n / (time.perf_counter() - t0)
 
@@ -278,7 +261,8 @@ def pykka_available() -> bool:
     return True
 
 
-def pykka_one_way(n: int) -> float:
+def pykka_one_way(n: int, fresh: bool = False) -> float:
+    """Pykka ``tell`` of one dict again and again, or (``fresh``) a new dict per send."""
     import pykka
 
     done = threading.Event()
@@ -297,35 +281,8 @@ def pykka_one_way(n: int) -> float:
     try:
         msg = {"n": 0}
         t0 = time.perf_counter()
-        for _ in range(n):
-            ref.tell(msg)
-        assert done.wait(120)
-        return n / (time.perf_counter() - t0)
-    finally:
-        ref.stop()
-
-
-def pykka_one_way_fresh(n: int) -> float:
-    """Pykka ``tell`` with a new message dict per send (the peer of ``zlink_one_way_fresh``)."""
-    import pykka
-
-    done = threading.Event()
-
-    class Counter(pykka.ThreadingActor):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.count = 0
-
-        def on_receive(self, message: Any) -> Any:
-            self.count += 1
-            if self.count == n:
-                done.set()
-
-    ref = Counter.start()
-    try:
-        t0 = time.perf_counter()
         for i in range(n):
-            ref.tell({"n": i})
+            ref.tell({"n": i} if fresh else msg)
         assert done.wait(120)
         return n / (time.perf_counter() - t0)
     finally:
@@ -389,10 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f" | pykka tell {p1:>10,.0f} msg/s | zlink/pykka {z1 / p1:5.2f}x", end="")
     print()
 
-    zn = best(lambda: zlink_one_way_fresh(n_one, w), reps)
+    zn = best(lambda: zlink_one_way(n_one, w, fresh=True), reps)
     print(f"one-way, new message  zlink {zn:>10,.0f} msg/s", end="")
     if pykka_available():
-        pn = best(lambda: pykka_one_way_fresh(n_one), reps)
+        pn = best(lambda: pykka_one_way(n_one, fresh=True), reps)
         print(f" | pykka tell {pn:>10,.0f} msg/s | zlink/pykka {zn / pn:5.2f}x", end="")
     print()
 
