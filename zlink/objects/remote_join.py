@@ -24,7 +24,7 @@ from ..executor import Turn
 from ..executor.lanes import ADMITTED, UNRESERVED
 from ..messaging.completion import Completion
 from .base import ActorJoinCompletion, ActorJoinResult, SpotKind
-from .relocate import decode_reply, encode_reply
+from .reloc_state import decode_reply, encode_reply
 
 if TYPE_CHECKING:
     from ..mesh.router import MeshRouter

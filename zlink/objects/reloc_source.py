@@ -1,0 +1,387 @@
+"""The source side of a relocation: seal, barrier, capture, ship, commit (see ``relocate``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any
+
+from ..app import RelocationCoordination
+from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
+from ..executor import Job, Turn
+from ..executor.gate import _Resume
+from ..executor.lanes import UNRESERVED
+from ..messaging import codec
+from ..messaging.completion import Completion
+from ..messaging.message import reply_type
+from ..timers import TimerJob
+from .base import RelocationReadyStatus, SpotKind
+
+if TYPE_CHECKING:
+    from .acts import ActorAct, SpotAct
+
+from .reloc_state import (
+    RESTORE_ATTEMPTS,
+    Outgoing,
+    RelocatorState,
+    capture_one,
+    route_to,
+    timers_of,
+    typed_error,
+)
+
+_log = logging.getLogger("zlink.relocation")
+
+
+class Outbound(RelocatorState):
+    """Moves leaving this node."""
+
+    def start(self, act: SpotAct, target: str) -> Completion:
+        """Seal ``act`` and its members and queue the barrier turn; done once committed.
+
+        An ``APPLICATION_SIGNALED`` Spot is only asked: the move waits for its next
+        ``relocation_ready().defer()`` boundary (see :meth:`signaled`).
+        """
+        spec = act.spec
+        if act.kind is SpotKind.ENTRY:
+            raise InvalidOperation(f"{act.spot_id!r} is an Entry Spot; Entry Spots never move")
+        if spec.relocation.kind == "disabled":
+            raise InvalidOperation(f"{spec.name!r} is registered with Relocation.disabled()")
+        if target == self.rt.node_id:
+            raise InvalidArgument("a Spot relocates to another node, not its own")
+        done = Completion()
+        if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
+            with self._lock:
+                if act.spot_id in self._wanted:
+                    raise Unavailable(f"a move of {act.spot_id!r} already waits for its signal")
+                self._wanted[act.spot_id] = (target, done)
+            return done
+        if act.kind is SpotKind.USER and not act.shared:  # PER_ACTOR: shell, then each Actor
+            shell = Completion()
+            shell.add_callback(lambda _v, error: self._shell_moved(act, target, done, error))
+            self._seal(act, target, shell, signaled=False)
+            return done
+        self._seal(act, target, done, signaled=False)
+        return done
+
+    def _shell_moved(
+        self, act: SpotAct, target: str, done: Completion, error: BaseException | None
+    ) -> None:
+        """A PER_ACTOR Spot's authority is on the target: now each member Actor moves on its
+        own, in the order it finishes its current turn (kotlin-spot-interface)."""
+        if error is not None:
+            done.set(None, error)
+            return
+        members = list(act.members.values())
+        if not members:
+            done.set(None, None)
+            return
+        left = [len(members)]
+        errors: list[BaseException] = []
+        lock = threading.Lock()
+
+        def one(_v: Any, err: BaseException | None) -> None:
+            with lock:
+                left[0] -= 1
+                if err is not None:
+                    errors.append(err)
+                last = left[0] == 0
+            if last:
+                done.set(None, errors[0] if errors else None)
+
+        for member in members:
+            moved = Completion()
+            moved.add_callback(one)
+            self._move_actor(act, member, target, moved, RESTORE_ATTEMPTS)
+
+    def _move_actor(
+        self, spot: SpotAct, actor: ActorAct, target: str, done: Completion, tries: int
+    ) -> None:
+        """Move one Actor of a moved PER_ACTOR Spot; a failed barrier is tried again."""
+
+        def settled(_v: Any, error: BaseException | None) -> None:
+            if error is None or actor.spot is not spot:  # moved, or it left meanwhile
+                done.set(None, None)
+            elif tries > 1 and isinstance(error, Unavailable):
+                self.rt.infra.submit(self._move_actor, spot, actor, target, done, tries - 1)
+            else:
+                done.set(None, error)
+
+        attempt = Completion()
+        attempt.add_callback(settled)
+        try:
+            self._seal(spot, target, attempt, signaled=False, unit=actor)
+        except ZLinkError as exc:
+            attempt.set(None, exc)
+
+    def withdraw(self, spot_id: str, done: Completion) -> bool:
+        """Give up a move still waiting for its signal; ``False`` if it started meanwhile."""
+        with self._lock:
+            if self._wanted.get(spot_id, (None, None))[1] is done:
+                del self._wanted[spot_id]
+                return True
+            return False
+
+    def signaled(self, act: SpotAct) -> bool:
+        """The Spot reached a ``relocation_ready()`` boundary: start a waiting move now.
+
+        ``False`` when none waits (the Spot is told CONTINUED by the caller).
+        """
+        with self._lock:
+            wanted = self._wanted.pop(act.spot_id, None)
+        if wanted is None:
+            return False
+        target, done = wanted
+        try:
+            self._seal(act, target, done, signaled=True)
+        except ZLinkError as exc:  # it continues here, and is told why
+            done.set(None, exc)
+            self.rt.relocation_ready_completed(act, RelocationReadyStatus.CONTINUED, exc)
+        return True
+
+    def _seal(
+        self,
+        act: SpotAct,
+        target: str,
+        done: Completion,
+        signaled: bool,
+        unit: ActorAct | None = None,
+        join: tuple[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
+        Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
+        Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn."""
+        from .acts import READY, SEALED
+        from .jobs import LifeJob
+
+        with self._lock, self.rt._lock:
+            members = list(act.members.values())
+            if unit is not None:
+                objects: list[SpotAct | ActorAct] = [unit]
+                members = [unit]
+            elif act.shared or act.kind is not SpotKind.USER:
+                objects = [act, *members]  # SpotWide: one unit with its members
+            else:
+                objects = [act]  # PER_ACTOR: the shell first; each Actor moves later
+            for member in members:
+                if member.spec.relocation.kind == "disabled":
+                    raise InvalidOperation(
+                        f"member {member.actor_id!r} is a {member.spec.name!r}, registered "
+                        "with Relocation.disabled(); its Spot cannot move while it is a member"
+                    )
+            if any(o.state != READY for o in objects):
+                raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
+            out = Outgoing(
+                next(self._ids), unit or act, act, objects, target, done, signaled=signaled
+            )
+            if join is not None:
+                out.into, out.join = join
+            for obj in objects:
+                obj.state = SEALED  # from here calls are parked; nothing accepted is lost
+                self._out_ids[obj.name] = out
+            self._out[out.rid] = out
+        for obj in objects:
+            obj.owner.lanes.set_closed(True)  # atomic with producers: none slips past
+        if join is not None:  # held at its boundary already: capture and ship now
+            try:
+                states = self._capture(out)
+            except Exception as exc:  # noqa: BLE001 - a capture failure keeps it here
+                self._reopen(out, exc)
+                return
+            self._send(out, states)
+            return
+        owner = out.unit.owner
+        barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
+                          lambda turn: self._ship(out, turn), UNRESERVED)  # fmt: skip
+        if signaled:  # the boundary the Spot chose: nothing queued runs before it
+            owner.put_first(barrier)
+        else:
+            owner.put_unreserved(barrier)
+
+    def _capture(self, out: Outgoing) -> dict[str, str | None]:
+        """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
+        from .jobs import LifeJob
+
+        act = out.spot
+        if out.kind == "spot" and act.shared:
+            if set(act.members) != {o.name for o in out.objects if o is not act}:
+                raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
+            if act.yields_out:
+                raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
+        if out.kind == "actor" and out.unit.spot is not act:  # type: ignore[union-attr]
+            raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
+        for obj in out.objects:
+            pending = obj.owner.lanes.snapshot()
+            if obj.owner._resume is not None or any(isinstance(i, _Resume) for i in pending):
+                raise Unavailable(f"{obj.name!r}: a Yield is still in flight (barrier failed)")
+            if any(isinstance(i, LifeJob) for i in pending):
+                raise Unavailable(f"{obj.name!r}: lifecycle work is queued (barrier failed)")
+        return {obj.name: capture_one(obj) for obj in out.objects}
+
+    def _ship(self, out: Outgoing, turn: Turn) -> None:
+        if turn.error is not None:  # barrier or capture failure: admission back, exactly
+            self._reopen(out, turn.error)
+            return
+        self._send(out, turn.result)
+
+    def _send(self, out: Outgoing, states: dict[str, str | None]) -> None:
+        """Queues, timers and states leave for the target, in chunks."""
+        timers = {}
+        for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
+            # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
+            # is recreated and registers what it needs
+            keep = obj is not out.spot or out.spot.shared or out.spot.kind is not SpotKind.USER
+            timers[obj.name] = list(obj.timers.values()) if keep else []
+            obj.cancel_timers()
+        objects = [
+            {"id": obj.name, "tn": obj.spec.name, "jobs": self._take_jobs(obj),
+             "timers": timers_of(timers[obj.name])}
+            for obj in out.objects
+        ]  # fmt: skip
+        blob = codec.dumps(states).decode()
+        size = self.chunk_limit
+        chunks = [blob[i : i + size] for i in range(0, len(blob), size)]
+        act = out.spot
+        try:
+            for n, chunk in enumerate(chunks):
+                self.router.transport.send(out.target, {
+                    "k": "reloc_chunk", "o": self.rt.node_id, "r": out.rid, "i": n, "b": chunk,
+                })  # fmt: skip
+            self.router.transport.send(out.target, {
+                "k": "reloc", "o": self.rt.node_id, "r": out.rid, "t": out.into or act.spot_id,
+                "tn": act.spec.name, "g": act.ref.object_generation, "n": len(chunks),
+                "objects": objects, "sig": out.signaled, "unit": out.kind, "join": out.join,
+            })  # fmt: skip
+        except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
+            _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
+            self._finish(out, exc)
+
+    def _take_jobs(self, obj: SpotAct | ActorAct) -> list[dict[str, Any]]:
+        """Everything queued behind the barrier, in order, as it will be queued on the target."""
+        from .jobs import BatchJob, MessageJob
+
+        jobs: list[dict[str, Any]] = []
+        drained: list[Any] = []
+        for item in obj.owner.drain():
+            if isinstance(item, BatchJob):  # a batch moves as its messages, in order
+                obj.owner.lanes.release(item.lane, item.size, item.count)
+                drained.extend(item.messages())
+                for single in drained[-item.count :]:  # reserved again on the target
+                    single.lane = UNRESERVED
+            else:
+                drained.append(item)
+        for item in drained:
+            if isinstance(item, MessageJob):
+                corr = None
+                if item.reply is not None:  # its caller waits here: the target answers us
+                    corr = self.router.register_pending(item.reply, reply_type(type(item.msg)))
+                payload = item.msg.__pydantic_serializer__.to_json(item.msg).decode()
+                jobs.append(
+                    {"k": "msg", "tn": type(item.msg).zlink_type_name, "p": payload,
+                     "m": item.meta, "s": item.sender, "c": corr, "tp": item.topic}
+                )  # fmt: skip
+            elif isinstance(item, TimerJob):
+                t = item.tick
+                jobs.append({"k": "tick", "n": t.name, "q": t.sequence, "sa": t.scheduled_at,
+                             "fa": t.fired_at, "l": t.late_ticks})  # fmt: skip
+                item.timer.tick_done()
+            if isinstance(item, Job) and item.lane != UNRESERVED:
+                obj.owner.lanes.release(item.lane, item.size)
+        return jobs
+
+    def _reopen(self, out: Outgoing, error: BaseException) -> None:
+        """The barrier failed: parked calls run here first, then admission reopens."""
+        from .acts import READY
+
+        with self._lock:
+            for obj in out.objects:
+                obj.owner.lanes.set_closed(False)
+            self._forget_out(out)
+            for env in out.parked:  # still sealed: these go first, in arrival order
+                if env["k"] == "fence":
+                    self.router._on_fence(env)
+                else:
+                    self.router._on_call(env, force=True)
+            out.parked.clear()
+            for obj in out.objects:
+                obj.state = READY
+            if out.signaled:  # told before anything it held back runs
+                self.rt.relocation_ready_completed(
+                    out.spot, RelocationReadyStatus.CONTINUED, typed_error(error)
+                )
+        out.done.set(None, typed_error(error))
+
+    def on_restored(self, env: dict[str, Any]) -> None:
+        """The target restored (or gave up): commit authority, then let it open admission."""
+        from .acts import GONE
+
+        out = self._out.get(env["r"])
+        if out is None:
+            return
+        if not env["ok"]:  # the target stays sealed; so does this node (nothing is lost)
+            self._finish(out, StateIncompatible(env["e"]))
+            return
+        router, rt = self.router, self.rt
+        with self._lock:  # before the commit, in arrival order: per-sender order holds
+            for parked in out.parked:
+                parked["h"] += 1
+                parked["v"] = rt.node_id
+                router.transport.send(out.target, parked)
+            out.parked.clear()
+            out.relaying = True
+        authority: dict[str, int] = {}
+        try:
+            for obj in out.objects:
+                moved = router.store.transfer(
+                    obj.name, rt.node_id, obj.authority, out.target, rt._lease()
+                )
+                authority[obj.name] = moved.authority_generation
+                router.moved_away(
+                    obj.name,
+                    route_to(out.target, moved.object_generation, moved.authority_generation),
+                )
+        except Unavailable as exc:  # fenced: this node is a stale owner; it commits nothing
+            _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, exc)
+            self._finish(out, exc)
+            return
+        with router.route_lock, rt._lock:  # from now on stale routes relay to the target
+            for obj in out.objects:
+                table: dict[str, Any] = rt.spots if obj is out.spot else rt.actors
+                if table.get(obj.name) is obj:
+                    del table[obj.name]
+        for obj in out.objects:
+            obj.state = GONE
+        router.transport.send(out.target, {
+            "k": "reloc_commit", "o": rt.node_id, "r": out.rid, "a": authority,
+        })  # fmt: skip
+        rt.metrics.add("relocated_out")
+
+    def on_opened(self, env: dict[str, Any]) -> None:
+        out = self._out.get(env["r"])
+        if out is not None:
+            self._finish(out, None)
+
+    def _finish(self, out: Outgoing, error: BaseException | None) -> None:
+        with self._lock:
+            self._forget_out(out)
+        out.done.set(None, None if error is None else typed_error(error))
+
+    def _forget_out(self, out: Outgoing) -> None:
+        self._out.pop(out.rid, None)
+        for obj in out.objects:
+            if self._out_ids.get(obj.name) is out:
+                del self._out_ids[obj.name]
+
+    def divert_envelope(self, target: str, env: dict[str, Any]) -> bool:
+        """A call or fence for a target sealed here: park it, or relay it once restored."""
+        with self._lock:
+            out = self._out_ids.get(target)
+            if out is None:
+                return False
+            if out.relaying:
+                env["h"] += 1
+                env["v"] = self.rt.node_id
+                self.router.transport.send(out.target, env)
+            else:
+                out.parked.append(env)
+            return True

@@ -1,0 +1,162 @@
+"""The records and helpers a relocation keeps on both sides (see ``relocate``)."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StateIncompatible, ZLinkError
+from ..messaging import codec
+from ..messaging.calls import NO_WAIT
+from ..messaging.completion import Completion
+from ..messaging.message import message_type
+from ..timers import OverrunPolicy, Timer, TimerOptions
+
+if TYPE_CHECKING:
+    from ..mesh.router import MeshRouter
+    from ..messaging.calls import MessageCall
+    from .acts import ActorAct, ObjectAct, SpotAct
+    from .runtime import Runtime
+
+
+_log = logging.getLogger("zlink.relocation")
+RESTORE_ATTEMPTS = 3
+
+Held = tuple["MessageCall", "Completion | None", int]  # a call kept for later admission
+
+
+@dataclass(eq=False)
+class Outgoing:
+    """One move leaving this node: a Spot (with its SpotWide members, or alone as a PER_ACTOR
+    shell), or one Actor of a PER_ACTOR Spot whose shell has moved already."""
+
+    rid: int
+    unit: SpotAct | ActorAct  # whose lanes the barrier turn runs on
+    spot: SpotAct
+    objects: list[SpotAct | ActorAct]
+    target: str
+    done: Completion
+    relaying: bool = False  # parked calls went to the target; later ones follow at once
+    signaled: bool = False  # APPLICATION_SIGNALED: the Spot gets CONTINUED or RELOCATED
+    into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
+    join: dict[str, Any] | None = None  # ... and the accepted join's reply, as sent
+    parked: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def kind(self) -> str:
+        return "spot" if self.unit is self.spot else "actor"
+
+
+@dataclass(eq=False)
+class Arriving:
+    """One move arriving on this node."""
+
+    key: tuple[str, int]
+    spot: SpotAct  # arriving with this move, or the shell an arriving Actor joins
+    objects: list[SpotAct | ActorAct]
+    kind: str  # "spot" or "actor"
+    join: dict[str, Any] | None = None  # a cross-node Join completes when this opens
+    restored: bool = False
+    committed: bool = False
+    signaled: bool = False
+    fences: set[str] = field(default_factory=set)  # this node's fences still travelling
+    early: list[Held] = field(default_factory=list)  # relayed before the restore finished
+    local: list[Held] = field(default_factory=list)  # made here: wait for this node's fences
+
+    @property
+    def members(self) -> list[ActorAct]:
+        return [o for o in self.objects if o is not self.spot]  # type: ignore[misc]
+
+
+class RelocatorState:
+    """What a node's relocator keeps, as source (moves leaving) and as target (arriving)."""
+
+    def __init__(self, rt: Runtime, router: MeshRouter, chunk_limit: int) -> None:
+        self.rt = rt
+        self.router = router
+        self.chunk_limit = chunk_limit
+        self._ids = itertools.count(1)
+        self._lock = threading.RLock()  # admission of diverted calls; re-entered by refills
+        self._out: dict[int, Outgoing] = {}
+        self._out_ids: dict[str, Outgoing] = {}  # spot and member ids -> their move
+        self._chunks: dict[tuple[str, int], list[str]] = {}
+        self._in: dict[tuple[str, int], Arriving] = {}
+        self._in_ids: dict[str, Arriving] = {}
+        self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
+
+    def _admit(self, held: Held) -> None:
+        """Admit a kept call now (force: past the seal); a refusal completes its reply."""
+        call, reply, hops = held
+        try:
+            self.rt.submit(call, reply, NO_WAIT, hops, force=True)
+        except ZLinkError as exc:
+            if reply is not None:
+                reply.set(None, exc)
+            else:
+                self.rt.metrics.add("remote_sends_refused")
+
+
+def route_to(node: str, object_generation: int, authority_generation: int) -> Any:
+    from ..mesh.router import Route
+
+    return Route(node, (object_generation, authority_generation))
+
+
+def capture_one(obj: ObjectAct) -> str | None:
+    """One object's state as base64 text, or ``None`` for ``recreate()``."""
+    adapter = obj.spec.relocation.adapter
+    if adapter is None:
+        return None
+    data = adapter().capture(obj.instance)
+    if not isinstance(data, (bytes, bytearray)):
+        raise StateIncompatible(f"capture of {obj.name!r} returned {type(data).__name__}")
+    return base64.b64encode(bytes(data)).decode()  # the runtime's own copy
+
+
+def timers_of(timers: list[Timer]) -> list[dict[str, Any]]:
+    return [
+        {"n": t.name, "i": t.interval, "p": t.options.overrun_policy.value,
+         "x": t.options.max_catch_up_ticks, "k": t.options.keeps_alive,
+         "d": t.next_due, "q": t.sequence}
+        for t in timers
+    ]  # fmt: skip
+
+
+def restore_timers(obj: ObjectAct, timers: list[dict[str, Any]]) -> list[Timer]:
+    """The logical timers go on: same sequence, same next due time; the app registers none.
+    They are armed by the caller, once the pending ticks are queued."""
+    out = []
+    for t in timers:
+        options = TimerOptions(OverrunPolicy(t["p"]), t["x"], t["k"])
+        fn = obj.spec.timer_handlers[t["n"]]
+        timer = Timer(t["n"], t["i"], options, obj, obj.timer_owner(t["n"]), fn, t["d"])
+        timer.sequence = t["q"]
+        obj.timers[timer.name] = timer
+        out.append(timer)
+    return out
+
+
+def typed_error(error: BaseException) -> ZLinkError:
+    if isinstance(error, ZLinkError):
+        return error
+    return StateIncompatible(f"capture failed: {type(error).__name__}: {error}")
+
+
+def encode_reply(value: Any) -> dict[str, Any]:
+    """A join reply as it crosses nodes: a ``zlink.Message`` keeps its type, else JSON."""
+    from ..messaging.message import Message
+
+    if isinstance(value, Message):
+        body = value.__pydantic_serializer__.to_json(value).decode()
+        return {"tn": type(value).zlink_type_name, "p": body}
+    return {"v": codec.dumps(value).decode()}
+
+
+def decode_reply(data: dict[str, Any]) -> Any:
+    if "tn" in data:
+        return message_type(data["tn"]).model_validate_json(data["p"])
+    return codec.loads(data["v"])

@@ -1,0 +1,228 @@
+"""The target side of a relocation: restore, refill, commit, open (see ``relocate``)."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ..executor import Turn
+from ..executor.lanes import UNRESERVED
+from ..messaging import codec
+from ..messaging.completion import Completion
+from ..messaging.message import message_type
+from ..timers import TimerJob, TimerTick
+from .base import RelocationReadyStatus
+
+if TYPE_CHECKING:
+    from .acts import ActorAct, SpotAct
+
+from .reloc_state import RESTORE_ATTEMPTS, Arriving, RelocatorState, decode_reply, restore_timers
+
+_log = logging.getLogger("zlink.relocation")
+
+
+class Inbound(RelocatorState):
+    """Moves arriving on this node."""
+
+    def on_chunk(self, env: dict[str, Any]) -> None:
+        with self._lock:
+            self._chunks.setdefault((env["o"], env["r"]), []).append(env["b"])
+
+    def on_relocate(self, env: dict[str, Any]) -> None:
+        from .acts import READY, SEALED, ActorAct, SpotAct
+
+        rt = self.rt
+        key = (env["o"], env["r"])
+        with self._lock:
+            chunks = self._chunks.pop(key, [])
+        spec = rt.app.spots.get(env["tn"])
+        objects = env["objects"]
+        kind = env.get("unit", "spot")
+        actor_objects = objects[1:] if kind == "spot" else objects
+        actor_specs = [rt.app.actors.get(o["tn"]) for o in actor_objects]
+        if spec is None or None in actor_specs or len(chunks) != env["n"]:
+            self._answer(env, "the payload does not match this node's app or is incomplete")
+            return
+        states: dict[str, str | None] = codec.loads("".join(chunks))
+        with self.router.route_lock:  # a call sent before this left; after it, finds it here
+            with rt._lock:
+                taken = [o["id"] for o in objects if o["id"] in rt.spots or o["id"] in rt.actors]
+                shell = rt.spots.get(env["t"]) if kind == "actor" else None
+                if taken:
+                    self._answer(env, f"{taken} already live on {rt.node_id}")
+                    return
+                if kind == "actor" and (shell is None or shell.state > READY):
+                    self._answer(env, f"the shell of {env['t']!r} is not open on {rt.node_id}")
+                    return
+                # this node's own calls so far went elsewhere: fence that path first
+                fences = {o["id"] for o in objects if self.router.switch(o["id"])}
+                if shell is None:
+                    act = SpotAct(rt, spec, env["t"], env["g"])
+                    act.state = SEALED
+                    arriving: list[SpotAct | ActorAct] = [act]
+                else:
+                    act, arriving = shell, []
+                for o, aspec in zip(actor_objects, actor_specs, strict=True):
+                    assert aspec is not None
+                    member = ActorAct(rt, aspec, o["id"], rt.entries[aspec.name])
+                    member.state = SEALED  # born held: its queue waits for the commit
+                    member.spot = act
+                    act.members[member.actor_id] = member
+                    arriving.append(member)
+                inc = Arriving(key, act, arriving, kind, env.get("join"), fences=fences,
+                          signaled=env.get("sig", False))  # fmt: skip
+                with self._lock:  # known as arriving before anyone can find it
+                    self._in[key] = inc
+                    for obj in arriving:
+                        self._in_ids[obj.name] = inc
+                for member in inc.members:
+                    rt.actors[member.actor_id] = member
+                if shell is None:
+                    rt.spots[act.spot_id] = act
+            for obj in arriving:
+                self.router.arrived(obj.name)
+        self._restore(env, inc, states, 1)
+
+    def _restore(self, env: dict[str, Any], inc: Arriving, states: dict[str, str | None],
+                 attempt: int) -> None:  # fmt: skip
+        from .jobs import LifeJob
+
+        act = inc.spot
+
+        def run() -> Any:
+            for obj in inc.objects:  # a fresh instance for every attempt
+                obj.instance = obj.spec.cls(obj.context)
+                data, adapter = states.get(obj.name), obj.spec.relocation.adapter
+                if data is not None and adapter is not None:
+                    adapter().restore(obj.instance, base64.b64decode(data))  # a fresh copy
+            if inc.kind == "spot" and states.get(act.spot_id) is None:
+                return act.instance.on_initialize()  # recreate(): a new start, no state
+            return None
+
+        def restored(turn: Turn) -> None:
+            if turn.error is not None:
+                _log.error("restore of %r failed (attempt %d)", act.spot_id, attempt,
+                           exc_info=turn.error)  # fmt: skip
+                if attempt < RESTORE_ATTEMPTS:  # same target, same payload
+                    self._restore(env, inc, states, attempt + 1)
+                else:  # stays sealed here; the source is told
+                    self._answer(env, f"restore failed {attempt} times: {turn.error}")
+                return
+            if inc.kind == "actor":  # born held; the open shell goes on meanwhile
+                self._refill(env, inc)
+            else:
+                act.owner.hold(after=lambda: self._refill(env, inc))
+
+        act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, UNRESERVED))
+
+    def _refill(self, env: dict[str, Any], inc: Arriving) -> None:
+        """The restored objects are held: queue their messages and timers, tell the source."""
+        for obj, moved in zip(inc.objects, env["objects"], strict=True):
+            timers = restore_timers(obj, moved["timers"])
+            self._queue_jobs(env, obj, moved["jobs"])  # pending ticks before any new one
+            for timer in timers:
+                timer.arm()
+        with self._lock:
+            for held in inc.early:  # still unrestored: nothing else gets in before these
+                self._admit(held)
+            inc.early.clear()
+            for obj in inc.objects:
+                obj.restored = inc.key[0]  # from now on the source's calls queue (held) here
+            inc.restored = True
+        self._answer(env, None)
+
+    def _queue_jobs(
+        self, env: dict[str, Any], obj: SpotAct | ActorAct, jobs: list[dict[str, Any]]
+    ) -> None:
+        from .jobs import MessageJob
+
+        now = self.rt.clock.now()
+        for job in jobs:
+            if job["k"] == "tick":
+                timer = obj.timers.get(job["n"])
+                if timer is not None:
+                    tick = TimerTick(job["n"], job["q"], job["sa"], job["fa"], job["l"])
+                    timer.queued += 1
+                    obj.owner.lanes.put_app(TimerJob(timer, tick), 0)
+                continue
+            msg = message_type(job["tn"]).model_validate_json(job["p"])
+            handler = (obj.spec.subscriptions if job["tp"] else obj.spec.handlers)[type(msg)]
+            reply = None
+            if job["c"] is not None:
+                reply = Completion()
+                reply.add_callback(self._answer_to({"c": job["c"], "o": env["o"]}))
+            item = MessageJob(obj, handler, msg, reply, job["m"], job["s"], 0, job["tp"])
+            item.size = len(job["p"])
+            item.at = now
+            obj.owner.lanes.put_app(item, item.size)
+
+    def _answer_to(self, route: dict[str, Any]) -> Any:
+        def answer(value: Any, error: BaseException | None) -> None:
+            self.router._reply(route, value, error)
+
+        return answer
+
+    def on_commit(self, env: dict[str, Any]) -> None:
+        with self._lock:
+            inc = self._in.get((env["o"], env["r"]))
+            if inc is None or inc.committed:
+                return
+            for obj in inc.objects:
+                obj.authority = env["a"][obj.name]
+            inc.committed = True
+            if not inc.fences:  # else it opens when this node's last fence is back
+                self._open(inc)
+
+    def _open(self, inc: Arriving) -> None:
+        """Authority is here and this node's own calls are in line: admission opens."""
+        from .acts import READY
+
+        with self._lock:
+            self._in.pop(inc.key, None)
+            for obj in inc.objects:
+                if self._in_ids.get(obj.name) is inc:
+                    del self._in_ids[obj.name]
+                obj.restored = None
+                obj.state = READY
+        act = inc.spot
+        if inc.signaled:  # first of all, before the messages and ticks it held back
+            self.rt.relocation_ready_completed(act, RelocationReadyStatus.RELOCATED)
+        if inc.join is not None:  # a cross-node Join: joined callbacks, then it runs
+            self.rt.joined_here(inc.members[0], act, decode_reply(inc.join))
+        else:
+            for member in inc.members:  # SpotWide: on the Spot's gate; PER_ACTOR: its own
+                member.owner.unhold(act.gate if act.shared else member.own_gate)
+        if inc.kind == "spot":
+            act.owner.unhold()  # queued messages and ticks run now
+        self.rt.metrics.add("relocated_in")
+        self.router.transport.send(inc.key[0], {"k": "reloc_opened", "r": inc.key[1]})
+
+    def _answer(self, env: dict[str, Any], error: str | None) -> None:
+        self.router.transport.send(
+            env["o"], {"k": "reloc_done", "r": env["r"], "ok": error is None, "e": error or ""}
+        )
+
+    def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
+        """This node's fence for an arriving ``target`` is back: the calls kept behind it
+        (``resend``) and then those made since may go in. ``False`` if none is arriving."""
+        with self._lock:
+            inc = self._in_ids.get(target)
+            if inc is None or target not in inc.fences:
+                return False
+            later, inc.local = inc.local, []
+            resend()  # older than anything made here since the target arrived: first in line
+            inc.local.extend(later)
+            inc.fences.discard(target)
+            if inc.fences:
+                return True
+            held, inc.local = inc.local, []
+            for item in held:
+                if inc.restored:
+                    self._admit(item)
+                else:
+                    inc.early.append(item)
+            if inc.committed:
+                self._open(inc)
+        return True
