@@ -313,6 +313,40 @@ def test_the_payload_travels_in_chunks_no_larger_than_the_limit(cluster):
     assert n1.client().request_to_spot("big", Total()).wait(WAIT) == 350
 
 
+def test_a_move_to_a_node_that_is_not_reachable_is_refused_before_any_seal(cluster):
+    n1, _, _ = cluster.nodes
+    _make(cluster, "room", "t.rl.room")
+    with pytest.raises(zlink.Unavailable, match="not reachable"):
+        n1.relocate_spot("room", "node-9", timeout=WAIT)
+    n1.client().send_to_spot("room", Add()).submit()
+    assert n1.client().request_to_spot("room", Total()).wait(WAIT) == 1
+
+
+def test_calls_kept_behind_a_lost_fence_go_by_the_store_after_a_request_timeout(cluster, clock):
+    n1, _, n3 = cluster.nodes
+    _make(cluster, "room", "t.rl.room")
+    c3 = n3.client()
+    c3.send_to_spot("room", Add()).submit()  # node-3 now routes "room" to node-1
+    cluster.wait_idle(WAIT)
+    real_send = cluster.transport.send
+
+    def lose_fences(node_id: str, envelope: dict[str, Any]) -> None:
+        if envelope["k"] != "fence":
+            real_send(node_id, envelope)
+
+    cluster.transport.send = lose_fences  # type: ignore[method-assign]
+    n1.relocate_spot("room", "node-2", timeout=WAIT)
+    c3.send_to_spot("room", Add()).submit()  # relayed by node-1; node-3 learns, fences, keeps
+    cluster.wait_idle(WAIT)
+    c3.send_to_spot("room", Add()).submit()  # kept behind the fence that never comes back
+    cluster.wait_idle(WAIT)
+    assert n3.counters().get("route_fences", 0) == 1
+    clock.advance(20.0)  # the fixture's request timeout
+    cluster.wait_idle(WAIT)
+    assert n3.counters()["route_fences_lost"] == 1
+    assert cluster.node(1).client().request_to_spot("room", Total()).wait(WAIT) == 3
+
+
 def test_moving_back_and_forth_under_load_refuses_loses_doubles_and_reorders_nothing(cluster):
     _make(cluster, "busy", "t.rl.room")
     sent = [0, 0, 0]

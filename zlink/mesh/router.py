@@ -141,7 +141,8 @@ class MeshRouter:
         route = self._moved.get(target) or self._routes.get(target)
         if route is None or route.node == self.rt.node_id:
             return False
-        self._switching[target] = []
+        kept: list[dict[str, Any]] = []
+        self._switching[target] = kept
         self.rt.metrics.add("route_fences")
         fence = {"k": "fence", "t": target, "oo": self.rt.node_id, "h": 0}
         try:
@@ -149,7 +150,18 @@ class MeshRouter:
         except Unavailable:  # the old path is gone, and what went along it with it
             del self._switching[target]
             return False
+        # a fence lost with a node must not keep the calls behind it forever
+        self.rt.infra.call_later(self.rt.request_timeout, self._fence_overdue, target, kept)
         return True
+
+    def _fence_overdue(self, target: str, kept: list[dict[str, Any]]) -> None:
+        """No fence came back in a request timeout: give up the old path (counted); the kept
+        calls go by the Location Store. Order is kept only while the old path works."""
+        with self.route_lock:
+            if self._switching.get(target) is not kept:
+                return  # it came back
+            self.rt.metrics.add("route_fences_lost")
+            self._on_fenced({"k": "fenced", "t": target, "n": None})
 
     def _on_route(self, env: dict[str, Any]) -> None:
         """A relaying node says where ``t`` went: a newer generation starts a fenced switch."""

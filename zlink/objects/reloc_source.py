@@ -49,6 +49,8 @@ class Outbound(RelocatorState):
             raise InvalidOperation(f"{spec.name!r} is registered with Relocation.disabled()")
         if target == self.rt.node_id:
             raise InvalidArgument("a Spot relocates to another node, not its own")
+        if target not in self.router.transport.nodes():  # before anything is sealed
+            raise Unavailable(f"node {target!r} is not reachable from {self.rt.node_id}")
         done = Completion()
         if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
             with self._lock:
