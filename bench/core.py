@@ -182,7 +182,7 @@ def zlink_fanout(spots: int, per_spot: int, workers: int) -> dict[str, float]:
         node.wait_idle(30)
         gc.collect()
         rss_idle = proc.memory_info().rss
-        threads = threading.active_count()
+        threads = proc.num_threads()  # the OS's count: every thread of the process
         msg = Tick()
         ids = [f"s{j}" for j in range(spots)]
         t0 = time.perf_counter()
@@ -191,7 +191,11 @@ def zlink_fanout(spots: int, per_spot: int, workers: int) -> dict[str, float]:
                 client.send_to_spot(sid, msg).submit()
         assert shared.done.wait(120)
         rate = spots * per_spot / (time.perf_counter() - t0)
-    return {"rate": rate, "threads": threads, "rss_per_spot": (rss_idle - rss0) / spots}
+        peak = max(proc.memory_info().rss, rss_idle)
+    return {
+        "rate": rate, "threads": threads, "rss_per_spot": (rss_idle - rss0) / spots,
+        "peak_rss_mb": peak / 2**20,
+    }  # fmt: skip
 
 
 # -- ThreadPoolExecutor + lock --------------------------------------------------------------
@@ -378,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     zf, tf = zlink_fanout(spots, per, w), tpe_fanout(spots, per, w)
     print(
         f"fan-out {spots:,} Spots    zlink {zf['rate']:>10,.0f} msg/s on {zf['threads']} threads "
-        f"({zf['rss_per_spot']:,.0f} B RSS per idle Spot) | tpe+lock {tf['rate']:>10,.0f} msg/s "
+        f"({zf['rss_per_spot']:,.0f} B RSS per idle Spot, {zf['peak_rss_mb']:,.0f} MB RSS) "
+        f"| tpe+lock {tf['rate']:>10,.0f} msg/s "
         f"| zlink/tpe {zf['rate'] / tf['rate']:5.2f}x"
     )
     idle = zlink_idle_bytes(500 if args.quick else 5_000, w)

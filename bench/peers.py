@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     zf = zlink_fanout(spots, 10, cores)
     print(
         f"fan-out {spots:,} Spots     zlink {zf['rate']:>10,.0f} msg/s on {zf['threads']} threads "
-        f"({zf['rss_per_spot']:,.0f} B RSS per idle Spot)"
+        f"({zf['rss_per_spot']:,.0f} B RSS per idle Spot, {zf['peak_rss_mb']:,.0f} MB RSS)"
     )
     reps = 1 if args.quick else 3  # best of 3, interleaved: the machine is shared
     t_one = t_all = float("inf")
