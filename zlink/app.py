@@ -39,7 +39,7 @@ class RelocationCoordination(Enum):
 class Relocation:
     """A relocation policy: ``preserve_state(Adapter)``, ``recreate()`` or ``disabled()``.
 
-    Registration validates the policy now; moving Spots between nodes is a later issue.
+    Registration validates the policy; ``zlink.objects.relocate`` carries it out when a Spot moves.
     """
 
     kind: str

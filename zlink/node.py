@@ -328,7 +328,7 @@ class Node:
     def __repr__(self) -> str:
         return f"<zlink.Node {self.node_id!r} {self._state} workers={self._pool.size}>"
 
-    # for zlink.testing and the status work of a later issue
+    # for zlink.testing and white-box tests
     @property
     def _runtime(self) -> Any:
         return self._rt
