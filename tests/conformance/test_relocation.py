@@ -387,3 +387,17 @@ def test_moving_back_and_forth_under_load_refuses_loses_doubles_and_reorders_not
     counters = [n.counters() for n in cluster.nodes]
     assert sum(c.get("relocated_out", 0) for c in counters) == 20
     print({k: sum(c.get(k, 0) for c in counters) for k in ("relayed_calls", "route_fences")})
+
+
+def test_a_node_keeps_a_bounded_number_of_forwarding_pointers(cluster, monkeypatch):
+    from zlink.mesh import router as router_module
+
+    monkeypatch.setattr(router_module, "MAX_POINTERS", 2)
+    n1 = cluster.node(0)
+    for name in ("p1", "p2", "p3"):
+        _make(cluster, name, "t.rl.room")
+        n1.relocate_spot(name, "node-2", timeout=WAIT)
+    assert n1.counters()["pointers_dropped"] == 1
+    for name in ("p1", "p2", "p3"):  # all still reached through node-1: pointer or store
+        n1.client().send_to_spot(name, Add()).submit()
+        assert n1.client().request_to_spot(name, Total()).wait(WAIT) == 1

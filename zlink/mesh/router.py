@@ -56,6 +56,7 @@ _ERRORS: dict[str, type[ZLinkError]] = {
     )
 }
 _MAX_HOPS = 8  # a route that relays more often than this is a loop
+MAX_POINTERS = 100_000  # forwarding pointers a node keeps for Spots and Actors it moved away
 
 
 def encode_error(exc: BaseException) -> dict[str, str]:
@@ -102,10 +103,19 @@ class MeshRouter:
         return hit
 
     def moved_away(self, target: str, route: Route) -> None:
-        """This node relocated ``target`` to ``route.node``: relay along it from now on."""
+        """This node relocated ``target`` to ``route.node``: relay along it from now on.
+
+        At most ``MAX_POINTERS`` are kept, the oldest dropped first: a call that still comes
+        here for one of those is relayed by the Location Store instead (delivered, but no
+        longer behind a fence, so its order with later calls is not guaranteed).
+        """
         with self.route_lock:
-            self._moved[target] = route
+            self._moved.pop(target, None)
+            self._moved[target] = route  # the newest last: dicts keep insertion order
             self._routes.pop(target, None)
+            while len(self._moved) > MAX_POINTERS:
+                del self._moved[next(iter(self._moved))]
+                self.rt.metrics.add("pointers_dropped")
 
     def arrived(self, target: str) -> None:
         """``target`` relocated onto this node: no pointer, no route; it is local now."""
@@ -409,4 +419,4 @@ def _adapter(tp: Any) -> TypeAdapter[Any]:
     return adapter
 
 
-__all__ = ["_MAX_HOPS", "MeshRouter", "Route", "decode_error", "encode_error"]
+__all__ = ["MAX_POINTERS", "_MAX_HOPS", "MeshRouter", "Route", "decode_error", "encode_error"]
