@@ -353,13 +353,14 @@ class Runtime(Membership, Creation, Closing):
 
         def run() -> None:
             try:
-                result = fn(*args, **kwargs)
+                result, error = fn(*args, **kwargs), None
             except BaseException as exc:  # noqa: BLE001 - the caller receives it as is
-                completion.set(None, exc)
-            else:
-                completion.set(result, None)
+                result, error = None, exc
+            # the slot first: whoever sees the result may start the next call at once
+            self.worker_slots.release()
+            try:
+                completion.set(result, error)
             finally:
-                self.worker_slots.release()
                 with self.workers_idle:
                     self.workers_in_flight -= 1
                     if not self.workers_in_flight:
