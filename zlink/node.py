@@ -242,6 +242,8 @@ class Node:
                 done.wait(max(0.0, end - time.monotonic()))
                 moved.append(spot_id)
             except ZLinkError as exc:
+                if isinstance(exc, DeadlineExceeded) and rt.relocator is not None:
+                    rt.relocator.withdraw(spot_id, done)  # an unsignaled move is given up
                 stayed[spot_id] = f"{type(exc).__name__}: {exc}"
         _log.info("node %s drained: %d moved, %d stayed", self.node_id, len(moved), len(stayed))
         return DrainResult(sorted(moved), stayed)

@@ -188,3 +188,15 @@ def test_a_move_that_fails_at_the_boundary_continues_at_the_source_and_says_why(
     with pytest.raises(zlink.StateIncompatible):
         moving.wait(WAIT)
     assert _events(c, "b") == ["ready", "CONTINUED@node-1:StateIncompatible"]
+
+
+def test_drain_gives_up_a_move_that_is_never_signaled(cluster):
+    n1 = cluster.node(0)
+    c = n1.client()
+    c.spots.get_or_create("t", "t.rs2.table").wait(WAIT)
+    result = n1.drain(timeout=0.05)  # real seconds: a bounded negative
+    assert result.moved == [] and "DeadlineExceeded" in result.stayed["t"]
+    assert n1._runtime.relocator._wanted == {}  # withdrawn: a later boundary moves nothing
+    n1._runtime.draining = False  # reopen, to show the Spot hears CONTINUED and stays
+    assert c.request_to_spot("t", Ready()).wait(WAIT) == "ok"
+    assert _events(c, "t") == ["ready", "CONTINUED@node-1"]
