@@ -77,14 +77,8 @@ class Owner:
 
     # -- put side (any thread) ----------------------------------------------------------------
     def put_app(self, job: Job) -> int:
-        """Admit ``job`` to the application lane and make the owner ready; see ``OwnerLanes``."""
-        verdict = self.lanes.put_app(job, job.size)
-        if verdict == ADMITTED and self._flag.acquire(False):
-            self.gate.push(self)
-        return verdict
-
-    def put_app_many(self, job: Job) -> int:
-        """Admit a job that stands for ``job.count`` items (a batch), all or none."""
+        """Admit ``job`` (``job.count`` items: a batch counts each message) to the application
+        lane, all or nothing, and make the owner ready; see ``OwnerLanes``."""
         verdict = self.lanes.put_app(job, job.size, job.count)
         if verdict == ADMITTED and self._flag.acquire(False):
             self.gate.push(self)

@@ -34,7 +34,7 @@ from ..errors import HandlerError, InvalidArgument, Unavailable, ZLinkError
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
 from ..messaging.completion import Completion
-from ..messaging.message import Message, message_type, reply_type
+from ..messaging.message import from_wire, reply_type, to_wire
 from ..objects.base import SpotCreateResult
 from .location import Location, LocationStore
 from .transport import Transport
@@ -89,17 +89,20 @@ class MeshRouter:
         self._switching: dict[str, list[dict[str, Any]]] = {}  # target -> kept behind a fence
 
     # -- routes ------------------------------------------------------------------------------
+    def _known(self, target: str) -> Route | None:
+        """This node's own path for ``target``: its forwarding pointer, else its route cache."""
+        return self._moved.get(target) or self._routes.get(target)
+
     def route(self, target: str) -> Route | None:
         """Where to send ``target`` now (caller holds ``route_lock``); ``None`` if nowhere."""
-        hit = self._moved.get(target) or self._routes.get(target)
+        hit = self._known(target)
         if hit is not None and hit.node != self.rt.node_id:
             return hit
         found = self.store.lookup(target)
         if found is None or found.owner == self.rt.node_id:  # not here (we checked): nowhere
             self._routes.pop(target, None)
             return None
-        hit = Route(found.owner, (found.object_generation, found.authority_generation))
-        self._routes[target] = hit
+        hit = self._routes[target] = Route.at(found)
         return hit
 
     def moved_away(self, target: str, route: Route) -> None:
@@ -148,7 +151,7 @@ class MeshRouter:
         """
         if target in self._switching:
             return True
-        route = self._moved.get(target) or self._routes.get(target)
+        route = self._known(target)
         if route is None or route.node == self.rt.node_id:
             return False
         kept: list[dict[str, Any]] = []
@@ -178,7 +181,7 @@ class MeshRouter:
         learned = Route(env["n"], (env["g"][0], env["g"][1]))
         target = env["t"]
         with self.route_lock:
-            known = self._moved.get(target) or self._routes.get(target)
+            known = self._known(target)
             if known is not None and learned.generation <= known.generation:
                 return
             if learned.node == self.rt.node_id:  # it is arriving here: its own fence decides
@@ -227,15 +230,13 @@ class MeshRouter:
             found = self.store.lookup(target)
             self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
             if env["n"] is not None and env["n"] != self.rt.node_id and found is not None:
-                self._routes[target] = Route(
-                    env["n"], (found.object_generation, found.authority_generation)
-                )
+                self._routes[target] = Route(env["n"], Route.at(found).generation)
             else:
                 self._routes.pop(target, None)
 
             def resend() -> None:  # re-routed from here, as if they had just arrived
                 for item in kept:
-                    (self._on_fence if item["k"] == "fence" else self._on_call)(item)
+                    self.redeliver(item)
 
             relocator = self.rt.relocator
             if relocator is None or not relocator.fence_back(target, resend):
@@ -251,14 +252,6 @@ class MeshRouter:
             )
 
     # -- the origin side -----------------------------------------------------------------------
-    def forward(
-        self, call: MessageCall, reply: Completion | None, location: Location, hops: int = 0
-    ) -> Completion | None:
-        """Send ``call`` to the node that owns its target. Admission is the owner's affair:
-        a one-way send is accepted once handed to the transport."""
-        self.transport.send(location.owner, self.envelope(call, reply, hops))
-        return reply
-
     def envelope(
         self, call: MessageCall, reply: Completion | None, hops: int = 0
     ) -> dict[str, Any]:
@@ -268,8 +261,7 @@ class MeshRouter:
             "k": "request" if reply is not None else "send",
             "to": call.kind,
             "t": call.target,
-            "tn": type(msg).zlink_type_name,
-            "p": msg.__pydantic_serializer__.to_json(msg).decode(),
+            **to_wire(msg),
             "m": call.meta or {},
             "o": self.rt.node_id,
             "oo": call.origin or self.rt.node_id,  # the first node: route updates go there
@@ -342,11 +334,18 @@ class MeshRouter:
             return
         done.add_callback(lambda value, error: self._reply(env, value, error))
 
+    def redeliver(self, env: dict[str, Any], force: bool = False) -> None:
+        """Handle a kept call or fence here again, as if it had just arrived (``force``: past
+        this node's own seal, for calls parked at a move that did not happen)."""
+        if env["k"] == "fence":
+            self._on_fence(env)
+        else:
+            self._on_call(env, force)
+
     def _on_call(self, env: dict[str, Any], force: bool = False) -> None:
         request = env["k"] == "request"
         try:
-            cls = message_type(env["tn"])
-            msg: Message = cls.model_validate_json(env["p"])
+            msg = from_wire(env)
         except Exception as exc:  # noqa: BLE001 - a bad payload fails that request only
             self.rt.metrics.add("bad_wire_payloads")
             if request:
@@ -407,6 +406,11 @@ class Route(NamedTuple):
 
     node: str
     generation: tuple[int, int]
+
+    @staticmethod
+    def at(location: Location) -> Route:
+        """The route to where the Location Store says the target is."""
+        return Route(location.owner, (location.object_generation, location.authority_generation))
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}

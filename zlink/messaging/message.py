@@ -121,17 +121,27 @@ def wire_size(msg: Message) -> int:
     last = _LAST_SIZE
     if last[0] is msg:
         return last[1]
-    size = len(msg.__pydantic_serializer__.to_json(msg))
+    size = len(wire_bytes(msg))
     _LAST_SIZE = (msg, size)
     return size
 
 
-def decode(cls: type[Message], data: bytes) -> Message:
+def decode(cls: type[Message], data: bytes | str) -> Message:
     """Validate wire bytes into ``cls``; a bad payload is ``InvalidArgument``."""
     try:
         return cls.model_validate_json(data)
     except ValidationError as exc:
         raise InvalidArgument(f"payload is not a valid {cls.zlink_type_name}: {exc}") from exc
+
+
+def to_wire(msg: Message) -> dict[str, str]:
+    """``msg`` as node envelopes carry it: its wire type name (``tn``) and JSON (``p``)."""
+    return {"tn": type(msg).zlink_type_name, "p": wire_bytes(msg).decode()}
+
+
+def from_wire(data: dict[str, Any]) -> Message:
+    """The message a ``to_wire`` form holds; an unknown type or a bad payload raises."""
+    return decode(message_type(data["tn"]), data["p"])
 
 
 @cache

@@ -24,7 +24,6 @@ from ..messaging.completion import Completion
 from ..messaging.context import (
     MessageContext,
 )
-from ..messaging.message import wire_size
 from .acts import Act, ActorAct, Discarded, SpotAct
 from .base import (
     RelocationReadyStatus,
@@ -139,15 +138,6 @@ class BatchJob(Job):
 
     def finish(self, turn: Turn) -> None:
         turn.barriers = CLOSED  # each message closed its own scope
-
-    def messages(self) -> list[MessageJob]:
-        """The batch as single message jobs (a relocation moves them one by one)."""
-        out = []
-        for handler, msg in self.msgs:
-            job = MessageJob(self.act, handler, msg, None, None, self.sender, 0)
-            job.size, job.at = wire_size(msg), self.at
-            out.append(job)
-        return out
 
 
 class LifeJob(Job):

@@ -11,9 +11,10 @@ from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unava
 from ..executor import Job, Turn
 from ..executor.gate import _Resume
 from ..executor.lanes import UNRESERVED
+from ..mesh.router import Route
 from ..messaging import codec
 from ..messaging.completion import Completion
-from ..messaging.message import reply_type
+from ..messaging.message import Message, reply_type, to_wire
 from ..timers import TimerJob
 from .base import RelocationReadyStatus, SpotKind
 
@@ -25,7 +26,6 @@ from .reloc_state import (
     Outgoing,
     RelocatorState,
     capture_one,
-    route_to,
     timers_of,
     typed_error,
 )
@@ -263,32 +263,21 @@ class Outbound(RelocatorState):
         from .jobs import BatchJob, MessageJob
 
         jobs: list[dict[str, Any]] = []
-        drained: list[Any] = []
         for item in obj.owner.drain():
-            if isinstance(item, BatchJob):  # a batch moves as its messages, in order
+            if isinstance(item, Job) and item.lane != UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
-                drained.extend(item.messages())
-                for single in drained[-item.count :]:  # reserved again on the target
-                    single.lane = UNRESERVED
-            else:
-                drained.append(item)
-        for item in drained:
             if isinstance(item, MessageJob):
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us
                     corr = self.router.register_pending(item.reply, reply_type(type(item.msg)))
-                payload = item.msg.__pydantic_serializer__.to_json(item.msg).decode()
-                jobs.append(
-                    {"k": "msg", "tn": type(item.msg).zlink_type_name, "p": payload,
-                     "m": item.meta, "s": item.sender, "c": corr, "tp": item.topic}
-                )  # fmt: skip
+                jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic))
+            elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
+                jobs += [_message_job(msg, None, item.sender) for _, msg in item.msgs]
             elif isinstance(item, TimerJob):
                 t = item.tick
                 jobs.append({"k": "tick", "n": t.name, "q": t.sequence, "sa": t.scheduled_at,
                              "fa": t.fired_at, "l": t.late_ticks})  # fmt: skip
                 item.timer.tick_done()
-            if isinstance(item, Job) and item.lane != UNRESERVED:
-                obj.owner.lanes.release(item.lane, item.size)
         return jobs
 
     def _reopen(self, out: Outgoing, error: BaseException) -> None:
@@ -300,10 +289,7 @@ class Outbound(RelocatorState):
                 obj.owner.lanes.set_closed(False)
             self._forget_out(out)
             for env in out.parked:  # still sealed: these go first, in arrival order
-                if env["k"] == "fence":
-                    self.router._on_fence(env)
-                else:
-                    self.router._on_call(env, force=True)
+                self.router.redeliver(env, force=True)
             out.parked.clear()
             for obj in out.objects:
                 obj.state = READY
@@ -326,9 +312,7 @@ class Outbound(RelocatorState):
         router, rt = self.router, self.rt
         with self._lock:  # before the commit, in arrival order: per-sender order holds
             for parked in out.parked:
-                parked["h"] += 1
-                parked["v"] = rt.node_id
-                router.transport.send(out.target, parked)
+                self._relay(out, parked)
             out.parked.clear()
             out.relaying = True
         authority: dict[str, int] = {}
@@ -338,10 +322,7 @@ class Outbound(RelocatorState):
                     obj.name, rt.node_id, obj.authority, out.target, rt._lease()
                 )
                 authority[obj.name] = moved.authority_generation
-                router.moved_away(
-                    obj.name,
-                    route_to(out.target, moved.object_generation, moved.authority_generation),
-                )
+                router.moved_away(obj.name, Route.at(moved))
         except Unavailable as exc:  # fenced: this node is a stale owner; it commits nothing
             _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, exc)
             self._finish(out, exc)
@@ -381,9 +362,21 @@ class Outbound(RelocatorState):
             if out is None:
                 return False
             if out.relaying:
-                env["h"] += 1
-                env["v"] = self.rt.node_id
-                self.router.transport.send(out.target, env)
+                self._relay(out, env)
             else:
                 out.parked.append(env)
             return True
+
+    def _relay(self, out: Outgoing, env: dict[str, Any]) -> None:
+        """Hand a call or fence that met the move on to the target, as one more hop."""
+        env["h"] += 1
+        env["v"] = self.rt.node_id
+        self.router.transport.send(out.target, env)
+
+
+def _message_job(
+    msg: Message, meta: dict[str, str] | None, sender: str | None, corr: int | None = None,
+    topic: str | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """A queued message as it moves: its wire form, headers, sender, reply route, topic."""
+    return {"k": "msg", **to_wire(msg), "m": meta, "s": sender, "c": corr, "tp": topic}

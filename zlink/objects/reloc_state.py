@@ -13,7 +13,7 @@ from ..errors import StateIncompatible, ZLinkError
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Completion
-from ..messaging.message import message_type
+from ..messaging.message import Message, from_wire, to_wire
 from ..timers import OverrunPolicy, Timer, TimerOptions
 
 if TYPE_CHECKING:
@@ -88,6 +88,14 @@ class RelocatorState:
         self._in_ids: dict[str, Arriving] = {}
         self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
 
+    def _take_in(self, inc: Arriving, held: Held) -> None:
+        """A call for an arriving target that may go in now: queued (held) if the target is
+        restored, else kept until the moved queue is in (it goes in right after)."""
+        if inc.restored:
+            self._admit(held)
+        else:
+            inc.early.append(held)
+
     def _admit(self, held: Held) -> None:
         """Admit a kept call now (force: past the seal); a refusal completes its reply."""
         call, reply, hops = held
@@ -98,12 +106,6 @@ class RelocatorState:
                 reply.set(None, exc)
             else:
                 self.rt.metrics.add("remote_sends_refused")
-
-
-def route_to(node: str, object_generation: int, authority_generation: int) -> Any:
-    from ..mesh.router import Route
-
-    return Route(node, (object_generation, authority_generation))
 
 
 def capture_one(obj: ObjectAct) -> str | None:
@@ -148,15 +150,10 @@ def typed_error(error: BaseException) -> ZLinkError:
 
 def encode_reply(value: Any) -> dict[str, Any]:
     """A join reply as it crosses nodes: a ``zlink.Message`` keeps its type, else JSON."""
-    from ..messaging.message import Message
-
     if isinstance(value, Message):
-        body = value.__pydantic_serializer__.to_json(value).decode()
-        return {"tn": type(value).zlink_type_name, "p": body}
+        return to_wire(value)
     return {"v": codec.dumps(value).decode()}
 
 
 def decode_reply(data: dict[str, Any]) -> Any:
-    if "tn" in data:
-        return message_type(data["tn"]).model_validate_json(data["p"])
-    return codec.loads(data["v"])
+    return from_wire(data) if "tn" in data else codec.loads(data["v"])

@@ -5,13 +5,14 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..executor import Turn
 from ..executor.lanes import UNRESERVED
 from ..messaging import codec
 from ..messaging.completion import Completion
-from ..messaging.message import message_type
+from ..messaging.message import from_wire
 from ..timers import TimerJob, TimerTick
 from .base import RelocationReadyStatus
 
@@ -147,22 +148,16 @@ class Inbound(RelocatorState):
                     timer.queued += 1
                     obj.owner.lanes.put_app(TimerJob(timer, tick), 0)
                 continue
-            msg = message_type(job["tn"]).model_validate_json(job["p"])
+            msg = from_wire(job)
             handler = (obj.spec.subscriptions if job["tp"] else obj.spec.handlers)[type(msg)]
             reply = None
-            if job["c"] is not None:
+            if job["c"] is not None:  # its caller waits at the source: answer it there
                 reply = Completion()
-                reply.add_callback(self._answer_to({"c": job["c"], "o": env["o"]}))
-            item = MessageJob(obj, handler, msg, reply, job["m"], job["s"], 0, job["tp"])
-            item.size = len(job["p"])
+                reply.add_callback(partial(self.router._reply, {"c": job["c"], "o": env["o"]}))
+            item = MessageJob(obj, handler, msg, reply, job["m"], job["s"], len(job["p"]),
+                              job["tp"])  # fmt: skip
             item.at = now
             obj.owner.lanes.put_app(item, item.size)
-
-    def _answer_to(self, route: dict[str, Any]) -> Any:
-        def answer(value: Any, error: BaseException | None) -> None:
-            self.router._reply(route, value, error)
-
-        return answer
 
     def on_commit(self, env: dict[str, Any]) -> None:
         with self._lock:
@@ -219,10 +214,7 @@ class Inbound(RelocatorState):
                 return True
             held, inc.local = inc.local, []
             for item in held:
-                if inc.restored:
-                    self._admit(item)
-                else:
-                    inc.early.append(item)
+                self._take_in(inc, item)
             if inc.committed:
                 self._open(inc)
         return True

@@ -45,7 +45,7 @@ joins them and decides what a call that meets a move does (``divert``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..messaging.completion import Completion
 
@@ -59,7 +59,7 @@ from .reloc_target import Inbound
 class Relocator(Outbound, Inbound):
     """One node's relocation work, as source and as target."""
 
-    def divert(self, act: Any, call: MessageCall, reply: Completion | None, hops: int) -> bool:
+    def divert(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
         """Keep a call for an object that is moving; ``False`` if it is not moving."""
         target = call.target
         with self._lock:
@@ -72,8 +72,6 @@ class Relocator(Outbound, Inbound):
                 # Calls made or relayed here went the old way until now: those still on it
                 # come back through the source, ahead of this node's fence; the rest wait.
                 inc.local.append((call, reply, hops))
-            elif not inc.restored:
-                inc.early.append((call, reply, hops))
             else:
-                self._admit((call, reply, hops))
+                self._take_in(inc, (call, reply, hops))
             return True

@@ -185,11 +185,11 @@ class Runtime(Membership, Creation, Closing):
         else:
             verdict = owner.put_app(job)
         if verdict != ADMITTED:
-            if reply is not None and reply.timer is not None:
-                reply.timer.cancel()
             if verdict == ADMISSION_CLOSED and not force:  # sealed after the state check
                 assert not isinstance(act, ChannelAct)  # a Channel has no lanes to close
-                return self._not_ready(act, call, reply, mode, hops)
+                return self._not_ready(act, call, reply, mode, hops)  # the deadline stands
+            if reply is not None and reply.timer is not None:
+                reply.timer.cancel()
             if verdict == ADMISSION_CLOSED:
                 raise Unavailable(f"{act.name!r} is sealed (closing or relocating)")
             self.metrics.add("rejected_admissions")
@@ -233,7 +233,7 @@ class Runtime(Membership, Creation, Closing):
             return
         job = BatchJob(act, items, sender, total)
         job.at = self._now()
-        verdict = act.owner.put_app_many(job)
+        verdict = act.owner.put_app(job)
         if verdict == ADMITTED:
             return
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile: the moving path, in order
@@ -255,20 +255,15 @@ class Runtime(Membership, Creation, Closing):
     ) -> Completion:  # fmt: skip
         """A sealed, moving or restoring target: the relocator keeps the call, or it is gone
         (routed on), or it is closing (refused before any queue change)."""
+        if reply is not None and reply.timer is None:  # its deadline runs from now on
+            self._arm(reply, call.deadline, "no reply in time")
         relocator = self.relocator
-        if reply is not None and reply.timer is not None:
-            reply.timer.cancel()  # armed for an admission that did not happen
-            reply.timer = None
-        if relocator is not None:
-            if reply is not None:
-                self._arm(reply, call.deadline, "no reply in time")
-            if relocator.divert(act, call, reply, hops):
-                return reply  # type: ignore[return-value]
-            if reply is not None and reply.timer is not None:
-                reply.timer.cancel()
-                reply.timer = None
+        if relocator is not None and relocator.divert(call, reply, hops):
+            return reply  # type: ignore[return-value]
         if act.state == GONE or act.state <= READY:  # moved or reopened meanwhile: go again
-            return self.submit(call, reply, mode, hops)
+            return self.submit(call, reply, mode, hops)  # armed: the same deadline goes on
+        if reply is not None and reply.timer is not None:
+            reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
 
     def _remote(
