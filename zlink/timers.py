@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .errors import InvalidArgument, InvalidOperation
 from .executor import Job, Owner, Turn
 from .executor import TimerHandle as InfraTimerHandle
-from .executor.lanes import ADMISSION_CLOSED, ADMITTED, APPLICATION
+from .executor.lanes import ADMISSION_CLOSED, ADMITTED
 from .executor.turn import CLOSED
 from .messaging.calls import check_seconds
 
@@ -120,7 +120,6 @@ class TimerJob(Job):
     __slots__ = ("tick", "timer")
 
     def __init__(self, timer: Timer, tick: TimerTick) -> None:
-        self.lane = APPLICATION
         self.size = 0
         self.at = tick.fired_at
         self.timer = timer

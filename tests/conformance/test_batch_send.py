@@ -32,6 +32,18 @@ class Seen(zlink.Request[list[int]], type_name="t.bs.seen"):
     pass
 
 
+class Who(zlink.Message, type_name="t.bs.who"):
+    n: int
+
+
+class Senders(zlink.Request[list[str]], type_name="t.bs.senders"):
+    pass
+
+
+class Relay(zlink.Message, type_name="t.bs.relay"):
+    n: int
+
+
 class Turns(zlink.Request[int], type_name="t.bs.turns"):
     pass
 
@@ -43,6 +55,7 @@ class Box(zlink.UserSpot):
     def __init__(self, context: zlink.SpotContext) -> None:
         super().__init__(context)
         self.seen: list[int] = []
+        self.senders: list[str] = []
         self._turns: set[int] = set()
 
     @zlink.handler
@@ -51,6 +64,19 @@ class Box(zlink.UserSpot):
         assert turn is not None and turn.barriers is None  # a fresh scope for each message
         self._turns.add(id(turn))
         self.seen.append(msg.n)
+
+    @zlink.handler
+    def who(self, msg: Who, context: zlink.MessageContext) -> None:
+        self.seen.append(msg.n)
+        self.senders.append(f"{context.sender}:{dict(context.metadata)}:{context.is_request}")
+
+    @zlink.handler
+    def relay(self, msg: Relay) -> None:  # a batch sent from inside a handler
+        self.context.outbound.send_many_to_spot("b2", [Who(n=msg.n), Who(n=msg.n + 1)]).submit()
+
+    @zlink.handler
+    def get_senders(self, req: Senders) -> list[str]:
+        return self.senders
 
     @zlink.handler
     def boom(self, msg: Boom) -> None:
@@ -144,3 +170,50 @@ def test_a_queued_batch_moves_with_its_spot_message_by_message(clock: ManualCloc
         cluster.wait_idle(WAIT)
         assert n2.client().request_to_spot("b", Seen()).wait(WAIT) == [1, 2, 3, 4]
         assert "b" not in n1._runtime.spots
+
+
+def test_a_handler_that_takes_a_context_gets_one_per_message_with_its_sender(make_node):
+    node = make_node(build_app())
+    c = node.client()
+    for sid in ("b", "b2"):
+        c.spots.get_or_create(sid, "t.bs.box").wait(WAIT)
+    c.send_many_to_spot("b2", [Who(n=1), Add(n=2), Who(n=3)]).submit()  # two types
+    c.send_to_spot("b", Relay(n=4)).submit()
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == []  # its relay is queued on b2 by now
+    assert c.request_to_spot("b2", Seen()).wait(WAIT) == [1, 2, 3, 4, 5]
+    assert c.request_to_spot("b2", Senders()).wait(WAIT) == [
+        "None:{}:False", "None:{}:False", "b:{}:False", "b:{}:False"
+    ]  # fmt: skip
+
+
+def test_a_batch_of_one_type_reserves_its_wire_bytes_and_256_per_message(make_node):
+    """§7: payload bytes plus the retained cost of each item, taken all at once."""
+    node = make_node(build_app())
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    act = node._runtime.spots["b"]
+    run_until_idle(node, WAIT)
+    assert act.gate._flag.acquire(False)
+    batch = [Add(n=i) for i in (1, 22, 333)]
+    c.send_many_to_spot("b", batch).submit()
+    size = sum(len(m.model_dump_json()) for m in batch)
+    assert act.owner.lanes.reserved()[:2] == (3, size + 3 * 256)
+    node._runtime.pool.submit(act.gate._run)
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == [1, 22, 333]
+    assert act.owner.lanes.reserved()[:2] == (0, 0)
+
+
+def test_a_failing_one_way_handler_is_counted_and_logged_and_the_next_message_runs(
+    make_node, caplog
+):
+    """A one-way message's failure is its own (§4): logged with its handler, counted, and
+    the messages behind it run, whether sent one by one or in a batch."""
+    node = make_node(build_app())
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    c.send_to_spot("b", Boom()).submit()
+    c.send_to_spot("b", Add(n=1)).submit()
+    c.send_many_to_spot("b", [Boom(), Add(n=2)]).submit()
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == [1, 2]
+    assert node.counters()["handler_errors"] == 2
+    assert "this one fails alone" in caplog.text and "Box.boom" in caplog.text

@@ -164,3 +164,109 @@ def test_a_failing_hold_continuation_does_not_kill_the_gate(caplog):
     assert ran.wait(WAIT)
     pool.shutdown()
     assert "continuation of a hold" in caplog.text
+
+
+class _Light(ex.Job):
+    """A light job (``Job.light``): a plain call; post-processing only when it failed or
+    registered a Defer() barrier."""
+
+    __slots__ = ("fn", "log")
+    light = True
+
+    def __init__(self, fn, log: list[str]) -> None:
+        super().__init__(10)
+        self.fn = fn
+        self.log = log
+
+    def invoke(self) -> None:
+        self.fn()
+
+    def finish(self, turn: ex.Turn) -> None:
+        self.log.append(f"finish:{type(turn.error).__name__}:{turn.barriers is not None}")
+        turn.barriers = ("closed",)
+
+
+def _held_gate(clock: ManualClock | None = None) -> tuple[ex.Gate, list[ex.Owner]]:
+    pool = ex.WorkerPool(1)  # never started: the test runs the gate on its own thread
+    gate = ex.Gate(pool, clock or ManualClock(), 0.010, "g")
+    owners = [ex.Owner(OwnerLanes(LaneLimits()), gate, n, claim_on_yield=False) for n in "AB"]
+    assert gate._flag.acquire(False)  # held while the lanes fill, as a worker would hold it
+    return gate, owners
+
+
+def test_owners_sharing_a_gate_alternate_turn_by_turn_and_one_alone_runs_back_to_back():
+    """§2/§7: the ring is round robin between the owners of a gate, one turn each, and the lane
+    rule holds at every turn boundary, also when an owner runs alone."""
+    gate, (a, b) = _held_gate()
+    order: list[str] = []
+
+    def job(name: str, light: bool) -> ex.Job:
+        return (
+            _Light(lambda: order.append(name), [])
+            if light
+            else ex.CallJob(lambda: order.append(name))
+        )
+
+    for i in range(3):
+        a.put_app(job(f"a{i}", light=i != 1))
+        b.put_app(job(f"b{i}", light=i == 1))
+    gate._run_batch()
+    assert order == ["a0", "b0", "a1", "b1", "a2", "b2"]
+    order.clear()
+
+    def first() -> None:  # lifecycle work that arrives while A runs alone goes next (§7)
+        order.append("a3")
+        a.put_life(ex.CallJob(lambda: order.append("life"), LIFECYCLE))
+
+    assert gate._flag.acquire(False)
+    a.put_app(_Light(first, []))
+    a.put_app(job("a4", light=True))
+    gate._run_batch()
+    assert order == ["a3", "life", "a4"]
+    assert a.lanes.reserved() == (0, 0, 0, 0) and b.lanes.reserved() == (0, 0, 0, 0)
+    assert not gate.busy and not a._flag.locked()  # idle: the gate and the owner are free
+
+
+def test_a_light_job_is_a_turn_and_only_a_failed_or_deferring_one_is_post_processed():
+    gate, (a, _) = _held_gate()
+    log: list[str] = []
+    turns: list[ex.Turn] = []
+
+    def plain() -> None:
+        turn = ex.current_turn()
+        assert turn is not None and turn.owner is a and turn.barriers is None
+        turns.append(turn)
+
+    def fails() -> None:
+        raise ValueError("alone")
+
+    def defers() -> None:
+        turn = ex.current_turn()
+        assert turn is not None
+        turn.barriers = [lambda: None]  # what Defer() registers (§5)
+
+    for fn in (plain, fails, defers, plain):
+        a.put_app(_Light(fn, log))
+    assert a.lanes.reserved()[:2] == (4, 4 * (10 + 256))
+    gate._run_batch()
+    assert log == ["finish:ValueError:False", "finish:NoneType:True"]
+    assert len(turns) == 2 and turns[0] is not turns[1]  # a turn of its own each
+    assert all(t.barriers is not None for t in turns)  # each scope closed
+    assert a.lanes.reserved() == (0, 0, 0, 0)  # every reservation went back
+    assert ex.current_turn() is None
+
+
+def test_an_owner_running_alone_still_hands_the_gate_back_when_its_budget_is_spent():
+    """§9: the budget is checked after every turn, also between turns of one owner."""
+    clock = ManualClock()
+    gate, (a, _) = _held_gate(clock)
+    order: list[str] = []
+    submitted: list[object] = []
+    gate._pool.submit = submitted.append  # type: ignore[method-assign]
+    a.put_app(_Light(lambda: (order.append("slow"), clock.advance(0.011)), []))
+    a.put_app(_Light(lambda: order.append("next"), []))
+    gate._run_batch()
+    assert order == ["slow"] and submitted == [gate._run]  # back of the run queue, flag kept
+    assert gate.busy
+    gate._run_batch()
+    assert order == ["slow", "next"] and not gate.busy

@@ -29,7 +29,11 @@ from typing import Any
 from .clock import Clock
 from .lanes import ADMITTED, OwnerLanes
 from .pool import WorkerPool
-from .turn import DONE, KEEP, Job, Turn
+from .turn import _CURRENT, CLOSED, DONE, KEEP, RELEASE, Job, Turn
+
+LIGHT = -1  # the outcome of a light job's turn: done, post-processed and released
+_new_turn = Turn.__new__
+_set_current, _reset_current = _CURRENT.set, _CURRENT.reset
 
 _log = logging.getLogger("zlink.gate")
 
@@ -286,29 +290,67 @@ class Gate:
             if item is None:
                 owner._settle()
                 continue
-            self.running_since = started  # one clock read per turn serves both uses
-            if type(item) is _Resume:
-                turn = self.running = item.turn
-                outcome = turn.resume(item.value, item.error)
-            else:
-                turn = self.running = Turn(item, owner)
-                outcome = turn.start()
-            if outcome == DONE:
-                self.running = None
-                self._finish(turn, owner)
-            elif not self._after(turn, outcome):
-                return  # a regular await keeps the gate; the completion resubmits us
-            if stop is not None and stop():
-                if not ring:
-                    self._flag.release()
-                    if not ring or not self._flag.acquire(False):
-                        return
-                self._pool.submit(self._run)  # a helper is done: the pool takes the rest
-                return
-            started = now()
-            if started >= deadline:
-                self._pool.submit(self._run)  # budget spent: back of the run queue, flag kept
-                return
+            # Turns of this owner, one after another while it is alone in the ring (what
+            # settling it and popping it again would do, without the round trip).
+            while True:
+                self.running_since = started  # one clock read per turn serves both uses
+                if type(item) is _Resume:
+                    turn = self.running = item.turn
+                    outcome = turn.resume(item.value, item.error)
+                elif item.light:
+                    self._run_light(item, owner)
+                    outcome = LIGHT
+                else:
+                    turn = self.running = Turn(item, owner)
+                    outcome = turn.start()
+                if outcome == DONE:
+                    self.running = None
+                    self._finish(turn, owner)
+                elif outcome != LIGHT and not self._after(turn, outcome):
+                    return  # a regular await keeps the gate; the completion resubmits us
+                settled = outcome == RELEASE  # a Yield settled (or held) its owner already
+                if stop is not None and stop():
+                    if not settled:
+                        owner._settle()
+                    if not ring:
+                        self._flag.release()
+                        if not ring or not self._flag.acquire(False):
+                            return
+                    self._pool.submit(self._run)  # a helper is done: the pool takes the rest
+                    return
+                started = now()
+                if started >= deadline:
+                    if not settled:
+                        owner._settle()
+                    self._pool.submit(self._run)  # budget spent: back of the run queue, flag kept
+                    return
+                if settled:
+                    break
+                if ring or owner._held or (item := owner._take()) is None:
+                    owner._settle()  # others wait (round robin), held, or nothing left
+                    break
+
+    def _run_light(self, job: Job, owner: Owner) -> None:
+        """A light job (see ``Job``) as a turn: current while it runs; post-processing only
+        if it failed or registered Defer() barriers; then its reservation goes back (§8)."""
+        turn = self.running = _new_turn(Turn)
+        turn.job, turn.owner, turn.barriers = job, owner, None
+        token = _set_current(turn)
+        try:
+            job.invoke()
+        except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
+            turn.error = exc
+        finally:
+            _reset_current(token)
+        self.running = None
+        if turn.barriers is None and turn.error is None:
+            turn.barriers = CLOSED
+        else:
+            try:
+                job.finish(turn)
+            except BaseException:  # noqa: BLE001 - post-processing must not kill the gate
+                _log.exception("post-processing of a turn on gate %s failed", self.name)
+        owner.lanes.release(job.lane, job.size, job.count)
 
     def _after(self, turn: Turn, outcome: int) -> bool:
         """Handle a step's outcome; ``False`` when the gate stays held across an await."""
@@ -317,6 +359,7 @@ class Gate:
         if outcome == DONE:
             self.running = None
             self._finish(turn, owner)
+            owner._settle()
             return True
         susp = turn.suspension
         assert susp is not None
@@ -333,6 +376,8 @@ class Gate:
         return True
 
     def _finish(self, turn: Turn, owner: Owner) -> None:
+        """Post-processing and the reservation's return, before the gate moves on (§8); the
+        caller then settles the owner."""
         if turn.claimed:  # the Yield claim ends with the turn; a Join hold may follow below
             turn.claimed = False
             owner._held = False
@@ -342,7 +387,6 @@ class Gate:
             _log.exception("post-processing of a turn on gate %s failed", self.name)
         job = turn.job
         owner.lanes.release(job.lane, job.size, job.count)
-        owner._settle()
 
     def _deliver_keep(self, turn: Turn, value: Any, error: BaseException | None) -> None:
         self._cont = _Resume(turn, value, error)

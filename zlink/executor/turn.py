@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any
+
+from .lanes import APPLICATION
 
 if TYPE_CHECKING:
     from .gate import Owner
@@ -59,14 +61,20 @@ class Job:
     ``invoke()`` runs inside the turn's context and returns the result or a coroutine to step.
     ``finish(turn)`` is the post-processing run at terminal completion, before the gate is
     released (§8). ``discard(error)`` is called instead of ``invoke`` for a job that will never
-    run (shutdown). ``lane`` and ``size`` name the reservation returned after ``finish``.
+    run (shutdown). ``lane``, ``size`` and ``count`` name the reservation returned after
+    ``finish``.
+
+    A ``light`` job promises that ``invoke()`` is a plain call that never returns a coroutine,
+    and that ``finish()`` of a turn that ended normally with no Defer() barrier has nothing to
+    do: the gate then runs it without the general turn machinery (a one-way message).
     """
 
-    __slots__ = ("at", "lane", "size")
+    __slots__ = ("at", "size")
+    lane = APPLICATION  # a job of another lane (or several) keeps a ``lane`` slot of its own
     count = 1  # lane items it reserved (a batch reserves one per message)
+    light = False
 
-    def __init__(self, lane: int, size: int) -> None:
-        self.lane = lane
+    def __init__(self, size: int = 0) -> None:
         self.size = size
         self.at = 0.0  # when it was admitted (clock time), for the oldest-item age in status
 
@@ -83,10 +91,11 @@ class Job:
 class CallJob(Job):
     """A job made of a plain callable (engine tests, internal housekeeping)."""
 
-    __slots__ = ("fn",)
+    __slots__ = ("fn", "lane")
 
-    def __init__(self, fn: Callable[[], Any], lane: int = 0, size: int = 0) -> None:
-        super().__init__(lane, size)
+    def __init__(self, fn: Callable[[], Any], lane: int = APPLICATION, size: int = 0) -> None:
+        super().__init__(size)
+        self.lane = lane
         self.fn = fn
 
     def invoke(self) -> Any:
@@ -96,12 +105,15 @@ class CallJob(Job):
 class Turn:
     """The execution of one job under one gate, from its first step to its terminal completion."""
 
-    # What every turn sets lives in slots; what only a coroutine turn sets (ctx, coro, the
-    # suspension and its waker, the Yield claim) is a class default until then, kept in the
-    # instance dict: a plain turn stores 5 attributes, not 11 (attribute stores are the cost
-    # of a turn, the more so on 3.13t, whose interpreter does not specialize them).
-    __slots__ = ("__dict__", "barriers", "error", "job", "owner", "result")
+    # What every turn sets lives in slots; what only some turns set (a result, an error; a
+    # coroutine's ctx, the suspension and its waker, the Yield claim) is a class default
+    # until then, kept in the instance dict: a plain one-way turn stores 3 attributes, not 11
+    # (attribute stores are the cost of a turn, the more so on 3.13t, whose interpreter does
+    # not specialize them).
+    __slots__ = ("__dict__", "barriers", "job", "owner")
 
+    result: Any = None
+    error: BaseException | None = None
     ctx: contextvars.Context | None = None  # made if the handler is a coroutine
     coro: Coroutine[Any, Any, Any] | None = None
     wait_seq = 0
@@ -112,8 +124,6 @@ class Turn:
     def __init__(self, job: Job, owner: Owner | None) -> None:
         self.job = job
         self.owner = owner
-        self.result: Any = None
-        self.error: BaseException | None = None
         # Defer() barriers (§5): None, a list, or CLOSED once the registration scope ended
         self.barriers: Any = None
 
@@ -137,7 +147,8 @@ class Turn:
             self.coro = out
             self.ctx = ctx = contextvars.Context()
             return ctx.run(self._first_step)
-        self.result = out
+        if out is not None:
+            self.result = out
         return DONE
 
     def resume(self, value: Any, error: BaseException | None) -> int:
@@ -199,27 +210,33 @@ class Turn:
 def run_turns(
     job: Job,
     owner: Owner | None,
-    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+    calls: Iterable[tuple[Callable[[Any, Any], Any], Any]],
+    first: Any,
     after: Callable[[Turn], None],
     stop: Callable[[], bool],
 ) -> None:
-    """Run plain ``fn(*args)`` calls back to back, each as a turn of its own (current while
-    it runs, with its own Defer() scope and outcome), then ``after(turn)``; ``stop()`` is
-    asked before each. For a job that stands for several (a batch); the caller's turn is
-    current again afterwards. Only plain functions belong here (the caller checks).
+    """Run ``fn(first, arg)`` for each ``(fn, arg)`` of ``calls``, back to back, each as a turn
+    of its own (current while it runs, with its own Defer() scope and outcome); ``stop()`` is
+    asked before each. A turn that ends normally with no Defer() barrier is closed here;
+    ``after(turn)`` gets one that failed or registered barriers. For a job that stands for
+    several (a batch); the caller's turn is current again afterwards. Only plain functions
+    belong here (the caller checks).
     """
     new = Turn.__new__
-    for fn, args in calls:
+    set_current, reset_current = _CURRENT.set, _CURRENT.reset
+    for fn, arg in calls:
         if stop():
             return
         turn = new(Turn)
         turn.job, turn.owner, turn.barriers = job, owner, None
-        turn.error = turn.result = None
-        token = _CURRENT.set(turn)
+        token = set_current(turn)
         try:
-            turn.result = fn(*args)
+            fn(first, arg)  # a one-way handler: its result is not kept
         except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
             turn.error = exc
         finally:
-            _CURRENT.reset(token)
-        after(turn)
+            reset_current(token)
+        if turn.barriers is None and turn.error is None:
+            turn.barriers = CLOSED
+        else:
+            after(turn)

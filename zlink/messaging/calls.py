@@ -185,8 +185,10 @@ class SendCall(MessageCall):
 
     def submit(self) -> None:
         """Admit the message now, anywhere (handler or plain thread), without waiting."""
-        self._terminal()
-        self._rt.submit(self, None, NO_WAIT)
+        if self._ended:
+            raise InvalidOperation("a call takes exactly one terminal")
+        self._ended = True
+        self._rt.send(self)
 
     def wait(self, timeout: float | None = None) -> None:
         """Outside the runtime: submit; returns once admitted (admission is immediate)."""

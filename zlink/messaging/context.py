@@ -36,9 +36,13 @@ _KIND: dict[type, bool] = {}  # message class -> is it a Request
 def _messages(msgs: Iterable[object]) -> list[Message]:
     if isinstance(msgs, (str, bytes, Message)) or not isinstance(msgs, Iterable):
         raise InvalidArgument(f"a batch is an iterable of zlink.Message, got {type(msgs).__name__}")
-    out = [_message(m, False) for m in msgs]
+    out: list[Message] = list(msgs)  # type: ignore[arg-type]  # checked just below
     if not out:
         raise InvalidArgument("a batch holds at least one message")
+    kinds = _KIND
+    for tp in set(map(type, out)):  # each type is checked once: a batch is mostly one type
+        if kinds.get(tp) is not False:
+            _message(next(m for m in out if type(m) is tp), False)  # registers it, or raises
     return out
 
 

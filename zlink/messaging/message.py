@@ -126,6 +126,22 @@ def wire_size(msg: Message) -> int:
     return size
 
 
+def wire_size_many(msgs: list[Message], tp: type[Message] | None) -> int:
+    """Bytes of every message of a batch on the wire, added up.
+
+    For a batch of one type (``tp``), one serializer call for the lot: JSON of a list is
+    ``[`` + the items joined by ``,`` + ``]``, so the items take its length less ``n + 1``.
+    """
+    if tp is None or len(msgs) == 1:
+        return sum(map(wire_size, msgs))
+    return len(_list_adapter(tp).dump_json(msgs)) - len(msgs) - 1
+
+
+@cache
+def _list_adapter(tp: type[Message]) -> TypeAdapter[list[Message]]:
+    return TypeAdapter(list[tp])  # type: ignore[valid-type]
+
+
 def decode(cls: type[Message], data: bytes | str) -> Message:
     """Validate wire bytes into ``cls``; a bad payload is ``InvalidArgument``."""
     try:

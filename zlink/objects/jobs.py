@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
+from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
     HandlerError,
 )
 from ..executor import Job, Turn, current_turn, run_turns
-from ..executor.lanes import (
-    APPLICATION,
-    LIFECYCLE,
-)
+from ..executor.lanes import LIFECYCLE
 from ..executor.turn import CLOSED
 
 if TYPE_CHECKING:
@@ -40,31 +38,23 @@ _log = logging.getLogger("zlink.runtime")
 # --------------------------------------------------------------------------------------------
 # jobs
 # --------------------------------------------------------------------------------------------
-class MessageJob(Job):
-    """An application message (one-way or request) for one handler."""
+class SendJob(Job):
+    """A one-way message, without metadata, for a plain ``def`` handler of a Spot or Actor:
+    a ``light`` job (the gate runs it without the general turn machinery)."""
 
-    __slots__ = ("act", "handler", "meta", "msg", "reply", "sender", "topic")
+    __slots__ = ("act", "handler", "msg", "sender")
+    light = True
+    reply: Completion | None = None  # what a MessageJob adds, as seen on a SendJob
+    meta: dict[str, str] | None = None
+    topic: str | None = None
 
     def __init__(
-        self,
-        act: Act,
-        handler: HandlerSpec,
-        msg: Message,
-        reply: Completion | None,
-        meta: dict[str, str] | None,
-        sender: str | None,
-        size: int,
-        topic: str | None = None,
+        self, act: Act, handler: HandlerSpec, msg: Message, sender: str | None, size: int
     ) -> None:
-        self.lane = APPLICATION
-        self.at = 0.0
-        self.topic = topic
         self.size = size
         self.act = act
         self.handler = handler
         self.msg = msg
-        self.reply = reply
-        self.meta = meta
         self.sender = sender
 
     def invoke(self) -> Any:
@@ -90,20 +80,52 @@ class MessageJob(Job):
             self.reply.set(None, error)
 
 
+class MessageJob(SendJob):
+    """An application message (one-way or request, with metadata or a topic, for any
+    handler) for one handler."""
+
+    __slots__ = ("meta", "reply", "topic")
+    light = False
+
+    def __init__(
+        self,
+        act: Act,
+        handler: HandlerSpec,
+        msg: Message,
+        reply: Completion | None,
+        meta: dict[str, str] | None,
+        sender: str | None,
+        size: int,
+        topic: str | None = None,
+    ) -> None:
+        self.at = 0.0
+        self.topic = topic
+        self.size = size
+        self.act = act
+        self.handler = handler
+        self.msg = msg
+        self.reply = reply
+        self.meta = meta
+        self.sender = sender
+
+
 class BatchJob(Job):
     """Messages of one batch send (python-api ``send_many_*``): one queue entry that reserves
     one lane item per message and runs them back to back, each as a turn of its own (its own
     Defer() scope, error and current turn) with nothing of the same owner in between. Only
-    plain ``def`` handlers and one-way messages; anything else is queued message by message."""
+    plain ``def`` handlers and one-way messages; anything else is queued message by message.
 
-    __slots__ = ("act", "count", "msgs", "sender")
+    ``handlers`` is the one handler of a batch of one message type, else one per message.
+    """
 
-    def __init__(self, act: SpotAct | ActorAct, msgs: list[tuple[HandlerSpec, Message]],
-                 sender: str | None, size: int) -> None:  # fmt: skip
-        self.lane = APPLICATION
+    __slots__ = ("act", "count", "handlers", "msgs", "sender")
+
+    def __init__(self, act: SpotAct | ActorAct, handlers: HandlerSpec | list[HandlerSpec],
+                 msgs: list[Message], sender: str | None, size: int) -> None:  # fmt: skip
         self.size = size
         self.at = 0.0
         self.act = act
+        self.handlers = handlers
         self.msgs = msgs
         self.count = len(msgs)
         self.sender = sender
@@ -112,26 +134,30 @@ class BatchJob(Job):
         act = self.act
         rt = act.rt
         outer = current_turn()
-        instance = act.instance
-        sender = self.sender
-        calls = [
-            (h.fn, (instance, msg, MessageContext({}, sender, False, None)))
-            if h.wants_context else (h.fn, (instance, msg))
-            for h, msg in self.msgs
-        ]  # fmt: skip
-        act.activity += len(calls)
-        run_turns(self, outer.owner if outer is not None else None, calls, self._after,
-                  lambda: rt.stopping)  # fmt: skip
+        handlers = self.handlers
+        calls: Iterable[tuple[Callable[[Any, Any], Any], Message]]
+        if type(handlers) is list:
+            calls = [(self._bound(h), msg) for h, msg in zip(handlers, self.msgs, strict=True)]
+        else:
+            calls = zip(repeat(self._bound(handlers)), self.msgs)  # type: ignore[arg-type]
+        act.activity += self.count
+        run_turns(self, outer.owner if outer is not None else None, calls, act.instance,
+                  self._after, lambda: rt.stopping)  # fmt: skip
         if rt.stopping:
             raise Discarded  # the rest never ran
         return None
 
+    def _bound(self, h: HandlerSpec) -> Callable[[Any, Any], Any]:
+        """``h`` as ``fn(instance, msg)``: a handler that takes a context gets one per message."""
+        if not h.wants_context:
+            return h.fn
+        fn, sender = h.fn, self.sender
+        return lambda instance, msg: fn(instance, msg, MessageContext({}, sender, False, None))
+
     def _after(self, turn: Turn) -> None:
+        """A message turn that failed or registered Defer() barriers (``run_turns``)."""
         error = turn.error
-        if turn.barriers is not None or error is not None:
-            self.act.rt.close_scope(turn, error is None)
-        else:
-            turn.barriers = CLOSED
+        self.act.rt.close_scope(turn, error is None)
         if error is not None:
             self.act.rt.metrics.add("handler_errors")
             _log.error("a batch handler of %r failed", self.act.name, exc_info=error)
@@ -143,7 +169,7 @@ class BatchJob(Job):
 class LifeJob(Job):
     """A lifecycle callback (or a framework step) on an owner's lifecycle lane (§7)."""
 
-    __slots__ = ("act", "done", "fn", "what")
+    __slots__ = ("act", "done", "fn", "lane", "what")
 
     def __init__(
         self,

@@ -260,19 +260,19 @@ class Outbound(RelocatorState):
 
     def _take_jobs(self, obj: SpotAct | ActorAct) -> list[dict[str, Any]]:
         """Everything queued behind the barrier, in order, as it will be queued on the target."""
-        from .jobs import BatchJob, MessageJob
+        from .jobs import BatchJob, SendJob
 
         jobs: list[dict[str, Any]] = []
         for item in obj.owner.drain():
             if isinstance(item, Job) and item.lane != UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
-            if isinstance(item, MessageJob):
+            if isinstance(item, SendJob):  # a MessageJob is one too
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us
                     corr = self.router.register_pending(item.reply, reply_type(type(item.msg)))
                 jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic))
             elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
-                jobs += [_message_job(msg, None, item.sender) for _, msg in item.msgs]
+                jobs += [_message_job(msg, None, item.sender) for msg in item.msgs]
             elif isinstance(item, TimerJob):
                 t = item.tick
                 jobs.append({"k": "tick", "n": t.name, "q": t.sequence, "sa": t.scheduled_at,

@@ -37,7 +37,8 @@ from ..executor.lanes import (
 from ..mesh.router import _MAX_HOPS
 
 if TYPE_CHECKING:
-    pass
+    from ..handlers import HandlerSpec
+    from ..messaging.message import Message
 from ..messaging.calls import (
     HELP,
     KEEP,
@@ -49,7 +50,7 @@ from ..messaging.calls import (
     WorkerCall,
 )
 from ..messaging.completion import Completion, expire
-from ..messaging.message import check_reply, wire_size
+from ..messaging.message import check_reply, wire_size, wire_size_many
 from ..status import OwnerStatus
 from .acts import (
     ACTIVATING,
@@ -66,7 +67,7 @@ from .acts import (
 from .base import (
     SpotKind,
 )
-from .jobs import BatchJob, MessageJob, handler_error
+from .jobs import BatchJob, MessageJob, SendJob, handler_error
 
 if TYPE_CHECKING:
     pass
@@ -185,22 +186,60 @@ class Runtime(Membership, Creation, Closing):
         else:
             verdict = owner.put_app(job)
         if verdict != ADMITTED:
-            if verdict == ADMISSION_CLOSED and not force:  # sealed after the state check
-                assert not isinstance(act, ChannelAct)  # a Channel has no lanes to close
-                return self._not_ready(act, call, reply, mode, hops)  # the deadline stands
-            if reply is not None and reply.timer is not None:
-                reply.timer.cancel()
-            if verdict == ADMISSION_CLOSED:
-                raise Unavailable(f"{act.name!r} is sealed (closing or relocating)")
-            self.metrics.add("rejected_admissions")
-            what = "items" if verdict == FULL_COUNT else "bytes"
-            raise ResourceExhausted(
-                f"the application lane of {act.name!r} is full ({what}); nothing was queued"
-            )
+            assert not isinstance(act, ChannelAct)  # a Channel has no lanes
+            return self._refused(act, call, reply, mode, hops, force, verdict)
         if helped is not None:  # the gate was idle: this blocking caller runs it (§10)
             assert reply is not None
             helped.help(lambda: reply.done)
         return reply  # type: ignore[return-value]
+
+    def send(self, call: SendCall) -> None:
+        """``SendCall.submit()``. The common case (a ready Spot or Actor of this node, a plain
+        ``def`` handler, no option) goes straight to the lane as a light job; anything else,
+        and every refusal, takes ``submit``'s general path."""
+        kind = call.kind
+        if kind == "spot":
+            act: SpotAct | ActorAct | None = self.spots.get(call.target)
+        elif kind == "actor":
+            act = self.actors.get(call.target)
+        else:
+            act = None
+        if (
+            act is None or act.state != READY or self.stopping or self.draining
+            or call.meta is not None or call.instance or call.mesh is not None
+        ):  # fmt: skip
+            self.submit(call, None, NO_WAIT)
+            return
+        msg = call.msg
+        handler = act.spec.handlers.get(type(msg))
+        if handler is None or handler.is_async:
+            self.submit(call, None, NO_WAIT)  # refused there, or a full MessageJob
+            return
+        turn = current_turn()
+        sender = turn.owner.name if turn is not None and turn.owner is not None else None
+        job = SendJob(act, handler, msg, sender, wire_size(msg))
+        job.at = self._now()
+        verdict = act.owner.put_app(job)
+        if verdict != ADMITTED:
+            self._refused(act, call, None, NO_WAIT, 0, False, verdict)
+
+    def _refused(
+        self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: int,
+        hops: int, force: bool, verdict: int,
+    ) -> Completion:  # fmt: skip
+        """A lane did not admit the call: a seal met after the state check keeps it for the
+        move (its deadline stands); otherwise a typed refusal, with nothing queued."""
+        if verdict == ADMISSION_CLOSED and not force:
+            return self._not_ready(act, call, reply, mode, hops)
+        if reply is not None and reply.timer is not None:
+            reply.timer.cancel()
+        if verdict == ADMISSION_CLOSED:
+            raise Unavailable(f"{act.name!r} is sealed (closing or relocating)")
+        self.metrics.add("rejected_admissions")
+        what = "items" if verdict == FULL_COUNT else "bytes"
+        raise ResourceExhausted(
+            f"the application lane of {act.name!r} is full ({what}); nothing was queued"
+        )
 
     def submit_many(self, call: BatchSendCall) -> None:
         """The batch send path: a local, ready target admits every message behind one lock
@@ -214,24 +253,25 @@ class Runtime(Membership, Creation, Closing):
             return
         turn = current_turn()
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
-        handlers = act.spec.handlers
-        items = []
-        total = 0
-        inline = True
-        for msg in call.msgs:
-            handler = handlers.get(type(msg))
+        msgs = call.msgs
+        types = set(map(type, msgs))
+        table = act.spec.handlers
+        found: dict[type[Message], HandlerSpec] = {}
+        for tp in types:
+            handler = table.get(tp)
             if handler is None:
                 raise InvalidArgument(
-                    f"{act.spec.name!r} has no handler for {type(msg).__qualname__}; "
+                    f"{act.spec.name!r} has no handler for {tp.__qualname__}; "
                     "nothing of the batch was queued"
                 )
-            inline = inline and not handler.is_async
-            total += wire_size(msg)
-            items.append((handler, msg))
-        if not inline:  # an async handler suspends: its message must be a turn of its own
-            self._one_by_one(call)
+            found[tp] = handler
+        if any(h.is_async for h in found.values()):
+            self._one_by_one(call)  # an async handler suspends: its message is a turn alone
             return
-        job = BatchJob(act, items, sender, total)
+        one = next(iter(types)) if len(types) == 1 else None
+        handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
+        total = wire_size_many(msgs, one)
+        job = BatchJob(act, handlers, msgs, sender, total)
         job.at = self._now()
         verdict = act.owner.put_app(job)
         if verdict == ADMITTED:
@@ -241,7 +281,7 @@ class Runtime(Membership, Creation, Closing):
             return
         self.metrics.add("rejected_admissions")
         raise ResourceExhausted(
-            f"the application lane of {act.name!r} has no room for {len(items)} messages; "
+            f"the application lane of {act.name!r} has no room for {len(msgs)} messages; "
             "nothing of the batch was queued"
         )
 
@@ -412,7 +452,7 @@ class Runtime(Membership, Creation, Closing):
         if isinstance(call, MessageCall) and call.kind == "actor" and call.target == act.name:
             raise InvalidOperation(f"actor {act.name!r} cannot wait on a request to itself")
 
-    def finish_message(self, job: MessageJob, turn: Turn) -> None:
+    def finish_message(self, job: SendJob, turn: Turn) -> None:
         """Post-processing of a message turn, before the gate moves on (§8)."""
         err = turn.error
         reply = job.reply
