@@ -297,8 +297,22 @@ class Gate:
                 if type(item) is _Resume:
                     turn = self.running = item.turn
                     outcome = turn.resume(item.value, item.error)
-                elif item.light:
-                    self._run_light(item, owner)
+                elif item.light:  # a light job (see Job) as a turn, without the machinery
+                    turn = self.running = _new_turn(Turn)
+                    turn.job, turn.owner, turn.barriers = item, owner, None
+                    token = _set_current(turn)
+                    try:
+                        item.invoke()
+                    except BaseException as exc:  # noqa: BLE001 - the failure is its result
+                        turn.error = exc
+                    finally:
+                        _reset_current(token)
+                    self.running = None
+                    if turn.barriers is None and turn.error is None:
+                        turn.barriers = CLOSED  # its scope ends; the reservation goes back
+                        owner.lanes.release(item.lane, item.size, item.count)
+                    else:
+                        self._finish(turn, owner)  # post-processing: failed, or Defer() (§5)
                     outcome = LIGHT
                 else:
                     turn = self.running = Turn(item, owner)
@@ -329,28 +343,6 @@ class Gate:
                 if ring or owner._held or (item := owner._take()) is None:
                     owner._settle()  # others wait (round robin), held, or nothing left
                     break
-
-    def _run_light(self, job: Job, owner: Owner) -> None:
-        """A light job (see ``Job``) as a turn: current while it runs; post-processing only
-        if it failed or registered Defer() barriers; then its reservation goes back (§8)."""
-        turn = self.running = _new_turn(Turn)
-        turn.job, turn.owner, turn.barriers = job, owner, None
-        token = _set_current(turn)
-        try:
-            job.invoke()
-        except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
-            turn.error = exc
-        finally:
-            _reset_current(token)
-        self.running = None
-        if turn.barriers is None and turn.error is None:
-            turn.barriers = CLOSED
-        else:
-            try:
-                job.finish(turn)
-            except BaseException:  # noqa: BLE001 - post-processing must not kill the gate
-                _log.exception("post-processing of a turn on gate %s failed", self.name)
-        owner.lanes.release(job.lane, job.size, job.count)
 
     def _after(self, turn: Turn, outcome: int) -> bool:
         """Handle a step's outcome; ``False`` when the gate stays held across an await."""

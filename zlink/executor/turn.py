@@ -18,7 +18,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine, Iterable
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .lanes import APPLICATION
 
@@ -207,25 +207,32 @@ class Turn:
         return complete
 
 
+class Halting(Protocol):
+    """What ``run_turns`` asks before each call: whether to stop (a node shutting down)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+
 def run_turns(
     job: Job,
     owner: Owner | None,
     calls: Iterable[tuple[Callable[[Any, Any], Any], Any]],
     first: Any,
     after: Callable[[Turn], None],
-    stop: Callable[[], bool],
+    halt: Halting,
 ) -> None:
     """Run ``fn(first, arg)`` for each ``(fn, arg)`` of ``calls``, back to back, each as a turn
-    of its own (current while it runs, with its own Defer() scope and outcome); ``stop()`` is
-    asked before each. A turn that ends normally with no Defer() barrier is closed here;
-    ``after(turn)`` gets one that failed or registered barriers. For a job that stands for
-    several (a batch); the caller's turn is current again afterwards. Only plain functions
-    belong here (the caller checks).
+    of its own (current while it runs, with its own Defer() scope and outcome), unless
+    ``halt.stopping`` (read before each). A turn that ends normally with no Defer() barrier is
+    closed here; ``after(turn)`` gets one that failed or registered barriers. For a job that
+    stands for several (a batch); the caller's turn is current again afterwards. Only plain
+    functions belong here (the caller checks).
     """
     new = Turn.__new__
     set_current, reset_current = _CURRENT.set, _CURRENT.reset
     for fn, arg in calls:
-        if stop():
+        if halt.stopping:
             return
         turn = new(Turn)
         turn.job, turn.owner, turn.barriers = job, owner, None

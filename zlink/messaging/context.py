@@ -94,7 +94,11 @@ class RouteClient:
 
     def send_to_spot(self, spot_id: str, msg: Message) -> SendCall:
         """A one-way message to a Spot."""
-        return SendCall(self._rt, "spot", check_id("spot_id", spot_id), _message(msg, False))
+        if type(spot_id) is not str or not 0 < len(spot_id) <= 63:  # else surely valid
+            spot_id = check_id("spot_id", spot_id)
+        if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
+            msg = _message(msg, False)
+        return SendCall(self._rt, "spot", spot_id, msg)
 
     def request_to_spot(self, spot_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Spot; its reply is the request's ``T``."""
@@ -102,7 +106,11 @@ class RouteClient:
 
     def send_to_actor(self, actor_id: str, msg: Message) -> SendCall:
         """A one-way message to an Actor (always into the Actor's own queue, §2)."""
-        return SendCall(self._rt, "actor", check_id("actor_id", actor_id), _message(msg, False))
+        if type(actor_id) is not str or not 0 < len(actor_id) <= 63:  # as in send_to_spot
+            actor_id = check_id("actor_id", actor_id)
+        if _KIND.get(type(msg)) is not False:
+            msg = _message(msg, False)
+        return SendCall(self._rt, "actor", actor_id, msg)
 
     def request_to_actor(self, actor_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to an Actor."""

@@ -40,7 +40,8 @@ _log = logging.getLogger("zlink.runtime")
 # --------------------------------------------------------------------------------------------
 class SendJob(Job):
     """A one-way message, without metadata, for a plain ``def`` handler of a Spot or Actor:
-    a ``light`` job (the gate runs it without the general turn machinery)."""
+    a ``light`` job (the gate runs it without the general turn machinery). ``Runtime.send``
+    fills its slots itself, without calling ``__init__`` (the hottest path)."""
 
     __slots__ = ("act", "handler", "msg", "sender")
     light = True
@@ -61,12 +62,10 @@ class SendJob(Job):
         act = self.act
         if act.rt.stopping:
             raise Discarded
-        if act.owner is not None:
-            act.activity += 1  # idle eviction; only the gate holder writes it
+        act.activity += 1  # type: ignore[union-attr]  # a Spot or an Actor: the gate holder writes it
         h = self.handler
         if h.wants_context:
-            ctx = MessageContext(self.meta or {}, self.sender, h.is_request, self.topic)
-            return h.fn(act.instance, self.msg, ctx)
+            return h.fn(act.instance, self.msg, MessageContext({}, self.sender, False, None))
         return h.fn(act.instance, self.msg)
 
     def finish(self, turn: Turn) -> None:
@@ -108,6 +107,18 @@ class MessageJob(SendJob):
         self.meta = meta
         self.sender = sender
 
+    def invoke(self) -> Any:
+        act = self.act
+        if act.rt.stopping:
+            raise Discarded
+        if act.owner is not None:  # a Channel has none
+            act.activity += 1  # idle eviction; only the gate holder writes it
+        h = self.handler
+        if h.wants_context:
+            ctx = MessageContext(self.meta or {}, self.sender, h.is_request, self.topic)
+            return h.fn(act.instance, self.msg, ctx)
+        return h.fn(act.instance, self.msg)
+
 
 class BatchJob(Job):
     """Messages of one batch send (python-api ``send_many_*``): one queue entry that reserves
@@ -142,7 +153,7 @@ class BatchJob(Job):
             calls = zip(repeat(self._bound(handlers)), self.msgs)  # type: ignore[arg-type]
         act.activity += self.count
         run_turns(self, outer.owner if outer is not None else None, calls, act.instance,
-                  self._after, lambda: rt.stopping)  # fmt: skip
+                  self._after, rt)  # fmt: skip
         if rt.stopping:
             raise Discarded  # the rest never ran
         return None

@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     pass
 
 _log = logging.getLogger("zlink.runtime")
+_new_send_job = SendJob.__new__
 
 from .closing import Closing  # noqa: E402
 from .creation import Creation  # noqa: E402
@@ -193,10 +194,10 @@ class Runtime(Membership, Creation, Closing):
             helped.help(lambda: reply.done)
         return reply  # type: ignore[return-value]
 
-    def send(self, call: SendCall) -> None:
-        """``SendCall.submit()``. The common case (a ready Spot or Actor of this node, a plain
-        ``def`` handler, no option) goes straight to the lane as a light job; anything else,
-        and every refusal, takes ``submit``'s general path."""
+    def send(self, call: SendCall, plain: bool) -> None:
+        """``SendCall.submit()``. The common case (``plain``: no option was given; a ready
+        Spot or Actor of this node; a plain ``def`` handler) goes straight to the lane as a
+        light job; anything else, and every refusal, takes ``submit``'s general path."""
         kind = call.kind
         if kind == "spot":
             act: SpotAct | ActorAct | None = self.spots.get(call.target)
@@ -204,10 +205,7 @@ class Runtime(Membership, Creation, Closing):
             act = self.actors.get(call.target)
         else:
             act = None
-        if (
-            act is None or act.state != READY or self.stopping or self.draining
-            or call.meta is not None or call.instance or call.mesh is not None
-        ):  # fmt: skip
+        if not plain or act is None or act.state != READY or self.stopping or self.draining:
             self.submit(call, None, NO_WAIT)
             return
         msg = call.msg
@@ -216,8 +214,10 @@ class Runtime(Membership, Creation, Closing):
             self.submit(call, None, NO_WAIT)  # refused there, or a full MessageJob
             return
         turn = current_turn()
-        sender = turn.owner.name if turn is not None and turn.owner is not None else None
-        job = SendJob(act, handler, msg, sender, wire_size(msg))
+        job = _new_send_job(SendJob)  # the slots filled here: no __init__ frame (hot path)
+        job.act, job.handler, job.msg = act, handler, msg
+        job.sender = turn.owner.name if turn is not None and turn.owner is not None else None
+        job.size = wire_size(msg)
         job.at = self._now()
         verdict = act.owner.put_app(job)
         if verdict != ADMITTED:
