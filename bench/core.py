@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import statistics
 import sys
 import threading
 import time
@@ -318,8 +319,18 @@ def pct(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e6
 
 
-def best(fn: Callable[[], float], repeats: int) -> float:
-    return max(fn() for _ in range(repeats))
+def interleaved(contenders: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Each contender's rate in each round; within a round they run one after the other."""
+    out: dict[str, list[float]] = {name: [] for name in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            out[name].append(fn())
+    return out
+
+
+def median_ratio(rounds: dict[str, list[float]], a: str, b: str) -> float:
+    """The median over rounds of ``a``'s rate over ``b``'s in the same round."""
+    return statistics.median(x / y for x, y in zip(rounds[a], rounds[b], strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -328,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=psutil.cpu_count() or 1)
     args = parser.parse_args(argv)
     n_one, n_rt, spots, per, reps = (
-        (2_000, 200, 500, 2, 1) if args.quick else (200_000, 5_000, 10_000, 10, 3)
+        (2_000, 200, 500, 2, 1) if args.quick else (200_000, 5_000, 10_000, 10, 5)
     )
     w = args.workers
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
@@ -337,30 +348,54 @@ def main(argv: list[str] | None = None) -> int:
         f"cores={psutil.cpu_count()}"
     )
 
-    z1 = best(lambda: zlink_one_way(n_one, w), reps)
-    t1 = best(lambda: tpe_one_way(n_one, w), reps)
+    # Throughput: every round runs each contender once, one after the other, so a machine
+    # that speeds up or slows down mid-run moves them together; the best round of each is
+    # compared, and so is each round on its own (the median of the per-round ratios).
+    has_pykka = pykka_available()
+    contenders: dict[str, Callable[[], float]] = {
+        "zlink": lambda: zlink_one_way(n_one, w),
+        "zlink_new": lambda: zlink_one_way(n_one, w, fresh=True),
+        "zlink_batch": lambda: zlink_batch(n_one, w),
+        "tpe": lambda: tpe_one_way(n_one, w),
+    }
+    if has_pykka:
+        contenders["pykka"] = lambda: pykka_one_way(n_one)
+        contenders["pykka_new"] = lambda: pykka_one_way(n_one, fresh=True)
+    rounds = interleaved(contenders, reps)
+    z1, t1 = max(rounds["zlink"]), max(rounds["tpe"])
     print(
         f"one-way to one Spot   zlink {z1:>10,.0f} msg/s | tpe+lock {t1:>10,.0f} msg/s "
         f"| zlink/tpe {z1 / t1:5.2f}x",
         end="",
     )
-    p1 = 0.0
-    if pykka_available():
-        p1 = best(lambda: pykka_one_way(n_one), reps)
-        print(f" | pykka tell {p1:>10,.0f} msg/s | zlink/pykka {z1 / p1:5.2f}x", end="")
+    if has_pykka:
+        p1 = max(rounds["pykka"])
+        print(
+            f" | pykka tell {p1:>10,.0f} msg/s | zlink/pykka {z1 / p1:5.2f}x "
+            f"(per round: median {median_ratio(rounds, 'zlink', 'pykka'):4.2f}x)",
+            end="",
+        )
     print()
 
-    zn = best(lambda: zlink_one_way(n_one, w, fresh=True), reps)
+    zn = max(rounds["zlink_new"])
     print(f"one-way, new message  zlink {zn:>10,.0f} msg/s", end="")
-    if pykka_available():
-        pn = best(lambda: pykka_one_way(n_one, fresh=True), reps)
-        print(f" | pykka tell {pn:>10,.0f} msg/s | zlink/pykka {zn / pn:5.2f}x", end="")
+    if has_pykka:
+        pn = max(rounds["pykka_new"])
+        print(
+            f" | pykka tell {pn:>10,.0f} msg/s | zlink/pykka {zn / pn:5.2f}x "
+            f"(per round: median {median_ratio(rounds, 'zlink_new', 'pykka_new'):4.2f}x)",
+            end="",
+        )
     print()
 
-    zb = best(lambda: zlink_batch(n_one, w), reps)
+    zb = max(rounds["zlink_batch"])
     print(f"batch of 100 (many)   zlink {zb:>10,.0f} msg/s | zlink/one-way {zb / z1:5.2f}x", end="")
-    if p1:
-        print(f" | zlink batch/pykka tell {zb / p1:5.2f}x", end="")
+    if has_pykka:
+        print(
+            f" | zlink batch/pykka tell {zb / p1:5.2f}x "
+            f"(per round: median {median_ratio(rounds, 'zlink_batch', 'pykka'):4.2f}x)",
+            end="",
+        )
     print()
 
     zr, tr = zlink_round_trip(n_rt, w), tpe_round_trip(n_rt, w)

@@ -169,7 +169,15 @@ class Owner:
             return resume
         if self._held:
             return None
-        return self.lanes.take()
+        lanes = self.lanes
+        if lanes.life:
+            return lanes.take()  # the lane rule of §7 decides
+        app = lanes.app  # only the application lane has work: the rule's first case, inline
+        if not app:
+            return None
+        lanes.streak = 0
+        lanes.debt = False
+        return app.popleft()
 
     def _settle(self) -> None:
         """After a turn of this owner: back in the ring if it has work, else clear the flag."""
