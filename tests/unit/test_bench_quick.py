@@ -21,3 +21,12 @@ def test_the_peers_benchmark_runs_in_quick_mode(capsys):
     assert peers.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "asyncio" in out and "interpreter limit" in out and "speedup" in out
+
+
+@pytest.mark.timeout(120)
+def test_the_split_benchmark_runs_in_quick_mode(capsys):
+    from bench import split
+
+    assert split.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "zlink one-way" in out and "zlink batch" in out
