@@ -17,6 +17,9 @@ Guarantees / assumes:
   moves on or is released (§8). A full queue never runs work inline; a turn never re-enters (§6).
 * The batch budget is time on the injected clock, checked only between turns (§9); on expiry
   the gate goes to the back of the run queue still holding its flag.
+* The ring is round robin, one turn per owner (§2). An owner alone in it runs its turns back to
+  back without leaving and re-entering it; the lane rule (§7) and the budget are still applied
+  after every turn. A ``light`` job (see ``Job``) runs as a turn without ``start()``/``finish()``.
 """
 
 from __future__ import annotations
