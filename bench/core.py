@@ -266,11 +266,9 @@ def pykka_available() -> bool:
     return True
 
 
-def pykka_one_way(n: int, fresh: bool = False) -> float:
-    """Pykka ``tell`` of one dict again and again, or (``fresh``) a new dict per send."""
+def pykka_counter(n: int, done: threading.Event) -> Any:
+    """A Pykka actor class that counts what it receives and sets ``done`` at ``n``."""
     import pykka
-
-    done = threading.Event()
 
     class Counter(pykka.ThreadingActor):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -282,7 +280,13 @@ def pykka_one_way(n: int, fresh: bool = False) -> float:
             if self.count == n:
                 done.set()
 
-    ref = Counter.start()
+    return Counter
+
+
+def pykka_one_way(n: int, fresh: bool = False) -> float:
+    """Pykka ``tell`` of one dict again and again, or (``fresh``) a new dict per send."""
+    done = threading.Event()
+    ref = pykka_counter(n, done).start()
     try:
         msg = {"n": 0}
         t0 = time.perf_counter()

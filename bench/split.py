@@ -31,7 +31,7 @@ from typing import Any
 
 import zlink
 
-from .core import Tick, build_app, pykka_available
+from .core import Tick, build_app, pykka_available, pykka_counter
 
 N = 1_000  # messages per round: the lane holds 1,024
 
@@ -75,17 +75,7 @@ def zlink_side() -> tuple[Callable[[], float], Callable[[], float], Callable[[],
 
 
 def pykka_side() -> tuple[Callable[[], float], Callable[[], float], Any]:
-    import pykka
-
-    class Counter(pykka.ThreadingActor):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.count = 0
-
-        def on_receive(self, message: Any) -> Any:
-            self.count += 1
-
-    actor = Counter()  # not started: its inbox fills and this thread drains it
+    actor = pykka_counter(-1, threading.Event())()  # not started: this thread drains its inbox
     ref, inbox, stopped = actor.actor_ref, actor.actor_inbox, actor.actor_stopped
     msg = {"n": 0}
 

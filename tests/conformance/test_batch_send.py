@@ -173,6 +173,7 @@ def test_a_queued_batch_moves_with_its_spot_message_by_message(clock: ManualCloc
 
 
 def test_a_handler_that_takes_a_context_gets_one_per_message_with_its_sender(make_node):
+    """One context per message, batched or not, with its sender and its metadata."""
     node = make_node(build_app())
     c = node.client()
     for sid in ("b", "b2"):
@@ -180,9 +181,18 @@ def test_a_handler_that_takes_a_context_gets_one_per_message_with_its_sender(mak
     c.send_many_to_spot("b2", [Who(n=1), Add(n=2), Who(n=3)]).submit()  # two types
     c.send_to_spot("b", Relay(n=4)).submit()
     assert c.request_to_spot("b", Seen()).wait(WAIT) == []  # its relay is queued on b2 by now
-    assert c.request_to_spot("b2", Seen()).wait(WAIT) == [1, 2, 3, 4, 5]
+    tagged = c.send_to_spot("b2", Who(n=6)).metadata("k", "v")  # an option: the general path
+    tagged.submit()
+    with pytest.raises(zlink.InvalidOperation, match="one terminal"):
+        tagged.submit()  # a call takes one terminal, on either path
+    plain = c.send_to_spot("b2", Who(n=7))
+    plain.submit()
+    with pytest.raises(zlink.InvalidOperation, match="one terminal"):
+        plain.submit()
+    assert c.request_to_spot("b2", Seen()).wait(WAIT) == [1, 2, 3, 4, 5, 6, 7]
     assert c.request_to_spot("b2", Senders()).wait(WAIT) == [
-        "None:{}:False", "None:{}:False", "b:{}:False", "b:{}:False"
+        "None:{}:False", "None:{}:False", "b:{}:False", "b:{}:False", "None:{'k': 'v'}:False",
+        "None:{}:False",
     ]  # fmt: skip
 
 

@@ -40,8 +40,9 @@ _log = logging.getLogger("zlink.runtime")
 # --------------------------------------------------------------------------------------------
 class SendJob(Job):
     """A one-way message, without metadata, for a plain ``def`` handler of a Spot or Actor:
-    a ``light`` job (the gate runs it without the general turn machinery). ``Runtime.send``
-    fills its slots itself, without calling ``__init__`` (the hottest path)."""
+    a ``light`` job (the gate runs it without the general turn machinery). Only
+    ``Runtime.send`` makes one, filling its slots without an ``__init__`` frame (the hottest
+    path)."""
 
     __slots__ = ("act", "handler", "msg", "sender")
     light = True
@@ -49,14 +50,10 @@ class SendJob(Job):
     meta: dict[str, str] | None = None
     topic: str | None = None
 
-    def __init__(
-        self, act: Act, handler: HandlerSpec, msg: Message, sender: str | None, size: int
-    ) -> None:
-        self.size = size
-        self.act = act
-        self.handler = handler
-        self.msg = msg
-        self.sender = sender
+    act: Act
+    handler: HandlerSpec
+    msg: Message
+    sender: str | None
 
     def invoke(self) -> Any:
         act = self.act

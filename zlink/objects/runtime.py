@@ -69,9 +69,6 @@ from .base import (
 )
 from .jobs import BatchJob, MessageJob, SendJob, handler_error
 
-if TYPE_CHECKING:
-    pass
-
 _log = logging.getLogger("zlink.runtime")
 _new_send_job = SendJob.__new__
 
