@@ -52,8 +52,10 @@ class WorkerPool:
 
     def submit(self, fn: Callable[[], None]) -> None:
         """Put ``fn`` on the run queue; some worker calls it soon. Never blocks."""
-        with self._lock:
-            self._pending += 1
+        lock = self._lock  # acquire/release, not ``with``: once per scheduled gate (hot)
+        lock.acquire()
+        self._pending += 1
+        lock.release()
         self._queue.put(fn)
 
     @property
@@ -95,14 +97,16 @@ class WorkerPool:
             fn = get()
             if fn is None:
                 return
-            with lock:
-                self._busy += 1
+            lock.acquire()  # not ``with``: twice per work item, and it costs twice as much
+            self._busy += 1
+            lock.release()
             try:
                 fn()
             except BaseException:  # noqa: BLE001 - a worker never dies of a work item
                 _log.exception("work item %r failed", fn)
-            with lock:
-                self._busy -= 1
-                self._pending -= 1
-                if self._waiting_idle:
-                    self._idle.notify_all()
+            lock.acquire()
+            self._busy -= 1
+            self._pending -= 1
+            if self._waiting_idle:
+                self._idle.notify_all()
+            lock.release()
