@@ -5,7 +5,8 @@ Guarantees / assumes:
   put on it once per scheduling (its own flag sees to that), never once per message.
 * The number of threads is fixed at start (cores by default) and never grows with the number of
   gates or owners: 10,000 Spots run on the same N threads (§10).
-* ``_lock`` protects only the busy/pending counters used for status and ``wait_idle``.
+* ``_lock`` protects only the pending counter (``wait_idle``). Each worker marks itself busy in
+  its own slot of ``_running`` (one writer per slot: no lock), which status adds up.
 * An exception from a work item is logged; a worker never dies of one.
 * Execution is *hand-off*: consecutive turns of one gate may run on different threads, so no
   turn state lives in thread-local storage (§6, §12). We chose hand-off over pinning because
@@ -36,7 +37,7 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0  # submitted and not yet finished
-        self._busy = 0
+        self._running = [0] * workers  # worker i writes only slot i
         self._waiting_idle = 0  # threads in wait_idle: only then do workers notify
         self._started = False
 
@@ -46,7 +47,8 @@ class WorkerPool:
             return
         self._started = True
         for i in range(self.size):
-            t = threading.Thread(target=self._work, name=f"{self._name}-{i}", daemon=True)
+            t = threading.Thread(target=self._work, args=(i,), name=f"{self._name}-{i}",
+                                 daemon=True)  # fmt: skip
             t.start()
             self._threads.append(t)
 
@@ -61,7 +63,7 @@ class WorkerPool:
     @property
     def busy(self) -> int:
         """Workers currently running an item."""
-        return self._busy
+        return sum(self._running)
 
     @property
     def pending(self) -> int:
@@ -90,22 +92,21 @@ class WorkerPool:
             if t is not me:
                 t.join(timeout)
 
-    def _work(self) -> None:
+    def _work(self, index: int) -> None:
         get = self._queue.get
         lock = self._lock
+        running = self._running
         while True:
             fn = get()
             if fn is None:
                 return
-            lock.acquire()  # not ``with``: twice per work item, and it costs twice as much
-            self._busy += 1
-            lock.release()
+            running[index] = 1
             try:
                 fn()
             except BaseException:  # noqa: BLE001 - a worker never dies of a work item
                 _log.exception("work item %r failed", fn)
-            lock.acquire()
-            self._busy -= 1
+            running[index] = 0
+            lock.acquire()  # not ``with``: once per work item, and ``with`` costs twice as much
             self._pending -= 1
             if self._waiting_idle:
                 self._idle.notify_all()
