@@ -270,3 +270,23 @@ def test_an_owner_running_alone_still_hands_the_gate_back_when_its_budget_is_spe
     assert gate.busy
     gate._run_batch()
     assert order == ["slow", "next"] and not gate.busy
+
+
+def test_the_pool_counts_busy_workers_and_pending_items_exactly():
+    pool = ex.WorkerPool(2)
+    pool.start()
+    started, release = threading.Event(), threading.Event()
+
+    def blocked() -> None:
+        started.set()
+        assert release.wait(WAIT)
+
+    pool.submit(blocked)
+    assert started.wait(WAIT)
+    assert pool.busy == 1 and pool.pending == 1  # running, not yet finished
+    assert not pool.wait_idle(0.01)  # a real wait with a short timeout: it is still busy
+    assert pool.wait_idle(WAIT, busy=1)  # everything but the blocked item is done
+    release.set()
+    assert pool.wait_idle(WAIT)
+    assert pool.busy == 0 and pool.pending == 0
+    pool.shutdown()
