@@ -179,15 +179,7 @@ class Owner:
             return resume
         if self._held:
             return None
-        lanes = self.lanes
-        if lanes.life:
-            return lanes.take()  # the lane rule of §7 decides
-        app = lanes.app  # only the application lane has work: the rule's first case, inline
-        if not app:
-            return None
-        lanes.streak = 0
-        lanes.debt = False
-        return app.popleft()
+        return self.lanes.take()
 
     def _settle(self) -> None:
         """After a turn of this owner: back in the ring if it has work, else clear the flag."""

@@ -59,10 +59,12 @@ class SendJob(Job):
         act = self.act
         if act.rt.stopping:
             raise Discarded
-        act.activity += 1  # type: ignore[union-attr]  # a Spot or an Actor: the gate holder writes it
+        if act.owner is not None:  # a Channel (a MessageJob's) has none
+            act.activity += 1  # idle eviction; only the gate holder writes it
         h = self.handler
         if h.wants_context:
-            return h.fn(act.instance, self.msg, MessageContext({}, self.sender, False, None))
+            ctx = MessageContext(self.meta or {}, self.sender, h.is_request, self.topic)
+            return h.fn(act.instance, self.msg, ctx)
         return h.fn(act.instance, self.msg)
 
     def finish(self, turn: Turn) -> None:
@@ -103,18 +105,6 @@ class MessageJob(SendJob):
         self.reply = reply
         self.meta = meta
         self.sender = sender
-
-    def invoke(self) -> Any:
-        act = self.act
-        if act.rt.stopping:
-            raise Discarded
-        if act.owner is not None:  # a Channel has none
-            act.activity += 1  # idle eviction; only the gate holder writes it
-        h = self.handler
-        if h.wants_context:
-            ctx = MessageContext(self.meta or {}, self.sender, h.is_request, self.topic)
-            return h.fn(act.instance, self.msg, ctx)
-        return h.fn(act.instance, self.msg)
 
 
 class BatchJob(Job):
