@@ -367,40 +367,31 @@ def main(argv: list[str] | None = None) -> int:
         contenders["pykka_new"] = lambda: pykka_one_way(n_one, fresh=True)
     rounds = interleaved(contenders, reps)
     z1, t1 = max(rounds["zlink"]), max(rounds["tpe"])
+
+    def against_pykka(name: str, pykka: str, label: str = "zlink/pykka", rate: bool = True) -> str:
+        """``name``'s best round over Pykka's (``pykka``), and the median per-round ratio."""
+        if not has_pykka:
+            return ""
+        best, base = max(rounds[name]), max(rounds[pykka])
+        shown = f" | pykka tell {base:>10,.0f} msg/s" if rate else ""
+        return (
+            f"{shown} | {label} {best / base:5.2f}x "
+            f"(per round: median {median_ratio(rounds, name, pykka):4.2f}x)"
+        )
+
     print(
         f"one-way to one Spot   zlink {z1:>10,.0f} msg/s | tpe+lock {t1:>10,.0f} msg/s "
-        f"| zlink/tpe {z1 / t1:5.2f}x",
-        end="",
+        f"| zlink/tpe {z1 / t1:5.2f}x" + against_pykka("zlink", "pykka")
     )
-    if has_pykka:
-        p1 = max(rounds["pykka"])
-        print(
-            f" | pykka tell {p1:>10,.0f} msg/s | zlink/pykka {z1 / p1:5.2f}x "
-            f"(per round: median {median_ratio(rounds, 'zlink', 'pykka'):4.2f}x)",
-            end="",
-        )
-    print()
-
     zn = max(rounds["zlink_new"])
-    print(f"one-way, new message  zlink {zn:>10,.0f} msg/s", end="")
-    if has_pykka:
-        pn = max(rounds["pykka_new"])
-        print(
-            f" | pykka tell {pn:>10,.0f} msg/s | zlink/pykka {zn / pn:5.2f}x "
-            f"(per round: median {median_ratio(rounds, 'zlink_new', 'pykka_new'):4.2f}x)",
-            end="",
-        )
-    print()
-
+    print(
+        f"one-way, new message  zlink {zn:>10,.0f} msg/s" + against_pykka("zlink_new", "pykka_new")
+    )
     zb = max(rounds["zlink_batch"])
-    print(f"batch of 100 (many)   zlink {zb:>10,.0f} msg/s | zlink/one-way {zb / z1:5.2f}x", end="")
-    if has_pykka:
-        print(
-            f" | zlink batch/pykka tell {zb / p1:5.2f}x "
-            f"(per round: median {median_ratio(rounds, 'zlink_batch', 'pykka'):4.2f}x)",
-            end="",
-        )
-    print()
+    print(
+        f"batch of 100 (many)   zlink {zb:>10,.0f} msg/s | zlink/one-way {zb / z1:5.2f}x"
+        + against_pykka("zlink_batch", "pykka", "zlink batch/pykka tell", rate=False)
+    )
 
     zr, tr = zlink_round_trip(n_rt, w), tpe_round_trip(n_rt, w)
     print(
