@@ -32,6 +32,7 @@ from typing import Any
 import zlink
 
 from .core import Tick, build_app, pykka_available, pykka_counter
+from .floor import floor_side
 
 N = 1_000  # messages per round: the lane holds 1,024
 
@@ -107,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# Python {sys.version.split()[0]} GIL={'on' if _gil() else 'off'} rounds={rounds}")
     z_send, z_batch, z_handle, node = zlink_side()
     p = pykka_side() if pykka_available() else None
+    act = node._rt.spots["c"]  # the floor calls the same handler on the same instance
+    floor = floor_side(Tick(), [Tick() for _ in range(100)], act.spec.handlers[Tick].fn,
+                       act.instance)  # fmt: skip
     best: dict[str, float] = {}
 
     def keep(name: str, seconds: float) -> None:
@@ -121,20 +125,26 @@ def main(argv: list[str] | None = None) -> int:
             keep("zlink handle", z_handle())
             keep("zlink batch send", z_batch())
             keep("zlink batch handle", z_handle())
+            for name, timed in floor.items():
+                keep(f"floor {name}", timed())
     finally:
         node.shutdown()
     us = {k: v / N * 1e6 for k, v in best.items()}
 
     def line(label: str, key: str) -> float:
         send, handle = us[f"{key} send"], us[f"{key} handle"]
-        print(f"{label:15s} send {send:5.2f} us  handle {handle:5.2f} us  "
+        print(f"{label:17s} send {send:5.2f} us  handle {handle:5.2f} us  "
               f"total {send + handle:5.2f} us per message")  # fmt: skip
         return send + handle
 
     one, many = line("zlink one-way", "zlink"), line("zlink batch", "zlink batch")
+    floors = [line(f"floor {k}", f"floor {k}") for k in ("contract", "api", "batch")]
     if p is not None:
         pk = line("pykka tell", "pykka")
         print(f"CPU per message, pykka / zlink: one-way {pk / one:4.2f}x  batch {pk / many:4.2f}x")
+        print("CPU per message, pykka / floor (the most any Python code of the contract could "
+              f"reach): one-way {pk / floors[0]:4.2f}x, through the API {pk / floors[1]:4.2f}x  "
+              f"batch {pk / floors[2]:4.2f}x")  # fmt: skip
     return 0
 
 

@@ -14,6 +14,14 @@ def test_the_core_benchmark_runs_in_quick_mode(capsys):
     assert "one-way to one Spot" in out and "round trip" in out and "fan-out" in out
 
 
+def test_the_core_benchmark_states_its_cpus_and_refuses_bad_ones(capsys):
+    with pytest.raises(SystemExit):
+        core.main(["--quick", "--cpus", "zero"])
+    assert "--cpus" in capsys.readouterr().err
+    assert core.cpu_set("0,1") == {0, 1}
+    assert core.layout()  # the header's cpus= field: this process's CPUs
+
+
 @pytest.mark.timeout(120)
 def test_the_peers_benchmark_runs_in_quick_mode(capsys):
     from bench import peers
@@ -30,3 +38,4 @@ def test_the_split_benchmark_runs_in_quick_mode(capsys):
     assert split.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "zlink one-way" in out and "zlink batch" in out
+    assert "floor contract" in out and "floor api" in out and "floor batch" in out
