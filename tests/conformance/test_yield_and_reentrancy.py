@@ -292,6 +292,11 @@ def test_member_actor_yield_keeps_its_claim_while_other_actors_spot_handlers_run
     client.send_to_actor(a, Go(room="wide")).submit()
     assert node._runtime.actors[a].instance.joined.wait(WAIT)
     b = _player(node, room="wide")
+    # B's join ends with a turn of B on the Spot's gate (on_join_completed), which may still be
+    # settling when _player returns; until it has, B is not in the gate's ring, and a message
+    # to B would be run after one to the Spot sent later. Ring order is the order in which
+    # owners become ready (§2), so start from an idle gate to make it the order of the sends.
+    assert node.wait_idle(WAIT)
 
     pending = client.request_to_actor(a, Wait()).future()
     client.send_to_actor(a, Note(text="next")).submit()  # must not run before A resumes
