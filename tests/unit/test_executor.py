@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import threading
+from collections.abc import Callable
 
 import zlink.executor as ex
 from zlink.executor.lanes import APPLICATION, LIFECYCLE, LaneLimits, OwnerLanes
@@ -225,6 +226,46 @@ def test_owners_sharing_a_gate_alternate_turn_by_turn_and_one_alone_runs_back_to
     assert order == ["a3", "life", "a4"]
     assert a.lanes.reserved() == (0, 0, 0, 0) and b.lanes.reserved() == (0, 0, 0, 0)
     assert not gate.busy and not a._flag.locked()  # idle: the gate and the owner are free
+
+
+def test_light_jobs_run_back_to_back_only_while_the_general_checks_would_pick_the_next():
+    """§2/§7: an owner alone runs its queued light jobs one after another, but an owner that
+    becomes ready meanwhile gets the next turn (round robin), a job that is not light goes
+    through the general path in queue order, and a hold stops the owner at once."""
+    gate, (a, b) = _held_gate()
+    order: list[str] = []
+
+    def note(name: str) -> Callable[[], None]:
+        return lambda: order.append(name)
+
+    def wakes_b() -> None:
+        order.append("a0")
+        b.put_app(_Light(note("b0"), []))  # B is ready now: it goes before a1
+
+    a.put_app(_Light(wakes_b, []))
+    a.put_app(_Light(note("a1"), []))
+    a.put_app(ex.CallJob(note("a2")))  # not light: the general path, still in order
+    a.put_app(_Light(note("a3"), []))
+    gate._run_batch()
+    assert order == ["a0", "b0", "a1", "a2", "a3"]
+
+    order.clear()
+    assert gate._flag.acquire(False)
+    resumed: list[str] = []
+
+    def holds() -> None:
+        order.append("h")
+        a.hold(lambda: resumed.append("held"))  # e.g. a Join taking the owner (§5)
+
+    a.put_app(_Light(holds, []))
+    a.put_app(_Light(note("after"), []))
+    gate._run_batch()
+    assert order == ["h"] and resumed == ["held"]  # the next light job waits for the unhold
+    assert gate._flag.acquire(False)
+    a.unhold()
+    gate._run_batch()
+    assert order == ["h", "after"]
+    assert a.lanes.reserved() == (0, 0, 0, 0) and b.lanes.reserved() == (0, 0, 0, 0)
 
 
 def test_a_light_job_is_a_turn_and_only_a_failed_or_deferring_one_is_post_processed():

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .clock import Clock
-from .lanes import ADMITTED, OwnerLanes
+from .lanes import ADMITTED, APPLICATION, OwnerLanes
 from .pool import WorkerPool
 from .turn import _CURRENT, CLOSED, DONE, KEEP, RELEASE, Job, Turn
 
@@ -45,6 +45,7 @@ class _Resume:
     """A Yield continuation waiting for its gate: a new turn step, not a new message (§3)."""
 
     __slots__ = ("error", "turn", "value")
+    light = False  # never run as a light job (it may wait in the application lane)
 
     def __init__(self, turn: Turn, value: Any, error: BaseException | None) -> None:
         self.turn = turn
@@ -86,16 +87,13 @@ class Owner:
         self._resume: _Resume | None = None
         self._after_hold: Callable[[], None] | None = None
         self.ref: Any = None  # the layer above points back at its object here
+        lanes.owner = self  # admission makes this owner ready (OwnerLanes.put_app)
 
     # -- put side (any thread) ----------------------------------------------------------------
     def put_app(self, job: Job) -> int:
         """Admit ``job`` (``job.count`` items: a batch counts each message) to the application
-        lane, all or nothing, and make the owner ready; see ``OwnerLanes``."""
-        verdict = self.lanes.put_app(job, job.size, job.count)
-        flag = self._flag
-        if verdict == ADMITTED and not flag.locked() and flag.acquire(False):  # see _flag
-            self.gate.push(self)
-        return verdict
+        lane, all or nothing, and make the owner ready; see ``OwnerLanes.put_app``."""
+        return self.lanes.put_app(job, job.size, job.count)
 
     def put_app_and_claim(self, job: Job) -> tuple[int, Gate | None]:
         """Like :meth:`put_app`, but when the gate was idle, take it instead of scheduling it.
@@ -103,7 +101,7 @@ class Owner:
         Returns the verdict and, if this caller now holds the gate's flag, the gate: the caller
         must run it (:meth:`Gate.help`). For a plain thread about to block on the result.
         """
-        verdict = self.lanes.put_app(job, job.size)
+        verdict = self.lanes.put_app(job, job.size, 1, False)
         if verdict == ADMITTED and self._flag.acquire(False):
             gate = self.gate
             gate.push_held(self)
@@ -309,21 +307,35 @@ class Gate:
                     turn = self.running = item.turn
                     outcome = turn.resume(item.value, item.error)
                 elif item.light:  # a light job (see Job) as a turn, without the machinery
-                    turn = self.running = _new_turn(Turn)
-                    turn.job, turn.owner, turn.barriers = item, owner, None
-                    token = _set_current(turn)
-                    try:
-                        item.invoke()
-                    except BaseException as exc:  # noqa: BLE001 - the failure is its result
-                        turn.error = exc
-                    finally:
-                        _reset_current(token)
-                    self.running = None
-                    if turn.barriers is None and turn.error is None:
-                        turn.barriers = CLOSED  # its scope ends; the reservation goes back
-                        owner.lanes.release(item.lane, item.size, item.count)
-                    else:
-                        self._finish(turn, owner)  # post-processing: failed, or Defer() (§5)
+                    lanes = owner.lanes
+                    app = lanes.app
+                    while True:  # and the light jobs queued behind it, while nothing else waits
+                        turn = self.running = _new_turn(Turn)
+                        turn.job, turn.owner, turn.barriers = item, owner, None
+                        token = _set_current(turn)
+                        try:
+                            item.invoke()
+                        except BaseException as exc:  # noqa: BLE001 - the failure is its result
+                            turn.error = exc
+                        finally:
+                            _reset_current(token)
+                        self.running = None
+                        if turn.barriers is None and turn.error is None:
+                            turn.barriers = CLOSED  # its scope ends; the reservation goes back
+                            lanes.release(APPLICATION, item.size, 1)
+                        else:
+                            self._finish(turn, owner)  # post-processing: failed, or Defer() (§5)
+                        # The next turn here only if the general checks below would pick the
+                        # same one: no helper, no other owner in the ring, not held, no resume,
+                        # budget left, and the lane rule choosing the application lane (with
+                        # the lifecycle lane empty, take() is app.popleft(); see OwnerLanes).
+                        if stop is not None or ring or owner._held or owner._resume is not None:
+                            break
+                        started = now()
+                        if started >= deadline or lanes.life or not app or not app[0].light:
+                            break
+                        item = app.popleft()
+                        self.running_since = started
                     outcome = LIGHT
                 else:
                     turn = self.running = Turn(item, owner)

@@ -43,8 +43,10 @@ class OwnerLanes:
     """Application and lifecycle FIFOs with separate reservations, streak and yield debt (§7)."""
 
     __slots__ = (
+        "_app_bytes",
         "_app_in",
         "_app_in_bytes",
+        "_app_items",
         "_app_out",
         "_app_out_bytes",
         "_life_in",
@@ -52,11 +54,13 @@ class OwnerLanes:
         "_life_out",
         "_life_out_bytes",
         "_put_lock",
+        "_retained",
         "app",
         "closed",
         "debt",
         "life",
         "limits",
+        "owner",
         "streak",
     )
 
@@ -66,30 +70,35 @@ class OwnerLanes:
         self.app: deque[Any] | None = None
         self.life: deque[Any] | None = None
         self.limits = limits
+        # the application lane's limits as plain slots: read on every admission and release
+        self._app_items, self._app_bytes = limits.app_items, limits.app_bytes
+        self._retained = limits.app_retained_per_item
         self._put_lock = threading.Lock()
         self._app_in = self._app_in_bytes = self._app_out = self._app_out_bytes = 0
         self._life_in = self._life_in_bytes = self._life_out = self._life_out_bytes = 0
         self.closed = False  # set and cleared under _put_lock: a seal is atomic with admission
         self.streak = 0  # lifecycle turns chosen in a row
         self.debt = False  # an application turn is owed (§7 yield debt)
+        self.owner: Any = None  # the Owner these lanes belong to: put_app makes it ready
 
     # -- put side (any thread) ----------------------------------------------------------------
-    def put_app(self, item: Any, payload_bytes: int, count: int = 1) -> int:
+    def put_app(self, item: Any, payload_bytes: int, count: int = 1, ready: bool = True) -> int:
         """Reserve ``payload_bytes`` plus the retained cost of ``count`` items (a batch is one
-        queue entry holding ``count`` messages); append ``item`` to the app lane.
+        queue entry holding ``count`` messages); append ``item`` to the app lane, and (``ready``)
+        make the owner, if these lanes have one, ready.
 
-        Returns ``ADMITTED``, ``FULL_COUNT`` or ``FULL_BYTES``; when full nothing changes.
+        Returns ``ADMITTED``, ``FULL_COUNT``, ``FULL_BYTES`` or ``ADMISSION_CLOSED``; when not
+        admitted nothing changes.
         """
-        lim = self.limits
-        cost = payload_bytes + lim.app_retained_per_item * count
+        cost = payload_bytes + self._retained * count
         lock = self._put_lock
         lock.acquire()  # not ``with``: the hot path, and ``with`` costs twice as much here
         try:
             if self.closed:
                 return ADMISSION_CLOSED
-            if self._app_in - self._app_out + count > lim.app_items:
+            if self._app_in - self._app_out + count > self._app_items:
                 return FULL_COUNT
-            if self._app_in_bytes - self._app_out_bytes + cost > lim.app_bytes:
+            if self._app_in_bytes - self._app_out_bytes + cost > self._app_bytes:
                 return FULL_BYTES
             self._app_in += count
             self._app_in_bytes += cost
@@ -99,6 +108,11 @@ class OwnerLanes:
             app.append(item)
         finally:
             lock.release()
+        owner = self.owner
+        if owner is not None and ready:  # make the owner ready: Owner._ready, inline (the hot path)
+            flag = owner._flag
+            if not flag.locked() and flag.acquire(False):
+                owner.gate.push(owner)
         return ADMITTED
 
     def put_life(self, item: Any, payload_bytes: int) -> int:
@@ -160,6 +174,10 @@ class OwnerLanes:
 
         Lifecycle first when both are ready, at most ``lifecycle_streak`` in a row; then one
         application item is owed (debt) and is taken before lifecycle again.
+
+        Every application take leaves ``streak`` 0 and ``debt`` off, so after one, and while the
+        lifecycle lane stays empty, the next take is ``app.popleft()`` and changes nothing
+        else: the gate's run of consecutive light jobs pops them so (``Gate._run_batch``).
         """
         app, life = self.app, self.life
         if not life:
@@ -208,7 +226,7 @@ class OwnerLanes:
         """Return a reservation at the item's terminal completion (gate holder only)."""
         if lane == APPLICATION:
             self._app_out += count
-            self._app_out_bytes += payload_bytes + self.limits.app_retained_per_item * count
+            self._app_out_bytes += payload_bytes + self._retained * count
         elif lane == LIFECYCLE:
             self._life_out += 1
             self._life_out_bytes += payload_bytes

@@ -65,8 +65,9 @@ class Job:
     ``finish``.
 
     A ``light`` job promises that ``invoke()`` is a plain call that never returns a coroutine,
-    and that ``finish()`` of a turn that ended normally with no Defer() barrier has nothing to
-    do: the gate then runs it without the general turn machinery (a one-way message).
+    that ``finish()`` of a turn that ended normally with no Defer() barrier has nothing to do,
+    and that it is one item of the application lane: the gate then runs it without the general
+    turn machinery (a one-way message), and the light jobs queued behind it back to back.
     """
 
     __slots__ = ("at", "size")

@@ -216,7 +216,7 @@ class Runtime(Membership, Creation, Closing):
         job.sender = turn.owner.name if turn is not None and turn.owner is not None else None
         job.size = wire_size(msg)
         job.at = self._now()
-        verdict = act.owner.put_app(job)
+        verdict = act.owner.lanes.put_app(job, job.size)  # Owner.put_app without its frame
         if verdict != ADMITTED:
             self._refused(act, call, None, NO_WAIT, 0, False, verdict)
 
