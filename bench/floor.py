@@ -12,8 +12,9 @@ general path is taken away, and the per-message work of the contract is kept:
   time, admission by count and bytes under the put lock (a reservation of payload + 256 bytes),
   the append and the owner's ready flag;
 * **handling** (§2, §5, §7-§9): the lane choice (lifecycle first), a turn object made current
-  for the handler (a ``ContextVar``), the handler call, its Defer() scope closed, the
-  reservation returned at its end, and one clock read per turn for the budget.
+  for the handler (a ``ContextVar``, one ``set`` per turn), the handler call, its Defer()
+  scope closed, the reservation returned at its end, and one clock read per turn for the
+  budget.
 
 ``contract`` is the same without the API shape: a function call per send with the handler,
 instance and size already known. ``batch`` admits 100 messages under one lock (their size
@@ -154,11 +155,13 @@ class _Client:
 
 
 def _drain(lanes: _Lanes, rt: _Runtime) -> None:
-    """Turns until the lanes are empty: the part of a gate's loop every message needs."""
+    """Turns until the lanes are empty: the part of a gate's loop every message needs (a
+    handler that raises is left out: the floor's handler never does)."""
     app, life = lanes.app, lanes.life
     now = rt.now
     deadline = now() + 0.010
-    new, set_current, reset_current = _Turn.__new__, _CURRENT.set, _CURRENT.reset
+    new, set_current = _Turn.__new__, _CURRENT.set
+    token = set_current(None)  # each turn replaces the value; one reset at the end
     while True:
         if life:
             job = life.popleft()
@@ -168,24 +171,23 @@ def _drain(lanes: _Lanes, rt: _Runtime) -> None:
             break
         turn = new(_Turn)
         turn.job, turn.owner, turn.barriers = job, lanes, None
-        token = set_current(turn)
-        try:
-            if not rt.stopping:
-                job.fn(job.instance, job.msg)
-        finally:
-            reset_current(token)
+        set_current(turn)
+        if not rt.stopping:
+            job.fn(job.instance, job.msg)
         turn.barriers = _CLOSED
         lanes.n_out += 1
         lanes.b_out += job.size + RETAINED
         if now() >= deadline:
             deadline = now() + 0.010  # the budget: a worker would requeue the gate here
+    _CURRENT.reset(token)
     lanes.ready.release()
 
 
 def _drain_batches(lanes: _Lanes, rt: _Runtime) -> None:
     """Batch entries: one reservation for all, a turn per message (run_turns' part)."""
     app = lanes.app
-    new, set_current, reset_current = _Turn.__new__, _CURRENT.set, _CURRENT.reset
+    new, set_current = _Turn.__new__, _CURRENT.set
+    token = set_current(None)
     while app:
         job = app.popleft()
         fn, instance = job.fn, job.instance
@@ -194,14 +196,12 @@ def _drain_batches(lanes: _Lanes, rt: _Runtime) -> None:
                 break
             turn = new(_Turn)
             turn.job, turn.owner, turn.barriers = job, lanes, None
-            token = set_current(turn)
-            try:
-                fn(instance, msg)
-            finally:
-                reset_current(token)
+            set_current(turn)
+            fn(instance, msg)
             turn.barriers = _CLOSED
         lanes.n_out += len(job.msg)
         lanes.b_out += job.size + RETAINED * len(job.msg)
+    _CURRENT.reset(token)
     lanes.ready.release()
 
 

@@ -331,3 +331,38 @@ def test_the_pool_counts_busy_workers_and_pending_items_exactly():
     assert pool.wait_idle(WAIT)
     assert pool.busy == 0 and pool.pending == 0
     pool.shutdown()
+
+
+def test_run_turns_makes_each_call_a_current_turn_and_puts_the_callers_back():
+    """§5/§6: every call of a batch is a turn of its own while it runs; the post-processing of
+    a failed one, a halt and the end of the run all see the caller's turn again."""
+    from zlink.executor.turn import _CURRENT
+
+    class Halt:
+        stopping = False
+
+    halt, seen, after_saw = Halt(), [], []
+    outer = object()
+    token = _CURRENT.set(outer)  # type: ignore[arg-type]
+    try:
+
+        def call(first: object, arg: str) -> None:
+            turn = ex.current_turn()
+            seen.append((arg, turn))
+            if arg == "boom":
+                raise ValueError(arg)
+            if arg == "halt":
+                halt.stopping = True
+
+        def after(turn: ex.Turn) -> None:
+            after_saw.append((type(turn.error).__name__, ex.current_turn()))
+
+        args = ["a", "boom", "b", "halt", "never"]
+        ex.run_turns(ex.CallJob(lambda: None), None, [(call, a) for a in args], None, after, halt)
+        assert [a for a, _ in seen] == ["a", "boom", "b", "halt"]  # halted before "never"
+        turns = [t for _, t in seen]
+        assert len({id(t) for t in turns}) == 4 and outer not in turns  # a turn each
+        assert after_saw == [("ValueError", outer)]  # post-processing as the caller's turn
+        assert ex.current_turn() is outer
+    finally:
+        _CURRENT.reset(token)

@@ -36,7 +36,7 @@ from .turn import _CURRENT, CLOSED, DONE, KEEP, RELEASE, Job, Turn
 
 LIGHT = -1  # the outcome of a light job's turn: done, post-processed and released
 _new_turn = Turn.__new__
-_set_current, _reset_current = _CURRENT.set, _CURRENT.reset
+_get_current, _set_current, _reset_current = _CURRENT.get, _CURRENT.set, _CURRENT.reset
 
 _log = logging.getLogger("zlink.gate")
 
@@ -309,33 +309,38 @@ class Gate:
                 elif item.light:  # a light job (see Job) as a turn, without the machinery
                     lanes = owner.lanes
                     app = lanes.app
-                    while True:  # and the light jobs queued behind it, while nothing else waits
-                        turn = self.running = _new_turn(Turn)
-                        turn.job, turn.owner, turn.barriers = item, owner, None
-                        token = _set_current(turn)
-                        try:
-                            item.invoke()
-                        except BaseException as exc:  # noqa: BLE001 - the failure is its result
-                            turn.error = exc
-                        finally:
-                            _reset_current(token)
-                        self.running = None
-                        if turn.barriers is None and turn.error is None:
-                            turn.barriers = CLOSED  # its scope ends; the reservation goes back
-                            lanes.release(APPLICATION, item.size, 1)
-                        else:
-                            self._finish(turn, owner)  # post-processing: failed, or Defer() (§5)
-                        # The next turn here only if the general checks below would pick the
-                        # same one: no helper, no other owner in the ring, not held, no resume,
-                        # budget left, and the lane rule choosing the application lane (with
-                        # the lifecycle lane empty, take() is app.popleft(); see OwnerLanes).
-                        if stop is not None or ring or owner._held or owner._resume is not None:
-                            break
-                        started = now()
-                        if started >= deadline or lanes.life or not app or not app[0].light:
-                            break
-                        item = app.popleft()
-                        self.running_since = started
+                    outer = _get_current()
+                    token = _set_current(outer)  # each turn replaces it; one reset (run_turns)
+                    try:
+                        while True:  # and the light jobs behind it, while nothing else waits
+                            turn = self.running = _new_turn(Turn)
+                            turn.job, turn.owner, turn.barriers = item, owner, None
+                            _set_current(turn)
+                            try:
+                                item.invoke()
+                            except BaseException as exc:  # noqa: BLE001 - it is the result
+                                turn.error = exc
+                            self.running = None
+                            if turn.barriers is None and turn.error is None:
+                                turn.barriers = CLOSED  # its scope ends; the reservation back
+                                lanes.release(APPLICATION, item.size, 1)
+                            else:  # post-processing, outside the turn: failed, or Defer() (§5)
+                                _set_current(outer)
+                                self._finish(turn, owner)
+                            # The next turn here only if the general checks below would pick
+                            # the same one: no helper, no other owner in the ring, not held, no
+                            # resume, budget left, and the lane rule choosing the application
+                            # lane (the lifecycle lane empty: take() is app.popleft(); see
+                            # OwnerLanes.take).
+                            if stop is not None or ring or owner._held or owner._resume:
+                                break
+                            started = now()
+                            if started >= deadline or lanes.life or not app or not app[0].light:
+                                break
+                            item = app.popleft()
+                            self.running_since = started
+                    finally:
+                        _reset_current(token)
                     outcome = LIGHT
                 else:
                     turn = self.running = Turn(item, owner)
