@@ -3,7 +3,8 @@
 Guarantees / assumes:
 * Each lane is a ``collections.deque``: ``append`` and ``popleft`` are atomic on both builds.
 * Admission (count and bytes) is checked and reserved under ``_put_lock``, the only lock on the
-  put side (§11: "only the side that puts items in needs to be protected").
+  put side (§11: "only the side that puts items in needs to be protected"). An admitted
+  application item makes the lanes' owner ready (its flag taken in one step, see ``Owner``).
 * A reservation is held until the work item's terminal completion (§7), not until it leaves the
   queue. Releases are counted in ``_app_out`` / ``_life_out`` by the current gate holder only:
   one writer, so the take side takes no lock. Producers read them under ``_put_lock``; a stale
@@ -109,7 +110,7 @@ class OwnerLanes:
         finally:
             lock.release()
         owner = self.owner
-        if owner is not None and ready:  # make the owner ready: Owner._ready, inline (the hot path)
+        if owner is not None and ready:  # as Owner.put_life does, here to save a frame per send
             flag = owner._flag
             if not flag.locked() and flag.acquire(False):
                 owner.gate.push(owner)
