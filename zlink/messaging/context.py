@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
 
 _KIND: dict[type, bool] = {}  # message class -> is it a Request
-_new_send_call = SendCall.__new__
 
 
 def _messages(msgs: Iterable[object]) -> list[Message]:
@@ -99,10 +98,7 @@ class RouteClient:
             spot_id = check_id("spot_id", spot_id)
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
-        call = _new_send_call(SendCall)  # MessageCall.__init__, inline: once per message
-        call._rt, call._options, call._ended = self._rt, None, False
-        call.kind, call.target, call.msg = "spot", spot_id, msg
-        return call
+        return SendCall(self._rt, "spot", spot_id, msg)
 
     def request_to_spot(self, spot_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Spot; its reply is the request's ``T``."""
@@ -114,10 +110,7 @@ class RouteClient:
             actor_id = check_id("actor_id", actor_id)
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
-        call = _new_send_call(SendCall)  # MessageCall.__init__, inline: once per message
-        call._rt, call._options, call._ended = self._rt, None, False
-        call.kind, call.target, call.msg = "actor", actor_id, msg
-        return call
+        return SendCall(self._rt, "actor", actor_id, msg)
 
     def request_to_actor(self, actor_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to an Actor."""
