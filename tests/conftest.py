@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 import zlink
+from zlink.executor import lockorder
 from zlink.testing import ManualClock
 
 WAIT = 5.0  # real seconds any test waits for an event or a result before failing
@@ -32,3 +33,14 @@ def make_node(clock: ManualClock) -> Iterator[Callable[..., zlink.Node]]:
     yield make
     for node in nodes:
         node.shutdown(timeout=WAIT)
+
+
+@pytest.fixture(autouse=True)
+def _lock_order() -> Iterator[None]:
+    """Every test runs with ranked locks checked; any acquisition against the order fails it
+    (``zlink.lock_order``), also one made on a worker or infrastructure thread."""
+    lockorder.reset()
+    with lockorder.checking():
+        yield
+    found = lockorder.violations()
+    assert not found, "lock order violated:\n" + "\n".join(found)

@@ -13,11 +13,12 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import itertools
-import threading
 from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..errors import Unavailable
+from ..executor.lockorder import ranked_lock
+from ..lock_order import LockRank
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +62,7 @@ class InMemoryLocationStore:
     """The embedded store: one dict under one lock, shared by the nodes of one process."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = ranked_lock("store.memory", LockRank.STORE)
         self._locations: dict[str, Location] = {}
         self._object_generations = itertools.count(1)
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import threading
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import TypeAdapter
@@ -31,6 +30,8 @@ from pydantic_core import to_json
 
 from .. import errors
 from ..errors import HandlerError, InvalidArgument, Unavailable, ZLinkError
+from ..executor.lockorder import ranked_lock
+from ..lock_order import LockRank
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
 from ..messaging.completion import Completion
@@ -80,10 +81,10 @@ class MeshRouter:
         self.store = store
         self.transport = transport
         self._pending: dict[int, tuple[Completion, Any]] = {}
-        self._lock = threading.Lock()
+        self._lock = ranked_lock("router.pending", LockRank.PENDING)
         self._ids = itertools.count(1)
         # routing: one path per remote target at a time (see the module docstring)
-        self.route_lock = threading.RLock()
+        self.route_lock = ranked_lock("router.route", LockRank.ROUTE, reentrant=True)
         self._routes: dict[str, Route] = {}  # target -> where this node sends it
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
         self._switching: dict[str, list[dict[str, Any]]] = {}  # target -> kept behind a fence

@@ -15,6 +15,8 @@ from ..executor import Gate
 from ..executor.lanes import (
     LaneLimits,
 )
+from ..executor.lockorder import ranked_lock
+from ..lock_order import LockRank
 from ..mesh.router import MeshRouter
 
 if TYPE_CHECKING:
@@ -83,11 +85,11 @@ class Directory:
         self.router: MeshRouter | None = None  # set when the node is part of a mesh
         self.relocator: Relocator | None = None
         self.remote_join: RemoteJoin | None = None
-        self._yield_lock = threading.Lock()
+        self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
         self.stopping = False  # read on the hot path
         self.draining = False  # drained: calls made here are refused; relayed calls go on
         self.stopped_admission = threading.Event()  # for those who must wait for it
-        self._lock = threading.Lock()
+        self._lock = ranked_lock("runtime.directory", LockRank.DIRECTORY)
         self._generations = itertools.count(1)
         instance_types = [s.name for s in app.spots.values() if s.kind is SpotKind.INSTANCE]
         self._only_instance_type = instance_types[0] if len(instance_types) == 1 else None

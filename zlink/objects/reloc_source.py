@@ -284,7 +284,8 @@ class Outbound(RelocatorState):
         """The barrier failed: parked calls run here first, then admission reopens."""
         from .acts import READY
 
-        with self._lock:
+        # lock order: route -> relocator (redelivery may route a parked call onward)
+        with self.router.route_lock, self._lock:
             for obj in out.objects:
                 obj.owner.lanes.set_closed(False)
             self._forget_out(out)

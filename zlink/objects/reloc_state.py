@@ -5,11 +5,12 @@ from __future__ import annotations
 import base64
 import itertools
 import logging
-import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StateIncompatible, ZLinkError
+from ..executor.lockorder import ranked_lock
+from ..lock_order import LockRank
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Completion
@@ -80,7 +81,8 @@ class RelocatorState:
         self.router = router
         self.chunk_limit = chunk_limit
         self._ids = itertools.count(1)
-        self._lock = threading.RLock()  # admission of diverted calls; re-entered by refills
+        # admission of diverted calls; re-entered by refills
+        self._lock = ranked_lock("relocator", LockRank.RELOCATION, reentrant=True)
         self._out: dict[int, Outgoing] = {}
         self._out_ids: dict[str, Outgoing] = {}  # spot and member ids -> their move
         self._chunks: dict[tuple[str, int], list[str]] = {}

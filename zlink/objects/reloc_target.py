@@ -47,7 +47,8 @@ class Inbound(RelocatorState):
             self._answer(env, "the payload does not match this node's app or is incomplete")
             return
         states: dict[str, str | None] = codec.loads("".join(chunks))
-        with self.router.route_lock:  # a call sent before this left; after it, finds it here
+        # lock order (zlink.lock_order): route -> relocator -> directory
+        with self.router.route_lock, self._lock:  # sent before this left, or finds it here
             with rt._lock:
                 taken = [o["id"] for o in objects if o["id"] in rt.spots or o["id"] in rt.actors]
                 shell = rt.spots.get(env["t"]) if kind == "actor" else None
@@ -74,10 +75,9 @@ class Inbound(RelocatorState):
                     arriving.append(member)
                 inc = Arriving(key, act, arriving, kind, env.get("join"), fences=fences,
                           signaled=env.get("sig", False))  # fmt: skip
-                with self._lock:  # known as arriving before anyone can find it
-                    self._in[key] = inc
-                    for obj in arriving:
-                        self._in_ids[obj.name] = inc
+                self._in[key] = inc  # known as arriving before anyone can find it
+                for obj in arriving:
+                    self._in_ids[obj.name] = inc
                 for member in inc.members:
                     rt.actors[member.actor_id] = member
                 if shell is None:
