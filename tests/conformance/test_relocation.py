@@ -401,3 +401,35 @@ def test_a_node_keeps_a_bounded_number_of_forwarding_pointers(cluster, monkeypat
     for name in ("p1", "p2", "p3"):  # all still reached through node-1: pointer or store
         n1.client().send_to_spot(name, Add()).submit()
         assert n1.client().request_to_spot(name, Total()).wait(WAIT) == 1
+
+
+def test_a_moved_queue_larger_than_the_targets_lane_is_refilled_whole(clock):
+    """A queue admitted on the source is never refused by the target's smaller lane (nothing
+    accepted is lost, §7); the target takes it past its limit and admits nothing new until it
+    is below it again."""
+    from zlink.mesh.location import InMemoryLocationStore
+    from zlink.mesh.transport import InProcessTransport
+
+    store, transport = InMemoryLocationStore(), InProcessTransport()
+    nodes = [
+        zlink.Node(build_app(), zlink.NodeConfig(node_id=f"node-{i}", workers=2, **extra),
+                   clock=clock, store=store, transport=transport)
+        for i, extra in ((1, {}), (2, {"app_lane_items": 4}))
+    ]  # fmt: skip
+    try:
+        n1, n2 = (node.start() for node in nodes)
+        n1.client().spots.get_or_create("room", "t.rl.room").wait(WAIT)
+        act = n1._runtime.spots["room"]
+        assert act.gate._flag.acquire(False)  # hold the gate: these wait in the queue
+        c1 = n1.client()
+        for _ in range(10):
+            c1.send_to_spot("room", Add()).submit()
+        moving = n1._runtime.relocator.start(act, "node-2")
+        n1._runtime.pool.submit(act.gate._run)
+        moving.wait(WAIT)
+        assert n2.client().request_to_spot("room", Total()).timeout(WAIT).wait(WAIT) == 10
+        lanes = n2._runtime.spots["room"].owner.lanes
+        assert lanes.reserved()[0] == 0  # every reservation was returned
+    finally:
+        for node in nodes:
+            node.shutdown(WAIT)

@@ -116,6 +116,32 @@ class OwnerLanes:
                 owner.gate.push(owner)
         return ADMITTED
 
+    def put_app_moved(self, item: Any, payload_bytes: int, count: int = 1) -> bool:
+        """Append an item that was admitted on another node and moved here with its queue.
+
+        It was accepted once, so it is never refused again (§7: nothing accepted is lost): the
+        reservation is taken past the limits and past a seal. Returns ``True`` when the lane is
+        now over a limit (it admits nothing new until it drains below it).
+        """
+        cost = payload_bytes + self._retained * count
+        with self._put_lock:
+            self._app_in += count
+            self._app_in_bytes += cost
+            app = self.app
+            if app is None:
+                app = self.app = deque()
+            app.append(item)
+            over = (
+                self._app_in - self._app_out > self._app_items
+                or self._app_in_bytes - self._app_out_bytes > self._app_bytes
+            )
+        owner = self.owner
+        if owner is not None:  # ready, as after put_app
+            flag = owner._flag
+            if not flag.locked() and flag.acquire(False):
+                owner.gate.push(owner)
+        return over
+
     def put_life(self, item: Any, payload_bytes: int) -> int:
         """Reserve in the lifecycle lane, which shares nothing with the application lane (§7)."""
         lim = self.limits

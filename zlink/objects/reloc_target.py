@@ -140,13 +140,14 @@ class Inbound(RelocatorState):
         from .jobs import MessageJob
 
         now = self.rt.clock.now()
+        over = False
         for job in jobs:
             if job["k"] == "tick":
                 timer = obj.timers.get(job["n"])
                 if timer is not None:
                     tick = TimerTick(job["n"], job["q"], job["sa"], job["fa"], job["l"])
                     timer.queued += 1
-                    obj.owner.lanes.put_app(TimerJob(timer, tick), 0)
+                    over |= obj.owner.lanes.put_app_moved(TimerJob(timer, tick), 0)
                 continue
             msg = from_wire(job)
             handler = (obj.spec.subscriptions if job["tp"] else obj.spec.handlers)[type(msg)]
@@ -157,7 +158,9 @@ class Inbound(RelocatorState):
             item = MessageJob(obj, handler, msg, reply, job["m"], job["s"], len(job["p"]),
                               job["tp"])  # fmt: skip
             item.at = now
-            obj.owner.lanes.put_app(item, item.size)
+            over |= obj.owner.lanes.put_app_moved(item, item.size)
+        if over:  # taken all the same: it was admitted at the source
+            self.rt.metrics.add("moved_past_lane_limit")
 
     def on_commit(self, env: dict[str, Any]) -> None:
         with self._lock:
