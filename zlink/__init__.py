@@ -2,15 +2,21 @@
 
 The public surface is exactly the names below (spec/python-api.md). The layout behind them:
 ``executor/`` is the engine (gates, lanes, turns, workers, infrastructure thread) and knows
-nothing of Spots; ``objects/`` holds the classes users subclass and the runtime's activations;
-``messaging/`` holds messages, calls and contexts; ``node.py`` wires them together.
+nothing of Spots; ``types.py`` the shared values and enums; ``bases.py`` the classes users
+subclass; ``messaging/`` messages, calls and contexts; ``runtime/`` one node's live objects and
+delivery; ``relocation/`` moves between nodes; ``mesh/`` the store and transport seams;
+``node.py`` wires them together. docs/architecture.md draws the arrows.
 """
 
 from . import errors as errors
+from .adapters import JsonStateAdapter as JsonStateAdapter
+from .adapters import RelocationAdapter as RelocationAdapter
 from .app import App as App
-from .app import ExecutionMode as ExecutionMode
 from .app import Relocation as Relocation
-from .app import RelocationCoordination as RelocationCoordination
+from .bases import Actor as Actor
+from .bases import EntrySpot as EntrySpot
+from .bases import InstanceSpot as InstanceSpot
+from .bases import UserSpot as UserSpot
 from .config import NodeConfig as NodeConfig
 from .errors import Cancelled as Cancelled
 from .errors import DeadlineExceeded as DeadlineExceeded
@@ -45,24 +51,6 @@ from .messaging.message import Message as Message
 from .messaging.message import Request as Request
 from .node import DrainResult as DrainResult
 from .node import Node as Node
-from .objects.base import Actor as Actor
-from .objects.base import ActorCreateResponse as ActorCreateResponse
-from .objects.base import ActorCreateResult as ActorCreateResult
-from .objects.base import ActorJoinCompletion as ActorJoinCompletion
-from .objects.base import ActorJoinResult as ActorJoinResult
-from .objects.base import EntrySpot as EntrySpot
-from .objects.base import InstanceSpot as InstanceSpot
-from .objects.base import RelocationReadyStatus as RelocationReadyStatus
-from .objects.base import SpotCloseReason as SpotCloseReason
-from .objects.base import SpotClosingContext as SpotClosingContext
-from .objects.base import SpotCreateResponse as SpotCreateResponse
-from .objects.base import SpotCreateResult as SpotCreateResult
-from .objects.base import SpotKind as SpotKind
-from .objects.base import SpotRef as SpotRef
-from .objects.base import SpotRelocationReadyCompletion as SpotRelocationReadyCompletion
-from .objects.base import UserSpot as UserSpot
-from .relocation import JsonStateAdapter as JsonStateAdapter
-from .relocation import RelocationAdapter as RelocationAdapter
 from .status import NodeStatus as NodeStatus
 from .status import OwnerStatus as OwnerStatus
 from .status import StatusSubscription as StatusSubscription
@@ -72,6 +60,20 @@ from .timers import TimerManager as TimerManager
 from .timers import TimerOptions as TimerOptions
 from .timers import TimerTick as TimerTick
 from .timers import timer_handler as timer_handler
+from .types import ActorCreateResponse as ActorCreateResponse
+from .types import ActorCreateResult as ActorCreateResult
+from .types import ActorJoinCompletion as ActorJoinCompletion
+from .types import ActorJoinResult as ActorJoinResult
+from .types import ExecutionMode as ExecutionMode
+from .types import RelocationCoordination as RelocationCoordination
+from .types import RelocationReadyStatus as RelocationReadyStatus
+from .types import SpotCloseReason as SpotCloseReason
+from .types import SpotClosingContext as SpotClosingContext
+from .types import SpotCreateResponse as SpotCreateResponse
+from .types import SpotCreateResult as SpotCreateResult
+from .types import SpotKind as SpotKind
+from .types import SpotRef as SpotRef
+from .types import SpotRelocationReadyCompletion as SpotRelocationReadyCompletion
 
 __version__ = "0.1.0"
 

@@ -8,38 +8,24 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, TypeVar
 
+from .adapters import validate_adapter
+from .bases import Actor, EntrySpot, InstanceSpot, UserSpot
 from .errors import InvalidArgument, InvalidOperation
 from .handlers import HandlerSpec, collect
 from .messaging.message import Message
-from .objects.base import Actor, EntrySpot, InstanceSpot, SpotKind, UserSpot
-from .relocation import validate_adapter
 from .timers import collect_timer_handlers
+from .types import ExecutionMode, RelocationCoordination, SpotKind
 
 C = TypeVar("C", bound=type)
-
-
-class ExecutionMode(Enum):
-    """How a User Spot's callbacks share execution rights (execution-model §2)."""
-
-    SPOT_WIDE = "spot_wide"  # one gate for the Spot, its member Actors, timers, lifecycle
-    PER_ACTOR = "per_actor"  # a gate per Actor, for the Spot itself, and per timer
-
-
-class RelocationCoordination(Enum):
-    """Who decides when a Spot may move (kotlin-spot-interface, relocation)."""
-
-    FRAMEWORK_MANAGED = "framework_managed"
-    APPLICATION_SIGNALED = "application_signaled"
 
 
 @dataclass(frozen=True)
 class Relocation:
     """A relocation policy: ``preserve_state(Adapter)``, ``recreate()`` or ``disabled()``.
 
-    Registration validates the policy; ``zlink.objects.relocate`` carries it out when a Spot moves.
+    Registration validates the policy; ``zlink.relocation`` carries it out when a Spot moves.
     """
 
     kind: str

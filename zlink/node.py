@@ -29,13 +29,13 @@ from .errors import (
 )
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh.location import LocationStore
-from .mesh.router import MeshRouter
 from .mesh.transport import Transport
 from .messaging.completion import expire
 from .messaging.context import Client
-from .objects.relocate import Relocator
-from .objects.remote_join import RemoteJoin
-from .objects.runtime import Runtime
+from .relocation.relocator import Relocator
+from .relocation.remote_join import RemoteJoin
+from .runtime.routing import MeshRouter
+from .runtime.runtime import Runtime
 from .status import NodeStatus, StatusSubscription
 
 _log = logging.getLogger("zlink.node")
@@ -190,7 +190,7 @@ class Node:
 
     def relocate_spot(self, spot_id: str, target: str, timeout: float | None = None) -> None:
         """Move the User Spot ``spot_id`` (owned here) to node ``target``; blocks until the
-        target has committed authority. See ``zlink.objects.relocate`` for the order and the
+        target has committed authority. See ``zlink.relocation.relocator`` for the order and the
         failure rules; ``timeout`` is in real seconds (default: the request timeout)."""
         rt = self._rt
         if rt.relocator is None:

@@ -25,7 +25,7 @@ from .executor.turn import CLOSED
 from .messaging.calls import check_seconds
 
 if TYPE_CHECKING:
-    from .objects.acts import ObjectAct
+    from .runtime.acts import ObjectAct
 
 _log = logging.getLogger("zlink.timers")
 F = TypeVar("F", bound=Callable[..., Any])

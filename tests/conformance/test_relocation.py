@@ -390,7 +390,7 @@ def test_moving_back_and_forth_under_load_refuses_loses_doubles_and_reorders_not
 
 
 def test_a_node_keeps_a_bounded_number_of_forwarding_pointers(cluster, monkeypatch):
-    from zlink.mesh import router as router_module
+    from zlink.runtime import routing as router_module
 
     monkeypatch.setattr(router_module, "MAX_POINTERS", 2)
     n1 = cluster.node(0)

@@ -25,7 +25,7 @@ from .completion import Completion
 from .message import Message
 
 if TYPE_CHECKING:
-    from ..objects.runtime import Runtime
+    from ..runtime.runtime import Runtime
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Contexts, the route client and the Spot/Actor managers (python-api §4, §6).
 
 A context is made once per activation and handed to ``Cls(context)``. Everything here only
-builds calls or registers intents; the runtime (``zlink.objects.runtime``) carries them out.
+builds calls or registers intents; the runtime (``zlink.runtime.runtime``) carries them out.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, InvalidOperation
-from ..objects.base import SpotKind, SpotRef
+from ..types import SpotKind, SpotRef
 from .calls import (
     BatchSendCall,
     CreateCall,
@@ -25,8 +25,8 @@ from .calls import (
 from .message import Message, Request
 
 if TYPE_CHECKING:
-    from ..objects.base import Actor
-    from ..objects.runtime import Runtime
+    from ..bases import Actor
+    from ..runtime.runtime import Runtime
     from ..timers import TimerManager
 
 

@@ -23,13 +23,8 @@ from ..executor.lanes import (
 
 if TYPE_CHECKING:
     pass
+from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, READY, SpotAct
-from .base import (
-    SpotCloseReason,
-    SpotClosingContext,
-    SpotKind,
-    SpotRef,
-)
 from .directory import Directory
 from .jobs import LifeJob
 

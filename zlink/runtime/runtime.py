@@ -34,7 +34,7 @@ from ..executor.lanes import (
     ADMITTED,
     FULL_COUNT,
 )
-from ..mesh.router import _MAX_HOPS
+from .routing import _MAX_HOPS
 
 if TYPE_CHECKING:
     from ..handlers import HandlerSpec
@@ -52,6 +52,7 @@ from ..messaging.calls import (
 from ..messaging.completion import Completion, expire
 from ..messaging.message import check_reply, wire_size, wire_size_many
 from ..status import OwnerStatus
+from ..types import SpotKind
 from .acts import (
     ACTIVATING,
     CLOSING,
@@ -63,9 +64,6 @@ from .acts import (
     ChannelAct,
     Discarded,
     SpotAct,
-)
-from .base import (
-    SpotKind,
 )
 from .jobs import BatchJob, MessageJob, SendJob, handler_error
 
@@ -310,7 +308,7 @@ class Runtime(Membership, Creation, Closing):
 
         The route is read and the envelope sent under the router's route lock, which the
         relocator also takes when a target arrives here: a call either left before the target
-        arrived or finds it local (per-sender FIFO; see ``zlink.mesh.router``).
+        arrived or finds it local (per-sender FIFO; see ``zlink.runtime.routing``).
         """
         router = self.router
         assert router is not None

@@ -29,14 +29,14 @@ from ..messaging.calls import (
     MessageCall,
 )
 from ..messaging.completion import Completion, expire
-from .acts import GONE, READY, ActorAct, SpotAct
-from .base import (
+from ..types import (
     ActorCreateResponse,
     ActorCreateResult,
     SpotCreateResponse,
     SpotCreateResult,
     SpotKind,
 )
+from .acts import GONE, READY, ActorAct, SpotAct
 from .directory import Directory
 from .jobs import LifeJob, handler_error, run_steps
 

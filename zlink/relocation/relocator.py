@@ -52,8 +52,8 @@ from ..messaging.completion import Completion
 if TYPE_CHECKING:
     from ..messaging.calls import MessageCall
 
-from .reloc_source import Outbound
-from .reloc_target import Inbound
+from .source import Outbound
+from .target import Inbound
 
 
 class Relocator(Outbound, Inbound):

@@ -32,16 +32,16 @@ from .. import errors
 from ..errors import HandlerError, InvalidArgument, Unavailable, ZLinkError
 from ..executor.lockorder import ranked_lock
 from ..lock_order import LockRank
+from ..mesh.location import Location, LocationStore
+from ..mesh.transport import Transport
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire, reply_type, to_wire
-from ..objects.base import SpotCreateResult
-from .location import Location, LocationStore
-from .transport import Transport
+from ..types import SpotCreateResult
 
 if TYPE_CHECKING:
-    from ..objects.runtime import Runtime
+    from .runtime import Runtime
 
 _ERRORS: dict[str, type[ZLinkError]] = {
     cls.code.value: cls

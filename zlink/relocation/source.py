@@ -6,22 +6,21 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
-from ..app import RelocationCoordination
 from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
 from ..executor import Job, Turn
 from ..executor.gate import _Resume
 from ..executor.lanes import UNRESERVED
-from ..mesh.router import Route
 from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import Message, reply_type, to_wire
+from ..runtime.routing import Route
 from ..timers import TimerJob
-from .base import RelocationReadyStatus, SpotKind
+from ..types import RelocationCoordination, RelocationReadyStatus, SpotKind
 
 if TYPE_CHECKING:
-    from .acts import ActorAct, SpotAct
+    from ..runtime.acts import ActorAct, SpotAct
 
-from .reloc_state import (
+from .state import (
     RESTORE_ATTEMPTS,
     Outgoing,
     RelocatorState,
@@ -153,8 +152,8 @@ class Outbound(RelocatorState):
         """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
         Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
         Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn."""
-        from .acts import READY, SEALED
-        from .jobs import LifeJob
+        from ..runtime.acts import READY, SEALED
+        from ..runtime.jobs import LifeJob
 
         with self._lock, self.rt._lock:
             members = list(act.members.values())
@@ -202,7 +201,7 @@ class Outbound(RelocatorState):
 
     def _capture(self, out: Outgoing) -> dict[str, str | None]:
         """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
-        from .jobs import LifeJob
+        from ..runtime.jobs import LifeJob
 
         act = out.spot
         if out.kind == "spot" and act.shared:
@@ -260,7 +259,7 @@ class Outbound(RelocatorState):
 
     def _take_jobs(self, obj: SpotAct | ActorAct) -> list[dict[str, Any]]:
         """Everything queued behind the barrier, in order, as it will be queued on the target."""
-        from .jobs import BatchJob, SendJob
+        from ..runtime.jobs import BatchJob, SendJob
 
         jobs: list[dict[str, Any]] = []
         for item in obj.owner.drain():
@@ -282,7 +281,7 @@ class Outbound(RelocatorState):
 
     def _reopen(self, out: Outgoing, error: BaseException) -> None:
         """The barrier failed: parked calls run here first, then admission reopens."""
-        from .acts import READY
+        from ..runtime.acts import READY
 
         # lock order: route -> relocator (redelivery may route a parked call onward)
         with self.router.route_lock, self._lock:
@@ -302,7 +301,7 @@ class Outbound(RelocatorState):
 
     def on_restored(self, env: dict[str, Any]) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
-        from .acts import GONE
+        from ..runtime.acts import GONE
 
         out = self._out.get(env["r"])
         if out is None:

@@ -1,22 +1,18 @@
-"""The classes an application subclasses, and the values their callbacks exchange.
+"""Value types and enums that every layer shares: a leaf (imports only ``zlink.errors``).
 
-Every callback is optional and may be ``def`` or ``async def`` (python-api §3). Spot, Actor and
-Channel classes are constructed by the framework as ``Cls(context)``; the base ``__init__``
-keeps the context as ``self.context``.
+Identity (``SpotRef``, ``SpotKind``), results and responses of callbacks, the reasons and
+statuses the seeds number (kotlin-spot-interface), and the registration enums
+(``ExecutionMode``, ``RelocationCoordination``, python-api §2). Nothing here runs or locks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from enum import IntEnum
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from enum import Enum, IntEnum
+from typing import Any, TypeAlias, TypeVar
 
-from ..errors import InvalidArgument, ZLinkError
-
-if TYPE_CHECKING:
-    from ..messaging.context import ActorContext, EntrySpotContext, InstanceSpotContext, SpotContext
-    from ..messaging.message import Message
+from .errors import InvalidArgument, ZLinkError
 
 
 class SpotKind(IntEnum):
@@ -149,85 +145,15 @@ class SpotRelocationReadyCompletion:
     error: ZLinkError | None = None
 
 
-class UserSpot:
-    """A User Spot: created by id, SPOT_WIDE (default) or PER_ACTOR, may hold Actors."""
+class ExecutionMode(Enum):
+    """How a User Spot's callbacks share execution rights (execution-model §2)."""
 
-    def __init__(self, context: SpotContext) -> None:
-        self.context = context
-
-    def on_create(self, request: Message | None) -> Maybe[SpotCreateResponse | None]:
-        """The first callback of a new Spot; may answer the creator."""
-        return None
-
-    def on_initialize(self) -> Maybe[None]:
-        """After ``on_create``, before any application message."""
-
-    def on_closing(self, closing: SpotClosingContext) -> Maybe[None]:
-        """Before the Spot goes away; its member Actors have already left."""
-
-    def on_actor_join(self, actor_id: str, request: Message | None) -> Maybe[ActorJoinResult]:
-        """Accept or reject an Actor's Join; accepts by default."""
-        return ActorJoinResult()
-
-    def on_joined_actor(self, actor: Actor) -> Maybe[None]:
-        """An Actor has joined."""
-
-    def on_leave_actor(self, actor: Actor) -> Maybe[None]:
-        """An Actor has left (back to its Entry Spot)."""
-
-    def on_relocation_ready_completed(
-        self, completion: SpotRelocationReadyCompletion
-    ) -> Maybe[None]:
-        """After ``relocation_ready().defer()`` (APPLICATION_SIGNALED): held messages and
-        timers wait for this. The default does nothing."""
-        return None
+    SPOT_WIDE = "spot_wide"  # one gate for the Spot, its member Actors, timers, lifecycle
+    PER_ACTOR = "per_actor"  # a gate per Actor, for the Spot itself, and per timer
 
 
-class EntrySpot:
-    """An Entry Spot: where new Actors of its type are created; each Actor has its own gate."""
+class RelocationCoordination(Enum):
+    """Who decides when a Spot may move (kotlin-spot-interface, relocation)."""
 
-    def __init__(self, context: EntrySpotContext) -> None:
-        self.context = context
-
-    def on_initialize(self) -> Maybe[None]:
-        """When the node starts this Entry Spot."""
-
-    def on_closing(self, closing: SpotClosingContext) -> Maybe[None]:
-        """Before the Entry Spot goes away (node shutdown)."""
-
-    def on_create_actor(
-        self, actor: Actor, request: Message | None
-    ) -> Maybe[ActorCreateResponse | None]:
-        """Approve (default) or refuse a new Actor; may answer the creator."""
-        return None
-
-    def on_joined_actor(self, actor: Actor) -> Maybe[None]:
-        """An Actor came back from a User Spot."""
-
-
-class InstanceSpot:
-    """An Instance Spot: activated by its first message; holds no Actors."""
-
-    def __init__(self, context: InstanceSpotContext) -> None:
-        self.context = context
-
-    def on_initialize(self) -> Maybe[None]:
-        """Before the first message is handled."""
-
-    def on_closing(self, closing: SpotClosingContext) -> Maybe[None]:
-        """Before the Instance Spot goes away (self-close, eviction or shutdown)."""
-
-
-class Actor:
-    """An Actor: lives in its Entry Spot, may Join a User Spot."""
-
-    def __init__(self, context: ActorContext) -> None:
-        self.context = context
-
-    @property
-    def actor_id(self) -> str:
-        """This Actor's id."""
-        return self.context.actor_id
-
-    def on_join_completed(self, completion: ActorJoinCompletion) -> Maybe[None]:
-        """The outcome of this Actor's deferred Join (execution-model §5)."""
+    FRAMEWORK_MANAGED = "framework_managed"
+    APPLICATION_SIGNALED = "application_signaled"

@@ -29,14 +29,14 @@ from ..messaging.calls import (
     JoinCall,
     RelocationReadyCall,
 )
-from .acts import GONE, READY, SEALED, ActorAct, SpotAct
-from .base import (
+from ..types import (
     ActorJoinCompletion,
     ActorJoinResult,
     RelocationReadyStatus,
     SpotKind,
     SpotRelocationReadyCompletion,
 )
+from .acts import GONE, READY, SEALED, ActorAct, SpotAct
 from .directory import Directory
 from .jobs import LifeJob, ReadyBoundary, handler_error
 
@@ -77,7 +77,7 @@ class Membership(Directory):
     # -- APPLICATION_SIGNALED relocation boundaries ---------------------------------------------
     def defer_relocation_ready(self, call: RelocationReadyCall) -> None:
         """``relocation_ready().defer()``: checks first (kotlin-spot-interface), then a barrier."""
-        from ..app import ExecutionMode, RelocationCoordination
+        from ..types import ExecutionMode, RelocationCoordination
 
         turn = current_turn()
         if turn is None or call.turn is not turn or turn.barriers is CLOSED:

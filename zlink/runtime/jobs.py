@@ -22,10 +22,8 @@ from ..messaging.completion import Completion
 from ..messaging.context import (
     MessageContext,
 )
+from ..types import RelocationReadyStatus
 from .acts import Act, ActorAct, Discarded, SpotAct
-from .base import (
-    RelocationReadyStatus,
-)
 
 if TYPE_CHECKING:
     from ..handlers import HandlerSpec

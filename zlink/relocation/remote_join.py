@@ -7,7 +7,7 @@ The order follows a same-node Join, with the move in the middle:
 2. The source asks the target Spot's node; ``on_actor_join`` runs there as a lifecycle turn of
    that Spot. A rejection, an error or no answer in time completes the Join as failed.
 3. Accepted: the held Actor is sealed, captured with its adapter and moved with its queue and
-   timers (``zlink.objects.relocate``, a unit of one) into that Spot. An Actor type registered
+   timers (``zlink.relocation.relocator``, a unit of one) into that Spot. An Actor type registered
    ``Relocation.disabled()`` cannot join across nodes (a relocation policy failure).
 4. On the target, once authority is committed: ``on_joined_actor`` on the Spot, then
    ``on_join_completed`` on the new Actor instance; the source Spot (if a User Spot) gets
@@ -23,15 +23,15 @@ from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, Z
 from ..executor import Turn
 from ..executor.lanes import ADMITTED, UNRESERVED
 from ..messaging.completion import Completion
-from .base import ActorJoinCompletion, ActorJoinResult, SpotKind
-from .reloc_state import decode_reply, encode_reply
+from ..types import ActorJoinCompletion, ActorJoinResult, SpotKind
+from .state import decode_reply, encode_reply
 
 if TYPE_CHECKING:
-    from ..mesh.router import MeshRouter
     from ..messaging.message import Message
-    from .acts import ActorAct, SpotAct
-    from .relocate import Relocator
-    from .runtime import Runtime
+    from ..runtime.acts import ActorAct, SpotAct
+    from ..runtime.routing import MeshRouter
+    from ..runtime.runtime import Runtime
+    from .relocator import Relocator
 
 
 class RemoteJoin:
@@ -93,7 +93,7 @@ class RemoteJoin:
     def _moved(
         self, actor: ActorAct, source: SpotAct, target_id: str, error: BaseException | None
     ) -> None:
-        from .jobs import LifeJob
+        from ..runtime.jobs import LifeJob
 
         if error is not None:  # it stays here, reopened: the Join failed
             self._fail(actor, target_id, error)
@@ -119,8 +119,8 @@ class RemoteJoin:
     # -- the Spot's node -------------------------------------------------------------------------
     def on_ask(self, env: dict[str, Any]) -> None:
         """On the infrastructure thread: run ``on_actor_join`` as a lifecycle turn of the Spot."""
-        from .acts import GONE, READY
-        from .jobs import LifeJob, handler_error
+        from ..runtime.acts import GONE, READY
+        from ..runtime.jobs import LifeJob, handler_error
 
         target = self.rt.spots.get(env["t"])
         if target is None or target.state == GONE:

@@ -14,12 +14,12 @@ from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire
 from ..timers import TimerJob, TimerTick
-from .base import RelocationReadyStatus
+from ..types import RelocationReadyStatus
 
 if TYPE_CHECKING:
-    from .acts import ActorAct, SpotAct
+    from ..runtime.acts import ActorAct, SpotAct
 
-from .reloc_state import RESTORE_ATTEMPTS, Arriving, RelocatorState, decode_reply, restore_timers
+from .state import RESTORE_ATTEMPTS, Arriving, RelocatorState, decode_reply, restore_timers
 
 _log = logging.getLogger("zlink.relocation")
 
@@ -32,7 +32,7 @@ class Inbound(RelocatorState):
             self._chunks.setdefault((env["o"], env["r"]), []).append(env["b"])
 
     def on_relocate(self, env: dict[str, Any]) -> None:
-        from .acts import READY, SEALED, ActorAct, SpotAct
+        from ..runtime.acts import READY, SEALED, ActorAct, SpotAct
 
         rt = self.rt
         key = (env["o"], env["r"])
@@ -88,7 +88,7 @@ class Inbound(RelocatorState):
 
     def _restore(self, env: dict[str, Any], inc: Arriving, states: dict[str, str | None],
                  attempt: int) -> None:  # fmt: skip
-        from .jobs import LifeJob
+        from ..runtime.jobs import LifeJob
 
         act = inc.spot
 
@@ -137,7 +137,7 @@ class Inbound(RelocatorState):
     def _queue_jobs(
         self, env: dict[str, Any], obj: SpotAct | ActorAct, jobs: list[dict[str, Any]]
     ) -> None:
-        from .jobs import MessageJob
+        from ..runtime.jobs import MessageJob
 
         now = self.rt.clock.now()
         over = False
@@ -175,7 +175,7 @@ class Inbound(RelocatorState):
 
     def _open(self, inc: Arriving) -> None:
         """Authority is here and this node's own calls are in line: admission opens."""
-        from .acts import READY
+        from ..runtime.acts import READY
 
         with self._lock:
             self._in.pop(inc.key, None)

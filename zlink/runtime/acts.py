@@ -25,10 +25,7 @@ from ..messaging.context import (
     SpotContext,
 )
 from ..timers import Timer, TimerManager, TimerOptions
-from .base import (
-    SpotKind,
-    SpotRef,
-)
+from ..types import SpotKind, SpotRef
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -132,7 +129,7 @@ class SpotAct(ObjectAct):
     )
 
     def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
-        from ..app import ExecutionMode
+        from ..types import ExecutionMode
 
         self.rt = rt
         self.spec = spec

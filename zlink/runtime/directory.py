@@ -17,14 +17,12 @@ from ..executor.lanes import (
 )
 from ..executor.lockorder import ranked_lock
 from ..lock_order import LockRank
-from ..mesh.router import MeshRouter
+from .routing import MeshRouter
 
 if TYPE_CHECKING:
-    from .relocate import Relocator
-    from .remote_join import RemoteJoin
-from .base import (
-    SpotKind,
-)
+    from ..relocation.relocator import Relocator
+    from ..relocation.remote_join import RemoteJoin
+from ..types import SpotKind
 from .metrics import Metrics
 
 if TYPE_CHECKING:

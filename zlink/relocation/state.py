@@ -18,10 +18,10 @@ from ..messaging.message import Message, from_wire, to_wire
 from ..timers import OverrunPolicy, Timer, TimerOptions
 
 if TYPE_CHECKING:
-    from ..mesh.router import MeshRouter
     from ..messaging.calls import MessageCall
-    from .acts import ActorAct, ObjectAct, SpotAct
-    from .runtime import Runtime
+    from ..runtime.acts import ActorAct, ObjectAct, SpotAct
+    from ..runtime.routing import MeshRouter
+    from ..runtime.runtime import Runtime
 
 
 _log = logging.getLogger("zlink.relocation")

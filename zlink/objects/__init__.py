@@ -1,1 +1,0 @@
-"""Spots, Actors and Channels: the classes users subclass and their runtime activations."""
