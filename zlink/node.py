@@ -98,12 +98,23 @@ class Node:
         if (store is None) != (transport is None):
             raise InvalidArgument("a mesh node needs both a LocationStore and a Transport")
         self._transport = transport
+        self._relocator: Relocator | None = None
         if store is not None and transport is not None:
-            self._rt.router = MeshRouter(self._rt, store, transport)
-            self._rt.relocator = Relocator(
-                self._rt, self._rt.router, self.config.relocation_payload_chunk_limit_bytes
+            router = self._rt.router = MeshRouter(self._rt, store, transport)
+            relocator = self._relocator = Relocator(
+                self._rt, router, self.config.relocation_payload_chunk_limit_bytes
             )
-            self._rt.remote_join = RemoteJoin(self._rt, self._rt.router, self._rt.relocator)
+            remote_join = RemoteJoin(self._rt, router, relocator)
+            self._rt.relocator, self._rt.remote_join = relocator, remote_join
+            for kind, handler in (
+                ("reloc_chunk", relocator.on_chunk),
+                ("reloc", relocator.on_relocate),
+                ("reloc_done", relocator.on_restored),
+                ("reloc_commit", relocator.on_commit),
+                ("reloc_opened", relocator.on_opened),
+                ("join_ask", remote_join.on_ask),
+            ):
+                router.handle(kind, handler)
         self._client = Client(self._rt)
         self._subscribers: list[StatusSubscription] = []
 
@@ -193,16 +204,16 @@ class Node:
         target has committed authority. See ``zlink.relocation.relocator`` for the order and the
         failure rules; ``timeout`` is in real seconds (default: the request timeout)."""
         rt = self._rt
-        if rt.relocator is None:
+        if self._relocator is None:
             raise InvalidOperation("relocation needs a mesh (store and transport)")
         act = rt.spots.get(spot_id)
         if act is None:
             raise NotFound(f"{spot_id!r} is not owned by node {self.node_id}")
-        done = rt.relocator.start(act, target)
+        done = self._relocator.start(act, target)
         try:
             done.wait(self.config.request_timeout if timeout is None else timeout)
         except DeadlineExceeded:
-            rt.relocator.withdraw(spot_id, done)  # an unsignaled move is given up
+            self._relocator.withdraw(spot_id, done)  # an unsignaled move is given up
             raise
 
     def drain(self, timeout: float | None = None) -> DrainResult:
@@ -227,11 +238,11 @@ class Node:
         stayed: dict[str, str] = {}
         turn = 0
         for spot_id, act in list(rt.spots.items()):
-            if rt.relocator is None or not peers:
+            if self._relocator is None or not peers:
                 stayed[spot_id] = "no other node to move to"
                 continue
             try:
-                moving[spot_id] = rt.relocator.start(act, peers[turn % len(peers)])
+                moving[spot_id] = self._relocator.start(act, peers[turn % len(peers)])
                 turn += 1
             except ZLinkError as exc:
                 stayed[spot_id] = str(exc)
@@ -242,8 +253,8 @@ class Node:
                 done.wait(max(0.0, end - time.monotonic()))
                 moved.append(spot_id)
             except ZLinkError as exc:
-                if isinstance(exc, DeadlineExceeded) and rt.relocator is not None:
-                    rt.relocator.withdraw(spot_id, done)  # an unsignaled move is given up
+                if isinstance(exc, DeadlineExceeded) and self._relocator is not None:
+                    self._relocator.withdraw(spot_id, done)  # an unsignaled move is given up
                 stayed[spot_id] = f"{type(exc).__name__}: {exc}"
         _log.info("node %s drained: %d moved, %d stayed", self.node_id, len(moved), len(stayed))
         return DrainResult(sorted(moved), stayed)

@@ -15,17 +15,17 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .durations import check_seconds
 from .errors import InvalidArgument, InvalidOperation
 from .executor import Job, Owner, Turn
 from .executor import TimerHandle as InfraTimerHandle
 from .executor.lanes import ADMISSION_CLOSED, ADMITTED
 from .executor.turn import CLOSED
-from .messaging.calls import check_seconds
 
 if TYPE_CHECKING:
-    from .runtime.acts import ObjectAct
+    from .executor import Clock, InfraExecutor
 
 _log = logging.getLogger("zlink.timers")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -145,6 +145,52 @@ class TimerJob(Job):
         turn.barriers = CLOSED
 
 
+class _Metrics(Protocol):
+    def add(self, name: str, n: int = 1) -> None: ...
+
+
+class TimerRuntime(Protocol):
+    """What a timer needs of its node's runtime (``zlink.runtime`` implements it)."""
+
+    @property
+    def stopping(self) -> bool: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def infra(self) -> InfraExecutor: ...
+
+    @property
+    def metrics(self) -> _Metrics: ...
+
+    def close_scope(self, turn: Turn, ok: bool) -> None: ...
+
+
+class TimerHost(Protocol):
+    """The Spot or Actor activation a timer belongs to (``zlink.runtime.acts``)."""
+
+    @property
+    def rt(self) -> TimerRuntime: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def instance(self) -> Any: ...
+
+    @property
+    def timers(self) -> dict[str, Timer]: ...
+
+    def touch(self) -> None: ...
+
+    def add_timer(
+        self, name: str, interval: float, options: TimerOptions, first_delay: float | None
+    ) -> Timer: ...
+
+    def cancel_timer(self, name: str) -> bool: ...
+
+
 class Timer:
     """A registered timer: its schedule on the infrastructure heap and its tick bookkeeping."""
 
@@ -171,7 +217,7 @@ class Timer:
         name: str,
         interval: float,
         options: TimerOptions,
-        host: ObjectAct,
+        host: TimerHost,
         owner: Owner,
         fn: Callable[..., Any],
         first_due: float,
@@ -267,7 +313,7 @@ class TimerManager:
 
     __slots__ = ("_host",)
 
-    def __init__(self, host: ObjectAct) -> None:
+    def __init__(self, host: TimerHost) -> None:
         self._host = host
 
     def register(

@@ -8,6 +8,7 @@ not fit), runs in order, and each message is still a turn of its own: its own De
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 
@@ -56,13 +57,13 @@ class Box(zlink.UserSpot):
         super().__init__(context)
         self.seen: list[int] = []
         self.senders: list[str] = []
-        self._turns: set[int] = set()
+        self._turns: list[Any] = []
 
     @zlink.handler
     def add(self, msg: Add) -> None:
         turn = zlink.executor.current_turn()
         assert turn is not None and turn.barriers is None  # a fresh scope for each message
-        self._turns.add(id(turn))
+        self._turns.append(turn)  # kept alive: ids of dead turns are reused
         self.seen.append(msg.n)
 
     @zlink.handler
@@ -92,7 +93,7 @@ class Box(zlink.UserSpot):
 
     @zlink.handler
     def turns_seen(self, req: Turns) -> int:
-        return len(self._turns)
+        return len({id(t) for t in self._turns})
 
 
 def build_app() -> zlink.App:

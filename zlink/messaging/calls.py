@@ -19,13 +19,14 @@ import concurrent.futures
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from ..durations import check_seconds
 from ..errors import InvalidArgument, InvalidOperation
 from ..executor import Suspension, Turn, current_turn, in_infrastructure
 from .completion import Completion
 from .message import Message
 
 if TYPE_CHECKING:
-    from ..runtime.runtime import Runtime
+    from .port import RuntimePort as Runtime
 
 T = TypeVar("T")
 
@@ -271,15 +272,6 @@ class _Yielding(Generic[T]):
             raise
         completion.add_callback(lambda _v, _e: rt.yield_end(counted))
         return (yield Suspension(True, completion.add_callback))  # type: ignore[no-any-return]
-
-
-def check_seconds(value: object, what: str, *, zero_ok: bool = False) -> float:
-    """A duration: a real number of seconds, positive (or >= 0 with ``zero_ok``), not a bool."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float))
-    if not ok or not (value >= 0 if zero_ok else value > 0):  # type: ignore[operator]
-        bound = ">= 0" if zero_ok else "positive"
-        raise InvalidArgument(f"{what} is a {bound} number of seconds, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
 
 
 class CreateCall(_Completing[T]):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidArgument, InvalidOperation
 from ..types import SpotKind, SpotRef
@@ -24,10 +24,17 @@ from .calls import (
 )
 from .message import Message, Request
 
+
+class _HasActorContext(Protocol):
+    """An Actor instance, as a Spot's context names it (``zlink.bases.Actor``)."""
+
+    @property
+    def context(self) -> ActorContext: ...
+
+
 if TYPE_CHECKING:
-    from ..bases import Actor
-    from ..runtime.runtime import Runtime
     from ..timers import TimerManager
+    from .port import RuntimePort as Runtime
 
 
 _KIND: dict[type, bool] = {}  # message class -> is it a Request
@@ -252,7 +259,7 @@ class SpotContext(_Context):
         """Stop receiving ``topic``; a no-op if not subscribed."""
         self._rt.subscribe(self.spot_id, check_id("topic", topic), False)
 
-    def leave_actor(self, actor: Actor) -> None:
+    def leave_actor(self, actor: _HasActorContext) -> None:
         """Send a member Actor back to its Entry Spot (after this turn's queue position)."""
         self._rt.leave(actor.context.actor_id, self.spot_id)
 
@@ -266,7 +273,9 @@ class EntrySpotContext(SpotContext):
 
     __slots__ = ()
 
-    def join(self, actor: Actor, target_spot_id: str, request: Message | None = None) -> JoinCall:
+    def join(
+        self, actor: _HasActorContext, target_spot_id: str, request: Message | None = None
+    ) -> JoinCall:
         """Join one of this Entry Spot's Actors into a User Spot; end it with ``.defer()``."""
         check_id("target_spot_id", target_spot_id)
         return JoinCall(self._rt, actor.context.actor_id, target_spot_id, request)

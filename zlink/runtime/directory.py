@@ -20,8 +20,7 @@ from ..lock_order import LockRank
 from .routing import MeshRouter
 
 if TYPE_CHECKING:
-    from ..relocation.relocator import Relocator
-    from ..relocation.remote_join import RemoteJoin
+    from .ports import RelocationPort, RemoteJoinPort
 from ..types import SpotKind
 from .metrics import Metrics
 
@@ -81,8 +80,8 @@ class Directory:
         self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
         self.topics: dict[str, frozenset[str]] = {}  # topic -> subscribed Spot ids (copy on write)
         self.router: MeshRouter | None = None  # set when the node is part of a mesh
-        self.relocator: Relocator | None = None
-        self.remote_join: RemoteJoin | None = None
+        self.relocator: RelocationPort | None = None  # plugged in by the node (a mesh)
+        self.remote_join: RemoteJoinPort | None = None
         self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
         self.stopping = False  # read on the hot path
         self.draining = False  # drained: calls made here are refused; relayed calls go on

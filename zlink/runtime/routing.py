@@ -39,6 +39,7 @@ from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, Sen
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire, reply_type, to_wire
 from ..types import SpotCreateResult
+from .ports import EnvelopeHandler
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -88,6 +89,11 @@ class MeshRouter:
         self._routes: dict[str, Route] = {}  # target -> where this node sends it
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
         self._switching: dict[str, list[dict[str, Any]]] = {}  # target -> kept behind a fence
+        self._handlers: dict[str, EnvelopeHandler] = {}  # kinds the parts above handle
+
+    def handle(self, kind: str, handler: EnvelopeHandler) -> None:
+        """Have ``handler`` receive envelopes of ``kind`` (on the infrastructure thread)."""
+        self._handlers[kind] = handler
 
     # -- routes ------------------------------------------------------------------------------
     def _known(self, target: str) -> Route | None:
@@ -308,19 +314,8 @@ class MeshRouter:
             self._on_fence(envelope)
         elif kind == "fenced":
             self._on_fenced(envelope)
-        elif kind.startswith("reloc"):
-            relocator = self.rt.relocator
-            assert relocator is not None
-            {
-                "reloc_chunk": relocator.on_chunk,
-                "reloc": relocator.on_relocate,
-                "reloc_done": relocator.on_restored,
-                "reloc_commit": relocator.on_commit,
-                "reloc_opened": relocator.on_opened,
-            }[kind](envelope)
-        elif kind == "join_ask":
-            assert self.rt.remote_join is not None
-            self.rt.remote_join.on_ask(envelope)
+        elif kind in self._handlers:  # relocation and cross-node Join (plugged in)
+            self._handlers[kind](envelope)
         elif kind == "create":
             self._on_create(envelope)
         else:

@@ -1,0 +1,49 @@
+"""What the runtime needs from the parts above it: Protocols, filled in by ``zlink.node``.
+
+``zlink.relocation`` sits above ``zlink.runtime`` (it moves the runtime's objects), yet a call
+that meets a move must be diverted to it, and a Join across nodes must ask it. The runtime holds
+these ports; the node plugs the relocation parts in (architecture: a lower part calls a higher
+one only through a Protocol or a callback passed down, never by importing it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from ..messaging.calls import MessageCall
+    from ..messaging.completion import Completion
+    from ..messaging.message import Message
+    from .acts import ActorAct, SpotAct
+
+Envelope = dict[str, Any]
+EnvelopeHandler = Callable[[Envelope], None]
+
+
+class RelocationPort(Protocol):
+    """The relocator as the runtime and its router see it."""
+
+    def divert(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
+        """Keep a call for an object that is moving; ``False`` if it is not moving."""
+        ...
+
+    def divert_envelope(self, target: str, env: Envelope) -> bool:
+        """Park or relay a call or fence for a target sealed here; ``False`` if none is."""
+        ...
+
+    def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
+        """This node's fence for an arriving target is back; ``False`` if none is arriving."""
+        ...
+
+    def signaled(self, act: SpotAct) -> bool:
+        """The Spot reached a ``relocation_ready()`` boundary; ``False`` if no move waits."""
+        ...
+
+
+class RemoteJoinPort(Protocol):
+    """Cross-node Join, as membership sees it."""
+
+    def ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
+        """Ask the node that holds ``target_id`` to take ``actor`` in."""
+        ...
