@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .errors import InvalidArgument
-from .executor.lanes import LaneLimits
+from .executor import LaneLimits
 
 MiB = 1024 * 1024
 

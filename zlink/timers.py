@@ -19,10 +19,8 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .durations import check_seconds
 from .errors import InvalidArgument, InvalidOperation
-from .executor import Job, Owner, Turn
+from .executor import CLOSED, Admission, Job, Owner, Turn
 from .executor import TimerHandle as InfraTimerHandle
-from .executor.lanes import ADMISSION_CLOSED, ADMITTED
-from .executor.turn import CLOSED
 
 if TYPE_CHECKING:
     from .executor import Clock, InfraExecutor
@@ -272,10 +270,10 @@ class Timer:
                 self.queued += 1
             job = TimerJob(self, tick)
             verdict = self.owner.put_app(job)
-            if verdict == ADMISSION_CLOSED:  # sealed for a move: the tick is pending and moves
+            if verdict == Admission.CLOSED:  # sealed for a move: the tick is pending and moves
                 self.owner.put_unreserved(job, False)
-                verdict = ADMITTED
-            if verdict == ADMITTED:
+                verdict = Admission.ADMITTED
+            if verdict == Admission.ADMITTED:
                 self.delivered += 1
             else:
                 self.tick_done()

@@ -15,6 +15,7 @@ import pytest
 import zlink
 from tests.conftest import WAIT
 from zlink.executor import (
+    Admission,
     CallJob,
     Gate,
     MonotonicClock,
@@ -249,12 +250,12 @@ def test_a_mass_submission_of_empty_payloads_hits_the_count_limit(make_node):
 
 def test_payload_bytes_count_against_the_byte_limit_with_256_retained_per_item():
     lanes = OwnerLanes(LaneLimits(app_items=100, app_bytes=1000))
-    assert lanes.put_app("a", 244) == 0  # 244 + 256 = 500
-    assert lanes.put_app("b", 244) == 0  # 1000: exactly full
+    assert lanes.put_app("a", 244) == Admission.ADMITTED  # 244 + 256 = 500
+    assert lanes.put_app("b", 244) == Admission.ADMITTED  # 1000: exactly full
     assert lanes.put_app("c", 0) == FULL_BYTES
     lanes.take()
     lanes.release(APPLICATION, 244)
-    assert lanes.put_app("c", 244) == 0
+    assert lanes.put_app("c", 244) == Admission.ADMITTED
 
 
 def test_post_processing_does_not_overlap_the_next_task_nor_change_state_twice():

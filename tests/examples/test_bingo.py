@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from examples.bingo.play import play
-from examples.bingo.spots import has_line, make_card
+from zlink.samples.bingo.play import play
+from zlink.samples.bingo.spots import has_line, make_card
 from zlink.testing import ManualClock
 
 

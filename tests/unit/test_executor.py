@@ -8,6 +8,7 @@ import threading
 from collections.abc import Callable
 
 import zlink.executor as ex
+from zlink.executor import Admission
 from zlink.executor.lanes import APPLICATION, LIFECYCLE, LaneLimits, OwnerLanes
 from zlink.testing import ManualClock
 
@@ -60,9 +61,9 @@ def test_moving_discards_debt_and_streak_together():
 
 def test_the_two_lanes_do_not_share_reservations():
     lanes = OwnerLanes(LaneLimits(app_items=1, life_items=1))
-    assert lanes.put_app("a", 0) == 0
+    assert lanes.put_app("a", 0) is Admission.ADMITTED
     assert lanes.put_app("b", 0) != 0  # application full...
-    assert lanes.put_life("l", 0) == 0  # ...lifecycle still admits
+    assert lanes.put_life("l", 0) is Admission.ADMITTED  # ...lifecycle still admits
     assert lanes.reserved() == (1, 256, 1, 0)
     lanes.release(APPLICATION, 0)
     lanes.release(LIFECYCLE, 0)

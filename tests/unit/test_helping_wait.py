@@ -8,7 +8,7 @@ import threading
 
 import zlink
 from tests.conftest import WAIT
-from zlink.executor import CallJob, Gate, Owner, OwnerLanes, WorkerPool
+from zlink.executor import Admission, CallJob, Gate, Owner, OwnerLanes, WorkerPool
 from zlink.executor.lanes import LaneLimits
 from zlink.testing import ManualClock
 
@@ -83,7 +83,7 @@ def test_a_busy_gate_is_never_claimed_by_a_would_be_helper():
     other = Owner(OwnerLanes(LaneLimits()), gate, "p", claim_on_yield=False)
     assert gate._flag.acquire(False)  # someone else holds the execution right
     verdict, claimed = owner.put_app_and_claim(CallJob(lambda: None))
-    assert verdict == 0 and claimed is None
+    assert verdict is Admission.ADMITTED and claimed is None
     gate._flag.release()
     verdict, claimed = other.put_app_and_claim(CallJob(lambda: None))
     assert claimed is gate and gate.busy  # idle before: now this caller holds it

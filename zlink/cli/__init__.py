@@ -188,7 +188,7 @@ def status(
             done += 1
 
 
-bingo_cli = typer.Typer(add_completion=False, help="The Bingo sample (examples/bingo).")
+bingo_cli = typer.Typer(add_completion=False, help="The Bingo sample (zlink/samples/bingo).")
 cli.add_typer(bingo_cli, name="bingo")
 
 
@@ -208,7 +208,7 @@ def bingo_play(
 
     _app_dir()
     try:
-        from examples.bingo.play import play
+        from zlink.samples.bingo.play import play
     except ImportError as exc:
         raise typer.BadParameter(f"run from the repository root: {exc}") from exc
     console = Console()

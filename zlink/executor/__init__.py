@@ -25,32 +25,42 @@ from .gate import run_free as run_free
 from .infra import InfraExecutor as InfraExecutor
 from .infra import TimerHandle as TimerHandle
 from .infra import in_infrastructure as in_infrastructure
+from .lanes import Admission as Admission
+from .lanes import Lane as Lane
 from .lanes import LaneLimits as LaneLimits
 from .lanes import OwnerLanes as OwnerLanes
+from .lockorder import ranked_lock as ranked_lock
 from .pool import WorkerPool as WorkerPool
+from .turn import CLOSED as CLOSED
 from .turn import CallJob as CallJob
 from .turn import Job as Job
+from .turn import Step as Step
 from .turn import Suspension as Suspension
 from .turn import Turn as Turn
 from .turn import current_turn as current_turn
 from .turn import run_turns as run_turns
 
 __all__ = [
+    "CLOSED",
+    "Admission",
     "CallJob",
     "Clock",
     "Gate",
     "InfraExecutor",
     "Job",
+    "Lane",
     "LaneLimits",
     "MonotonicClock",
     "Owner",
     "OwnerLanes",
+    "Step",
     "Suspension",
     "TimerHandle",
     "Turn",
     "WorkerPool",
     "current_turn",
     "in_infrastructure",
+    "ranked_lock",
     "run_free",
     "run_turns",
 ]

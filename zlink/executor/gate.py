@@ -30,11 +30,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .clock import Clock
-from .lanes import ADMITTED, APPLICATION, OwnerLanes
+from .lanes import ADMITTED, APPLICATION, Admission, OwnerLanes
 from .pool import WorkerPool
-from .turn import _CURRENT, CLOSED, DONE, KEEP, RELEASE, Job, Turn
+from .turn import _CURRENT, CLOSED, DONE, KEEP_GATE, RELEASE_GATE, Job, Step, Turn
 
-LIGHT = -1  # the outcome of a light job's turn: done, post-processed and released
+LIGHT = Step.LIGHT
 _new_turn = Turn.__new__
 _get_current, _set_current, _reset_current = _CURRENT.get, _CURRENT.set, _CURRENT.reset
 
@@ -90,12 +90,12 @@ class Owner:
         lanes.owner = self  # admission makes this owner ready (OwnerLanes.put_app)
 
     # -- put side (any thread) ----------------------------------------------------------------
-    def put_app(self, job: Job) -> int:
+    def put_app(self, job: Job) -> Admission:
         """Admit ``job`` (``job.count`` items: a batch counts each message) to the application
         lane, all or nothing, and make the owner ready; see ``OwnerLanes.put_app``."""
         return self.lanes.put_app(job, job.size, job.count)
 
-    def put_app_and_claim(self, job: Job) -> tuple[int, Gate | None]:
+    def put_app_and_claim(self, job: Job) -> tuple[Admission, Gate | None]:
         """Like :meth:`put_app`, but when the gate was idle, take it instead of scheduling it.
 
         Returns the verdict and, if this caller now holds the gate's flag, the gate: the caller
@@ -109,7 +109,7 @@ class Owner:
                 return verdict, gate
         return verdict, None
 
-    def put_life(self, job: Job) -> int:
+    def put_life(self, job: Job) -> Admission:
         """Admit ``job`` to the lifecycle lane and make the owner ready."""
         verdict = self.lanes.put_life(job, job.size)
         flag = self._flag
@@ -169,6 +169,13 @@ class Owner:
             self.gate.push(self)
         else:
             self._settle_empty()
+
+    def yield_pending(self) -> bool:
+        """Whether a Yield's continuation waits to run on this owner (a barrier must not pass
+        it, kotlin-spot-interface relocation). Read by the gate holder."""
+        return self._resume is not None or any(
+            isinstance(i, _Resume) for i in self.lanes.snapshot()
+        )
 
     def _take(self) -> Any:
         resume = self._resume
@@ -350,7 +357,7 @@ class Gate:
                     self._finish(turn, owner)
                 elif outcome != LIGHT and not self._after(turn, outcome):
                     return  # a regular await keeps the gate; the completion resubmits us
-                settled = outcome == RELEASE  # a Yield settled (or held) its owner already
+                settled = outcome == RELEASE_GATE  # a Yield settled (or held) its owner already
                 if stop is not None and stop():
                     if not settled:
                         owner._settle()
@@ -372,7 +379,7 @@ class Gate:
                     owner._settle()  # others wait (round robin), held, or nothing left
                     break
 
-    def _after(self, turn: Turn, outcome: int) -> bool:
+    def _after(self, turn: Turn, outcome: Step) -> bool:
         """Handle a step's outcome; ``False`` when the gate stays held across an await."""
         owner = turn.owner
         assert owner is not None
@@ -383,7 +390,7 @@ class Gate:
             return True
         susp = turn.suspension
         assert susp is not None
-        if outcome == KEEP:
+        if outcome == KEEP_GATE:
             susp.subscribe(turn.completion(self._deliver_keep))  # last action on this turn
             return False
         self.running = None
@@ -423,7 +430,7 @@ def run_free(job: Job, pool: WorkerPool, inline: bool = False) -> None:
     def deliver(turn: Turn, value: Any, error: BaseException | None) -> None:
         pool.submit(lambda: _step_free(turn, turn.resume(value, error)))
 
-    def _step_free(turn: Turn, outcome: int) -> None:
+    def _step_free(turn: Turn, outcome: Step) -> None:
         if outcome == DONE:
             try:
                 turn.job.finish(turn)

@@ -17,16 +17,31 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from enum import Enum
 from typing import Any, NamedTuple
 
-APPLICATION = 0
-LIFECYCLE = 1
-UNRESERVED = 2  # a framework follow-up record that holds no reservation of its own
 
-ADMITTED = 0
-FULL_COUNT = 1
-FULL_BYTES = 2
-ADMISSION_CLOSED = 3  # admission is closed (a seal): nothing is queued
+class Lane(Enum):
+    """Where a work item's reservation is held (§7)."""
+
+    APPLICATION = "application"
+    LIFECYCLE = "lifecycle"
+    UNRESERVED = "unreserved"  # a framework follow-up record that holds no reservation
+
+
+class Admission(Enum):
+    """The verdict of a put: admitted, or why nothing was queued (§7)."""
+
+    ADMITTED = "admitted"
+    FULL_COUNT = "full_count"
+    FULL_BYTES = "full_bytes"
+    CLOSED = "closed"  # admission is closed (a seal): nothing is queued
+
+
+# module names for the hot path: a global read, not an attribute lookup per send
+APPLICATION, LIFECYCLE, UNRESERVED = Lane.APPLICATION, Lane.LIFECYCLE, Lane.UNRESERVED
+ADMITTED, FULL_COUNT, FULL_BYTES = Admission.ADMITTED, Admission.FULL_COUNT, Admission.FULL_BYTES
+ADMISSION_CLOSED = Admission.CLOSED
 
 
 class LaneLimits(NamedTuple):
@@ -83,7 +98,9 @@ class OwnerLanes:
         self.owner: Any = None  # the Owner these lanes belong to: put_app makes it ready
 
     # -- put side (any thread) ----------------------------------------------------------------
-    def put_app(self, item: Any, payload_bytes: int, count: int = 1, ready: bool = True) -> int:
+    def put_app(
+        self, item: Any, payload_bytes: int, count: int = 1, ready: bool = True
+    ) -> Admission:
         """Reserve ``payload_bytes`` plus the retained cost of ``count`` items (a batch is one
         queue entry holding ``count`` messages); append ``item`` to the app lane, and (``ready``)
         make the owner, if these lanes have one, ready.
@@ -142,7 +159,7 @@ class OwnerLanes:
                 owner.gate.push(owner)
         return over
 
-    def put_life(self, item: Any, payload_bytes: int) -> int:
+    def put_life(self, item: Any, payload_bytes: int) -> Admission:
         """Reserve in the lifecycle lane, which shares nothing with the application lane (§7)."""
         lim = self.limits
         with self._put_lock:
@@ -249,7 +266,7 @@ class OwnerLanes:
             finally:
                 lock.release()
 
-    def release(self, lane: int, payload_bytes: int, count: int = 1) -> None:
+    def release(self, lane: Lane, payload_bytes: int, count: int = 1) -> None:
         """Return a reservation at the item's terminal completion (gate holder only)."""
         if lane == APPLICATION:
             self._app_out += count

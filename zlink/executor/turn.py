@@ -17,17 +17,25 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Callable, Coroutine, Iterable
+from enum import Enum
 from types import CoroutineType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .lanes import APPLICATION
+from .lanes import APPLICATION, Lane
 
 if TYPE_CHECKING:
     from .gate import Owner
 
-DONE = 0  # the handler reached its terminal completion
-KEEP = 1  # suspended on a regular await: the gate (and the Actor claim) stay held
-RELEASE = 2  # suspended on Yield: the shared gate is released while waiting (§3)
+class Step(Enum):
+    """How a step of a turn ended."""
+
+    DONE = "done"  # the handler reached its terminal completion
+    KEEP_GATE = "keep_gate"  # suspended on a regular await: the gate (and Actor claim) stay held
+    RELEASE_GATE = "release_gate"  # suspended on Yield: the shared gate is released (§3)
+    LIGHT = "light"  # (gate only) light jobs' turns: done, post-processed and released
+
+
+DONE, KEEP_GATE, RELEASE_GATE = Step.DONE, Step.KEEP_GATE, Step.RELEASE_GATE  # hot-path names
 
 CLOSED = ("closed",)  # Turn.barriers once the turn's Defer() registration scope has ended
 _CURRENT: contextvars.ContextVar[Turn | None] = contextvars.ContextVar("zlink_turn", default=None)
@@ -94,7 +102,7 @@ class CallJob(Job):
 
     __slots__ = ("fn", "lane")
 
-    def __init__(self, fn: Callable[[], Any], lane: int = APPLICATION, size: int = 0) -> None:
+    def __init__(self, fn: Callable[[], Any], lane: Lane = APPLICATION, size: int = 0) -> None:
         super().__init__(size)
         self.lane = lane
         self.fn = fn
@@ -129,8 +137,8 @@ class Turn:
         self.barriers: Any = None
 
     # -- stepping (gate holder only) ------------------------------------------------------------
-    def start(self) -> int:
-        """Run the first step; returns ``DONE``, ``KEEP`` or ``RELEASE``.
+    def start(self) -> Step:
+        """Run the first step; returns ``DONE``, ``KEEP_GATE`` or ``RELEASE_GATE``.
 
         A plain function runs in the worker's own context with this turn as the current one;
         a coroutine gets a context of its own for all its steps (its context variables stay
@@ -152,7 +160,7 @@ class Turn:
             self.result = out
         return DONE
 
-    def resume(self, value: Any, error: BaseException | None) -> int:
+    def resume(self, value: Any, error: BaseException | None) -> Step:
         """Run the next step with the completion of the last suspension."""
         assert self.ctx is not None
         return self.ctx.run(self._step, value, error)
@@ -163,11 +171,11 @@ class Turn:
             with contextlib.suppress(BaseException):  # closing is best effort
                 self.ctx.run(self.coro.close)
 
-    def _first_step(self) -> int:
+    def _first_step(self) -> Step:
         _CURRENT.set(self)
         return self._step(None, None)
 
-    def _step(self, value: Any, error: BaseException | None) -> int:
+    def _step(self, value: Any, error: BaseException | None) -> Step:
         coro = self.coro
         assert coro is not None
         while True:
@@ -182,7 +190,7 @@ class Turn:
             if type(yielded) is Suspension:
                 self.suspension = yielded
                 self.wait_seq += 1
-                return RELEASE if yielded.release_gate else KEEP
+                return RELEASE_GATE if yielded.release_gate else KEEP_GATE
             value = None
             error = TypeError(
                 f"a ZLink handler can await only ZLink calls, not {yielded!r}; "

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..errors import Unavailable
-from ..executor.lockorder import ranked_lock
+from ..executor import ranked_lock
 from ..lock_order import LockRank
 
 

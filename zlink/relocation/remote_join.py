@@ -20,8 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
-from ..executor import Turn
-from ..executor.lanes import ADMITTED, UNRESERVED
+from ..executor import Admission, Lane, Turn
 from ..messaging.completion import Completion
 from ..types import ActorJoinCompletion, ActorJoinResult, SpotKind
 from .state import decode_reply, encode_reply
@@ -102,7 +101,7 @@ class RemoteJoin:
             old = actor.instance
             source.owner.put_unreserved(
                 LifeJob(source, "on_leave_actor", lambda: source.instance.on_leave_actor(old),
-                        lane=UNRESERVED)
+                        lane=Lane.UNRESERVED)
             )  # fmt: skip
 
     def _fail(
@@ -167,5 +166,5 @@ class RemoteJoin:
             target, "on_actor_join",
             lambda: target.instance.on_actor_join(env["a"], request), decided,
         )  # fmt: skip
-        if target.owner.put_life(job) != ADMITTED:
+        if target.owner.put_life(job) != Admission.ADMITTED:
             self.router._reply(env, error=Unavailable(f"{env['t']!r} admits no join now"))

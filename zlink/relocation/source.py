@@ -7,9 +7,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
-from ..executor import Job, Turn
-from ..executor.gate import _Resume
-from ..executor.lanes import UNRESERVED
+from ..executor import Job, Lane, Turn
 from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import Message, reply_type, to_wire
@@ -193,7 +191,7 @@ class Outbound(RelocatorState):
             return
         owner = out.unit.owner
         barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
-                          lambda turn: self._ship(out, turn), UNRESERVED)  # fmt: skip
+                          lambda turn: self._ship(out, turn), Lane.UNRESERVED)  # fmt: skip
         if signaled:  # the boundary the Spot chose: nothing queued runs before it
             owner.put_first(barrier)
         else:
@@ -213,7 +211,7 @@ class Outbound(RelocatorState):
             raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
             pending = obj.owner.lanes.snapshot()
-            if obj.owner._resume is not None or any(isinstance(i, _Resume) for i in pending):
+            if obj.owner.yield_pending():
                 raise Unavailable(f"{obj.name!r}: a Yield is still in flight (barrier failed)")
             if any(isinstance(i, LifeJob) for i in pending):
                 raise Unavailable(f"{obj.name!r}: lifecycle work is queued (barrier failed)")
@@ -263,7 +261,7 @@ class Outbound(RelocatorState):
 
         jobs: list[dict[str, Any]] = []
         for item in obj.owner.drain():
-            if isinstance(item, Job) and item.lane != UNRESERVED:  # reserved again on arrival
+            if isinstance(item, Job) and item.lane != Lane.UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
             if isinstance(item, SendJob):  # a MessageJob is one too
                 corr = None

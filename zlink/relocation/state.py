@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StateIncompatible, ZLinkError
-from ..executor.lockorder import ranked_lock
+from ..executor import ranked_lock
 from ..lock_order import LockRank
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT

@@ -8,8 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..executor import Turn
-from ..executor.lanes import UNRESERVED
+from ..executor import Lane, Turn
 from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire
@@ -116,7 +115,7 @@ class Inbound(RelocatorState):
             else:
                 act.owner.hold(after=lambda: self._refill(env, inc))
 
-        act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, UNRESERVED))
+        act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, Lane.UNRESERVED))
 
     def _refill(self, env: dict[str, Any], inc: Arriving) -> None:
         """The restored objects are held: queue their messages and timers, tell the source."""

@@ -16,10 +16,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Job, Owner, Turn, current_turn
-from ..executor.lanes import (
-    UNRESERVED,
-)
+from ..executor import Job, Lane, Owner, Turn, current_turn
 
 if TYPE_CHECKING:
     pass
@@ -98,7 +95,7 @@ class Closing(Directory):
             return None if act.instance is None else act.instance.on_closing(closing)
 
         act.owner.put_unreserved(
-            LifeJob(act, "on_closing", run, partial(self._closed, act), UNRESERVED)
+            LifeJob(act, "on_closing", run, partial(self._closed, act), Lane.UNRESERVED)
         )
         self.infra.call_at(deadline, self._closing_overdue, act)
 

@@ -14,11 +14,7 @@ from ..errors import (
     ResourceExhausted,
     Unavailable,
 )
-from ..executor import Job, Turn, current_turn
-from ..executor.lanes import (
-    ADMITTED,
-    UNRESERVED,
-)
+from ..executor import Admission, Job, Lane, Turn, current_turn
 from ..mesh.location import Location
 
 if TYPE_CHECKING:
@@ -106,7 +102,7 @@ class Creation(Directory):
             assert activated is not None
             activated.set(result, None)
 
-        job = LifeJob(act, "activation", lambda: run_steps(*steps), done, UNRESERVED)
+        job = LifeJob(act, "activation", lambda: run_steps(*steps), done, Lane.UNRESERVED)
         act.owner.put_unreserved(job)
 
     def _deactivate(self, act: SpotAct, error: Exception) -> None:
@@ -273,7 +269,7 @@ class Creation(Directory):
         assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
         job = LifeJob(entry, "on_create_actor", approve, decided)
-        if entry.owner.put_life(job) != ADMITTED:
+        if entry.owner.put_life(job) != Admission.ADMITTED:
             with self._lock:
                 del self.actors[actor_id]
             completion.timer.cancel()  # type: ignore[union-attr]

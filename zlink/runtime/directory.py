@@ -11,11 +11,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from ..executor import Gate
-from ..executor.lanes import (
-    LaneLimits,
-)
-from ..executor.lockorder import ranked_lock
+from ..executor import Gate, LaneLimits, ranked_lock
 from ..lock_order import LockRank
 from .routing import MeshRouter
 

@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     HandlerError,
 )
-from ..executor import Job, Turn, current_turn, run_turns
-from ..executor.lanes import LIFECYCLE
-from ..executor.turn import CLOSED
+from ..executor import CLOSED, Job, Lane, Turn, current_turn, run_turns
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -173,7 +171,7 @@ class LifeJob(Job):
         what: str,
         fn: Callable[[], Any],
         done: Callable[[Turn], None] | None = None,
-        lane: int = LIFECYCLE,
+        lane: Lane = Lane.LIFECYCLE,
     ) -> None:
         self.lane = lane
         self.size = 0

@@ -16,12 +16,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Gate, Turn, current_turn
-from ..executor.lanes import (
-    ADMITTED,
-    UNRESERVED,
-)
-from ..executor.turn import CLOSED
+from ..executor import CLOSED, Admission, Gate, Lane, Turn, current_turn
 
 if TYPE_CHECKING:
     pass
@@ -107,7 +102,7 @@ class Membership(Directory):
         done = SpotRelocationReadyCompletion(status, self.node_id, error)
         act.owner.put_first(
             LifeJob(act, "on_relocation_ready_completed",
-                    lambda: act.instance.on_relocation_ready_completed(done), lane=UNRESERVED)
+                    lambda: act.instance.on_relocation_ready_completed(done), lane=Lane.UNRESERVED)
         )  # fmt: skip
 
     # -- Join and leave --------------------------------------------------------------------------
@@ -115,7 +110,7 @@ class Membership(Directory):
         """The barrier: hold the Actor at its next turn boundary, then ask the target."""
         ask = partial(self._join_ask, actor, target_id, request)
         actor.owner.put_unreserved(
-            LifeJob(actor, "join", lambda: actor.owner.hold(ask), lane=UNRESERVED)
+            LifeJob(actor, "join", lambda: actor.owner.hold(ask), lane=Lane.UNRESERVED)
         )
 
     def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
@@ -138,7 +133,7 @@ class Membership(Directory):
                 lambda: target.instance.on_actor_join(actor.actor_id, request),
                 partial(self._join_decided, actor, target),
             )
-            if target.owner.put_life(job) == ADMITTED:
+            if target.owner.put_life(job) == Admission.ADMITTED:
                 return
             error = ResourceExhausted(f"the lifecycle lane of {target_id!r} is full")
         self._complete_join(actor, ActorJoinCompletion(False, target_id, error=error), None)
@@ -170,7 +165,7 @@ class Membership(Directory):
                 "on_joined_actor",
                 lambda: target.instance.on_joined_actor(actor.instance),
                 lambda _t: self._complete_join(actor, done, gate),
-                UNRESERVED,
+                Lane.UNRESERVED,
             )
         )
 
@@ -183,7 +178,7 @@ class Membership(Directory):
                     source,
                     "on_leave_actor",
                     lambda: source.instance.on_leave_actor(actor.instance),
-                    lane=UNRESERVED,
+                    lane=Lane.UNRESERVED,
                 )
             )
         actor.spot = target
@@ -196,7 +191,7 @@ class Membership(Directory):
                 actor,
                 "on_join_completed",
                 lambda: actor.instance.on_join_completed(done),
-                lane=UNRESERVED,
+                lane=Lane.UNRESERVED,
             ),
             True,
         )
@@ -215,7 +210,7 @@ class Membership(Directory):
             raise Unavailable(f"{actor.spot.spot_id!r} is moving; leave after the move")
         go = partial(self._leave_go, actor, then)
         actor.owner.put_unreserved(
-            LifeJob(actor, "leave", lambda: actor.owner.hold(go), lane=UNRESERVED)
+            LifeJob(actor, "leave", lambda: actor.owner.hold(go), lane=Lane.UNRESERVED)
         )
 
     def _leave_go(self, actor: ActorAct, then: Callable[[], None] | None) -> None:
@@ -236,11 +231,11 @@ class Membership(Directory):
                     "on_joined_actor",
                     lambda: entry.instance.on_joined_actor(actor.instance),
                     lambda _t2: actor.owner.unhold(actor.own_gate),
-                    UNRESERVED,
+                    Lane.UNRESERVED,
                 )
             )
 
-        source.owner.put_unreserved(LifeJob(source, "leave", lambda: None, back, UNRESERVED))
+        source.owner.put_unreserved(LifeJob(source, "leave", lambda: None, back, Lane.UNRESERVED))
 
     def actor_spot_id(self, actor_id: str) -> str:
         actor = self.actors.get(actor_id)

@@ -30,7 +30,7 @@ from pydantic_core import to_json
 
 from .. import errors
 from ..errors import HandlerError, InvalidArgument, Unavailable, ZLinkError
-from ..executor.lockorder import ranked_lock
+from ..executor import ranked_lock
 from ..lock_order import LockRank
 from ..mesh.location import Location, LocationStore
 from ..mesh.transport import Transport

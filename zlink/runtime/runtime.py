@@ -28,12 +28,7 @@ from ..errors import (
     ResourceExhausted,
     Unavailable,
 )
-from ..executor import Owner, Turn, current_turn, run_free
-from ..executor.lanes import (
-    ADMISSION_CLOSED,
-    ADMITTED,
-    FULL_COUNT,
-)
+from ..executor import Admission, Owner, Turn, current_turn, run_free
 from .routing import _MAX_HOPS
 
 if TYPE_CHECKING:
@@ -68,6 +63,8 @@ from .acts import (
 from .jobs import BatchJob, MessageJob, SendJob, handler_error
 
 _log = logging.getLogger("zlink.runtime")
+# the verdicts read on the hot path, as module globals
+ADMITTED, FULL_COUNT, ADMISSION_CLOSED = Admission.ADMITTED, Admission.FULL_COUNT, Admission.CLOSED
 _new_send_job = SendJob.__new__
 
 from .closing import Closing  # noqa: E402
@@ -220,7 +217,7 @@ class Runtime(Membership, Creation, Closing):
 
     def _refused(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: int,
-        hops: int, force: bool, verdict: int,
+        hops: int, force: bool, verdict: Admission,
     ) -> Completion:  # fmt: skip
         """A lane did not admit the call: a seal met after the state check keeps it for the
         move (its deadline stands); otherwise a typed refusal, with nothing queued."""

@@ -1,4 +1,4 @@
-"""``python -m examples.bingo``: play a few games and print the summary."""
+"""``python -m zlink.samples.bingo``: play a few games and print the summary."""
 
 from .play import play
 

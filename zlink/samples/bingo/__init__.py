@@ -6,7 +6,7 @@
 * ``bingo.api`` — a Channel serving player records; the room asks it with ``yield_()`` while a
   player joins, so other turns of the room go on meanwhile (guide §5).
 
-``python -m examples.bingo`` or ``zlink bingo play --rooms 4 --players 8`` plays games.
+``python -m zlink.samples.bingo`` or ``zlink bingo play --rooms 4 --players 8`` plays games.
 """
 
 from .spots import app as app
