@@ -9,7 +9,7 @@ import pytest
 
 import zlink
 from tests.conftest import WAIT
-from zlink.testing import LocalCluster, ManualClock
+from zlink.testing import LocalCluster, ManualClock, run_until_idle
 
 
 class Add(zlink.Message, type_name="t.rl.add"):
@@ -257,7 +257,7 @@ def test_a_restore_failure_keeps_the_target_sealed_and_picks_no_other_target(clu
     with pytest.raises(zlink.StateIncompatible, match="restore failed 3 times"):
         n1.relocate_spot("stuck", "node-2", timeout=WAIT)
     assert len(RESTORES) == 3  # retried on the same target with the same payload
-    assert n2._runtime.spots["stuck"].state == 2  # SEALED: not authoritative, admits nothing
+    assert n2._runtime.spots["stuck"].state.value == "sealed"  # not authoritative, admits nothing
     assert "stuck" not in n3._runtime.spots
     assert cluster.store.lookup("stuck").owner == "node-1"  # no commit happened
 
@@ -427,7 +427,9 @@ def test_a_moved_queue_larger_than_the_targets_lane_is_refilled_whole(clock):
         moving = n1._runtime.relocator.start(act, "node-2")
         n1._runtime.pool.submit(act.gate._run)
         moving.wait(WAIT)
+        run_until_idle(n2, WAIT)  # over its limit, the lane admits nothing new until drained
         assert n2.client().request_to_spot("room", Total()).timeout(WAIT).wait(WAIT) == 10
+        assert n2.counters()["moved_past_lane_limit"] == 1
         lanes = n2._runtime.spots["room"].owner.lanes
         assert lanes.reserved()[0] == 0  # every reservation was returned
     finally:

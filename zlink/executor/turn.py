@@ -26,6 +26,7 @@ from .lanes import APPLICATION, Lane
 if TYPE_CHECKING:
     from .gate import Owner
 
+
 class Step(Enum):
     """How a step of a turn ended."""
 

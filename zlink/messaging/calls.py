@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Generator
+from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..durations import check_seconds
@@ -30,10 +31,20 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-NO_WAIT = 0  # submitted by a thread outside the runtime, or without waiting
-KEEP = 1  # awaited with the regular terminal: the turn is kept
-YIELD = 2  # awaited with yield_(): the shared gate is released while waiting
-HELP = 3  # a plain thread that will block on the result: it may run the target's idle gate
+
+
+class WaitMode(Enum):
+    """How the submitter of a call will wait for it (python-api §4 terminals)."""
+
+    NO_WAIT = "no_wait"  # submitted by a thread outside the runtime, or without waiting
+    KEEP_TURN = "keep_turn"  # awaited with the regular terminal: the turn is kept
+    YIELD_GATE = "yield_gate"  # awaited with yield_(): the shared gate is released meanwhile
+    HELP = "help"  # a plain thread that will block on the result: it may run the idle gate
+
+
+NO_WAIT, KEEP_TURN, YIELD_GATE, HELP = (
+    WaitMode.NO_WAIT, WaitMode.KEEP_TURN, WaitMode.YIELD_GATE, WaitMode.HELP,
+)  # fmt: skip
 
 
 def check_id(what: str, value: object) -> str:
@@ -100,13 +111,13 @@ class _Completing(_Call, Generic[T]):
     __slots__ = ()
     _WAIT_MODE = NO_WAIT  # what wait() submits as (requests let a blocked caller help)
 
-    def _submit(self, mode: int) -> Completion:
+    def _submit(self, mode: WaitMode) -> Completion:
         raise NotImplementedError
 
     def __await__(self) -> Generator[Any, Any, T]:
         _inside_only()
         self._terminal()
-        completion = self._submit(KEEP)
+        completion = self._submit(KEEP_TURN)
         return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
 
     def yield_(self) -> _Yielding[T]:
@@ -247,7 +258,7 @@ class RequestCall(MessageCall, _Completing[T]):
         self.deadline = value
         return self
 
-    def _submit(self, mode: int) -> Completion:
+    def _submit(self, mode: WaitMode) -> Completion:
         return self._rt.submit(self, Completion(), mode)
 
 
@@ -266,7 +277,7 @@ class _Yielding(Generic[T]):
         rt = self._call._rt
         counted = rt.yield_begin()
         try:
-            completion = self._call._submit(YIELD)
+            completion = self._call._submit(YIELD_GATE)
         except BaseException:
             rt.yield_end(counted)
             raise
@@ -311,7 +322,7 @@ class CreateCall(_Completing[T]):
         self.mesh = mesh_name
         return self
 
-    def _submit(self, mode: int) -> Completion:
+    def _submit(self, mode: WaitMode) -> Completion:
         return self._rt.submit_create(self, mode)
 
 
@@ -344,7 +355,7 @@ class WorkerCall(_Completing[T]):
         self.deadline = value
         return self
 
-    def _submit(self, mode: int) -> Completion:
+    def _submit(self, mode: WaitMode) -> Completion:
         return self._rt.submit_worker(self)
 
 

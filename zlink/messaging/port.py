@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         MessageCall,
         RelocationReadyCall,
         SendCall,
+        WaitMode,
         WorkerCall,
     )
     from .completion import Completion
@@ -29,7 +30,7 @@ class RuntimePort(Protocol):
     """The runtime as calls and contexts see it (any thread unless a method says otherwise)."""
 
     def submit(
-        self, call: MessageCall, reply: Completion | None, mode: int, hops: int = 0,
+        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int = 0,
         force: bool = False,
     ) -> Completion:  # fmt: skip
         """Route a send or request; raises before any queue change when it cannot be taken."""
@@ -43,7 +44,7 @@ class RuntimePort(Protocol):
         """Admit a batch to one target, all or none."""
         ...
 
-    def submit_create(self, call: CreateCall[Any], mode: int) -> Completion:
+    def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         """Create or get-or-create a Spot or Actor."""
         ...
 

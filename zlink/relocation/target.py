@@ -31,7 +31,7 @@ class Inbound(RelocatorState):
             self._chunks.setdefault((env["o"], env["r"]), []).append(env["b"])
 
     def on_relocate(self, env: dict[str, Any]) -> None:
-        from ..runtime.acts import READY, SEALED, ActorAct, SpotAct
+        from ..runtime.acts import PAST_READY, SEALED, ActorAct, SpotAct
 
         rt = self.rt
         key = (env["o"], env["r"])
@@ -54,7 +54,7 @@ class Inbound(RelocatorState):
                 if taken:
                     self._answer(env, f"{taken} already live on {rt.node_id}")
                     return
-                if kind == "actor" and (shell is None or shell.state > READY):
+                if kind == "actor" and (shell is None or shell.state in PAST_READY):
                     self._answer(env, f"the shell of {env['t']!r} is not open on {rt.node_id}")
                     return
                 # this node's own calls so far went elsewhere: fence that path first

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -33,8 +34,22 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("zlink.runtime")
 
-# SEALED (relocating) and CLOSING refuse admission; only READY and ACTIVATING admit
-ACTIVATING, READY, SEALED, CLOSING, GONE = 0, 1, 2, 3, 4
+
+
+class ActState(Enum):
+    """Where an activation is in its life. ACTIVATING and READY admit calls; SEALED
+    (relocating), CLOSING and GONE do not (a call that meets them is kept, relayed or refused)."""
+
+    ACTIVATING = "activating"
+    READY = "ready"
+    SEALED = "sealed"
+    CLOSING = "closing"
+    GONE = "gone"
+
+
+ACTIVATING, READY, SEALED = ActState.ACTIVATING, ActState.READY, ActState.SEALED
+CLOSING, GONE = ActState.CLOSING, ActState.GONE
+PAST_READY = frozenset({SEALED, CLOSING, GONE})  # admits nothing new
 
 
 class Discarded(Exception):
@@ -52,7 +67,7 @@ class ObjectAct:
     instance: Any
     spec: TypeSpec
     owner: Owner
-    state: int
+    state: ActState
     context: Any
 
     def _init_object(self) -> None:
@@ -84,7 +99,7 @@ class ObjectAct:
             raise InvalidArgument(f"{self.spec.name!r} has no @timer_handler({name!r})")
         if name in self.timers:
             raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
-        if self.state > READY or self.rt.stopping:
+        if self.state in PAST_READY or self.rt.stopping:
             raise Unavailable(f"{self.name!r} is sealed, closing or closed")
         delay = interval if first_delay is None else first_delay
         timer = Timer(

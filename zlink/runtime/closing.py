@@ -21,7 +21,7 @@ from ..executor import Job, Lane, Owner, Turn, current_turn
 if TYPE_CHECKING:
     pass
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
-from .acts import CLOSING, GONE, READY, SpotAct
+from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct
 from .directory import Directory
 from .jobs import LifeJob
 
@@ -65,7 +65,7 @@ class Closing(Directory):
     def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane)."""
         with self._lock:
-            if act.state > READY:
+            if act.state in PAST_READY:
                 raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
             act.state = CLOSING
         act.cancel_timers()
@@ -152,7 +152,7 @@ class Closing(Directory):
         """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)``; members stay put."""
         for act in list(self.spots.values()):
             with self._lock:
-                if act.state >= CLOSING:
+                if act.state in (CLOSING, GONE):
                     continue
                 act.state = CLOSING
             act.cancel_timers()

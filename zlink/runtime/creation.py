@@ -20,9 +20,10 @@ from ..mesh.location import Location
 if TYPE_CHECKING:
     pass
 from ..messaging.calls import (
-    KEEP,
+    KEEP_TURN,
     CreateCall,
     MessageCall,
+    WaitMode,
 )
 from ..messaging.completion import Completion, expire
 from ..types import (
@@ -118,7 +119,7 @@ class Creation(Directory):
                 item.discard(NotFound(f"spot {act.spot_id!r} failed to activate"))
 
     # -- create ----------------------------------------------------------------------------------
-    def submit_create(self, call: CreateCall[Any], mode: int) -> Completion:
+    def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         if self.stopping or self.draining:
             raise Unavailable(f"node {self.node_id} is shutting down")
         if call.mesh is not None and call.mesh != self.mesh:
@@ -206,13 +207,13 @@ class Creation(Directory):
         else:
             activated.add_callback(settle)  # calls back at once if it completed meanwhile
 
-    def _create_actor(self, call: CreateCall[Any], mode: int) -> Completion:
+    def _create_actor(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         spec = self.app.actors.get(call.type_name)
         if spec is None:
             raise InvalidArgument(f"{call.type_name!r} is not a registered Actor type")
         entry = self.entries[spec.name]
         turn = current_turn()
-        if mode == KEEP and turn is not None and turn.owner is entry.owner:
+        if mode == KEEP_TURN and turn is not None and turn.owner is entry.owner:
             raise InvalidOperation("an Entry Spot cannot await an Actor create it must run itself")
         completion = self._timed(call)
         actor_id = call.object_id or uuid.uuid4().hex

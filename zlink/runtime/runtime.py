@@ -36,12 +36,13 @@ if TYPE_CHECKING:
     from ..messaging.message import Message
 from ..messaging.calls import (
     HELP,
-    KEEP,
+    KEEP_TURN,
     NO_WAIT,
-    YIELD,
+    YIELD_GATE,
     BatchSendCall,
     MessageCall,
     SendCall,
+    WaitMode,
     WorkerCall,
 )
 from ..messaging.completion import Completion, expire
@@ -49,13 +50,12 @@ from ..messaging.message import check_reply, wire_size, wire_size_many
 from ..status import OwnerStatus
 from ..types import SpotKind
 from .acts import (
-    ACTIVATING,
-    CLOSING,
     GONE,
+    PAST_READY,
     READY,
-    SEALED,
     Act,
     ActorAct,
+    ActState,
     ChannelAct,
     Discarded,
     SpotAct,
@@ -101,7 +101,7 @@ class Runtime(Membership, Creation, Closing):
         self,
         call: MessageCall,
         reply: Completion | None,
-        mode: int,
+        mode: WaitMode,
         hops: int = 0,
         force: bool = False,
     ) -> Completion:
@@ -132,7 +132,7 @@ class Runtime(Membership, Creation, Closing):
                 if self.router is not None:
                     return self._remote(call, reply, mode, hops)
                 raise NotFound(f"no actor {call.target!r}")
-            if act.state > READY and not force and not (act.restored and call.via == act.restored):
+            if act.state in PAST_READY and not force and not _restored_for(act, call):
                 return self._not_ready(act, call, reply, mode, hops)
         else:
             act = self.spots.get(call.target)
@@ -141,9 +141,7 @@ class Runtime(Membership, Creation, Closing):
                     return self._remote(call, reply, mode, hops)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
-            elif (
-                act.state > READY and not force and not (act.restored and call.via == act.restored)
-            ):
+            elif act.state in PAST_READY and not force and not _restored_for(act, call):
                 return self._not_ready(act, call, reply, mode, hops)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
@@ -151,7 +149,7 @@ class Runtime(Membership, Creation, Closing):
         handler = spec.handlers.get(type(msg))
         if handler is None:
             raise InvalidArgument(f"{spec.name!r} has no handler for {type(msg).__qualname__}")
-        if mode in (KEEP, YIELD) and act is not None:
+        if mode in (KEEP_TURN, YIELD_GATE) and act is not None:
             self._check_wait(turn, act, mode)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         if act is None:  # an Instance Spot's first message activates it (cold activation)
@@ -216,7 +214,7 @@ class Runtime(Membership, Creation, Closing):
             self._refused(act, call, None, NO_WAIT, 0, False, verdict)
 
     def _refused(
-        self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: int,
+        self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
         hops: int, force: bool, verdict: Admission,
     ) -> Completion:  # fmt: skip
         """A lane did not admit the call: a seal met after the state check keeps it for the
@@ -240,7 +238,7 @@ class Runtime(Membership, Creation, Closing):
         if self.stopping or self.draining:
             raise Unavailable(f"node {self.node_id} is shutting down")
         act = (self.actors if call.kind == "actor" else self.spots).get(call.target)
-        if act is None or act.state > READY:
+        if act is None or act.state in PAST_READY:
             self._one_by_one(call)
             return
         turn = current_turn()
@@ -282,7 +280,7 @@ class Runtime(Membership, Creation, Closing):
             self.submit(SendCall(self, call.kind, call.target, msg), None, NO_WAIT)
 
     def _not_ready(
-        self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: int,
+        self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
         hops: int,
     ) -> Completion:  # fmt: skip
         """A sealed, moving or restoring target: the relocator keeps the call, or it is gone
@@ -292,14 +290,14 @@ class Runtime(Membership, Creation, Closing):
         relocator = self.relocator
         if relocator is not None and relocator.divert(call, reply, hops):
             return reply  # type: ignore[return-value]
-        if act.state == GONE or act.state <= READY:  # moved or reopened meanwhile: go again
+        if act.state == GONE or act.state not in PAST_READY:  # moved or reopened: go again
             return self.submit(call, reply, mode, hops)  # armed: the same deadline goes on
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
 
     def _remote(
-        self, call: MessageCall, reply: Completion | None, mode: int, hops: int
+        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int
     ) -> Completion:
         """Forward ``call`` along this node's route to its target (stale routes relay onward).
 
@@ -348,7 +346,7 @@ class Runtime(Membership, Creation, Closing):
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         for spot_id in self.topics.get(call.target, ()):
             act = self.spots.get(spot_id)
-            if act is None or act.state > READY:
+            if act is None or act.state in PAST_READY:
                 continue
             handler = act.spec.subscriptions.get(type(msg))
             if handler is None:
@@ -396,11 +394,11 @@ class Runtime(Membership, Creation, Closing):
         pool.submit(run)
         return completion
 
-    def _check_wait(self, turn: Turn | None, target: Act, mode: int) -> None:
+    def _check_wait(self, turn: Turn | None, target: Act, mode: WaitMode) -> None:
         """§6: refuse a wait that needs the caller's own gate or its own Actor claim."""
         if turn is None or turn.owner is None or target.owner is None:
             return
-        if mode == KEEP and target.owner.gate is turn.owner.gate:
+        if mode == KEEP_TURN and target.owner.gate is turn.owner.gate:
             raise InvalidOperation(
                 f"awaiting {target.name!r} from a turn that holds the gate it needs would wait on "
                 "itself; use `await call.yield_()` in a SpotWide Spot, or send without waiting"
@@ -478,13 +476,11 @@ class Runtime(Membership, Creation, Closing):
     def owner_statuses(self) -> list[OwnerStatus]:
         """Every owner's lanes, gate and timers, read without stopping any turn."""
         now = self.clock.now()
-        names = {
-            ACTIVATING: "activating", READY: "ready", SEALED: "sealed", CLOSING: "closing",
-            GONE: "gone",
-        }  # fmt: skip
         out: list[OwnerStatus] = []
 
-        def add(owner: Owner, kind: str, type_: str, state: int, timers: list[str]) -> None:
+        def add(
+            owner: Owner, kind: str, type_: str, state: ActState, timers: list[str]
+        ) -> None:
             ai, ab, li, lb = owner.lanes.reserved()
             gate = owner.gate
             age = None if gate.running is None else max(0.0, now - gate.running_since)
@@ -499,7 +495,7 @@ class Runtime(Membership, Creation, Closing):
                     owner=owner.name,
                     kind=kind,
                     type=type_,
-                    state=names[state],
+                    state=state.value,
                     app_items=ai,
                     app_bytes=ab,
                     lifecycle_items=li,
@@ -520,3 +516,8 @@ class Runtime(Membership, Creation, Closing):
         for actor in list(self.actors.values()):
             add(actor.owner, "actor", actor.spec.name, actor.state, sorted(actor.timers))
         return out
+
+
+def _restored_for(act: SpotAct | ActorAct, call: MessageCall) -> bool:
+    """A call the relocation source relays to a restored, still sealed target: it queues."""
+    return bool(act.restored) and call.via == act.restored
