@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-
 class WaitMode(Enum):
     """How the submitter of a call will wait for it (python-api §4 terminals)."""
 

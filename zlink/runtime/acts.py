@@ -35,7 +35,6 @@ if TYPE_CHECKING:
 _log = logging.getLogger("zlink.runtime")
 
 
-
 class ActState(Enum):
     """Where an activation is in its life. ACTIVATING and READY admit calls; SEALED
     (relocating), CLOSING and GONE do not (a call that meets them is kept, relayed or refused)."""

@@ -478,9 +478,7 @@ class Runtime(Membership, Creation, Closing):
         now = self.clock.now()
         out: list[OwnerStatus] = []
 
-        def add(
-            owner: Owner, kind: str, type_: str, state: ActState, timers: list[str]
-        ) -> None:
+        def add(owner: Owner, kind: str, type_: str, state: ActState, timers: list[str]) -> None:
             ai, ab, li, lb = owner.lanes.reserved()
             gate = owner.gate
             age = None if gate.running is None else max(0.0, now - gate.running_since)
