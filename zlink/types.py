@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from enum import Enum, IntEnum
+from enum import Enum, IntEnum, StrEnum
 from typing import Any, TypeAlias, TypeVar
 
 from .errors import InvalidArgument, ZLinkError
@@ -157,3 +157,12 @@ class RelocationCoordination(Enum):
 
     FRAMEWORK_MANAGED = "framework_managed"
     APPLICATION_SIGNALED = "application_signaled"
+
+
+class TargetKind(StrEnum):
+    """What a call or a Location Store entry names (a ``str``: its value is the wire form)."""
+
+    SPOT = "spot"
+    ACTOR = "actor"
+    CHANNEL = "channel"  # calls only
+    TOPIC = "topic"  # Logical Multicast publish; calls only

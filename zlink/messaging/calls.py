@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from ..durations import check_seconds
 from ..errors import InvalidArgument, InvalidOperation
 from ..executor import Suspension, Turn, current_turn, in_infrastructure
+from ..types import TargetKind
 from .completion import Completion
 from .message import Message
 
@@ -153,11 +154,11 @@ class MessageCall(_Call):
     origin: str | None = None  # the node a relayed call started on (mesh routing)
     via: str | None = None  # the node that handed it over last (mesh routing)
 
-    def __init__(self, rt: Runtime, kind: str, target: str, msg: Message) -> None:
+    def __init__(self, rt: Runtime, kind: TargetKind, target: str, msg: Message) -> None:
         self._rt = rt  # _Call.__init__ inlined: this runs once per message
         self._options = None
         self._ended = False
-        self.kind = kind  # "spot", "actor" or "channel"
+        self.kind = kind
         self.target = target
         self.msg = msg
 
@@ -173,7 +174,7 @@ class MessageCall(_Call):
 
     def instance_spot(self, stable_type: str | None = None) -> MessageCall:
         """Address an Instance Spot, activating it (of ``stable_type``) on its first message."""
-        if self.kind != "spot":
+        if self.kind != TargetKind.SPOT:
             raise InvalidOperation("instance_spot() applies to Spot calls only")
         if stable_type is not None:
             check_id("instance spot type", stable_type)
@@ -225,7 +226,7 @@ class BatchSendCall(_Call):
 
     __slots__ = ("kind", "msgs", "target")
 
-    def __init__(self, rt: Runtime, kind: str, target: str, msgs: list[Message]) -> None:
+    def __init__(self, rt: Runtime, kind: TargetKind, target: str, msgs: list[Message]) -> None:
         super().__init__(rt)
         self.kind = kind
         self.target = target
@@ -289,9 +290,11 @@ class CreateCall(_Completing[T]):
 
     __slots__ = ("deadline", "get", "kind", "mesh", "object_id", "request_msg", "type_name")
 
-    def __init__(self, rt: Runtime, kind: str, type_name: str, object_id: str | None, get: bool):
+    def __init__(
+        self, rt: Runtime, kind: TargetKind, type_name: str, object_id: str | None, get: bool
+    ) -> None:
         super().__init__(rt)
-        self.kind = kind  # "spot" or "actor"
+        self.kind = kind
         self.type_name = type_name
         self.object_id = object_id
         self.get = get  # get_or_create

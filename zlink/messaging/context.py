@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import InvalidArgument, InvalidOperation
-from ..types import SpotKind, SpotRef
+from ..types import SpotKind, SpotRef, TargetKind
 from .calls import (
     BatchSendCall,
     CreateCall,
@@ -23,6 +23,9 @@ from .calls import (
     check_id,
 )
 from .message import Message, Request
+
+_SPOT, _ACTOR = TargetKind.SPOT, TargetKind.ACTOR
+_CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
 
 
 class _HasActorContext(Protocol):
@@ -105,11 +108,11 @@ class RouteClient:
             spot_id = check_id("spot_id", spot_id)
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
-        return SendCall(self._rt, "spot", spot_id, msg)
+        return SendCall(self._rt, _SPOT, spot_id, msg)
 
     def request_to_spot(self, spot_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Spot; its reply is the request's ``T``."""
-        return RequestCall(self._rt, "spot", check_id("spot_id", spot_id), _message(req, True))
+        return RequestCall(self._rt, _SPOT, check_id("spot_id", spot_id), _message(req, True))
 
     def send_to_actor(self, actor_id: str, msg: Message) -> SendCall:
         """A one-way message to an Actor (always into the Actor's own queue, §2)."""
@@ -117,28 +120,28 @@ class RouteClient:
             actor_id = check_id("actor_id", actor_id)
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
-        return SendCall(self._rt, "actor", actor_id, msg)
+        return SendCall(self._rt, _ACTOR, actor_id, msg)
 
     def request_to_actor(self, actor_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to an Actor."""
-        return RequestCall(self._rt, "actor", check_id("actor_id", actor_id), _message(req, True))
+        return RequestCall(self._rt, _ACTOR, check_id("actor_id", actor_id), _message(req, True))
 
     def send(self, channel: str, msg: Message) -> SendCall:
         """A one-way message to a Channel."""
-        return SendCall(self._rt, "channel", check_id("channel", channel), _message(msg, False))
+        return SendCall(self._rt, _CHANNEL, check_id("channel", channel), _message(msg, False))
 
     def request(self, channel: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Channel; each request is its own turn."""
-        return RequestCall(self._rt, "channel", check_id("channel", channel), _message(req, True))
+        return RequestCall(self._rt, _CHANNEL, check_id("channel", channel), _message(req, True))
 
     def send_many_to_spot(self, spot_id: str, msgs: Iterable[Message]) -> BatchSendCall:
         """One-way messages to a Spot, admitted together: each is still its own turn, in
         order; the batch costs one admission and one wake-up (the batch send path)."""
-        return BatchSendCall(self._rt, "spot", check_id("spot_id", spot_id), _messages(msgs))
+        return BatchSendCall(self._rt, _SPOT, check_id("spot_id", spot_id), _messages(msgs))
 
     def send_many_to_actor(self, actor_id: str, msgs: Iterable[Message]) -> BatchSendCall:
         """One-way messages to an Actor, admitted together (see ``send_many_to_spot``)."""
-        return BatchSendCall(self._rt, "actor", check_id("actor_id", actor_id), _messages(msgs))
+        return BatchSendCall(self._rt, _ACTOR, check_id("actor_id", actor_id), _messages(msgs))
 
     def publish(self, topic: str, event: Message) -> SendCall:
         """A Logical Multicast event to every Spot subscribed to ``topic`` (no Yield, §16).
@@ -146,7 +149,7 @@ class RouteClient:
         Each subscriber gets it in its Spot queue; one whose lane is full misses it (counted
         as ``publish_dropped``), which never fails the publish for the others.
         """
-        return SendCall(self._rt, "topic", check_id("topic", topic), _message(event, False))
+        return SendCall(self._rt, _TOPIC, check_id("topic", topic), _message(event, False))
 
 
 class WorkerManager:
@@ -176,12 +179,12 @@ class SpotManager:
 
     def create(self, spot_type: str) -> CreateCall[Any]:
         """A new User Spot of ``spot_type`` with a generated id."""
-        return CreateCall(self._rt, "spot", check_id("spot_type", spot_type), None, False)
+        return CreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), None, False)
 
     def get_or_create(self, spot_id: str, spot_type: str) -> CreateCall[Any]:
         """The User Spot ``spot_id``, created as ``spot_type`` if it does not exist."""
         check_id("spot_id", spot_id)
-        return CreateCall(self._rt, "spot", check_id("spot_type", spot_type), spot_id, True)
+        return CreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), spot_id, True)
 
     def close(self, spot_ref: SpotRef) -> bool:
         """Close exactly the incarnation ``spot_ref`` names; returns once the close is begun.
@@ -204,12 +207,12 @@ class ActorManager:
         """A new Actor; ``actor_id`` may be given, else one is generated."""
         if actor_id is not None:
             check_id("actor_id", actor_id)
-        return CreateCall(self._rt, "actor", check_id("actor_type", actor_type), actor_id, False)
+        return CreateCall(self._rt, _ACTOR, check_id("actor_type", actor_type), actor_id, False)
 
     def get_or_create(self, actor_id: str, actor_type: str) -> CreateCall[Any]:
         """The Actor ``actor_id``, created as ``actor_type`` if it does not exist."""
         check_id("actor_id", actor_id)
-        return CreateCall(self._rt, "actor", check_id("actor_type", actor_type), actor_id, True)
+        return CreateCall(self._rt, _ACTOR, check_id("actor_type", actor_type), actor_id, True)
 
 
 class Client(RouteClient):

@@ -13,7 +13,7 @@ from ..messaging.completion import Completion
 from ..messaging.message import Message, reply_type, to_wire
 from ..runtime.routing import Route
 from ..timers import TimerJob
-from ..types import RelocationCoordination, RelocationReadyStatus, SpotKind
+from ..types import RelocationCoordination, RelocationReadyStatus, SpotKind, TargetKind
 
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
@@ -202,12 +202,12 @@ class Outbound(RelocatorState):
         from ..runtime.jobs import LifeJob
 
         act = out.spot
-        if out.kind == "spot" and act.shared:
+        if out.kind == TargetKind.SPOT and act.shared:
             if set(act.members) != {o.name for o in out.objects if o is not act}:
                 raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
             if act.yields_out:
                 raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
-        if out.kind == "actor" and out.unit.spot is not act:  # type: ignore[union-attr]
+        if out.kind == TargetKind.ACTOR and out.unit.spot is not act:  # type: ignore[union-attr]
             raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
             pending = obj.owner.lanes.snapshot()

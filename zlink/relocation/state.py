@@ -16,6 +16,7 @@ from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Completion
 from ..messaging.message import Message, from_wire, to_wire
 from ..timers import OverrunPolicy, Timer, TimerOptions
+from ..types import TargetKind
 
 if TYPE_CHECKING:
     from ..messaging.calls import MessageCall
@@ -49,7 +50,7 @@ class Outgoing:
 
     @property
     def kind(self) -> str:
-        return "spot" if self.unit is self.spot else "actor"
+        return TargetKind.SPOT if self.unit is self.spot else TargetKind.ACTOR
 
 
 @dataclass(eq=False)

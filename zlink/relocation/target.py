@@ -13,7 +13,7 @@ from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire
 from ..timers import TimerJob, TimerTick
-from ..types import RelocationReadyStatus
+from ..types import RelocationReadyStatus, TargetKind
 
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
@@ -39,8 +39,8 @@ class Inbound(RelocatorState):
             chunks = self._chunks.pop(key, [])
         spec = rt.app.spots.get(env["tn"])
         objects = env["objects"]
-        kind = env.get("unit", "spot")
-        actor_objects = objects[1:] if kind == "spot" else objects
+        kind = TargetKind(env.get("unit", "spot"))
+        actor_objects = objects[1:] if kind == TargetKind.SPOT else objects
         actor_specs = [rt.app.actors.get(o["tn"]) for o in actor_objects]
         if spec is None or None in actor_specs or len(chunks) != env["n"]:
             self._answer(env, "the payload does not match this node's app or is incomplete")
@@ -50,11 +50,11 @@ class Inbound(RelocatorState):
         with self.router.route_lock, self._lock:  # sent before this left, or finds it here
             with rt._lock:
                 taken = [o["id"] for o in objects if o["id"] in rt.spots or o["id"] in rt.actors]
-                shell = rt.spots.get(env["t"]) if kind == "actor" else None
+                shell = rt.spots.get(env["t"]) if kind == TargetKind.ACTOR else None
                 if taken:
                     self._answer(env, f"{taken} already live on {rt.node_id}")
                     return
-                if kind == "actor" and (shell is None or shell.state in PAST_READY):
+                if kind == TargetKind.ACTOR and (shell is None or shell.state in PAST_READY):
                     self._answer(env, f"the shell of {env['t']!r} is not open on {rt.node_id}")
                     return
                 # this node's own calls so far went elsewhere: fence that path first
@@ -97,7 +97,7 @@ class Inbound(RelocatorState):
                 data, adapter = states.get(obj.name), obj.spec.relocation.adapter
                 if data is not None and adapter is not None:
                     adapter().restore(obj.instance, base64.b64decode(data))  # a fresh copy
-            if inc.kind == "spot" and states.get(act.spot_id) is None:
+            if inc.kind == TargetKind.SPOT and states.get(act.spot_id) is None:
                 return act.instance.on_initialize()  # recreate(): a new start, no state
             return None
 
@@ -110,7 +110,7 @@ class Inbound(RelocatorState):
                 else:  # stays sealed here; the source is told
                     self._answer(env, f"restore failed {attempt} times: {turn.error}")
                 return
-            if inc.kind == "actor":  # born held; the open shell goes on meanwhile
+            if inc.kind == TargetKind.ACTOR:  # born held; the open shell goes on meanwhile
                 self._refill(env, inc)
             else:
                 act.owner.hold(after=lambda: self._refill(env, inc))
@@ -191,7 +191,7 @@ class Inbound(RelocatorState):
         else:
             for member in inc.members:  # SpotWide: on the Spot's gate; PER_ACTOR: its own
                 member.owner.unhold(act.gate if act.shared else member.own_gate)
-        if inc.kind == "spot":
+        if inc.kind == TargetKind.SPOT:
             act.owner.unhold()  # queued messages and ticks run now
         self.rt.metrics.add("relocated_in")
         self.router.transport.send(inc.key[0], {"k": "reloc_opened", "r": inc.key[1]})

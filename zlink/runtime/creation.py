@@ -16,6 +16,7 @@ from ..errors import (
 )
 from ..executor import Admission, Job, Lane, Turn, current_turn
 from ..mesh.location import Location
+from ..types import TargetKind
 
 if TYPE_CHECKING:
     pass
@@ -124,7 +125,7 @@ class Creation(Directory):
             raise Unavailable(f"node {self.node_id} is shutting down")
         if call.mesh is not None and call.mesh != self.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
-        if call.kind == "actor":
+        if call.kind == TargetKind.ACTOR:
             return self._create_actor(call, mode)
         spec = self.app.spots.get(call.type_name)
         if spec is None or spec.kind is not SpotKind.USER:
@@ -138,7 +139,7 @@ class Creation(Directory):
                 generation = None
                 if self.router is not None:  # only the owner the store confirms runs the factory
                     held = self.router.store.reserve(
-                        spot_id, "spot", spec.name, self.node_id, self._lease()
+                        spot_id, TargetKind.SPOT, spec.name, self.node_id, self._lease()
                     )
                     if held.location.owner != self.node_id:
                         remote = held.location
@@ -221,7 +222,7 @@ class Creation(Directory):
             existing = self.actors.get(actor_id)
             if existing is None and self.router is not None:
                 held = self.router.store.reserve(
-                    actor_id, "actor", spec.name, self.node_id, self._lease()
+                    actor_id, TargetKind.ACTOR, spec.name, self.node_id, self._lease()
                 )
                 if held.location.owner != self.node_id:  # it lives on another node
                     assert completion.timer is not None

@@ -38,7 +38,7 @@ from ..messaging import codec
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire, reply_type, to_wire
-from ..types import SpotCreateResult
+from ..types import SpotCreateResult, TargetKind
 from .ports import EnvelopeHandler
 
 if TYPE_CHECKING:
@@ -322,7 +322,7 @@ class MeshRouter:
             self._on_call(envelope)
 
     def _on_create(self, env: dict[str, Any]) -> None:
-        call: CreateCall[Any] = CreateCall(self.rt, "spot", env["tn"], env["t"], True)
+        call: CreateCall[Any] = CreateCall(self.rt, TargetKind.SPOT, env["tn"], env["t"], True)
         try:
             done = self.rt.submit_create(call, NO_WAIT)
         except ZLinkError as exc:

@@ -29,6 +29,7 @@ from ..errors import (
     Unavailable,
 )
 from ..executor import Admission, Owner, Turn, current_turn, run_free
+from ..types import TargetKind
 from .routing import _MAX_HOPS
 
 if TYPE_CHECKING:
@@ -119,14 +120,14 @@ class Runtime(Membership, Creation, Closing):
         turn = current_turn()
         msg = call.msg
         act: Act | None
-        if call.kind == "topic":
+        if call.kind == TargetKind.TOPIC:
             self._publish(call, turn)
             return reply  # type: ignore[return-value]
-        if call.kind == "channel":
+        if call.kind == TargetKind.CHANNEL:
             act = self.channels.get(call.target)
             if act is None:
                 raise NotFound(f"no channel {call.target!r}")
-        elif call.kind == "actor":
+        elif call.kind == TargetKind.ACTOR:
             act = self.actors.get(call.target)
             if act is None:
                 if self.router is not None:
@@ -156,7 +157,7 @@ class Runtime(Membership, Creation, Closing):
             generation = None
             if self.router is not None:  # only the owner the store confirms runs the factory
                 held = self.router.store.reserve(
-                    call.target, "spot", spec.name, self.node_id, self._lease()
+                    call.target, TargetKind.SPOT, spec.name, self.node_id, self._lease()
                 )
                 if held.location.owner != self.node_id:
                     return self._remote(call, reply, mode, hops)
@@ -189,9 +190,9 @@ class Runtime(Membership, Creation, Closing):
         Spot or Actor of this node; a plain ``def`` handler) goes straight to the lane as a
         light job; anything else, and every refusal, takes ``submit``'s general path."""
         kind = call.kind
-        if kind == "spot":
+        if kind == TargetKind.SPOT:
             act: SpotAct | ActorAct | None = self.spots.get(call.target)
-        elif kind == "actor":
+        elif kind == TargetKind.ACTOR:
             act = self.actors.get(call.target)
         else:
             act = None
@@ -237,7 +238,7 @@ class Runtime(Membership, Creation, Closing):
         Anything else (remote, moving, a Channel) goes one by one through ``submit``."""
         if self.stopping or self.draining:
             raise Unavailable(f"node {self.node_id} is shutting down")
-        act = (self.actors if call.kind == "actor" else self.spots).get(call.target)
+        act = (self.actors if call.kind == TargetKind.ACTOR else self.spots).get(call.target)
         if act is None or act.state in PAST_READY:
             self._one_by_one(call)
             return
@@ -310,7 +311,7 @@ class Runtime(Membership, Creation, Closing):
         if hops > _MAX_HOPS:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
         with router.route_lock:
-            local = (self.actors if call.kind == "actor" else self.spots).get(call.target)
+            local = (self.actors if call.kind == TargetKind.ACTOR else self.spots).get(call.target)
             if local is None:
                 if reply is not None and reply.timer is None:
                     self._arm(reply, call.deadline, "no reply in time")
@@ -439,7 +440,8 @@ class Runtime(Membership, Creation, Closing):
                 f"yield_() is not offered in {act.name!r}: only SpotWide User Spots, their "
                 "member Actors and Instance Spots have a shared gate to release"
             )
-        if isinstance(call, MessageCall) and call.kind == "actor" and call.target == act.name:
+        own = isinstance(call, MessageCall) and call.kind is TargetKind.ACTOR
+        if own and call.target == act.name:
             raise InvalidOperation(f"actor {act.name!r} cannot wait on a request to itself")
 
     def finish_message(self, job: SendJob, turn: Turn) -> None:
