@@ -16,7 +16,7 @@ from .errors import InvalidArgument, InvalidOperation
 from .handlers import HandlerSpec, collect
 from .messaging.message import Message
 from .timers import collect_timer_handlers
-from .types import ExecutionMode, RelocationCoordination, SpotKind
+from .types import ExecutionMode, RelocationCoordination, RelocationPolicy, SpotKind
 
 C = TypeVar("C", bound=type)
 
@@ -28,7 +28,7 @@ class Relocation:
     Registration validates the policy; ``zlink.relocation`` carries it out when a Spot moves.
     """
 
-    kind: str
+    kind: RelocationPolicy
     adapter: type | None = None
 
     @staticmethod
@@ -36,17 +36,17 @@ class Relocation:
         """Capture state with ``adapter`` on the source and restore it on the target."""
         if not isinstance(adapter, type):
             raise InvalidOperation(f"preserve_state takes an adapter class, got {adapter!r}")
-        return Relocation("preserve_state", adapter)
+        return Relocation(RelocationPolicy.PRESERVE_STATE, adapter)
 
     @staticmethod
     def recreate() -> Relocation:
         """Start a fresh instance on the target; no state moves."""
-        return Relocation("recreate")
+        return Relocation(RelocationPolicy.RECREATE)
 
     @staticmethod
     def disabled() -> Relocation:
         """This type never moves."""
-        return Relocation("disabled")
+        return Relocation(RelocationPolicy.DISABLED)
 
 
 @dataclass
@@ -107,7 +107,7 @@ class App:
             relocation = (
                 Relocation.recreate() if mode is ExecutionMode.PER_ACTOR else Relocation.disabled()
             )
-        if mode is ExecutionMode.PER_ACTOR and relocation.kind != "recreate":
+        if mode is ExecutionMode.PER_ACTOR and relocation.kind is not RelocationPolicy.RECREATE:
             raise InvalidOperation("a PER_ACTOR User Spot accepts only Relocation.recreate()")
         if (
             relocation_coordination is RelocationCoordination.APPLICATION_SIGNALED

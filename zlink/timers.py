@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from .durations import check_seconds
 from .errors import InvalidArgument, InvalidOperation
-from .executor import CLOSED, Admission, Job, Owner, Turn
-from .executor import TimerHandle as InfraTimerHandle
+from .executor import CLOSED, Admission, DeadlineHandle, Job, Owner, Turn
 
 if TYPE_CHECKING:
     from .executor import Clock, InfraExecutor
@@ -228,7 +227,7 @@ class Timer:
         self.fn = fn
         self.next_due = first_due
         self.sequence = 0  # the last delivered tick
-        self.handle: InfraTimerHandle | None = None
+        self.handle: DeadlineHandle | None = None
         self.cancelled = False
         self.delivered = self.skipped = self.dropped = 0
         self.queued = 0  # ticks admitted and not yet finished (idle eviction ignores these)

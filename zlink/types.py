@@ -166,3 +166,11 @@ class TargetKind(StrEnum):
     ACTOR = "actor"
     CHANNEL = "channel"  # calls only
     TOPIC = "topic"  # Logical Multicast publish; calls only
+
+
+class RelocationPolicy(Enum):
+    """What a move does with an object's state (``zlink.Relocation``, python-api §2)."""
+
+    PRESERVE_STATE = "preserve_state"  # captured on the source, restored on the target
+    RECREATE = "recreate"  # a fresh instance on the target
+    DISABLED = "disabled"  # never moves

@@ -22,8 +22,8 @@ from .clock import MonotonicClock as MonotonicClock
 from .gate import Gate as Gate
 from .gate import Owner as Owner
 from .gate import run_free as run_free
+from .infra import DeadlineHandle as DeadlineHandle
 from .infra import InfraExecutor as InfraExecutor
-from .infra import TimerHandle as TimerHandle
 from .infra import in_infrastructure as in_infrastructure
 from .lanes import Admission as Admission
 from .lanes import Lane as Lane
@@ -45,6 +45,7 @@ __all__ = [
     "Admission",
     "CallJob",
     "Clock",
+    "DeadlineHandle",
     "Gate",
     "InfraExecutor",
     "Job",
@@ -55,7 +56,6 @@ __all__ = [
     "OwnerLanes",
     "Step",
     "Suspension",
-    "TimerHandle",
     "Turn",
     "WorkerPool",
     "current_turn",

@@ -31,7 +31,7 @@ def in_infrastructure() -> bool:
     return _IN_INFRA.get()
 
 
-class TimerHandle:
+class DeadlineHandle:
     """A scheduled infrastructure callback; ``cancel()`` makes it a no-op (lazy deletion)."""
 
     __slots__ = ("_owner", "args", "cancelled", "deadline", "fn")
@@ -70,7 +70,7 @@ class InfraExecutor:
         self._name = name
         self._cond = threading.Condition(threading.Lock())
         self._ready: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
-        self._heap: list[tuple[float, int, TimerHandle]] = []
+        self._heap: list[tuple[float, int, DeadlineHandle]] = []
         self._dead = 0  # cancelled entries still in the heap
         self._seq = itertools.count()
         self._state = "new"
@@ -98,16 +98,16 @@ class InfraExecutor:
             self._ready.append((fn, args))
             self._cond.notify()
 
-    def call_at(self, deadline: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
+    def call_at(self, deadline: float, fn: Callable[..., Any], *args: Any) -> DeadlineHandle:
         """Run ``fn(*args)`` on the infrastructure thread once the clock reaches ``deadline``."""
-        handle = TimerHandle(deadline, fn, args, self)
+        handle = DeadlineHandle(deadline, fn, args, self)
         with self._cond:
             heapq.heappush(self._heap, (deadline, next(self._seq), handle))
             if self._heap[0][2] is handle:
                 self._cond.notify()
         return handle
 
-    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> TimerHandle:
+    def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> DeadlineHandle:
         """Like :meth:`call_at`, ``delay`` seconds from now on the injected clock."""
         return self.call_at(self._clock.now() + delay, fn, *args)
 
@@ -130,7 +130,7 @@ class InfraExecutor:
                 heapq.heapify(self._heap)
                 self._dead = 0
 
-    def take_pending(self) -> list[TimerHandle]:
+    def take_pending(self) -> list[DeadlineHandle]:
         """Remove and return every live deadline (shutdown fails them itself)."""
         with self._cond:
             live = [e[2] for e in self._heap if not e[2].cancelled]

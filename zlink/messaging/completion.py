@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import DeadlineExceeded
-from ..executor import TimerHandle
+from ..executor import DeadlineHandle
 
 Callback = Callable[[Any, BaseException | None], object]
 
@@ -33,7 +33,7 @@ class Completion:
         self._error: BaseException | None = None
         self._callbacks: list[Callback] | None = None
         self._waiter: threading.Lock | None = None
-        self.timer: TimerHandle | None = None  # the deadline on the infrastructure heap
+        self.timer: DeadlineHandle | None = None  # the deadline on the infrastructure heap
 
     @property
     def done(self) -> bool:

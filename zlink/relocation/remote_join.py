@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
 from ..executor import Admission, Lane, Turn
 from ..messaging.completion import Completion
-from ..types import ActorJoinCompletion, ActorJoinResult, SpotKind
+from ..types import ActorJoinCompletion, ActorJoinResult, RelocationPolicy, SpotKind
 from .state import decode_reply, encode_reply
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ class RemoteJoin:
     # -- the Actor's node ------------------------------------------------------------------------
     def ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
         """The Actor is held: ask the node of ``target_id`` whether it may join."""
-        if actor.spec.relocation.kind == "disabled":
+        if actor.spec.relocation.kind is RelocationPolicy.DISABLED:
             self._fail(actor, target_id, InvalidOperation(
                 f"{actor.spec.name!r} is registered with Relocation.disabled(): it cannot "
                 f"join {target_id!r} on another node"

@@ -13,7 +13,13 @@ from ..messaging.completion import Completion
 from ..messaging.message import Message, reply_type, to_wire
 from ..runtime.routing import Route
 from ..timers import TimerJob
-from ..types import RelocationCoordination, RelocationReadyStatus, SpotKind, TargetKind
+from ..types import (
+    RelocationCoordination,
+    RelocationPolicy,
+    RelocationReadyStatus,
+    SpotKind,
+    TargetKind,
+)
 
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
@@ -42,7 +48,7 @@ class Outbound(RelocatorState):
         spec = act.spec
         if act.kind is SpotKind.ENTRY:
             raise InvalidOperation(f"{act.spot_id!r} is an Entry Spot; Entry Spots never move")
-        if spec.relocation.kind == "disabled":
+        if spec.relocation.kind is RelocationPolicy.DISABLED:
             raise InvalidOperation(f"{spec.name!r} is registered with Relocation.disabled()")
         if target == self.rt.node_id:
             raise InvalidArgument("a Spot relocates to another node, not its own")
@@ -163,7 +169,7 @@ class Outbound(RelocatorState):
             else:
                 objects = [act]  # PER_ACTOR: the shell first; each Actor moves later
             for member in members:
-                if member.spec.relocation.kind == "disabled":
+                if member.spec.relocation.kind is RelocationPolicy.DISABLED:
                     raise InvalidOperation(
                         f"member {member.actor_id!r} is a {member.spec.name!r}, registered "
                         "with Relocation.disabled(); its Spot cannot move while it is a member"
