@@ -28,6 +28,7 @@ from .errors import (
     ZLinkError,
 )
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
+from .mesh import wire
 from .mesh.location import LocationStore
 from .mesh.transport import Transport
 from .messaging.completion import expire
@@ -107,12 +108,12 @@ class Node:
             remote_join = RemoteJoin(self._rt, router, relocator)
             self._rt.relocator, self._rt.remote_join = relocator, remote_join
             for kind, handler in (
-                ("reloc_chunk", relocator.on_chunk),
-                ("reloc", relocator.on_relocate),
-                ("reloc_done", relocator.on_restored),
-                ("reloc_commit", relocator.on_commit),
-                ("reloc_opened", relocator.on_opened),
-                ("join_ask", remote_join.on_ask),
+                (wire.RelocChunkEnvelope, relocator.on_chunk),
+                (wire.RelocEnvelope, relocator.on_relocate),
+                (wire.RelocDoneEnvelope, relocator.on_restored),
+                (wire.RelocCommitEnvelope, relocator.on_commit),
+                (wire.RelocOpenedEnvelope, relocator.on_opened),
+                (wire.JoinAskEnvelope, remote_join.on_ask),
             ):
                 router.handle(kind, handler)
         self._client = Client(self._rt)
@@ -141,7 +142,7 @@ class Node:
         self._infra.start()
         self._pool.start()
         if self._transport is not None and self._rt.router is not None:
-            self._transport.attach(self.node_id, self._rt.router.receive, self._infra.submit)
+            self._transport.attach(self.node_id, self._rt.router, self._infra.submit)
         for activated in self._rt.start():
             activated.wait(self.config.request_timeout)
         self._state = "running"
@@ -232,8 +233,7 @@ class Node:
             raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")
         budget = self.config.request_timeout if timeout is None else timeout
         end = time.monotonic() + budget
-        peers = [] if self._transport is None else self._transport.nodes()
-        peers = [p for p in peers if p != self.node_id]
+        peers = [] if rt.router is None else rt.router.peers()
         moving: dict[str, Any] = {}
         stayed: dict[str, str] = {}
         turn = 0

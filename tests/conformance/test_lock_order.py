@@ -82,9 +82,9 @@ def test_moves_out_of_and_into_one_node_at_once_keep_the_lock_order(clock: Manua
                 t.join(WAIT)
             assert not any(t.is_alive() for t in threads), "a move is stuck (deadlock?)"
             assert not errors, errors
-        for spot in ("a", "b"):
+        for spot in ("a", "b"):  # one sender: its send is handled before its request
             n1.client().send_to_spot(spot, Add(n=2)).submit()
-            assert n2.client().request_to_spot(spot, Total()).wait(WAIT) == 2
+            assert n1.client().request_to_spot(spot, Total()).wait(WAIT) == 2
         assert not lockorder.violations()
         assert ("relocator", "runtime.directory") in lockorder.edges()
 

@@ -9,8 +9,10 @@ import pytest
 
 import zlink
 from tests.conftest import WAIT
+from zlink.mesh import wire
 from zlink.mesh.location import InMemoryLocationStore
-from zlink.mesh.transport import InProcessTransport
+from zlink.mesh.transport import Channel, InProcessTransport
+from zlink.messaging.completion import Completion
 from zlink.testing import LocalCluster, ManualClock
 
 
@@ -181,10 +183,9 @@ def test_a_reply_reaches_its_caller_while_every_worker_of_that_node_is_blocked(c
 
 def test_a_bad_wire_payload_fails_only_that_request_and_is_counted(cluster):
     n1, n2, _ = cluster.nodes
-    n2._runtime.router.receive(
-        {"k": "request", "to": "spot", "t": "x", "tn": "t.ms.total", "p": "{not json",
-         "m": {}, "o": "node-1", "h": 0, "c": 999, "d": 5}
-    )  # fmt: skip
+    bad = wire.RequestEnvelope("spot", "x", "t.ms.total", "{not json", None, "node-1", "node-1",
+                               "node-1", 0, False, None, 999, 5.0)  # fmt: skip
+    n2._infra.submit(n2._runtime.router.received, "node-1", Channel.DATA, wire.encode(bad))
     cluster.wait_idle(WAIT)
     assert n2.counters()["bad_wire_payloads"] == 1
     assert n1.counters()["late_replies"] == 1  # node-1 had no such call waiting
@@ -202,3 +203,51 @@ def test_mesh_bad_input_is_typed(cluster):
         zlink.Node(build_app(), store=InMemoryLocationStore())
     with pytest.raises(zlink.InvalidArgument):
         zlink.Node(build_app(), transport=InProcessTransport())
+
+
+def test_bytes_that_do_not_decode_are_counted_and_a_reply_route_gets_a_typed_error(cluster):
+    """Issue "The runtime, composed", item 3: an envelope that fails to decode is counted and
+    answered with a typed error where it carries a reply route, never crashing a thread."""
+    n1, n2, _ = cluster.nodes
+    waiting = Completion()
+    corr = n1._runtime.router.register_pending(waiting, None, "node-2")
+    unknown_version = (
+        b'{"version": 99, "kind": "request", "origin_node": "node-1", "correlation": %d}' % corr
+    )
+    router = n2._runtime.router
+    for data in (b"\xff garbage", b'{"version": 1, "kind": "send"', unknown_version):
+        n2._infra.submit(router.received, "node-1", Channel.DATA, data)
+    with pytest.raises(zlink.InvalidArgument, match="version"):
+        waiting.wait(WAIT)
+    cluster.wait_idle(WAIT)
+    assert n2.counters()["bad_envelopes"] == 3
+    n1.client().spots.get_or_create("after", "t.ms.room").wait(WAIT)  # threads still serve
+    assert n2.client().request_to_spot("after", Total()).wait(WAIT) == 0
+
+
+def test_a_peer_that_goes_away_fails_the_calls_awaiting_it_at_once(cluster):
+    """python-api §10: calls in flight to a node that is gone complete with Unavailable at
+    once, not at their deadline (the manual clock never moves here)."""
+    n1, _, _ = cluster.nodes
+    waiting = Completion()
+    n1._runtime.router.register_pending(waiting, None, "node-2")
+    cluster.transport.detach("node-2")
+    with pytest.raises(zlink.Unavailable, match="node-2"):
+        waiting.wait(WAIT)
+    assert n1.counters()["calls_failed_peer_down"] == 1
+
+
+def test_a_paused_peer_never_holds_a_reply_back(cluster):
+    """Seed §4, §16: replies travel on COMPLETION, which is never paused; DATA from a paused
+    peer waits, in order, and flows again on resume."""
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create("p", "t.ms.room").wait(WAIT)
+    cluster.transport.pause("node-2", "node-1")  # node-2 takes no DATA from node-1 now
+    assert n2.client().request_to_spot("p", Total()).wait(WAIT) == 0  # reply: COMPLETION
+    cluster.transport.pause("node-1", "node-2")  # and node-1 none from node-2
+    held = n2.client().request_to_spot("p", Total()).future()
+    cluster.wait_idle(WAIT)
+    assert not held.done()  # its request waits as DATA
+    cluster.transport.resume("node-1", "node-2")
+    assert held.result(WAIT) == 0
+    cluster.transport.resume("node-2", "node-1")

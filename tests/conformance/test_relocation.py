@@ -9,6 +9,8 @@ import pytest
 
 import zlink
 from tests.conftest import WAIT
+from zlink.mesh import wire
+from zlink.mesh.transport import Channel
 from zlink.testing import LocalCluster, ManualClock, run_until_idle
 
 
@@ -302,13 +304,13 @@ def test_the_payload_travels_in_chunks_no_larger_than_the_limit(cluster):
     sent: list[dict[str, Any]] = []
     real_send = cluster.transport.send
 
-    def spy(node_id: str, envelope: dict[str, Any]) -> None:
-        sent.append(envelope)
-        real_send(node_id, envelope)
+    def spy(sender: str, node_id: str, channel: Channel, data: bytes) -> None:
+        sent.append(wire.decode(data))
+        real_send(sender, node_id, channel, data)
 
     cluster.transport.send = spy  # type: ignore[method-assign]
     n1.relocate_spot("big", "node-2", timeout=WAIT)
-    chunks = [e["b"] for e in sent if e["k"] == "reloc_chunk"]
+    chunks = [e.chunk for e in sent if isinstance(e, wire.RelocChunkEnvelope)]
     assert len(chunks) > 3 and all(len(c) <= 16 for c in chunks)  # the fixture's limit: 16
     assert n1.client().request_to_spot("big", Total()).wait(WAIT) == 350
 
@@ -330,9 +332,9 @@ def test_calls_kept_behind_a_lost_fence_go_by_the_store_after_a_request_timeout(
     cluster.wait_idle(WAIT)
     real_send = cluster.transport.send
 
-    def lose_fences(node_id: str, envelope: dict[str, Any]) -> None:
-        if envelope["k"] != "fence":
-            real_send(node_id, envelope)
+    def lose_fences(sender: str, node_id: str, channel: Channel, data: bytes) -> None:
+        if not isinstance(wire.decode(data), wire.FenceEnvelope):
+            real_send(sender, node_id, channel, data)
 
     cluster.transport.send = lose_fences  # type: ignore[method-assign]
     n1.relocate_spot("room", "node-2", timeout=WAIT)

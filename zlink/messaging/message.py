@@ -150,14 +150,14 @@ def decode(cls: type[Message], data: bytes | str) -> Message:
         raise InvalidArgument(f"payload is not a valid {cls.zlink_type_name}: {exc}") from exc
 
 
-def to_wire(msg: Message) -> dict[str, str]:
-    """``msg`` as node envelopes carry it: its wire type name (``tn``) and JSON (``p``)."""
-    return {"tn": type(msg).zlink_type_name, "p": wire_bytes(msg).decode()}
+def to_wire(msg: Message) -> tuple[str, str]:
+    """``msg`` as node envelopes carry it: its wire type name and its JSON text."""
+    return type(msg).zlink_type_name, wire_bytes(msg).decode()
 
 
-def from_wire(data: dict[str, Any]) -> Message:
+def from_wire(type_name: str, payload: str) -> Message:
     """The message a ``to_wire`` form holds; an unknown type or a bad payload raises."""
-    return decode(message_type(data["tn"]), data["p"])
+    return decode(message_type(type_name), payload)
 
 
 @cache

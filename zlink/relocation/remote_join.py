@@ -17,11 +17,14 @@ The order follows a same-node Join, with the move in the middle:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
 from ..executor import Admission, Lane, Turn
+from ..mesh import wire
 from ..messaging.completion import Completion
+from ..runtime.routing import MAX_HOPS
 from ..types import ActorJoinCompletion, ActorJoinResult, RelocationPolicy, SpotKind
 from .state import decode_reply, encode_reply
 
@@ -51,20 +54,20 @@ class RemoteJoin:
             ))  # fmt: skip
             return
         answer = Completion()
-        envelope: dict[str, Any] = {
-            "k": "join_ask", "t": target_id, "a": actor.actor_id, "o": self.rt.node_id, "h": 0,
-            "q": None if request is None else encode_reply(request),
-            "c": self.router.register_pending(answer, None),
-        }  # fmt: skip
-        self.rt._arm(answer, None, f"{target_id!r} did not answer the Join in time")
+        self.rt.arm(answer, None, f"{target_id!r} did not answer the Join in time")
         answer.add_callback(lambda value, error: self._answered(actor, target_id, value, error))
         with self.router.route_lock:
             route = self.router.route(target_id)
             if route is None:
                 answer.set(None, NotFound(f"no spot {target_id!r} to join"))
                 return
+            envelope = wire.JoinAskEnvelope(
+                target_id, actor.actor_id, self.rt.node_id,
+                self.router.register_pending(answer, None, route.node), 0,
+                None if request is None else encode_reply(request),
+            )  # fmt: skip
             try:
-                self.router.transport.send(route.node, envelope)
+                self.router.post(route.node, envelope)
             except Unavailable as exc:
                 answer.set(None, exc)
 
@@ -74,18 +77,22 @@ class RemoteJoin:
         if error is not None:
             self._fail(actor, target_id, error)
             return
-        if not value["accept"]:
-            reason = value["reason"]
-            self._fail(actor, target_id, InvalidOperation(f"{target_id!r} rejected the join: "
-                                                          f"{reason}"), value)  # fmt: skip
+        try:
+            answer = wire.load_record(wire.JoinAnswer, value)
+        except wire.WireError as exc:
+            self._fail(actor, target_id, exc)
+            return
+        if not answer.accept:
+            rejected = InvalidOperation(f"{target_id!r} rejected the join: {answer.reason}")
+            self._fail(actor, target_id, rejected, answer)
             return
         source = actor.spot
         moved = Completion()
         moved.add_callback(lambda _v, err: self._moved(actor, source, target_id, err))
         try:
-            self.relocator._seal(
-                source, value["n"], moved, False, unit=actor, join=(target_id, value["reply"])
-            )
+            grant = wire.JoinGrant(answer.reply)
+            self.relocator.seal(source, answer.node, moved, False, unit=actor,
+                                join=(target_id, grant))  # fmt: skip
         except ZLinkError as exc:
             moved.set(None, exc)
 
@@ -109,62 +116,66 @@ class RemoteJoin:
         actor: ActorAct,
         target_id: str,
         error: BaseException,
-        value: dict[str, Any] | None = None,
+        answer: wire.JoinAnswer | None = None,
     ) -> None:
         typed = error if isinstance(error, ZLinkError) else Unavailable(str(error))
-        reply = decode_reply(value["reply"]) if value and value.get("reply") else None
-        self.rt._complete_join(actor, ActorJoinCompletion(False, target_id, reply, typed), None)
+        reply = None
+        if answer is not None and answer.reply is not None:
+            reply = decode_reply(answer.reply)
+        self.rt.complete_join(actor, ActorJoinCompletion(False, target_id, reply, typed), None)
 
     # -- the Spot's node -------------------------------------------------------------------------
-    def on_ask(self, env: dict[str, Any]) -> None:
+    def on_ask(self, env: wire.JoinAskEnvelope) -> None:
         """On the infrastructure thread: run ``on_actor_join`` as a lifecycle turn of the Spot."""
         from ..runtime.acts import GONE, READY
         from ..runtime.jobs import LifeJob, handler_error
 
-        target = self.rt.spots.get(env["t"])
+        def answer(value: Any = None, error: BaseException | None = None) -> None:
+            self.router.reply(env.origin_node, env.correlation, value, error)
+
+        target = self.rt.spots.get(env.target)
         if target is None or target.state == GONE:
             with self.router.route_lock:
-                route = self.router.route(env["t"])
-            if route is None or env["h"] >= 8:
-                self.router._reply(env, error=NotFound(f"no spot {env['t']!r} to join"))
-            else:  # a stale route: relay the question; the answer goes straight back
-                env["h"] += 1
-                self.router.transport.send(route.node, env)
+                route = self.router.route(env.target)
+            if route is None or env.hops >= MAX_HOPS:
+                answer(error=NotFound(f"no spot {env.target!r} to join"))
+                return
+            try:  # a stale route: relay the question; the answer goes straight back
+                self.router.post(route.node, replace(env, hops=env.hops + 1))
+            except Unavailable as exc:
+                answer(error=exc)
             return
         if target.kind is not SpotKind.USER:
-            self.router._reply(env, error=InvalidOperation(
-                f"{env['t']!r} is not a User Spot; only those hold Actors"))  # fmt: skip
+            answer(error=InvalidOperation(f"{env.target!r} is not a User Spot; only those "
+                                          "hold Actors"))  # fmt: skip
             return
         if target.state != READY:
-            self.router._reply(env, error=Unavailable(f"{env['t']!r} is sealed or closing"))
+            answer(error=Unavailable(f"{env.target!r} is sealed or closing"))
             return
         try:
-            request = None if env["q"] is None else decode_reply(env["q"])
+            request = None if env.request is None else decode_reply(env.request)
         except Exception as exc:  # noqa: BLE001 - a bad request fails this Join only
-            self.router._reply(env, error=InvalidArgument(f"bad join request: {exc}"))
+            answer(error=InvalidArgument(f"bad join request: {exc}"))
             return
 
         def decided(turn: Turn) -> None:
             result = turn.result if turn.result is not None else ActorJoinResult()
             if turn.error is not None:
-                self.router._reply(env, error=handler_error(turn.error))
+                answer(error=handler_error(turn.error))
             elif not isinstance(result, ActorJoinResult):
-                self.router._reply(env, error=InvalidArgument(
-                    f"on_actor_join gave {result!r}: not a JoinResult"))  # fmt: skip
+                answer(error=InvalidArgument(f"on_actor_join gave {result!r}: not a JoinResult"))
             else:
                 try:
                     reply = None if result.reply is None else encode_reply(result.reply)
                 except TypeError as exc:
-                    self.router._reply(env, error=InvalidArgument(f"join reply: {exc}"))
+                    answer(error=InvalidArgument(f"join reply: {exc}"))
                     return
-                self.router._reply(env, {
-                    "accept": result.accept, "reply": reply, "reason": result.reason,
-                    "n": self.rt.node_id,
-                })  # fmt: skip
+                granted = wire.JoinAnswer(result.accept, reply, result.reason, self.rt.node_id)
+                answer(wire.dump_record(granted))
 
         job = LifeJob(
             target, "on_actor_join",
-            lambda: target.instance.on_actor_join(env["a"], request), decided,
+            lambda: target.instance.on_actor_join(env.actor_id, request), decided,
         )  # fmt: skip
         if target.owner.put_life(job) != Admission.ADMITTED:
-            self.router._reply(env, error=Unavailable(f"{env['t']!r} admits no join now"))
+            answer(error=Unavailable(f"{env.target!r} admits no join now"))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import threading
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
 from ..executor import Job, Lane, Turn
+from ..mesh import wire
 from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import Message, reply_type, to_wire
@@ -23,6 +25,7 @@ from ..types import (
 
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
+    from ..runtime.routing import Relayable
 
 from .state import (
     RESTORE_ATTEMPTS,
@@ -52,7 +55,7 @@ class Outbound(RelocatorState):
             raise InvalidOperation(f"{spec.name!r} is registered with Relocation.disabled()")
         if target == self.rt.node_id:
             raise InvalidArgument("a Spot relocates to another node, not its own")
-        if target not in self.router.transport.nodes():  # before anything is sealed
+        if not self.router.transport.reachable(target):  # before anything is sealed
             raise Unavailable(f"node {target!r} is not reachable from {self.rt.node_id}")
         done = Completion()
         if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
@@ -64,9 +67,9 @@ class Outbound(RelocatorState):
         if act.kind is SpotKind.USER and not act.shared:  # PER_ACTOR: shell, then each Actor
             shell = Completion()
             shell.add_callback(lambda _v, error: self._shell_moved(act, target, done, error))
-            self._seal(act, target, shell, signaled=False)
+            self.seal(act, target, shell, signaled=False)
             return done
-        self._seal(act, target, done, signaled=False)
+        self.seal(act, target, done, signaled=False)
         return done
 
     def _shell_moved(
@@ -115,7 +118,7 @@ class Outbound(RelocatorState):
         attempt = Completion()
         attempt.add_callback(settled)
         try:
-            self._seal(spot, target, attempt, signaled=False, unit=actor)
+            self.seal(spot, target, attempt, signaled=False, unit=actor)
         except ZLinkError as exc:
             attempt.set(None, exc)
 
@@ -138,20 +141,20 @@ class Outbound(RelocatorState):
             return False
         target, done = wanted
         try:
-            self._seal(act, target, done, signaled=True)
+            self.seal(act, target, done, signaled=True)
         except ZLinkError as exc:  # it continues here, and is told why
             done.set(None, exc)
             self.rt.relocation_ready_completed(act, RelocationReadyStatus.CONTINUED, exc)
         return True
 
-    def _seal(
+    def seal(
         self,
         act: SpotAct,
         target: str,
         done: Completion,
         signaled: bool,
         unit: ActorAct | None = None,
-        join: tuple[str, dict[str, Any]] | None = None,
+        join: tuple[str, wire.JoinGrant] | None = None,
     ) -> None:
         """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
         Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
@@ -238,50 +241,48 @@ class Outbound(RelocatorState):
             keep = obj is not out.spot or out.spot.shared or out.spot.kind is not SpotKind.USER
             timers[obj.name] = list(obj.timers.values()) if keep else []
             obj.cancel_timers()
-        objects = [
-            {"id": obj.name, "tn": obj.spec.name, "jobs": self._take_jobs(obj),
-             "timers": timers_of(timers[obj.name])}
+        objects = tuple(
+            wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(obj, out.target),
+                             timers_of(timers[obj.name]))
             for obj in out.objects
-        ]  # fmt: skip
+        )  # fmt: skip
         blob = codec.dumps(states).decode()
         size = self.chunk_limit
         chunks = [blob[i : i + size] for i in range(0, len(blob), size)]
-        act = out.spot
+        act, me = out.spot, self.rt.node_id
         try:
             for n, chunk in enumerate(chunks):
-                self.router.transport.send(out.target, {
-                    "k": "reloc_chunk", "o": self.rt.node_id, "r": out.rid, "i": n, "b": chunk,
-                })  # fmt: skip
-            self.router.transport.send(out.target, {
-                "k": "reloc", "o": self.rt.node_id, "r": out.rid, "t": out.into or act.spot_id,
-                "tn": act.spec.name, "g": act.ref.object_generation, "n": len(chunks),
-                "objects": objects, "sig": out.signaled, "unit": out.kind, "join": out.join,
-            })  # fmt: skip
+                self.router.post(out.target, wire.RelocChunkEnvelope(me, out.rid, n, chunk))
+            self.router.post(out.target, wire.RelocEnvelope(
+                me, out.rid, out.into or act.spot_id, act.spec.name, act.ref.object_generation,
+                len(chunks), objects, out.signaled, str(out.kind), out.join,
+            ))  # fmt: skip
         except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
             _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
             self._finish(out, exc)
 
-    def _take_jobs(self, obj: SpotAct | ActorAct) -> list[dict[str, Any]]:
+    def _take_jobs(self, obj: SpotAct | ActorAct, target: str) -> tuple[wire.RelocJob, ...]:
         """Everything queued behind the barrier, in order, as it will be queued on the target."""
         from ..runtime.jobs import BatchJob, SendJob
 
-        jobs: list[dict[str, Any]] = []
+        jobs: list[wire.RelocJob] = []
         for item in obj.owner.drain():
             if isinstance(item, Job) and item.lane != Lane.UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
             if isinstance(item, SendJob):  # a MessageJob is one too
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us
-                    corr = self.router.register_pending(item.reply, reply_type(type(item.msg)))
+                    tp = reply_type(type(item.msg))
+                    corr = self.router.register_pending(item.reply, tp, target)
                 jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic))
             elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
                 jobs += [_message_job(msg, None, item.sender) for msg in item.msgs]
             elif isinstance(item, TimerJob):
                 t = item.tick
-                jobs.append({"k": "tick", "n": t.name, "q": t.sequence, "sa": t.scheduled_at,
-                             "fa": t.fired_at, "l": t.late_ticks})  # fmt: skip
+                jobs.append(wire.RelocTickJob(t.name, t.sequence, t.scheduled_at, t.fired_at,
+                                              t.late_ticks))  # fmt: skip
                 item.timer.tick_done()
-        return jobs
+        return tuple(jobs)
 
     def _reopen(self, out: Outgoing, error: BaseException) -> None:
         """The barrier failed: parked calls run here first, then admission reopens."""
@@ -303,15 +304,15 @@ class Outbound(RelocatorState):
                 )
         out.done.set(None, typed_error(error))
 
-    def on_restored(self, env: dict[str, Any]) -> None:
+    def on_restored(self, env: wire.RelocDoneEnvelope) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
         from ..runtime.acts import GONE
 
-        out = self._out.get(env["r"])
+        out = self._out.get(env.relocation_id)
         if out is None:
             return
-        if not env["ok"]:  # the target stays sealed; so does this node (nothing is lost)
-            self._finish(out, StateIncompatible(env["e"]))
+        if env.error is not None:  # the target stays sealed; so does this node (nothing is lost)
+            self._finish(out, StateIncompatible(env.error))
             return
         router, rt = self.router, self.rt
         with self._lock:  # before the commit, in arrival order: per-sender order holds
@@ -323,7 +324,7 @@ class Outbound(RelocatorState):
         try:
             for obj in out.objects:
                 moved = router.store.transfer(
-                    obj.name, rt.node_id, obj.authority, out.target, rt._lease()
+                    obj.name, rt.node_id, obj.authority, out.target, rt.lease()
                 )
                 authority[obj.name] = moved.authority_generation
                 router.moved_away(obj.name, Route.at(moved))
@@ -338,13 +339,11 @@ class Outbound(RelocatorState):
                     del table[obj.name]
         for obj in out.objects:
             obj.state = GONE
-        router.transport.send(out.target, {
-            "k": "reloc_commit", "o": rt.node_id, "r": out.rid, "a": authority,
-        })  # fmt: skip
+        router.post(out.target, wire.RelocCommitEnvelope(rt.node_id, out.rid, authority))
         rt.metrics.add("relocated_out")
 
-    def on_opened(self, env: dict[str, Any]) -> None:
-        out = self._out.get(env["r"])
+    def on_opened(self, env: wire.RelocOpenedEnvelope) -> None:
+        out = self._out.get(env.relocation_id)
         if out is not None:
             self._finish(out, None)
 
@@ -359,7 +358,7 @@ class Outbound(RelocatorState):
             if self._out_ids.get(obj.name) is out:
                 del self._out_ids[obj.name]
 
-    def divert_envelope(self, target: str, env: dict[str, Any]) -> bool:
+    def divert_envelope(self, target: str, env: Relayable) -> bool:
         """A call or fence for a target sealed here: park it, or relay it once restored."""
         with self._lock:
             out = self._out_ids.get(target)
@@ -371,16 +370,14 @@ class Outbound(RelocatorState):
                 out.parked.append(env)
             return True
 
-    def _relay(self, out: Outgoing, env: dict[str, Any]) -> None:
+    def _relay(self, out: Outgoing, env: Relayable) -> None:
         """Hand a call or fence that met the move on to the target, as one more hop."""
-        env["h"] += 1
-        env["v"] = self.rt.node_id
-        self.router.transport.send(out.target, env)
+        self.router.post(out.target, replace(env, hops=env.hops + 1, via=self.rt.node_id))
 
 
 def _message_job(
     msg: Message, meta: dict[str, str] | None, sender: str | None, corr: int | None = None,
     topic: str | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> wire.RelocMessageJob:  # fmt: skip
     """A queued message as it moves: its wire form, headers, sender, reply route, topic."""
-    return {"k": "msg", **to_wire(msg), "m": meta, "s": sender, "c": corr, "tp": topic}
+    return wire.RelocMessageJob(*to_wire(msg), meta, sender, corr, topic)

@@ -11,17 +11,18 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StateIncompatible, ZLinkError
 from ..executor import ranked_lock
 from ..lock_order import LockRank
+from ..mesh import wire
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Completion
 from ..messaging.message import Message, from_wire, to_wire
-from ..timers import OverrunPolicy, Timer, TimerOptions
+from ..timers import Timer, TimerOptions
 from ..types import TargetKind
 
 if TYPE_CHECKING:
     from ..messaging.calls import MessageCall
     from ..runtime.acts import ActorAct, ObjectAct, SpotAct
-    from ..runtime.routing import MeshRouter
+    from ..runtime.routing import MeshRouter, Relayable
     from ..runtime.runtime import Runtime
 
 
@@ -45,8 +46,8 @@ class Outgoing:
     relaying: bool = False  # parked calls went to the target; later ones follow at once
     signaled: bool = False  # APPLICATION_SIGNALED: the Spot gets CONTINUED or RELOCATED
     into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
-    join: dict[str, Any] | None = None  # ... and the accepted join's reply, as sent
-    parked: list[dict[str, Any]] = field(default_factory=list)
+    join: wire.JoinGrant | None = None  # ... and the accepted join's reply, as sent
+    parked: list[Relayable] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -61,7 +62,7 @@ class Arriving:
     spot: SpotAct  # arriving with this move, or the shell an arriving Actor joins
     objects: list[SpotAct | ActorAct]
     kind: str  # "spot" or "actor"
-    join: dict[str, Any] | None = None  # a cross-node Join completes when this opens
+    join: wire.JoinGrant | None = None  # a cross-node Join completes when this opens
     restored: bool = False
     committed: bool = False
     signaled: bool = False
@@ -122,24 +123,24 @@ def capture_one(obj: ObjectAct) -> str | None:
     return base64.b64encode(bytes(data)).decode()  # the runtime's own copy
 
 
-def timers_of(timers: list[Timer]) -> list[dict[str, Any]]:
-    return [
-        {"n": t.name, "i": t.interval, "p": t.options.overrun_policy.value,
-         "x": t.options.max_catch_up_ticks, "k": t.options.keeps_alive,
-         "d": t.next_due, "q": t.sequence}
+def timers_of(timers: list[Timer]) -> tuple[wire.RelocTimer, ...]:
+    """The logical timers as they move: schedule, policy, last sequence and next due time."""
+    return tuple(
+        wire.RelocTimer(t.name, t.interval, t.options.overrun_policy, t.options.max_catch_up_ticks,
+                        t.options.keeps_alive, t.next_due, t.sequence)
         for t in timers
-    ]  # fmt: skip
+    )  # fmt: skip
 
 
-def restore_timers(obj: ObjectAct, timers: list[dict[str, Any]]) -> list[Timer]:
+def restore_timers(obj: ObjectAct, timers: tuple[wire.RelocTimer, ...]) -> list[Timer]:
     """The logical timers go on: same sequence, same next due time; the app registers none.
     They are armed by the caller, once the pending ticks are queued."""
     out = []
     for t in timers:
-        options = TimerOptions(OverrunPolicy(t["p"]), t["x"], t["k"])
-        fn = obj.spec.timer_handlers[t["n"]]
-        timer = Timer(t["n"], t["i"], options, obj, obj.timer_owner(t["n"]), fn, t["d"])
-        timer.sequence = t["q"]
+        options = TimerOptions(t.overrun_policy, t.max_catch_up_ticks, t.keeps_alive)
+        fn = obj.spec.timer_handlers[t.name]
+        timer = Timer(t.name, t.interval, options, obj, obj.timer_owner(t.name), fn, t.next_due)
+        timer.sequence = t.sequence
         obj.timers[timer.name] = timer
         out.append(timer)
     return out
@@ -151,12 +152,15 @@ def typed_error(error: BaseException) -> ZLinkError:
     return StateIncompatible(f"capture failed: {type(error).__name__}: {error}")
 
 
-def encode_reply(value: Any) -> dict[str, Any]:
-    """A join reply as it crosses nodes: a ``zlink.Message`` keeps its type, else JSON."""
+def encode_reply(value: Any) -> wire.EncodedValue:
+    """A join request or reply as it crosses nodes: a ``zlink.Message`` keeps its type, any
+    other value travels as JSON (``TypeError`` if it is not JSON)."""
     if isinstance(value, Message):
-        return to_wire(value)
-    return {"v": codec.dumps(value).decode()}
+        return wire.EncodedValue(*to_wire(value))
+    return wire.EncodedValue(None, codec.dumps(value).decode())
 
 
-def decode_reply(data: dict[str, Any]) -> Any:
-    return from_wire(data) if "tn" in data else codec.loads(data["v"])
+def decode_reply(data: wire.EncodedValue) -> Any:
+    if data.message_type is not None:
+        return from_wire(data.message_type, data.payload)
+    return codec.loads(data.payload)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import logging
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from ..errors import Unavailable
 from ..executor import Lane, Turn
+from ..mesh import wire
 from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire
@@ -26,54 +29,56 @@ _log = logging.getLogger("zlink.relocation")
 class Inbound(RelocatorState):
     """Moves arriving on this node."""
 
-    def on_chunk(self, env: dict[str, Any]) -> None:
+    def on_chunk(self, env: wire.RelocChunkEnvelope) -> None:
         with self._lock:
-            self._chunks.setdefault((env["o"], env["r"]), []).append(env["b"])
+            key = (env.source_node, env.relocation_id)
+            self._chunks.setdefault(key, []).append(env.chunk)
 
-    def on_relocate(self, env: dict[str, Any]) -> None:
+    def on_relocate(self, env: wire.RelocEnvelope) -> None:
         from ..runtime.acts import PAST_READY, SEALED, ActorAct, SpotAct
 
         rt = self.rt
-        key = (env["o"], env["r"])
+        key = (env.source_node, env.relocation_id)
         with self._lock:
             chunks = self._chunks.pop(key, [])
-        spec = rt.app.spots.get(env["tn"])
-        objects = env["objects"]
-        kind = TargetKind(env.get("unit", "spot"))
+        spec = rt.app.spots.get(env.spot_type)
+        objects = env.objects
+        kind = TargetKind(env.unit)
         actor_objects = objects[1:] if kind == TargetKind.SPOT else objects
-        actor_specs = [rt.app.actors.get(o["tn"]) for o in actor_objects]
-        if spec is None or None in actor_specs or len(chunks) != env["n"]:
+        actor_specs = [rt.app.actors.get(o.object_type) for o in actor_objects]
+        if spec is None or None in actor_specs or len(chunks) != env.chunk_count:
             self._answer(env, "the payload does not match this node's app or is incomplete")
             return
         states: dict[str, str | None] = codec.loads("".join(chunks))
         # lock order (zlink.lock_order): route -> relocator -> directory
         with self.router.route_lock, self._lock:  # sent before this left, or finds it here
             with rt._lock:
-                taken = [o["id"] for o in objects if o["id"] in rt.spots or o["id"] in rt.actors]
-                shell = rt.spots.get(env["t"]) if kind == TargetKind.ACTOR else None
+                here = rt.spots.keys() | rt.actors.keys()
+                taken = [o.object_id for o in objects if o.object_id in here]
+                shell = rt.spots.get(env.target) if kind == TargetKind.ACTOR else None
                 if taken:
                     self._answer(env, f"{taken} already live on {rt.node_id}")
                     return
                 if kind == TargetKind.ACTOR and (shell is None or shell.state in PAST_READY):
-                    self._answer(env, f"the shell of {env['t']!r} is not open on {rt.node_id}")
+                    self._answer(env, f"the shell of {env.target!r} is not open on {rt.node_id}")
                     return
                 # this node's own calls so far went elsewhere: fence that path first
-                fences = {o["id"] for o in objects if self.router.switch(o["id"])}
+                fences = {o.object_id for o in objects if self.router.switch(o.object_id)}
                 if shell is None:
-                    act = SpotAct(rt, spec, env["t"], env["g"])
+                    act = SpotAct(rt, spec, env.target, env.object_generation)
                     act.state = SEALED
                     arriving: list[SpotAct | ActorAct] = [act]
                 else:
                     act, arriving = shell, []
                 for o, aspec in zip(actor_objects, actor_specs, strict=True):
                     assert aspec is not None
-                    member = ActorAct(rt, aspec, o["id"], rt.entries[aspec.name])
+                    member = ActorAct(rt, aspec, o.object_id, rt.entries[aspec.name])
                     member.state = SEALED  # born held: its queue waits for the commit
                     member.spot = act
                     act.members[member.actor_id] = member
                     arriving.append(member)
-                inc = Arriving(key, act, arriving, kind, env.get("join"), fences=fences,
-                          signaled=env.get("sig", False))  # fmt: skip
+                inc = Arriving(key, act, arriving, kind, env.join, fences=fences,
+                          signaled=env.signaled)  # fmt: skip
                 self._in[key] = inc  # known as arriving before anyone can find it
                 for obj in arriving:
                     self._in_ids[obj.name] = inc
@@ -85,7 +90,7 @@ class Inbound(RelocatorState):
                 self.router.arrived(obj.name)
         self._restore(env, inc, states, 1)
 
-    def _restore(self, env: dict[str, Any], inc: Arriving, states: dict[str, str | None],
+    def _restore(self, env: wire.RelocEnvelope, inc: Arriving, states: dict[str, str | None],
                  attempt: int) -> None:  # fmt: skip
         from ..runtime.jobs import LifeJob
 
@@ -117,11 +122,11 @@ class Inbound(RelocatorState):
 
         act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, Lane.UNRESERVED))
 
-    def _refill(self, env: dict[str, Any], inc: Arriving) -> None:
+    def _refill(self, env: wire.RelocEnvelope, inc: Arriving) -> None:
         """The restored objects are held: queue their messages and timers, tell the source."""
-        for obj, moved in zip(inc.objects, env["objects"], strict=True):
-            timers = restore_timers(obj, moved["timers"])
-            self._queue_jobs(env, obj, moved["jobs"])  # pending ticks before any new one
+        for obj, moved in zip(inc.objects, env.objects, strict=True):
+            timers = restore_timers(obj, moved.timers)
+            self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
             for timer in timers:
                 timer.arm()
         with self._lock:
@@ -134,40 +139,41 @@ class Inbound(RelocatorState):
         self._answer(env, None)
 
     def _queue_jobs(
-        self, env: dict[str, Any], obj: SpotAct | ActorAct, jobs: list[dict[str, Any]]
+        self, env: wire.RelocEnvelope, obj: SpotAct | ActorAct, jobs: tuple[wire.RelocJob, ...]
     ) -> None:
         from ..runtime.jobs import MessageJob
 
         now = self.rt.clock.now()
         over = False
         for job in jobs:
-            if job["k"] == "tick":
-                timer = obj.timers.get(job["n"])
+            if isinstance(job, wire.RelocTickJob):
+                timer = obj.timers.get(job.name)
                 if timer is not None:
-                    tick = TimerTick(job["n"], job["q"], job["sa"], job["fa"], job["l"])
+                    tick = TimerTick(job.name, job.sequence, job.scheduled_at, job.fired_at,
+                                     job.late_ticks)  # fmt: skip
                     timer.queued += 1
                     over |= obj.owner.lanes.put_app_moved(TimerJob(timer, tick), 0)
                 continue
-            msg = from_wire(job)
-            handler = (obj.spec.subscriptions if job["tp"] else obj.spec.handlers)[type(msg)]
+            msg = from_wire(job.message_type, job.payload)
+            handler = (obj.spec.subscriptions if job.topic else obj.spec.handlers)[type(msg)]
             reply = None
-            if job["c"] is not None:  # its caller waits at the source: answer it there
+            if job.correlation is not None:  # its caller waits at the source: answer it there
                 reply = Completion()
-                reply.add_callback(partial(self.router._reply, {"c": job["c"], "o": env["o"]}))
-            item = MessageJob(obj, handler, msg, reply, job["m"], job["s"], len(job["p"]),
-                              job["tp"])  # fmt: skip
+                reply.add_callback(partial(self.router.reply, env.source_node, job.correlation))
+            item = MessageJob(obj, handler, msg, reply, job.meta, job.sender, len(job.payload),
+                              job.topic)  # fmt: skip
             item.at = now
             over |= obj.owner.lanes.put_app_moved(item, item.size)
         if over:  # taken all the same: it was admitted at the source
             self.rt.metrics.add("moved_past_lane_limit")
 
-    def on_commit(self, env: dict[str, Any]) -> None:
+    def on_commit(self, env: wire.RelocCommitEnvelope) -> None:
         with self._lock:
-            inc = self._in.get((env["o"], env["r"]))
+            inc = self._in.get((env.source_node, env.relocation_id))
             if inc is None or inc.committed:
                 return
             for obj in inc.objects:
-                obj.authority = env["a"][obj.name]
+                obj.authority = env.authority[obj.name]
             inc.committed = True
             if not inc.fences:  # else it opens when this node's last fence is back
                 self._open(inc)
@@ -187,19 +193,22 @@ class Inbound(RelocatorState):
         if inc.signaled:  # first of all, before the messages and ticks it held back
             self.rt.relocation_ready_completed(act, RelocationReadyStatus.RELOCATED)
         if inc.join is not None:  # a cross-node Join: joined callbacks, then it runs
-            self.rt.joined_here(inc.members[0], act, decode_reply(inc.join))
+            reply = None if inc.join.reply is None else decode_reply(inc.join.reply)
+            self.rt.joined_here(inc.members[0], act, reply)
         else:
             for member in inc.members:  # SpotWide: on the Spot's gate; PER_ACTOR: its own
                 member.owner.unhold(act.gate if act.shared else member.own_gate)
         if inc.kind == TargetKind.SPOT:
             act.owner.unhold()  # queued messages and ticks run now
         self.rt.metrics.add("relocated_in")
-        self.router.transport.send(inc.key[0], {"k": "reloc_opened", "r": inc.key[1]})
+        with contextlib.suppress(Unavailable):  # the source is gone: nothing waits there
+            self.router.post(inc.key[0], wire.RelocOpenedEnvelope(inc.key[1]))
 
-    def _answer(self, env: dict[str, Any], error: str | None) -> None:
-        self.router.transport.send(
-            env["o"], {"k": "reloc_done", "r": env["r"], "ok": error is None, "e": error or ""}
-        )
+    def _answer(self, env: wire.RelocEnvelope, error: str | None) -> None:
+        try:
+            self.router.post(env.source_node, wire.RelocDoneEnvelope(env.relocation_id, error))
+        except Unavailable:  # the source is gone: its move ends with it
+            self.rt.metrics.add("relocation_answers_undeliverable")
 
     def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
         """This node's fence for an arriving ``target`` is back: the calls kept behind it

@@ -139,7 +139,7 @@ class Creation(Directory):
                 generation = None
                 if self.router is not None:  # only the owner the store confirms runs the factory
                     held = self.router.store.reserve(
-                        spot_id, TargetKind.SPOT, spec.name, self.node_id, self._lease()
+                        spot_id, TargetKind.SPOT, spec.name, self.node_id, self.lease()
                     )
                     if held.location.owner != self.node_id:
                         remote = held.location
@@ -167,14 +167,14 @@ class Creation(Directory):
 
     def _timed(self, call: CreateCall[Any]) -> Completion:
         completion = Completion()
-        self._arm(completion, call.deadline, "not created in time")
+        self.arm(completion, call.deadline, "not created in time")
         return completion
 
     def deadline_of(self, deadline: float | None) -> float:
         """A call's timeout in seconds: its own, or the node's default."""
         return self.request_timeout if deadline is None else deadline
 
-    def _arm(self, completion: Completion, deadline: float | None, reason: str) -> None:
+    def arm(self, completion: Completion, deadline: float | None, reason: str) -> None:
         """Put the call's deadline on the infrastructure heap (it fails it unless it is done)."""
         completion.timer = self.infra.call_later(
             self.deadline_of(deadline), expire, completion, reason
@@ -222,7 +222,7 @@ class Creation(Directory):
             existing = self.actors.get(actor_id)
             if existing is None and self.router is not None:
                 held = self.router.store.reserve(
-                    actor_id, TargetKind.ACTOR, spec.name, self.node_id, self._lease()
+                    actor_id, TargetKind.ACTOR, spec.name, self.node_id, self.lease()
                 )
                 if held.location.owner != self.node_id:  # it lives on another node
                     assert completion.timer is not None

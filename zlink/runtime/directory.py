@@ -96,7 +96,7 @@ class Directory:
         return Gate(self.pool, self.clock, self.budget, name)
 
     # -- start --------------------------------------------------------------------------------
-    def _lease(self) -> float:
+    def lease(self) -> float:
         return self.clock.now() + 3600.0  # no failure detection yet: leases are long
 
     def has_live(self, target: str) -> bool:

@@ -136,7 +136,7 @@ class Membership(Directory):
             if target.owner.put_life(job) == Admission.ADMITTED:
                 return
             error = ResourceExhausted(f"the lifecycle lane of {target_id!r} is full")
-        self._complete_join(actor, ActorJoinCompletion(False, target_id, error=error), None)
+        self.complete_join(actor, ActorJoinCompletion(False, target_id, error=error), None)
 
     def _join_decided(self, actor: ActorAct, target: SpotAct, turn: Turn) -> None:
         res = turn.result if turn.result is not None else ActorJoinResult()
@@ -152,7 +152,7 @@ class Membership(Directory):
             self._move(actor, target)
             self.joined_here(actor, target, res.reply)
             return
-        self._complete_join(actor, done, None)
+        self.complete_join(actor, done, None)
 
     def joined_here(self, actor: ActorAct, target: SpotAct, reply: Any) -> None:
         """The Actor is a member of ``target`` now: ``on_joined_actor``, then its
@@ -164,7 +164,7 @@ class Membership(Directory):
                 target,
                 "on_joined_actor",
                 lambda: target.instance.on_joined_actor(actor.instance),
-                lambda _t: self._complete_join(actor, done, gate),
+                lambda _t: self.complete_join(actor, done, gate),
                 Lane.UNRESERVED,
             )
         )
@@ -185,7 +185,7 @@ class Membership(Directory):
         if target is not actor.entry:
             target.members[actor.actor_id] = actor
 
-    def _complete_join(self, actor: ActorAct, done: ActorJoinCompletion, gate: Gate | None) -> None:
+    def complete_join(self, actor: ActorAct, done: ActorJoinCompletion, gate: Gate | None) -> None:
         actor.owner.lanes.put_unreserved(
             LifeJob(
                 actor,

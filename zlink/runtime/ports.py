@@ -9,16 +9,14 @@ one only through a Protocol or a callback passed down, never by importing it).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..messaging.calls import MessageCall
     from ..messaging.completion import Completion
     from ..messaging.message import Message
     from .acts import ActorAct, SpotAct
-
-Envelope = dict[str, Any]
-EnvelopeHandler = Callable[[Envelope], None]
+    from .routing import Relayable
 
 
 class RelocationPort(Protocol):
@@ -28,7 +26,7 @@ class RelocationPort(Protocol):
         """Keep a call for an object that is moving; ``False`` if it is not moving."""
         ...
 
-    def divert_envelope(self, target: str, env: Envelope) -> bool:
+    def divert_envelope(self, target: str, env: Relayable) -> bool:
         """Park or relay a call or fence for a target sealed here; ``False`` if none is."""
         ...
 

@@ -17,61 +17,49 @@ Guarantees / assumes:
   relayed, parked and flushed exactly like a call, so it reaches the owner after every call
   sent before it; only then do the kept calls leave, along the new path. Transports need only
   per-connection order.
+* Envelopes are typed (``zlink.mesh.wire``) and leave through the node's ``Outbox``: posting
+  never blocks and may happen under ``route_lock``; the transport is called only by the
+  infrastructure thread. What arrives is decoded there; bytes that do not decode are counted
+  (``bad_envelopes``) and, where they carry a reply route, answered with a typed error.
+* A peer that goes away (``peer_down``) fails, at once with ``Unavailable``, every call this
+  node awaits a reply for from it (python-api §10), instead of leaving it to its deadline.
+* Lock order (``zlink.lock_order``): ``route_lock`` (ROUTE) -> the relocator's (RELOCATION) ->
+  the runtime's directory lock; ``_lock`` (PENDING) is a leaf.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import TypeAdapter
 from pydantic_core import to_json
 
-from .. import errors
-from ..errors import HandlerError, InvalidArgument, Unavailable, ZLinkError
+from ..errors import InvalidArgument, Unavailable, ZLinkError
 from ..executor import ranked_lock
 from ..lock_order import LockRank
+from ..mesh import wire
 from ..mesh.location import Location, LocationStore
-from ..mesh.transport import Transport
+from ..mesh.outbox import Outbox
+from ..mesh.remote_errors import decode_error, encode_error
+from ..mesh.transport import Channel, Transport
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire, reply_type, to_wire
 from ..types import SpotCreateResult, TargetKind
-from .ports import EnvelopeHandler
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 
-_ERRORS: dict[str, type[ZLinkError]] = {
-    cls.code.value: cls
-    for cls in (
-        errors.InvalidOperation,
-        errors.InvalidArgument,
-        errors.NotFound,
-        errors.Unavailable,
-        errors.DeadlineExceeded,
-        errors.ResourceExhausted,
-        errors.StateIncompatible,
-        errors.Cancelled,
-    )
-}
-_MAX_HOPS = 8  # a route that relays more often than this is a loop
+MAX_HOPS = 8  # a route that relays more often than this is a loop
 MAX_POINTERS = 100_000  # forwarding pointers a node keeps for Spots and Actors it moved away
 
-
-def encode_error(exc: BaseException) -> dict[str, str]:
-    if isinstance(exc, HandlerError):
-        return {"ec": exc.code.value, "et": exc.remote_type, "em": exc.remote_message}
-    code = exc.code.value if isinstance(exc, ZLinkError) else "HANDLER_ERROR"
-    return {"ec": code, "et": type(exc).__qualname__, "em": str(exc)}
-
-
-def decode_error(data: dict[str, Any]) -> ZLinkError:
-    if data["ec"] == "HANDLER_ERROR":
-        return HandlerError(data["et"], data["em"])
-    return _ERRORS.get(data["ec"], errors.Unavailable)(data["em"])
+CallEnvelope = wire.SendEnvelope | wire.RequestEnvelope
+Relayable = wire.SendEnvelope | wire.RequestEnvelope | wire.FenceEnvelope
+EnvelopeHandler = Any  # Callable[[<one envelope class>], None]
 
 
 class MeshRouter:
@@ -81,19 +69,40 @@ class MeshRouter:
         self.rt = rt
         self.store = store
         self.transport = transport
-        self._pending: dict[int, tuple[Completion, Any]] = {}
+        self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable)
+        self._pending: dict[int, tuple[Completion, Any, str]] = {}  # corr -> (call, type, peer)
         self._lock = ranked_lock("router.pending", LockRank.PENDING)
         self._ids = itertools.count(1)
         # routing: one path per remote target at a time (see the module docstring)
         self.route_lock = ranked_lock("router.route", LockRank.ROUTE, reentrant=True)
         self._routes: dict[str, Route] = {}  # target -> where this node sends it
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
-        self._switching: dict[str, list[dict[str, Any]]] = {}  # target -> kept behind a fence
-        self._handlers: dict[str, EnvelopeHandler] = {}  # kinds the parts above handle
+        self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
+        self._handlers: dict[type[Any], EnvelopeHandler] = {
+            wire.SendEnvelope: self._on_call,
+            wire.RequestEnvelope: self._on_call,
+            wire.ReplyEnvelope: self._on_reply,
+            wire.RouteEnvelope: self._on_route,
+            wire.FenceEnvelope: self._on_fence,
+            wire.FencedEnvelope: self._on_fenced,
+            wire.CreateEnvelope: self._on_create,
+        }
 
-    def handle(self, kind: str, handler: EnvelopeHandler) -> None:
-        """Have ``handler`` receive envelopes of ``kind`` (on the infrastructure thread)."""
+    def handle(self, kind: type[Any], handler: EnvelopeHandler) -> None:
+        """Have ``handler`` receive envelopes of class ``kind`` (on the infrastructure thread);
+        how relocation and cross-node Join plug in without this module importing them."""
         self._handlers[kind] = handler
+
+    def post(self, peer: str, envelope: wire.Envelope) -> None:
+        """Send ``envelope`` to ``peer`` through the outbox; ``Unavailable`` at once if the
+        peer is not reachable (nothing is queued then). Never blocks; any lock may be held."""
+        if not self.transport.reachable(peer):
+            raise Unavailable(f"node {peer!r} is not reachable")
+        self.outbox.put(peer, envelope)
+
+    def peers(self) -> list[str]:
+        """The other nodes reachable now."""
+        return [p for p in self.transport.peers() if p != self.rt.node_id]
 
     # -- routes ------------------------------------------------------------------------------
     def _known(self, target: str) -> Route | None:
@@ -144,7 +153,9 @@ class MeshRouter:
         route = self.route(target)
         if route is None:
             return False
-        self.transport.send(route.node, self.envelope(call, reply, hops))
+        if not self.transport.reachable(route.node):
+            raise Unavailable(f"node {route.node!r} is not reachable")
+        self.outbox.put(route.node, self.envelope(call, reply, hops, peer=route.node))
         if hops:
             self.rt.metrics.add("relayed_calls")
             self.tell_origin(call.origin, target, route)
@@ -161,32 +172,31 @@ class MeshRouter:
         route = self._known(target)
         if route is None or route.node == self.rt.node_id:
             return False
-        kept: list[dict[str, Any]] = []
+        me = self.rt.node_id
+        try:
+            self.post(route.node, wire.FenceEnvelope(target, me, me, 0))
+        except Unavailable:  # the old path is gone, and what went along it with it
+            return False
+        kept: list[Relayable] = []
         self._switching[target] = kept
         self.rt.metrics.add("route_fences")
-        fence = {"k": "fence", "t": target, "oo": self.rt.node_id, "h": 0}
-        try:
-            self.transport.send(route.node, fence)
-        except Unavailable:  # the old path is gone, and what went along it with it
-            del self._switching[target]
-            return False
         # a fence lost with a node must not keep the calls behind it forever
         self.rt.infra.call_later(self.rt.request_timeout, self._fence_overdue, target, kept)
         return True
 
-    def _fence_overdue(self, target: str, kept: list[dict[str, Any]]) -> None:
+    def _fence_overdue(self, target: str, kept: list[Relayable]) -> None:
         """No fence came back in a request timeout: give up the old path (counted); the kept
         calls go by the Location Store. Order is kept only while the old path works."""
         with self.route_lock:
             if self._switching.get(target) is not kept:
                 return  # it came back
             self.rt.metrics.add("route_fences_lost")
-            self._on_fenced({"k": "fenced", "t": target, "n": None})
+            self._on_fenced(wire.FencedEnvelope(target, None))
 
-    def _on_route(self, env: dict[str, Any]) -> None:
-        """A relaying node says where ``t`` went: a newer generation starts a fenced switch."""
-        learned = Route(env["n"], (env["g"][0], env["g"][1]))
-        target = env["t"]
+    def _on_route(self, env: wire.RouteEnvelope) -> None:
+        """A relaying node says where ``target`` went: a newer generation starts a switch."""
+        learned = Route(env.route_node, (env.object_generation, env.authority_generation))
+        target = env.target
         with self.route_lock:
             known = self._known(target)
             if known is not None and learned.generation <= known.generation:
@@ -196,10 +206,10 @@ class MeshRouter:
             if not self.switch(target):
                 self._routes[target] = learned
 
-    def _on_fence(self, env: dict[str, Any]) -> None:
+    def _on_fence(self, env: wire.FenceEnvelope) -> None:
         """A fence travels like a call: parked with a moving target, relayed along the route,
         kept behind this node's own fence; at the owner it goes back to where it started."""
-        target = env["t"]
+        target = env.target
         relocator = self.rt.relocator
         if relocator is not None and relocator.divert_envelope(target, env):
             return
@@ -207,37 +217,40 @@ class MeshRouter:
             if self.rt.has_live(target):
                 self._fence_back(env)
                 return
-            env["h"] += 1
+            env = replace(env, hops=env.hops + 1)
             kept = self._switching.get(target)
             if kept is not None:
                 kept.append(env)
                 return
             route = self.route(target)
-            if route is None or env["h"] > _MAX_HOPS:  # nowhere: the calls before it met that too
+            if route is None or env.hops > MAX_HOPS:  # nowhere: the calls before it met that too
                 self._fence_back(env, gone=True)
                 return
-            env["v"] = self.rt.node_id
-            self.transport.send(route.node, env)
+            try:
+                self.post(route.node, replace(env, via=self.rt.node_id))
+            except Unavailable:  # the calls before it went that way too, and are lost with it
+                self._fence_back(env, gone=True)
 
-    def _fence_back(self, env: dict[str, Any], gone: bool = False) -> None:
-        back = {"k": "fenced", "t": env["t"], "n": None if gone else self.rt.node_id}
-        if env["oo"] == self.rt.node_id:
+    def _fence_back(self, env: wire.FenceEnvelope, gone: bool = False) -> None:
+        back = wire.FencedEnvelope(env.target, None if gone else self.rt.node_id)
+        if env.first_origin == self.rt.node_id:
             self._on_fenced(back)
             return
         with contextlib.suppress(Unavailable):  # the origin is gone, and its calls with it
-            self.transport.send(env["oo"], back)
+            self.post(env.first_origin, back)
 
-    def _on_fenced(self, env: dict[str, Any]) -> None:
+    def _on_fenced(self, env: wire.FencedEnvelope) -> None:
         """The fence is back: the new path is safe; the calls kept behind it go, in order."""
-        target = env["t"]
+        target = env.target
         with self.route_lock:
             kept = self._switching.pop(target, None)
             if kept is None:
                 return
             found = self.store.lookup(target)
             self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
-            if env["n"] is not None and env["n"] != self.rt.node_id and found is not None:
-                self._routes[target] = Route(env["n"], Route.at(found).generation)
+            owner = env.owner_node
+            if owner is not None and owner != self.rt.node_id and found is not None:
+                self._routes[target] = Route(owner, Route.at(found).generation)
             else:
                 self._routes.pop(target, None)
 
@@ -253,49 +266,45 @@ class MeshRouter:
         """After relaying a call of ``origin``: tell it the better route (it relayed first)."""
         if origin is None or origin == self.rt.node_id:
             return
+        hint = wire.RouteEnvelope(target, route.node, *route.generation)
         with contextlib.suppress(Unavailable):  # a hint only: the relay already happened
-            self.transport.send(
-                origin, {"k": "route", "t": target, "n": route.node, "g": list(route.generation)}
-            )
+            self.post(origin, hint)
 
     # -- the origin side -----------------------------------------------------------------------
     def envelope(
-        self, call: MessageCall, reply: Completion | None, hops: int = 0
-    ) -> dict[str, Any]:
-        """``call`` as it crosses the boundary; a request's reply is awaited here from now."""
-        msg = call.msg
-        envelope: dict[str, Any] = {
-            "k": "request" if reply is not None else "send",
-            "to": call.kind,
-            "t": call.target,
-            **to_wire(msg),
-            "m": call.meta or {},
-            "o": self.rt.node_id,
-            "oo": call.origin or self.rt.node_id,  # the first node: route updates go there
-            "v": self.rt.node_id,  # the node handing it over (a relocation target asks)
-            "h": hops,
-            "i": call.instance_type if call.instance else None,
-            "ii": call.instance,
-        }
-        if reply is not None:
-            envelope["c"] = self.register_pending(reply, reply_type(type(msg)))
-            envelope["d"] = self.rt.deadline_of(call.deadline)  # the time travels with it
-        return envelope
+        self, call: MessageCall, reply: Completion | None, hops: int = 0, peer: str = ""
+    ) -> CallEnvelope:
+        """``call`` as it crosses the boundary; a request's reply is awaited here from now
+        (``peer``: where it goes first, whose loss fails it at once; "" while not yet known)."""
+        type_name, payload = to_wire(call.msg)
+        me = self.rt.node_id
+        common = (
+            str(call.kind), call.target, type_name, payload, call.meta or None, me,
+            call.origin or me,  # the first node: route updates go there
+            me,  # the node handing it over (a relocation target asks)
+            hops, bool(call.instance), call.instance_type if call.instance else None,
+        )  # fmt: skip
+        if reply is None:
+            return wire.SendEnvelope(*common)
+        corr = self.register_pending(reply, reply_type(type(call.msg)), peer)
+        return wire.RequestEnvelope(*common, corr, float(self.rt.deadline_of(call.deadline)))
 
     def forward_create(self, call: CreateCall[Any], completion: Completion, at: Location) -> None:
         """``get_or_create`` of a User Spot that another node owns: ask that node."""
-        corr = self.register_pending(completion, SpotCreateResult)
-        self.transport.send(
-            at.owner,
-            {"k": "create", "t": call.object_id, "tn": call.type_name, "o": self.rt.node_id,
-             "c": corr, "h": 0},
+        if not self.transport.reachable(at.owner):
+            raise Unavailable(f"node {at.owner!r} is not reachable")
+        corr = self.register_pending(completion, SpotCreateResult, at.owner)
+        self.outbox.put(
+            at.owner, wire.CreateEnvelope(call.object_id or "", call.type_name, self.rt.node_id,
+                                          corr, 0),
         )  # fmt: skip
 
-    def register_pending(self, completion: Completion, tp: Any) -> int:
-        """Await a reply for ``completion`` under a new correlation id; forgotten once done."""
+    def register_pending(self, completion: Completion, tp: Any, peer: str = "") -> int:
+        """Await a reply for ``completion`` under a new correlation id; forgotten once done.
+        If ``peer`` goes away first, the call fails with ``Unavailable`` at once."""
         corr = next(self._ids)
         with self._lock:
-            self._pending[corr] = (completion, tp)
+            self._pending[corr] = (completion, tp, peer)
         completion.add_callback(lambda _v, _e: self._forget(corr))
         return corr
 
@@ -303,93 +312,135 @@ class MeshRouter:
         with self._lock:
             self._pending.pop(corr, None)
 
-    # -- the receiving side (infrastructure thread) --------------------------------------------
-    def receive(self, envelope: dict[str, Any]) -> None:
-        kind = envelope["k"]
-        if kind == "reply":
-            self._on_reply(envelope)
-        elif kind == "route":
-            self._on_route(envelope)
-        elif kind == "fence":
-            self._on_fence(envelope)
-        elif kind == "fenced":
-            self._on_fenced(envelope)
-        elif kind in self._handlers:  # relocation and cross-node Join (plugged in)
-            self._handlers[kind](envelope)
-        elif kind == "create":
-            self._on_create(envelope)
-        else:
-            self._on_call(envelope)
+    def _undeliverable(self, peer: str, env: wire.Envelope, error: ZLinkError) -> None:
+        """The outbox could not encode or send ``env``: complete the call it carried."""
+        self.rt.metrics.add("envelopes_undeliverable")
+        corr = getattr(env, "correlation", None)
+        if isinstance(env, wire.ReplyEnvelope):
+            return  # the caller's own deadline completes it; counted above
+        if corr is not None:
+            with self._lock:
+                entry = self._pending.pop(corr, None)
+            if entry is not None:
+                entry[0].set(None, error)
 
-    def _on_create(self, env: dict[str, Any]) -> None:
-        call: CreateCall[Any] = CreateCall(self.rt, TargetKind.SPOT, env["tn"], env["t"], True)
+    # -- peers ----------------------------------------------------------------------------------
+    def peer_up(self, peer: str) -> None:
+        """``peer`` is reachable (infrastructure thread). Nothing waits on it yet."""
+
+    def peer_down(self, peer: str) -> None:
+        """``peer`` went away: every call awaiting its reply fails now with ``Unavailable``."""
+        with self._lock:
+            lost = [corr for corr, entry in self._pending.items() if entry[2] == peer]
+            entries = [self._pending.pop(corr) for corr in lost]
+        for completion, _tp, _peer in entries:
+            completion.set(None, Unavailable(f"node {peer!r} went away before it answered"))
+        if entries:
+            self.rt.metrics.add("calls_failed_peer_down", len(entries))
+
+    # -- the receiving side (infrastructure thread) --------------------------------------------
+    def received(self, peer: str, channel: Channel, data: bytes) -> None:
+        """Bytes from ``peer``: decoded and handled here; bad bytes are counted and, where
+        they carry a reply route, answered with a typed error (never raised)."""
+        try:
+            env = wire.decode(data)
+        except wire.WireError as exc:
+            self.rt.metrics.add("bad_envelopes")
+            if exc.reply_route is not None:
+                origin, corr = exc.reply_route
+                self.reply(origin, corr, error=exc)
+            return
+        handler = self._handlers.get(type(env))
+        if handler is None:  # a kind this node has no part for (no mesh relocation)
+            self.rt.metrics.add("unhandled_envelopes")
+            return
+        handler(env)
+
+    def _on_create(self, env: wire.CreateEnvelope) -> None:
+        call: CreateCall[Any] = CreateCall(self.rt, TargetKind.SPOT, env.spot_type, env.target,
+                                           True)  # fmt: skip
         try:
             done = self.rt.submit_create(call, NO_WAIT)
         except ZLinkError as exc:
-            self._reply(env, error=exc)
+            self.reply(env.origin_node, env.correlation, error=exc)
             return
-        done.add_callback(lambda value, error: self._reply(env, value, error))
+        done.add_callback(
+            lambda value, error: self.reply(env.origin_node, env.correlation, value, error)
+        )
 
-    def redeliver(self, env: dict[str, Any], force: bool = False) -> None:
+    def redeliver(self, env: Relayable, force: bool = False) -> None:
         """Handle a kept call or fence here again, as if it had just arrived (``force``: past
         this node's own seal, for calls parked at a move that did not happen)."""
-        if env["k"] == "fence":
+        if isinstance(env, wire.FenceEnvelope):
             self._on_fence(env)
         else:
             self._on_call(env, force)
 
-    def _on_call(self, env: dict[str, Any], force: bool = False) -> None:
-        request = env["k"] == "request"
+    def _on_call(self, env: CallEnvelope, force: bool = False) -> None:
+        request = isinstance(env, wire.RequestEnvelope)
         try:
-            msg = from_wire(env)
+            msg = from_wire(env.message_type, env.payload)
         except Exception as exc:  # noqa: BLE001 - a bad payload fails that request only
             self.rt.metrics.add("bad_wire_payloads")
-            if request:
-                self._reply(env, error=InvalidArgument(f"bad payload for {env['tn']}: {exc}"))
+            if isinstance(env, wire.RequestEnvelope):
+                bad = InvalidArgument(f"bad payload for {env.message_type}: {exc}")
+                self.reply(env.origin_node, env.correlation, error=bad)
             return
         call_cls = RequestCall if request else SendCall
-        call: MessageCall = call_cls(self.rt, env["to"], env["t"], msg)
-        call.meta = env["m"] or None
-        call.origin = env.get("oo", env["o"])
-        call.via = env.get("v")
-        call.instance, call.instance_type = bool(env.get("ii")), env.get("i")
-        if request:
-            call.deadline = float(env["d"])
+        call: MessageCall = call_cls(self.rt, TargetKind(env.target_kind), env.target, msg)
+        call.meta = env.meta
+        call.origin = env.first_origin
+        call.via = env.via
+        call.instance, call.instance_type = env.instance, env.instance_type
+        if isinstance(env, wire.RequestEnvelope):
+            call.deadline = env.deadline
         try:
             done = self.rt.submit(call, Completion() if request else None, NO_WAIT,
-                                  hops=env["h"] + 1, force=force)  # fmt: skip
+                                  hops=env.hops + 1, force=force)  # fmt: skip
         except ZLinkError as exc:
-            if request:
-                self._reply(env, error=exc)
+            if isinstance(env, wire.RequestEnvelope):
+                self.reply(env.origin_node, env.correlation, error=exc)
             else:
                 self.rt.metrics.add("remote_sends_refused")
             return
-        if request and done is not None:
-            done.add_callback(lambda value, error: self._reply(env, value, error))
+        if isinstance(env, wire.RequestEnvelope) and done is not None:
+            origin, corr = env.origin_node, env.correlation
+            done.add_callback(lambda value, error: self.reply(origin, corr, value, error))
 
-    def _reply(self, env: dict[str, Any], value: Any = None, error: BaseException | None = None):  # type: ignore[no-untyped-def]
-        out: dict[str, Any] = {"k": "reply", "c": env["c"]}
-        if error is not None:
-            out["e"] = encode_error(error)
+    def reply(
+        self, origin: str, correlation: int, value: Any = None, error: BaseException | None = None
+    ) -> None:
+        """Answer the call ``origin`` awaits under ``correlation`` (any thread). A value that
+        does not serialize is a reply-encoding failure: the caller gets ``HandlerError``."""
+        if error is None:
+            try:
+                out = wire.ReplyEnvelope(correlation, to_json(value).decode(), None)
+            except Exception as exc:  # noqa: BLE001 - the caller gets it, typed, at once
+                self.rt.metrics.add("reply_encoding_failures")
+                out = wire.ReplyEnvelope(correlation, None, encode_error(exc))
         else:
-            out["v"] = to_json(value).decode()
+            out = wire.ReplyEnvelope(correlation, None, encode_error(error))
+        if origin == self.rt.node_id:  # answered here: completed on this infrastructure thread
+            self.rt.infra.submit(self._on_reply, out)
+            return
         try:
-            self.transport.send(env["o"], out)
+            self.post(origin, out)
         except Unavailable:
             self.rt.metrics.add("replies_undeliverable")
 
-    def _on_reply(self, env: dict[str, Any]) -> None:
+    def _on_reply(self, env: wire.ReplyEnvelope) -> None:
         with self._lock:
-            entry = self._pending.pop(env["c"], None)
+            entry = self._pending.pop(env.correlation, None)
         if entry is None:  # timed out (or never ours): a reply never completes a call twice
             self.rt.metrics.add("late_replies")
             return
-        completion, tp = entry
-        if "e" in env:
-            completion.set(None, decode_error(env["e"]))
+        completion, tp, _peer = entry
+        if env.error is not None:
+            completion.set(None, decode_error(env.error))
             return
+        assert env.value is not None
         try:
-            value = codec.loads(env["v"]) if tp is None else _adapter(tp).validate_json(env["v"])
+            value = codec.loads(env.value) if tp is None else _adapter(tp).validate_json(env.value)
         except Exception as exc:  # noqa: BLE001 - the caller gets a typed error instead
             completion.set(None, InvalidArgument(f"reply does not decode as {tp!r}: {exc}"))
             return
@@ -419,4 +470,4 @@ def _adapter(tp: Any) -> TypeAdapter[Any]:
     return adapter
 
 
-__all__ = ["MAX_POINTERS", "_MAX_HOPS", "MeshRouter", "Route", "decode_error", "encode_error"]
+__all__ = ["MAX_HOPS", "MAX_POINTERS", "MeshRouter", "Route"]

@@ -30,7 +30,7 @@ from ..errors import (
 )
 from ..executor import Admission, Owner, Turn, current_turn, run_free
 from ..types import TargetKind
-from .routing import _MAX_HOPS
+from .routing import MAX_HOPS
 
 if TYPE_CHECKING:
     from ..handlers import HandlerSpec
@@ -157,7 +157,7 @@ class Runtime(Membership, Creation, Closing):
             generation = None
             if self.router is not None:  # only the owner the store confirms runs the factory
                 held = self.router.store.reserve(
-                    call.target, TargetKind.SPOT, spec.name, self.node_id, self._lease()
+                    call.target, TargetKind.SPOT, spec.name, self.node_id, self.lease()
                 )
                 if held.location.owner != self.node_id:
                     return self._remote(call, reply, mode, hops)
@@ -166,7 +166,7 @@ class Runtime(Membership, Creation, Closing):
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
         job.at = self._now()
         if reply is not None and reply.timer is None:  # a diverted call was armed already
-            self._arm(reply, call.deadline, "no reply in time")
+            self.arm(reply, call.deadline, "no reply in time")
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
             run_free(job, self.pool, inline=mode == HELP)
@@ -287,7 +287,7 @@ class Runtime(Membership, Creation, Closing):
         """A sealed, moving or restoring target: the relocator keeps the call, or it is gone
         (routed on), or it is closing (refused before any queue change)."""
         if reply is not None and reply.timer is None:  # its deadline runs from now on
-            self._arm(reply, call.deadline, "no reply in time")
+            self.arm(reply, call.deadline, "no reply in time")
         relocator = self.relocator
         if relocator is not None and relocator.divert(call, reply, hops):
             return reply  # type: ignore[return-value]
@@ -308,13 +308,13 @@ class Runtime(Membership, Creation, Closing):
         """
         router = self.router
         assert router is not None
-        if hops > _MAX_HOPS:
+        if hops > MAX_HOPS:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
         with router.route_lock:
             local = (self.actors if call.kind == TargetKind.ACTOR else self.spots).get(call.target)
             if local is None:
                 if reply is not None and reply.timer is None:
-                    self._arm(reply, call.deadline, "no reply in time")
+                    self.arm(reply, call.deadline, "no reply in time")
                 try:
                     sent = router.send_call(call, reply, hops)
                 except Unavailable as exc:  # the next node is unreachable: nothing was sent
