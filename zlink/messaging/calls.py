@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+# the kinds as module globals: an enum attribute read costs ~0.1 us per send on 3.11
+_SPOT, _ACTOR = TargetKind.SPOT, TargetKind.ACTOR
+_CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
+
 
 class WaitMode(Enum):
     """How the submitter of a call will wait for it (python-api §4 terminals)."""
@@ -174,7 +178,7 @@ class MessageCall(_Call):
 
     def instance_spot(self, stable_type: str | None = None) -> MessageCall:
         """Address an Instance Spot, activating it (of ``stable_type``) on its first message."""
-        if self.kind != TargetKind.SPOT:
+        if self.kind != _SPOT:
             raise InvalidOperation("instance_spot() applies to Spot calls only")
         if stable_type is not None:
             check_id("instance spot type", stable_type)

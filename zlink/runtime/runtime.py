@@ -64,6 +64,9 @@ from .acts import (
 from .jobs import BatchJob, MessageJob, SendJob, handler_error
 
 _log = logging.getLogger("zlink.runtime")
+# the kinds as module globals: an enum attribute read costs ~0.1 us per send on 3.11
+_SPOT, _ACTOR = TargetKind.SPOT, TargetKind.ACTOR
+_CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
 # the verdicts read on the hot path, as module globals
 ADMITTED, FULL_COUNT, ADMISSION_CLOSED = Admission.ADMITTED, Admission.FULL_COUNT, Admission.CLOSED
 _new_send_job = SendJob.__new__
@@ -120,14 +123,14 @@ class Runtime(Membership, Creation, Closing):
         turn = current_turn()
         msg = call.msg
         act: Act | None
-        if call.kind == TargetKind.TOPIC:
+        if call.kind == _TOPIC:
             self._publish(call, turn)
             return reply  # type: ignore[return-value]
-        if call.kind == TargetKind.CHANNEL:
+        if call.kind == _CHANNEL:
             act = self.channels.get(call.target)
             if act is None:
                 raise NotFound(f"no channel {call.target!r}")
-        elif call.kind == TargetKind.ACTOR:
+        elif call.kind == _ACTOR:
             act = self.actors.get(call.target)
             if act is None:
                 if self.router is not None:
@@ -157,7 +160,7 @@ class Runtime(Membership, Creation, Closing):
             generation = None
             if self.router is not None:  # only the owner the store confirms runs the factory
                 held = self.router.store.reserve(
-                    call.target, TargetKind.SPOT, spec.name, self.node_id, self.lease()
+                    call.target, _SPOT, spec.name, self.node_id, self.lease()
                 )
                 if held.location.owner != self.node_id:
                     return self._remote(call, reply, mode, hops)
@@ -190,9 +193,9 @@ class Runtime(Membership, Creation, Closing):
         Spot or Actor of this node; a plain ``def`` handler) goes straight to the lane as a
         light job; anything else, and every refusal, takes ``submit``'s general path."""
         kind = call.kind
-        if kind == TargetKind.SPOT:
+        if kind == _SPOT:
             act: SpotAct | ActorAct | None = self.spots.get(call.target)
-        elif kind == TargetKind.ACTOR:
+        elif kind == _ACTOR:
             act = self.actors.get(call.target)
         else:
             act = None
@@ -238,7 +241,7 @@ class Runtime(Membership, Creation, Closing):
         Anything else (remote, moving, a Channel) goes one by one through ``submit``."""
         if self.stopping or self.draining:
             raise Unavailable(f"node {self.node_id} is shutting down")
-        act = (self.actors if call.kind == TargetKind.ACTOR else self.spots).get(call.target)
+        act = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
         if act is None or act.state in PAST_READY:
             self._one_by_one(call)
             return
@@ -311,7 +314,7 @@ class Runtime(Membership, Creation, Closing):
         if hops > MAX_HOPS:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
         with router.route_lock:
-            local = (self.actors if call.kind == TargetKind.ACTOR else self.spots).get(call.target)
+            local = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
             if local is None:
                 if reply is not None and reply.timer is None:
                     self.arm(reply, call.deadline, "no reply in time")
@@ -440,7 +443,7 @@ class Runtime(Membership, Creation, Closing):
                 f"yield_() is not offered in {act.name!r}: only SpotWide User Spots, their "
                 "member Actors and Instance Spots have a shared gate to release"
             )
-        own = isinstance(call, MessageCall) and call.kind is TargetKind.ACTOR
+        own = isinstance(call, MessageCall) and call.kind is _ACTOR
         if own and call.target == act.name:
             raise InvalidOperation(f"actor {act.name!r} cannot wait on a request to itself")
 
