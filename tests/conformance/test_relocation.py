@@ -421,6 +421,7 @@ def test_a_moved_queue_larger_than_the_targets_lane_is_refilled_whole(clock):
     try:
         n1, n2 = (node.start() for node in nodes)
         n1.client().spots.get_or_create("room", "t.rl.room").wait(WAIT)
+        run_until_idle(n1, WAIT)  # the activation's last turn settles first
         act = n1._runtime.spots["room"]
         assert act.gate._flag.acquire(False)  # hold the gate: these wait in the queue
         c1 = n1.client()
