@@ -162,7 +162,7 @@ class Outbound(RelocatorState):
         from ..runtime.acts import READY, SEALED
         from ..runtime.jobs import LifeJob
 
-        with self._lock, self.rt._lock:
+        with self._lock, self.rt.directory.lock:
             members = list(act.members.values())
             if unit is not None:
                 objects: list[SpotAct | ActorAct] = [unit]
@@ -332,7 +332,7 @@ class Outbound(RelocatorState):
             _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, exc)
             self._finish(out, exc)
             return
-        with router.route_lock, rt._lock:  # from now on stale routes relay to the target
+        with router.route_lock, rt.directory.lock:  # from now on stale routes relay to the target
             for obj in out.objects:
                 table: dict[str, Any] = rt.spots if obj is out.spot else rt.actors
                 if table.get(obj.name) is obj:

@@ -52,7 +52,7 @@ class Inbound(RelocatorState):
         states: dict[str, str | None] = codec.loads("".join(chunks))
         # lock order (zlink.lock_order): route -> relocator -> directory
         with self.router.route_lock, self._lock:  # sent before this left, or finds it here
-            with rt._lock:
+            with rt.directory.lock:
                 here = rt.spots.keys() | rt.actors.keys()
                 taken = [o.object_id for o in objects if o.object_id in here]
                 shell = rt.spots.get(env.target) if kind == TargetKind.ACTOR else None

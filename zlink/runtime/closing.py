@@ -19,10 +19,11 @@ from ..errors import (
 from ..executor import Job, Lane, Owner, Turn, current_turn
 
 if TYPE_CHECKING:
+    from .runtime import Runtime
+
     pass
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct
-from .directory import Directory
 from .jobs import LifeJob
 
 if TYPE_CHECKING:
@@ -35,8 +36,13 @@ if TYPE_CHECKING:
 _log = logging.getLogger("zlink.runtime")
 
 
-class Closing(Directory):
-    """Part of :class:`Runtime` (a mixin; ``self`` is the runtime)."""
+class Closing:
+    """Closing, idle eviction and shutdown of one node's objects (kotlin-spot-interface
+    lifecycle): the closing part of :class:`Runtime`. Collaborators: the runtime (its directory,
+    membership for sending members back, the store for releases)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
     # -- closing ----------------------------------------------------------------------------------
     def close_ref(self, ref: SpotRef) -> bool:
@@ -44,7 +50,7 @@ class Closing(Directory):
         Unavailable, User Spots only (kotlin-spot-interface)."""
         if not isinstance(ref, SpotRef):
             raise InvalidArgument(f"close() takes a SpotRef, got {type(ref).__name__}")
-        act = self.spots.get(ref.spot_id)
+        act = self.rt.spots.get(ref.spot_id)
         if act is None or act.state == GONE:
             return False
         if act.ref.object_generation != ref.object_generation:
@@ -58,20 +64,20 @@ class Closing(Directory):
         return True
 
     def close_self(self, spot_id: str) -> None:
-        act = self.spots.get(spot_id)
+        act = self.rt.spots.get(spot_id)
         if act is not None and act.state == READY:
             self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
 
     def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane)."""
-        with self._lock:
+        with self.rt.directory.lock:
             if act.state in PAST_READY:
                 raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
             act.state = CLOSING
         act.cancel_timers()
         members = list(act.members)
         if not members:
-            self._queue_closing(act, reason)
+            self.queue_closing(act, reason)
             return
         left = [len(members)]
         lock = threading.Lock()
@@ -81,13 +87,13 @@ class Closing(Directory):
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                self._queue_closing(act, reason)
+                self.queue_closing(act, reason)
 
         for actor_id in members:
-            self.whole.leave(actor_id, act.spot_id, one_left)
+            self.rt.leave(actor_id, act.spot_id, one_left)
 
-    def _queue_closing(self, act: SpotAct, reason: SpotCloseReason, budget: float = 0) -> None:
-        deadline = self.clock.now() + (budget or self.closing_timeout)
+    def queue_closing(self, act: SpotAct, reason: SpotCloseReason, budget: float = 0) -> None:
+        deadline = self.rt.clock.now() + (budget or self.rt.closing_timeout)
         closing = SpotClosingContext(reason, deadline)
 
         def run() -> Any:
@@ -97,7 +103,7 @@ class Closing(Directory):
         act.owner.put_unreserved(
             LifeJob(act, "on_closing", run, partial(self._closed, act), Lane.UNRESERVED)
         )
-        self.infra.call_at(deadline, self._closing_overdue, act)
+        self.rt.infra.call_at(deadline, self._closing_overdue, act)
 
     def _closing_overdue(self, act: SpotAct) -> None:
         turn = act.closing_turn
@@ -106,75 +112,75 @@ class Closing(Directory):
 
     def _closed(self, act: SpotAct, turn: Turn) -> None:
         if turn.error is not None and not isinstance(turn.error, Cancelled):
-            self.metrics.add("handler_errors")
+            self.rt.metrics.add("handler_errors")
             _log.error("on_closing of %r failed", act.spot_id, exc_info=turn.error)
         act.state = GONE
         act.closing_turn = None
-        with self._lock:
-            if self.spots.get(act.spot_id) is act:
-                del self.spots[act.spot_id]
-        for topic, ids in list(self.topics.items()):
+        with self.rt.directory.lock:
+            if self.rt.spots.get(act.spot_id) is act:
+                del self.rt.spots[act.spot_id]
+        for topic, ids in list(self.rt.topics.items()):
             if act.spot_id in ids:
-                self.whole.subscribe(act.spot_id, topic, False)
-        if self.router is not None:  # fenced: a stale owner's release is refused
+                self.rt.subscribe(act.spot_id, topic, False)
+        if self.rt.router is not None:  # fenced: a stale owner's release is refused
             with contextlib.suppress(Unavailable):
-                self.router.store.release(act.spot_id, self.node_id, act.authority)
+                self.rt.router.store.release(act.spot_id, self.rt.node_id, act.authority)
         error: ZLinkError = (
-            Unavailable(f"node {self.node_id} shut down before it ran")
-            if self.stopping
+            Unavailable(f"node {self.rt.node_id} shut down before it ran")
+            if self.rt.stopping
             else NotFound(f"spot {act.spot_id!r} was closed")
         )
         for item in act.owner.drain():
             if isinstance(item, Job):
                 item.discard(error)
-        self.metrics.add("spots_closed")
+        self.rt.metrics.add("spots_closed")
 
     def sweep_idle(self) -> None:
         """On the infrastructure thread: close User/Instance Spots idle for ``idle_timeout``."""
-        now = self.clock.now()
-        for act in list(self.spots.values()):
+        now = self.rt.clock.now()
+        for act in list(self.rt.spots.values()):
             if act.kind is SpotKind.ENTRY or act.state != READY:
                 continue
             if act.activity != act.seen_activity:
                 act.seen_activity, act.idle_since = act.activity, now
                 continue
-            if now - act.idle_since < self.idle_timeout:  # type: ignore[operator]
+            if now - act.idle_since < self.rt.idle_timeout:  # type: ignore[operator]
                 continue
             lanes = act.owner.lanes
             ticks = sum(t.queued for t in act.timers.values() if t.owner is act.owner)
             if not act.members and not lanes.life and lanes.reserved()[0] == ticks:
                 with contextlib.suppress(Unavailable):  # closed by someone else meanwhile
                     self.close_spot(act, SpotCloseReason.IDLE_EVICTED)
-        if not self.stopping and self.idle_timeout is not None:
-            self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
+        if not self.rt.stopping and self.rt.idle_timeout is not None:
+            self.rt.infra.call_later(self.rt.idle_timeout / 4, self.sweep_idle)
 
     def close_all(self, budget: float) -> None:
         """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)``; members stay put."""
-        for act in list(self.spots.values()):
-            with self._lock:
+        for act in list(self.rt.spots.values()):
+            with self.rt.directory.lock:
                 if act.state in (CLOSING, GONE):
                     continue
                 act.state = CLOSING
             act.cancel_timers()
-            self._queue_closing(act, SpotCloseReason.HOST_SHUTDOWN, budget)
+            self.queue_closing(act, SpotCloseReason.HOST_SHUTDOWN, budget)
 
     # -- shutdown ---------------------------------------------------------------------------------
     def stop_admission(self) -> None:
         """Refuse new work from now on; queued jobs will be discarded unrun; timers stop."""
-        self.stopping = True
-        self.stopped_admission.set()
-        for act in [*self.spots.values(), *self.actors.values()]:
+        self.rt.stopping = True
+        self.rt.stopped_admission.set()
+        for act in [*self.rt.spots.values(), *self.rt.actors.values()]:
             act.cancel_timers()
 
     def owners(self) -> list[Owner]:
-        out = [a.owner for a in list(self.spots.values())]
-        out += [a.owner for a in list(self.actors.values())]
+        out = [a.owner for a in list(self.rt.spots.values())]
+        out += [a.owner for a in list(self.rt.actors.values())]
         return out
 
     def discard_queued(self) -> int:
         """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers)."""
         n = 0
-        error = Unavailable(f"node {self.node_id} shut down before it ran")
+        error = Unavailable(f"node {self.rt.node_id} shut down before it ran")
         for owner in self.owners():
             for item in owner.drain():
                 if isinstance(item, Job):

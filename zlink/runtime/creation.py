@@ -19,6 +19,8 @@ from ..mesh.location import Location
 from ..types import TargetKind
 
 if TYPE_CHECKING:
+    from .runtime import Runtime
+
     pass
 from ..messaging.calls import (
     KEEP_TURN,
@@ -35,7 +37,6 @@ from ..types import (
     SpotKind,
 )
 from .acts import GONE, READY, ActorAct, SpotAct
-from .directory import Directory
 from .jobs import LifeJob, handler_error, run_steps
 
 if TYPE_CHECKING:
@@ -49,40 +50,43 @@ if TYPE_CHECKING:
 _log = logging.getLogger("zlink.runtime")
 
 
-class Creation(Directory):
-    """Part of :class:`Runtime` (a mixin; ``self`` is the runtime)."""
+class Creation:
+    """Activation and create / get-or-create of one node (§14): the creation part of
+    :class:`Runtime`. Collaborators: the runtime (its directory, the store through its router,
+    the infrastructure heap for deadlines)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
     # -- activation ----------------------------------------------------------------------------
-    def _register_spot(
-        self, spec: TypeSpec, spot_id: str, generation: int | None = None
-    ) -> SpotAct:
-        act = SpotAct(self.whole, spec, spot_id, generation or next(self._generations))
-        self.spots[spot_id] = act
+    def register_spot(self, spec: TypeSpec, spot_id: str, generation: int | None = None) -> SpotAct:
+        act = SpotAct(self.rt, spec, spot_id, generation or self.rt.directory.next_generation())
+        self.rt.spots[spot_id] = act
         return act
 
-    def _instance_spec(self, call: MessageCall) -> TypeSpec:
-        name = call.instance_type or self._only_instance_type
+    def instance_spec(self, call: MessageCall) -> TypeSpec:
+        name = call.instance_type or self.rt.directory.only_instance_type
         if name is None:
             raise InvalidArgument(
                 "instance_spot() needs a stable type when the app has more than one"
             )
-        spec = self.app.spots.get(name)
+        spec = self.rt.app.spots.get(name)
         if spec is None or spec.kind is not SpotKind.INSTANCE:
             raise InvalidArgument(f"{name!r} is not a registered Instance Spot type")
         return spec
 
-    def _activate_instance(
+    def activate_instance(
         self, spec: TypeSpec, spot_id: str, generation: int | None = None
     ) -> SpotAct:
-        with self._lock:
-            act = self.spots.get(spot_id)
+        with self.rt.directory.lock:
+            act = self.rt.spots.get(spot_id)
             if act is not None:
                 return act
-            act = self._register_spot(spec, spot_id, generation)
-        self._activate(act, None)
+            act = self.register_spot(spec, spot_id, generation)
+        self.activate(act, None)
         return act
 
-    def _activate(self, act: SpotAct, request: Message | None) -> None:
+    def activate(self, act: SpotAct, request: Message | None) -> None:
         """Queue construction, ``on_create`` (User Spots) and ``on_initialize`` (lifecycle)."""
 
         def construct() -> None:
@@ -95,7 +99,7 @@ class Creation(Directory):
 
         def done(turn: Turn) -> None:
             if turn.error is not None:
-                self._deactivate(act, handler_error(turn.error))
+                self.deactivate(act, handler_error(turn.error))
                 return
             act.state = READY
             reply = turn.result.reply if isinstance(turn.result, SpotCreateResponse) else None
@@ -107,12 +111,12 @@ class Creation(Directory):
         job = LifeJob(act, "activation", lambda: run_steps(*steps), done, Lane.UNRESERVED)
         act.owner.put_unreserved(job)
 
-    def _deactivate(self, act: SpotAct, error: Exception) -> None:
+    def deactivate(self, act: SpotAct, error: Exception) -> None:
         _log.error("activation of %r failed", act.spot_id, exc_info=error)
         act.state = GONE
-        with self._lock:
-            if self.spots.get(act.spot_id) is act:
-                del self.spots[act.spot_id]
+        with self.rt.directory.lock:
+            if self.rt.spots.get(act.spot_id) is act:
+                del self.rt.spots[act.spot_id]
         if act.activated is not None:
             act.activated.set(None, error)
         for item in act.owner.drain():
@@ -121,33 +125,33 @@ class Creation(Directory):
 
     # -- create ----------------------------------------------------------------------------------
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
-        if self.stopping or self.draining:
-            raise Unavailable(f"node {self.node_id} is shutting down")
-        if call.mesh is not None and call.mesh != self.mesh:
-            raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
+        if self.rt.stopping or self.rt.draining:
+            raise Unavailable(f"node {self.rt.node_id} is shutting down")
+        if call.mesh is not None and call.mesh != self.rt.mesh:
+            raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.rt.node_id}")
         if call.kind == TargetKind.ACTOR:
             return self._create_actor(call, mode)
-        spec = self.app.spots.get(call.type_name)
+        spec = self.rt.app.spots.get(call.type_name)
         if spec is None or spec.kind is not SpotKind.USER:
             raise InvalidArgument(f"{call.type_name!r} is not a registered User Spot type")
         completion = self._timed(call)
         spot_id = call.object_id or uuid.uuid4().hex
         remote: Location | None = None
-        with self._lock:
-            existing = self.spots.get(spot_id)
+        with self.rt.directory.lock:
+            existing = self.rt.spots.get(spot_id)
             if existing is None:
                 generation = None
-                if self.router is not None:  # only the owner the store confirms runs the factory
-                    held = self.router.store.reserve(
-                        spot_id, TargetKind.SPOT, spec.name, self.node_id, self.lease()
+                if self.rt.router is not None:  # only the owner the store confirms runs the factory
+                    held = self.rt.router.store.reserve(
+                        spot_id, TargetKind.SPOT, spec.name, self.rt.node_id, self.rt.lease()
                     )
-                    if held.location.owner != self.node_id:
+                    if held.location.owner != self.rt.node_id:
                         remote = held.location
                     generation = held.location.object_generation
                 if remote is None:
-                    act = self._register_spot(spec, spot_id, generation)
+                    act = self.register_spot(spec, spot_id, generation)
         if remote is not None:
-            assert self.router is not None
+            assert self.rt.router is not None
             if not call.get or remote.type_name != spec.name:
                 assert completion.timer is not None
                 completion.timer.cancel()
@@ -155,14 +159,14 @@ class Creation(Directory):
                 raise (InvalidOperation if not call.get else InvalidArgument)(
                     f"{spot_id!r} {what} on node {remote.owner}"
                 )
-            self.router.forward_create(call, completion, remote)
+            self.rt.router.forward_create(call, completion, remote)
             return completion
         if existing is not None:
             self._existing(existing, spec, call, completion)
             return completion
         assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
-        self._activate(act, call.request_msg)
+        self.activate(act, call.request_msg)
         return completion
 
     def _timed(self, call: CreateCall[Any]) -> Completion:
@@ -172,11 +176,11 @@ class Creation(Directory):
 
     def deadline_of(self, deadline: float | None) -> float:
         """A call's timeout in seconds: its own, or the node's default."""
-        return self.request_timeout if deadline is None else deadline
+        return self.rt.request_timeout if deadline is None else deadline
 
     def arm(self, completion: Completion, deadline: float | None, reason: str) -> None:
         """Put the call's deadline on the infrastructure heap (it fails it unless it is done)."""
-        completion.timer = self.infra.call_later(
+        completion.timer = self.rt.infra.call_later(
             self.deadline_of(deadline), expire, completion, reason
         )
 
@@ -209,22 +213,22 @@ class Creation(Directory):
             activated.add_callback(settle)  # calls back at once if it completed meanwhile
 
     def _create_actor(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
-        spec = self.app.actors.get(call.type_name)
+        spec = self.rt.app.actors.get(call.type_name)
         if spec is None:
             raise InvalidArgument(f"{call.type_name!r} is not a registered Actor type")
-        entry = self.entries[spec.name]
+        entry = self.rt.entries[spec.name]
         turn = current_turn()
         if mode == KEEP_TURN and turn is not None and turn.owner is entry.owner:
             raise InvalidOperation("an Entry Spot cannot await an Actor create it must run itself")
         completion = self._timed(call)
         actor_id = call.object_id or uuid.uuid4().hex
-        with self._lock:
-            existing = self.actors.get(actor_id)
-            if existing is None and self.router is not None:
-                held = self.router.store.reserve(
-                    actor_id, TargetKind.ACTOR, spec.name, self.node_id, self.lease()
+        with self.rt.directory.lock:
+            existing = self.rt.actors.get(actor_id)
+            if existing is None and self.rt.router is not None:
+                held = self.rt.router.store.reserve(
+                    actor_id, TargetKind.ACTOR, spec.name, self.rt.node_id, self.rt.lease()
                 )
-                if held.location.owner != self.node_id:  # it lives on another node
+                if held.location.owner != self.rt.node_id:  # it lives on another node
                     assert completion.timer is not None
                     completion.timer.cancel()
                     if not call.get:
@@ -232,8 +236,8 @@ class Creation(Directory):
                     completion.set(ActorCreateResult(actor_id, False), None)
                     return completion
             if existing is None:
-                act = ActorAct(self.whole, spec, actor_id, entry)
-                self.actors[actor_id] = act
+                act = ActorAct(self.rt, spec, actor_id, entry)
+                self.rt.actors[actor_id] = act
         if existing is not None:
             self._existing(existing, spec, call, completion)
             return completion
@@ -259,9 +263,9 @@ class Creation(Directory):
                 act.owner.unhold()
                 return
             act.state = GONE
-            with self._lock:
-                if self.actors.get(actor_id) is act:
-                    del self.actors[actor_id]
+            with self.rt.directory.lock:
+                if self.rt.actors.get(actor_id) is act:
+                    del self.rt.actors[actor_id]
             if act.activated is not None:
                 act.activated.set(None, error)
             for item in act.owner.drain():
@@ -272,8 +276,8 @@ class Creation(Directory):
         act.activated.add_callback(completion.set)
         job = LifeJob(entry, "on_create_actor", approve, decided)
         if entry.owner.put_life(job) != Admission.ADMITTED:
-            with self._lock:
-                del self.actors[actor_id]
+            with self.rt.directory.lock:
+                del self.rt.actors[actor_id]
             completion.timer.cancel()  # type: ignore[union-attr]
             raise ResourceExhausted(f"the lifecycle lane of {entry.spot_id!r} is full")
         return completion

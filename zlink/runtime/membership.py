@@ -19,6 +19,8 @@ from ..errors import (
 from ..executor import CLOSED, Admission, Gate, Lane, Turn, current_turn
 
 if TYPE_CHECKING:
+    from .runtime import Runtime
+
     pass
 from ..messaging.calls import (
     JoinCall,
@@ -32,7 +34,6 @@ from ..types import (
     SpotRelocationReadyCompletion,
 )
 from .acts import GONE, READY, SEALED, ActorAct, SpotAct
-from .directory import Directory
 from .jobs import LifeJob, ReadyBoundary, handler_error
 
 if TYPE_CHECKING:
@@ -45,8 +46,13 @@ if TYPE_CHECKING:
 _log = logging.getLogger("zlink.runtime")
 
 
-class Membership(Directory):
-    """Part of :class:`Runtime` (a mixin; ``self`` is the runtime)."""
+class Membership:
+    """Defer() barriers, Join and leave of one node (execution-model §5): the membership
+    part of :class:`Runtime`. Collaborators: the runtime (its directory, gates, relocation
+    port for cross-node Joins)."""
+
+    def __init__(self, rt: Runtime) -> None:
+        self.rt = rt
 
     # -- Defer() barriers ------------------------------------------------------------------------
     def close_scope(self, turn: Turn, normal: bool) -> None:
@@ -60,7 +66,7 @@ class Membership(Directory):
         turn = current_turn()
         if turn is None or call.turn is not turn or turn.barriers is CLOSED:
             raise InvalidOperation("defer() is allowed only in the handler that made the call")
-        actor = self.actors.get(call.actor_id)
+        actor = self.rt.actors.get(call.actor_id)
         if actor is None or actor.state != READY:
             raise NotFound(f"no actor {call.actor_id!r}")
         if turn.owner is not actor.owner and turn.owner is not actor.entry.owner:
@@ -93,13 +99,13 @@ class Membership(Directory):
             turn.barriers = []
         if any(isinstance(b, ReadyBoundary) for b in turn.barriers):
             raise InvalidOperation("relocation_ready().defer() was already called in this turn")
-        turn.barriers.append(ReadyBoundary(self.whole, act))
+        turn.barriers.append(ReadyBoundary(self.rt, act))
 
     def relocation_ready_completed(
         self, act: SpotAct, status: RelocationReadyStatus, error: ZLinkError | None = None
     ) -> None:
         """Queue ``on_relocation_ready_completed`` ahead of everything held for it."""
-        done = SpotRelocationReadyCompletion(status, self.node_id, error)
+        done = SpotRelocationReadyCompletion(status, self.rt.node_id, error)
         act.owner.put_first(
             LifeJob(act, "on_relocation_ready_completed",
                     lambda: act.instance.on_relocation_ready_completed(done), lane=Lane.UNRESERVED)
@@ -115,10 +121,10 @@ class Membership(Directory):
 
     def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
         """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
-        target = self.spots.get(target_id)
+        target = self.rt.spots.get(target_id)
         error: ZLinkError | None = None
-        if (target is None or target.state == GONE) and self.remote_join is not None:
-            self.remote_join.ask(actor, target_id, request)  # it lives on another node
+        if (target is None or target.state == GONE) and self.rt.remote_join is not None:
+            self.rt.remote_join.ask(actor, target_id, request)  # it lives on another node
             return
         if target is None or target.state == GONE:
             error = NotFound(f"no spot {target_id!r} to join")
@@ -201,7 +207,7 @@ class Membership(Directory):
         self, actor_id: str, from_spot: str | None, then: Callable[[], None] | None = None
     ) -> None:
         """Send an Actor back to its Entry Spot after its current turn (python-api §6)."""
-        actor = self.actors.get(actor_id)
+        actor = self.rt.actors.get(actor_id)
         if actor is None or actor.state != READY:
             raise NotFound(f"no actor {actor_id!r}")
         if from_spot is not None and actor.spot.spot_id != from_spot:
@@ -238,7 +244,7 @@ class Membership(Directory):
         source.owner.put_unreserved(LifeJob(source, "leave", lambda: None, back, Lane.UNRESERVED))
 
     def actor_spot_id(self, actor_id: str) -> str:
-        actor = self.actors.get(actor_id)
+        actor = self.rt.actors.get(actor_id)
         if actor is None:
             raise NotFound(f"no actor {actor_id!r}")
         return actor.spot.spot_id

@@ -1,14 +1,19 @@
-"""The object model on one node: routing of calls, and the runtime assembled from its parts.
+"""One node's object model, composed; and delivery: validate -> resolve -> deliver.
 
-This is the layer between the public calls (``zlink.messaging``) and the engine
-(``zlink.executor``). ``Runtime`` owns the directory of live Spots, Actors and Channels
-(``directory.py``) and turns each call into a job (``jobs.py``) on the right owner lane
-(execution-model §2: an Actor payload always goes to the Actor's own queue, whatever the mode).
-Its other parts: ``membership.py`` (Defer, Join, leave), ``creation.py`` (activation, create),
-``closing.py`` (closing, idle eviction, shutdown); the live objects are in ``acts.py``.
+This is the layer between the public calls (``zlink.messaging``, through ``RuntimePort``) and
+the engine (``zlink.executor``). ``Runtime`` composes the ``Directory`` of live Spots, Actors
+and Channels (``directory.py``, with its own lock) and its parts, each a class holding the
+runtime as its collaborator: ``Creation`` (activation, create), ``Membership`` (Defer, Join,
+leave), ``Closing`` (closing, idle eviction, shutdown). Delivery is here: a call is validated,
+its destination resolved (local, remote through ``routing.py``, moving through the
+relocation port, a cold Instance Spot, or a Channel) and delivered as a job (``jobs.py``) on
+the right owner lane (execution-model §2: an Actor payload always goes to the Actor's own
+queue, whatever the mode). The live objects are in ``acts.py``.
 
 Guarantees / assumes:
-* ``_lock`` guards directory *writes* (activation, removal); reads are plain ``dict.get``.
+* ``directory.lock`` guards directory *writes* (activation, removal); reads are plain
+  ``dict.get``. ``_yield_lock`` is a leaf. Lock order (``zlink.lock_order``): route ->
+  relocator -> directory -> leaves.
 * Gates: a SpotWide User Spot and an Instance Spot have one gate for the Spot, its member Actors
   and its lifecycle callbacks; an Entry Spot and a PerActor User Spot have a gate for the Spot,
   and each Actor keeps its own gate (§2). Membership changes only while the Actor is held.
@@ -19,6 +24,8 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -28,13 +35,18 @@ from ..errors import (
     ResourceExhausted,
     Unavailable,
 )
-from ..executor import Admission, Owner, Turn, current_turn, run_free
+from ..executor import Admission, Gate, LaneLimits, Owner, Turn, current_turn, ranked_lock, run_free
+from ..lock_order import LockRank
 from ..types import TargetKind
 from .routing import MAX_HOPS
 
 if TYPE_CHECKING:
+    from ..app import App
+    from ..executor import Clock, InfraExecutor, WorkerPool
     from ..handlers import HandlerSpec
     from ..messaging.message import Message
+    from .ports import RelocationPort, RemoteJoinPort
+    from .routing import MeshRouter
 from ..messaging.calls import (
     HELP,
     KEEP_TURN,
@@ -61,7 +73,12 @@ from .acts import (
     Discarded,
     SpotAct,
 )
+from .closing import Closing
+from .creation import Creation
+from .directory import Directory
 from .jobs import BatchJob, MessageJob, SendJob, handler_error
+from .membership import Membership
+from .metrics import Metrics
 
 _log = logging.getLogger("zlink.runtime")
 # the kinds as module globals: an enum attribute read costs ~0.1 us per send on 3.11
@@ -71,16 +88,102 @@ _CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
 ADMITTED, FULL_COUNT, ADMISSION_CLOSED = Admission.ADMITTED, Admission.FULL_COUNT, Admission.CLOSED
 _new_send_job = SendJob.__new__
 
-from .closing import Closing  # noqa: E402
-from .creation import Creation  # noqa: E402
-from .membership import Membership  # noqa: E402
 
+class Runtime:
+    """One node's object model, composed: the directory of live objects, delivery (this
+    class: validate -> resolve a destination -> deliver), and its parts ``creation``,
+    ``membership`` and ``closing``, each a class with this runtime as its collaborator.
 
-# --------------------------------------------------------------------------------------------
-# the runtime
-# --------------------------------------------------------------------------------------------
-class Runtime(Membership, Creation, Closing):
-    """The directory and the routing of one node (its other parts: the mixins)."""
+    The parts' public methods are bound here as attributes, so what calls the runtime
+    (contexts through ``RuntimePort``, activations, jobs, timers, relocation) sees one object.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        node_id: str,
+        mesh: str,
+        limits: LaneLimits,
+        budget: float,
+        request_timeout: float,
+        clock: Clock,
+        pool: WorkerPool,
+        infra: InfraExecutor,
+        closing_timeout: float = 5.0,
+        idle_timeout: float | None = None,
+        io_pool: ThreadPoolExecutor | None = None,
+        cpu_pool: ThreadPoolExecutor | None = None,
+        worker_limit: int = 1024,
+    ) -> None:
+        self.app = app
+        self.node_id = node_id
+        self.mesh = mesh
+        self.limits = limits
+        self.budget = budget
+        self.request_timeout = request_timeout
+        self.closing_timeout = closing_timeout
+        self.idle_timeout = idle_timeout
+        self.clock = clock
+        self._now = clock.now
+        self.pool = pool
+        self.infra = infra
+        self.io_pool = io_pool or ThreadPoolExecutor(16, thread_name_prefix="zlink-io")
+        self.cpu_pool = cpu_pool or ThreadPoolExecutor(pool.size, thread_name_prefix="zlink-cpu")
+        self.worker_limit = worker_limit
+        self.worker_slots = threading.BoundedSemaphore(worker_limit)
+        self.workers_in_flight = 0
+        self.workers_idle = threading.Condition(threading.Lock())
+        self.metrics = Metrics()
+        directory = self.directory = Directory(app)
+        # the tables are never rebound: held here too, for the hot path
+        self.spots, self.actors = directory.spots, directory.actors
+        self.channels, self.entries, self.topics = (
+            directory.channels, directory.entries, directory.topics,
+        )  # fmt: skip
+        self.has_live = directory.has_live
+        self.router: MeshRouter | None = None  # set when the node is part of a mesh
+        self.relocator: RelocationPort | None = None  # plugged in by the node (a mesh)
+        self.remote_join: RemoteJoinPort | None = None
+        self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
+        self.stopping = False  # read on the hot path
+        self.draining = False  # drained: calls made here are refused; relayed calls go on
+        self.stopped_admission = threading.Event()  # for those who must wait for it
+        # the parts, and their public methods as this runtime's
+        creation = self.creation = Creation(self)
+        self.register_spot = creation.register_spot
+        self.instance_spec = creation.instance_spec
+        self.activate_instance = creation.activate_instance
+        self.activate = creation.activate
+        self.deactivate = creation.deactivate
+        self.submit_create = creation.submit_create
+        self.deadline_of = creation.deadline_of
+        self.arm = creation.arm
+        membership = self.membership = Membership(self)
+        self.close_scope = membership.close_scope
+        self.defer_join = membership.defer_join
+        self.defer_relocation_ready = membership.defer_relocation_ready
+        self.relocation_ready_completed = membership.relocation_ready_completed
+        self.joined_here = membership.joined_here
+        self.complete_join = membership.complete_join
+        self.leave = membership.leave
+        self.actor_spot_id = membership.actor_spot_id
+        closing = self.closing = Closing(self)
+        self.close_ref = closing.close_ref
+        self.close_self = closing.close_self
+        self.close_spot = closing.close_spot
+        self.queue_closing = closing.queue_closing
+        self.sweep_idle = closing.sweep_idle
+        self.close_all = closing.close_all
+        self.stop_admission = closing.stop_admission
+        self.owners = closing.owners
+        self.discard_queued = closing.discard_queued
+
+    def new_gate(self, name: str) -> Gate:
+        return Gate(self.pool, self.clock, self.budget, name)
+
+    def lease(self) -> float:
+        return self.clock.now() + 3600.0  # no failure detection yet: leases are long
 
     def start(self) -> list[Completion]:
         """Make the Channels and Entry Spots; returns the Entry Spots' activations to wait on."""
@@ -89,13 +192,13 @@ class Runtime(Membership, Creation, Closing):
         waits = []
         for spec in self.app.spots.values():
             if spec.kind is SpotKind.ENTRY:
-                act = self._register_spot(spec, f"{spec.name}@{self.node_id}")
+                act = self.register_spot(spec, f"{spec.name}@{self.node_id}")
                 assert spec.actor_type is not None
                 self.entries[spec.actor_type] = act
                 activated = act.activated  # taken first: activation drops it once done
                 assert activated is not None
                 waits.append(activated)
-                self._activate(act, None)
+                self.activate(act, None)
         if self.idle_timeout is not None:
             self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
         return waits
@@ -149,7 +252,7 @@ class Runtime(Membership, Creation, Closing):
                 return self._not_ready(act, call, reply, mode, hops)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
-        spec = act.spec if act is not None else self._instance_spec(call)
+        spec = act.spec if act is not None else self.instance_spec(call)
         handler = spec.handlers.get(type(msg))
         if handler is None:
             raise InvalidArgument(f"{spec.name!r} has no handler for {type(msg).__qualname__}")
@@ -165,7 +268,7 @@ class Runtime(Membership, Creation, Closing):
                 if held.location.owner != self.node_id:
                     return self._remote(call, reply, mode, hops)
                 generation = held.location.object_generation
-            act = self._activate_instance(spec, call.target, generation)
+            act = self.activate_instance(spec, call.target, generation)
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
         job.at = self._now()
         if reply is not None and reply.timer is None:  # a diverted call was armed already
@@ -332,7 +435,7 @@ class Runtime(Membership, Creation, Closing):
         return self.submit(call, reply, mode, hops)  # it arrived here meanwhile
 
     def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
-        with self._lock:
+        with self.directory.lock:
             ids = set(self.topics.get(topic, ()))
             if on:
                 ids.add(spot_id)
