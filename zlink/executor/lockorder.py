@@ -29,6 +29,7 @@ __all__ = [
     "LockOrderViolation",
     "checking",
     "edges",
+    "held",
     "ranked_lock",
     "reset",
     "violations",
@@ -72,6 +73,11 @@ def checking() -> Iterator[None]:
         yield
     finally:
         _enabled = before
+
+
+def held() -> list[str]:
+    """The names of the checked locks the calling thread holds, oldest first."""
+    return [lock.name for lock in getattr(_held, "stack", None) or []]
 
 
 def violations() -> list[str]:

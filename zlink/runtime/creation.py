@@ -15,7 +15,7 @@ from ..errors import (
     Unavailable,
 )
 from ..executor import Admission, Job, Lane, Turn, current_turn
-from ..mesh.location import Location
+from ..mesh.location import Location, Reservation
 from ..types import TargetKind
 
 if TYPE_CHECKING:
@@ -137,19 +137,26 @@ class Creation:
         completion = self._timed(call)
         spot_id = call.object_id or uuid.uuid4().hex
         remote: Location | None = None
-        with self.rt.directory.lock:
-            existing = self.rt.spots.get(spot_id)
-            if existing is None:
-                generation = None
-                if self.rt.router is not None:  # only the owner the store confirms runs the factory
-                    held = self.rt.router.store.reserve(
-                        spot_id, TargetKind.SPOT, spec.name, self.rt.node_id, self.rt.lease()
-                    )
-                    if held.location.owner != self.rt.node_id:
-                        remote = held.location
-                    generation = held.location.object_generation
-                if remote is None:
-                    act = self.register_spot(spec, spot_id, generation)
+        held: Reservation | None = None
+        while True:  # the store is asked with no lock held; the directory is written under it
+            if held is None and self.rt.router is not None and spot_id not in self.rt.spots:
+                # only the owner the store confirms runs the factory
+                held = self.rt.router.store.reserve(
+                    spot_id, TargetKind.SPOT, spec.name, self.rt.node_id, self.rt.lease()
+                )
+            with self.rt.directory.lock:
+                existing = self.rt.spots.get(spot_id)
+                if existing is None and held is None and self.rt.router is not None:
+                    continue  # it closed since: ask the store after all
+                if existing is None:
+                    generation = None
+                    if held is not None:
+                        if held.location.owner != self.rt.node_id:
+                            remote = held.location
+                        generation = held.location.object_generation
+                    if remote is None:
+                        act = self.register_spot(spec, spot_id, generation)
+                break
         if remote is not None:
             assert self.rt.router is not None
             if not call.get or remote.type_name != spec.name:
@@ -222,22 +229,29 @@ class Creation:
             raise InvalidOperation("an Entry Spot cannot await an Actor create it must run itself")
         completion = self._timed(call)
         actor_id = call.object_id or uuid.uuid4().hex
-        with self.rt.directory.lock:
-            existing = self.rt.actors.get(actor_id)
-            if existing is None and self.rt.router is not None:
+        held: Reservation | None = None
+        while True:  # the store is asked with no lock held; the directory is written under it
+            if held is None and self.rt.router is not None and actor_id not in self.rt.actors:
                 held = self.rt.router.store.reserve(
                     actor_id, TargetKind.ACTOR, spec.name, self.rt.node_id, self.rt.lease()
                 )
-                if held.location.owner != self.rt.node_id:  # it lives on another node
+            with self.rt.directory.lock:
+                existing = self.rt.actors.get(actor_id)
+                if existing is None and held is None and self.rt.router is not None:
+                    continue  # it went away since: ask the store after all
+                if existing is None and held is not None and (
+                    held.location.owner != self.rt.node_id  # it lives on another node
+                ):
                     assert completion.timer is not None
                     completion.timer.cancel()
                     if not call.get:
                         raise InvalidOperation(f"{actor_id!r} exists already on another node")
                     completion.set(ActorCreateResult(actor_id, False), None)
                     return completion
-            if existing is None:
-                act = ActorAct(self.rt, spec, actor_id, entry)
-                self.rt.actors[actor_id] = act
+                if existing is None:
+                    act = ActorAct(self.rt, spec, actor_id, entry)
+                    self.rt.actors[actor_id] = act
+                break
         if existing is not None:
             self._existing(existing, spec, call, completion)
             return completion
