@@ -37,6 +37,9 @@ class NodeConfig(BaseModel):
     )
     status_interval: float = Field(1.0, gt=0, description="seconds between status publications")
     closing_timeout: float = Field(5.0, gt=0, description="on_closing deadline (seconds)")
+    lease_seconds: float = Field(
+        3.0, ge=1e-3, le=1e7, description="node lease in the Location Store; renewed ~3x per lease"
+    )
     idle_timeout: float | None = Field(
         None, gt=0, description="close User/Instance Spots idle this long; None: never"
     )

@@ -30,6 +30,7 @@ from .errors import (
 from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh import wire
 from .mesh.location import LocationStore
+from .mesh.membership import NodeMembership
 from .mesh.transport import Transport
 from .messaging.completion import expire
 from .messaging.context import Client
@@ -100,7 +101,13 @@ class Node:
             raise InvalidArgument("a mesh node needs both a LocationStore and a Transport")
         self._transport = transport
         self._relocator: Relocator | None = None
+        self._membership: NodeMembership | None = None
         if store is not None and transport is not None:
+            self._membership = NodeMembership(
+                self.node_id, f"inproc://{self.node_id}", store, self._infra,
+                self.config.lease_seconds, self._rt.metrics.add,
+            )  # fmt: skip
+            self._rt.membership_lease = self._membership
             router = self._rt.router = MeshRouter(self._rt, store, transport)
             relocator = self._relocator = Relocator(
                 self._rt, router, self.config.relocation_payload_chunk_limit_bytes
@@ -141,6 +148,8 @@ class Node:
             self._state = "starting"
         self._infra.start()
         self._pool.start()
+        if self._membership is not None:  # a new incarnation, and a lease renewed from now on
+            self._membership.register()
         if self._transport is not None and self._rt.router is not None:
             self._transport.attach(self.node_id, self._rt.router, self._infra.submit)
         for activated in self._rt.start():
@@ -234,6 +243,9 @@ class Node:
         budget = self.config.request_timeout if timeout is None else timeout
         end = time.monotonic() + budget
         peers = [] if rt.router is None else rt.router.peers()
+        if self._membership is not None:  # members by the store's lease, and reachable
+            members = {r.node_id for r in self._membership.members()}
+            peers = [p for p in peers if p in members]
         moving: dict[str, Any] = {}
         stayed: dict[str, str] = {}
         turn = 0
@@ -317,6 +329,8 @@ class Node:
         self._pool.shutdown(max(0.0, end - time.monotonic()))
         self._rt.io_pool.shutdown(wait=False, cancel_futures=True)
         self._rt.cpu_pool.shutdown(wait=False, cancel_futures=True)
+        if self._membership is not None:
+            self._membership.leave(max(0.0, end - time.monotonic()))
         self._infra.stop(max(0.0, end - time.monotonic()))
         for sub in self._subscribers:
             sub.close()

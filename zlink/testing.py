@@ -58,7 +58,7 @@ class LocalCluster:
     ) -> None:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
-        self.store = InMemoryLocationStore()
+        self.store = InMemoryLocationStore(clock)  # leases on the cluster's clock
         self.transport = InProcessTransport()
         self.nodes = [
             Node(

@@ -299,4 +299,5 @@ def test_an_instance_spot_moves_with_its_adapter(cluster):
     n1.relocate_spot("counter-1", "node-2", timeout=WAIT)
     assert "counter-1" in n2._runtime.spots
     n3.client().send_to_spot("counter-1", Bump()).instance_spot().submit()
+    cluster.wait_idle(WAIT)  # another sender's message: handled before c1 asks, not ordered
     assert c1.request_to_spot("counter-1", Count()).instance_spot().wait(WAIT) == 4

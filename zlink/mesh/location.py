@@ -7,6 +7,10 @@ Guarantees / assumes:
   (a stale owner) has its write refused with ``Unavailable``, never applied.
 * ``object_generation`` numbers incarnations across the whole store (public ``SpotRef``);
   ``authority_generation`` numbers owner changes of one Spot (store and runtime fencing only).
+* The store is also the membership table: each node registers (id, endpoint) and gets a new
+  ``incarnation`` (never reused), then renews its lease, measured on the store's clock.
+  ``nodes()`` lists the nodes whose lease has not lapsed. A renewal for an old incarnation, or
+  after the lease lapsed, is refused with ``Unavailable`` (the node must register again).
 * ``InMemoryLocationStore`` keeps all of it under one lock: the embedded default.
 """
 
@@ -17,7 +21,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..errors import Unavailable
-from ..executor import ranked_lock
+from ..executor import Clock, MonotonicClock, ranked_lock
 from ..lock_order import LockRank
 
 
@@ -32,6 +36,16 @@ class Location:
     authority_generation: int
     object_generation: int
     lease_until: float
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One node in the membership table."""
+
+    node_id: str
+    endpoint: str  # where its peers reach it ("inproc://<id>" in one process)
+    incarnation: int  # new at every registration; envelopes name it (python-api §10)
+    lease_until: float  # on the store's clock
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,14 +71,66 @@ class LocationStore(Protocol):
         self, spot_id: str, node: str, authority_generation: int, target: str, lease_until: float
     ) -> Location: ...
 
+    def register_node(self, node_id: str, endpoint: str, lease_seconds: float) -> NodeRecord: ...
+
+    def renew_node(self, node_id: str, incarnation: int, lease_seconds: float) -> NodeRecord: ...
+
+    def unregister_node(self, node_id: str, incarnation: int) -> bool: ...
+
+    def nodes(self) -> list[NodeRecord]: ...
+
 
 class InMemoryLocationStore:
     """The embedded store: one dict under one lock, shared by the nodes of one process."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock | None = None) -> None:
         self._lock = ranked_lock("store.memory", LockRank.STORE)
         self._locations: dict[str, Location] = {}
         self._object_generations = itertools.count(1)
+        self._now = (clock or MonotonicClock()).now  # the store's clock: leases use it
+        self._nodes: dict[str, NodeRecord] = {}
+        self._incarnations = itertools.count(1)
+
+    # -- membership -----------------------------------------------------------------------------
+    def register_node(self, node_id: str, endpoint: str, lease_seconds: float) -> NodeRecord:
+        """Register ``node_id`` with a new incarnation (a restarted node gets a higher one)."""
+        with self._lock:
+            record = NodeRecord(
+                node_id, endpoint, next(self._incarnations), self._now() + lease_seconds
+            )
+            self._nodes[node_id] = record
+            return record
+
+    def renew_node(self, node_id: str, incarnation: int, lease_seconds: float) -> NodeRecord:
+        """Extend the lease of ``node_id`` at ``incarnation``; refused if it is not the
+        current incarnation or its lease lapsed (the node must register again)."""
+        with self._lock:
+            found = self._nodes.get(node_id)
+            now = self._now()
+            if found is None or found.incarnation != incarnation or found.lease_until < now:
+                raise Unavailable(f"node {node_id!r} at incarnation {incarnation} holds no lease")
+            renewed = replace(found, lease_until=now + lease_seconds)
+            self._nodes[node_id] = renewed
+            return renewed
+
+    def unregister_node(self, node_id: str, incarnation: int) -> bool:
+        """Remove ``node_id`` (it stopped); only its current incarnation may."""
+        with self._lock:
+            found = self._nodes.get(node_id)
+            if found is None or found.incarnation != incarnation:
+                return False
+            del self._nodes[node_id]
+            return True
+
+    def nodes(self) -> list[NodeRecord]:
+        """The members: registered nodes whose lease has not lapsed, by id."""
+        with self._lock:
+            now = self._now()
+            return sorted(
+                (r for r in self._nodes.values() if r.lease_until >= now), key=lambda r: r.node_id
+            )
+
+    # -- locations ------------------------------------------------------------------------------
 
     def reserve(
         self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float

@@ -239,8 +239,12 @@ class Creation:
                 existing = self.rt.actors.get(actor_id)
                 if existing is None and held is None and self.rt.router is not None:
                     continue  # it went away since: ask the store after all
-                if existing is None and held is not None and (
-                    held.location.owner != self.rt.node_id  # it lives on another node
+                if (
+                    existing is None
+                    and held is not None
+                    and (
+                        held.location.owner != self.rt.node_id  # it lives on another node
+                    )
                 ):
                     assert completion.timer is not None
                     completion.timer.cancel()

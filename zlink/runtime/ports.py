@@ -45,3 +45,12 @@ class RemoteJoinPort(Protocol):
     def ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
         """Ask the node that holds ``target_id`` to take ``actor`` in."""
         ...
+
+
+class LeaseHolder(Protocol):
+    """This node's registration in the store (``zlink.mesh.membership``)."""
+
+    @property
+    def lease_until(self) -> float | None:
+        """When the last confirmed lease ends; ``None`` before registration."""
+        ...

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from ..executor import Clock, InfraExecutor, WorkerPool
     from ..handlers import HandlerSpec
     from ..messaging.message import Message
-    from .ports import RelocationPort, RemoteJoinPort
+    from .ports import LeaseHolder, RelocationPort, RemoteJoinPort
     from .routing import MeshRouter
 from ..messaging.calls import (
     HELP,
@@ -145,6 +145,7 @@ class Runtime:
         self.router: MeshRouter | None = None  # set when the node is part of a mesh
         self.relocator: RelocationPort | None = None  # plugged in by the node (a mesh)
         self.remote_join: RemoteJoinPort | None = None
+        self.membership_lease: LeaseHolder | None = None  # set by the node in a mesh
         self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
         self.stopping = False  # read on the hot path
         self.draining = False  # drained: calls made here are refused; relayed calls go on
@@ -183,7 +184,10 @@ class Runtime:
         return Gate(self.pool, self.clock, self.budget, name)
 
     def lease(self) -> float:
-        return self.clock.now() + 3600.0  # no failure detection yet: leases are long
+        """The lease an owner claim holds until: this node's, as the store last confirmed it."""
+        held = self.membership_lease
+        until = None if held is None else held.lease_until
+        return self.clock.now() + 3600.0 if until is None else until
 
     def start(self) -> list[Completion]:
         """Make the Channels and Entry Spots; returns the Entry Spots' activations to wait on."""

@@ -1,0 +1,116 @@
+"""Node registration and leases in the Location Store (python-api §10; issue "The runtime,
+composed", item 5): the store is the membership table, each registration a new incarnation,
+each lease renewed from the deadline heap, on the store's thread."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.errors import Unavailable
+from zlink.testing import LocalCluster, ManualClock
+
+
+class Ping(zlink.Request[str], type_name="t.mb.ping"):
+    pass
+
+
+def _app() -> zlink.App:
+    app = zlink.App("membership")
+
+    @app.user_spot("t.mb.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+    class Room(zlink.UserSpot):
+        @zlink.handler
+        def ping(self, req: Ping) -> str:
+            return "pong"
+
+    return app
+
+
+def test_every_node_registers_with_an_incarnation_of_its_own(clock: ManualClock) -> None:
+    with LocalCluster(_app(), nodes=3, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        records = cluster.store.nodes()
+        assert [r.node_id for r in records] == ["node-1", "node-2", "node-3"]
+        assert len({r.incarnation for r in records}) == 3
+        assert all(r.endpoint == f"inproc://{r.node_id}" for r in records)
+        assert all(r.lease_until == clock.now() + 3.0 for r in records)
+    assert cluster.store.nodes() == []  # each node unregistered at shutdown
+
+
+def test_the_lease_is_renewed_about_three_times_per_lease(clock: ManualClock) -> None:
+    with LocalCluster(_app(), nodes=1, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        node = cluster.node(0)
+        renewed = threading.Event()
+        real = cluster.store.renew_node
+
+        def spy(*args: object) -> object:
+            try:
+                return real(*args)  # type: ignore[arg-type]
+            finally:
+                renewed.set()
+
+        cluster.store.renew_node = spy  # type: ignore[method-assign]
+        clock.advance(0.9)
+        assert not renewed.is_set()  # not before a third of the lease
+        for n in range(1, 4):
+            renewed.clear()
+            clock.advance(1.0)  # each third of the lease
+            assert renewed.wait(WAIT)
+            _wait_counter(node, "lease_renewals", n)
+        (record,) = cluster.store.nodes()
+        assert record.lease_until == clock.now() + 3.0  # measured from the last renewal
+
+
+def test_a_refused_renewal_is_counted_and_tried_again_sooner(clock: ManualClock) -> None:
+    with LocalCluster(_app(), nodes=1, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        node = cluster.node(0)
+
+        def refuse(*args: object) -> object:
+            raise Unavailable("the store is down")
+
+        cluster.store.renew_node = refuse  # type: ignore[method-assign]
+        clock.advance(1.0)
+        _wait_counter(node, "lease_renewals_failed", 1)
+        clock.advance(0.5)  # a sixth of the lease later: again
+        _wait_counter(node, "lease_renewals_failed", 2)
+
+
+def test_a_node_registered_again_gets_a_higher_incarnation(clock: ManualClock) -> None:
+    with LocalCluster(_app(), nodes=1, clock=clock, workers=1) as cluster:
+        (first,) = cluster.store.nodes()
+        again = cluster.store.register_node("node-1", "inproc://node-1", 3.0)
+        assert again.incarnation > first.incarnation
+        with pytest.raises(Unavailable):  # the old incarnation's renewal is refused
+            cluster.store.renew_node("node-1", first.incarnation, 3.0)
+
+
+def test_drain_moves_only_to_members_the_store_knows(clock: ManualClock) -> None:
+    with LocalCluster(_app(), nodes=2, clock=clock, workers=1) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("r", "t.mb.room").wait(WAIT)
+        record = next(r for r in cluster.store.nodes() if r.node_id == "node-2")
+        cluster.store.unregister_node("node-2", record.incarnation)  # connected, not a member
+        result = n1.drain(timeout=WAIT)
+        assert result.moved == [] and "r" in result.stayed
+        assert n2.client().request_to_spot("r", Ping()).wait(WAIT) == "pong"  # still on n1
+
+
+def test_lease_seconds_is_a_validated_duration() -> None:
+    for bad in (0, -1.0, float("inf"), float("nan"), 1e8):
+        with pytest.raises(zlink.InvalidArgument):
+            zlink.NodeConfig(lease_seconds=bad)
+
+
+def _wait_counter(node: zlink.Node, name: str, at_least: int) -> None:
+    """Wait, turn by turn of the infrastructure thread (no sleeping), for the store thread's
+    outcome to be handled there."""
+    for _ in range(200):  # bounded: each round is one pass of the infrastructure queue
+        if node.counters().get(name, 0) >= at_least:
+            return
+        passed = threading.Event()
+        node._infra.submit(passed.set)
+        assert passed.wait(WAIT)
+    raise AssertionError(f"{name} stayed below {at_least}: {node.counters()}")

@@ -1,0 +1,54 @@
+"""The store's own thread: Location Store calls off the infrastructure thread, never blocking it.
+
+Guarantees / assumes:
+* ``call`` never blocks: it queues the store call and returns a ``Completion``. One thread runs
+  the calls in order (a store over a network may take milliseconds, or fail for seconds), and
+  hands each outcome to ``post`` (the node's infrastructure ``submit``), so continuations run on
+  the infrastructure thread and a slow store delays only the work that needs the store.
+* A store call's exception becomes the completion's error; the thread never dies of one.
+* No lock of the runtime is held on this thread; the queue's own lock is a leaf.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from ..messaging.completion import Completion
+
+_STOP = object()
+
+
+class StoreWorker:
+    """One node's store thread (see the module docstring)."""
+
+    def __init__(self, name: str, post: Callable[..., None]) -> None:
+        self._post = post
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def call(self, fn: Callable[..., Any], *args: Any) -> Completion:
+        """Run ``fn(*args)`` on the store thread; the completion is set on the infra thread."""
+        done = Completion()
+        self._queue.put((fn, args, done))
+        return done
+
+    def stop(self, timeout: float) -> None:
+        """Finish the calls queued so far, then end the thread (waits up to ``timeout``)."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            fn, args, done = item
+            try:
+                result, error = fn(*args), None
+            except BaseException as exc:  # noqa: BLE001 - the caller's completion carries it
+                result, error = None, exc
+            self._post(done.set, result, error)
