@@ -32,6 +32,10 @@ class Where(zlink.Request[str], type_name="t.ms.where"):
     pass
 
 
+class Opaque(zlink.Request[Any], type_name="t.ms.opaque"):
+    pass
+
+
 CREATED: list[str] = []
 GATE = threading.Event()
 STALLED = threading.Event()
@@ -66,6 +70,10 @@ def build_app() -> zlink.App:
         @zlink.handler
         def where(self, req: Where) -> str:
             return self.context.spot_ref.node_rid
+
+        @zlink.handler
+        def opaque(self, req: Opaque) -> Any:
+            return object()  # no JSON form: it cannot cross to another node
 
     @app.instance_spot("t.ms.counter")
     class Counter(zlink.InstanceSpot):
@@ -251,3 +259,13 @@ def test_a_paused_peer_never_holds_a_reply_back(cluster):
     cluster.transport.resume("node-1", "node-2")
     assert held.result(WAIT) == 0
     cluster.transport.resume("node-2", "node-1")
+
+
+def test_a_reply_that_cannot_be_encoded_fails_the_remote_caller_at_once(cluster):
+    """Execution-model §5 (a reply-encoding failure): the caller on another node gets
+    HandlerError at once, not its timeout (the manual clock never moves here)."""
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create("o", "t.ms.room").wait(WAIT)
+    with pytest.raises(zlink.HandlerError):
+        n2.client().request_to_spot("o", Opaque()).wait(WAIT)
+    assert n1.counters()["reply_encoding_failures"] == 1

@@ -45,6 +45,8 @@ class Room(zlink.UserSpot):
         EVENTS.append(f"join?@{_node(self.context)}")
         if self.context.spot_id.startswith("closed"):
             return zlink.ActorJoinResult(accept=False, reason="closed")
+        if self.context.spot_id.startswith("quiet"):
+            return zlink.ActorJoinResult()  # accepted, with no reply
         return zlink.ActorJoinResult(reply=Welcome(text=f"hi {actor_id[:4]}"))
 
     def on_joined_actor(self, actor: zlink.Actor) -> None:
@@ -153,3 +155,15 @@ def test_a_rejected_or_impossible_remote_join_completes_as_failed_and_the_actor_
     done = _join(cluster, fixed, "closed-room")  # a policy failure: asked nothing remotely
     assert not done.joined and "disabled" in str(done.error)
     assert EVENTS == ["join?@node-2"]
+
+
+def test_a_remote_join_accepted_without_a_reply_completes(cluster):
+    """An accepted Join whose on_actor_join gives no reply still moves the Actor and completes
+    it (the accepted grant travels as its own record; an absent reply once read as 'no Join'
+    and left the Actor sealed on the target, its completion never delivered)."""
+    n1, n2 = cluster.nodes
+    n2.client().spots.get_or_create("quiet-1", "t.xj.room").wait(WAIT)
+    pid = _player(cluster)
+    done = _join(cluster, pid, "quiet-1")
+    assert done.joined and done.reply is None and done.error is None
+    assert n1.client().request_to_actor(pid, Info()).wait(WAIT) == "node-2:quiet-1:[1]"
