@@ -204,7 +204,7 @@ class SendCall(MessageCall):
         if self._ended:
             raise InvalidOperation("a call takes exactly one terminal")
         self._ended = True
-        self._rt.send(self, self._options is None)
+        self._rt.submit(self, None, NO_WAIT, 0, False, self._options is None)
 
     def wait(self, timeout: float | None = None) -> None:
         """Outside the runtime: submit; returns once admitted (admission is immediate)."""

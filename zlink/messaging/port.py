@@ -19,7 +19,6 @@ if TYPE_CHECKING:
         JoinCall,
         MessageCall,
         RelocationReadyCall,
-        SendCall,
         WaitMode,
         WorkerCall,
     )
@@ -31,13 +30,10 @@ class RuntimePort(Protocol):
 
     def submit(
         self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int = 0,
-        force: bool = False,
+        force: bool = False, plain: bool = False,
     ) -> Completion:  # fmt: skip
-        """Route a send or request; raises before any queue change when it cannot be taken."""
-        ...
-
-    def send(self, call: SendCall, plain: bool) -> None:
-        """``SendCall.submit()``: admit a one-way message without waiting."""
+        """Route a send or request (``plain``: a send with no option, eligible for the fast
+        path); raises before any queue change when it cannot be taken."""
         ...
 
     def submit_many(self, call: BatchSendCall) -> None:

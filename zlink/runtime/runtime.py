@@ -215,14 +215,49 @@ class Runtime:
         mode: WaitMode,
         hops: int = 0,
         force: bool = False,
+        plain: bool = False,
     ) -> Completion:
-        """Route a send or request; raises before any queue change when it cannot be taken.
+        """Route a send or request: the one admission path of every message (any thread).
+        Raises before any queue change when it cannot be taken.
 
-        A target this node does not have is routed to its owner (when the node is part of a
-        mesh; ``hops`` counts relays). A target sealed for relocation keeps the call for the
-        new owner, and a relocation target holds it until authority is committed, so nothing
-        accepted is refused or reordered by a move (``force``: the relocator's own refill).
+        The fast path, first: a one-way message with no option (``plain``) for a ready Spot
+        or Actor of this node with a plain ``def`` handler goes straight to the lane as a
+        light job. Everything else takes the general path below, which resolves the
+        destination: a target this node does not have is routed to its owner (when the node
+        is part of a mesh; ``hops`` counts relays); a target sealed for relocation keeps the
+        call for the new owner, and a relocation target holds it until authority is
+        committed, so nothing accepted is refused or reordered by a move (``force``: the
+        relocator's own refill); a cold Instance Spot is activated; a Channel gets a turn of
+        its own.
         """
+        if plain and not (self.stopping or self.draining):  # reply is None, hops 0: a send
+            kind = call.kind
+            if kind == _SPOT:
+                act_: SpotAct | ActorAct | None = self.spots.get(call.target)
+            elif kind == _ACTOR:
+                act_ = self.actors.get(call.target)
+            else:
+                act_ = None
+            if act_ is not None and act_.state is READY:
+                fast = act_.spec.handlers.get(type(call.msg))
+                if fast is not None and not fast.is_async:
+                    turn = current_turn()
+                    job = _new_send_job(SendJob)  # slots filled here: no __init__ frame (hot)
+                    job.act, job.handler, job.msg = act_, fast, call.msg
+                    owner = turn.owner if turn is not None else None
+                    job.sender = owner.name if owner is not None else None
+                    job.size = wire_size(call.msg)
+                    job.at = self._now()
+                    verdict = act_.owner.lanes.put_app(job, job.size)  # Owner.put_app inline
+                    if verdict is not ADMITTED:
+                        self._refused(act_, call, None, mode, 0, False, verdict)
+                    return None  # type: ignore[return-value]
+        return self._route(call, reply, mode, hops, force)
+
+    def _route(
+        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int, force: bool
+    ) -> Completion:
+        """``submit``'s general path: resolve the destination, then admit (see ``submit``)."""
         if (self.stopping or self.draining) and not (hops and self.router is not None):
             raise Unavailable(f"node {self.node_id} is shutting down")  # a drained node relays
         if call.mesh is not None and call.mesh != self.mesh:
@@ -294,35 +329,6 @@ class Runtime:
             assert reply is not None
             helped.help(lambda: reply.done)
         return reply  # type: ignore[return-value]
-
-    def send(self, call: SendCall, plain: bool) -> None:
-        """``SendCall.submit()``. The common case (``plain``: no option was given; a ready
-        Spot or Actor of this node; a plain ``def`` handler) goes straight to the lane as a
-        light job; anything else, and every refusal, takes ``submit``'s general path."""
-        kind = call.kind
-        if kind == _SPOT:
-            act: SpotAct | ActorAct | None = self.spots.get(call.target)
-        elif kind == _ACTOR:
-            act = self.actors.get(call.target)
-        else:
-            act = None
-        if not plain or act is None or act.state != READY or self.stopping or self.draining:
-            self.submit(call, None, NO_WAIT)
-            return
-        msg = call.msg
-        handler = act.spec.handlers.get(type(msg))
-        if handler is None or handler.is_async:
-            self.submit(call, None, NO_WAIT)  # refused there, or a full MessageJob
-            return
-        turn = current_turn()
-        job = _new_send_job(SendJob)  # the slots filled here: no __init__ frame (hot path)
-        job.act, job.handler, job.msg = act, handler, msg
-        job.sender = turn.owner.name if turn is not None and turn.owner is not None else None
-        job.size = wire_size(msg)
-        job.at = self._now()
-        verdict = act.owner.lanes.put_app(job, job.size)  # Owner.put_app without its frame
-        if verdict != ADMITTED:
-            self._refused(act, call, None, NO_WAIT, 0, False, verdict)
 
     def _refused(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
