@@ -337,14 +337,14 @@ def test_the_pool_counts_busy_workers_and_pending_items_exactly():
 def test_run_turns_makes_each_call_a_current_turn_and_puts_the_callers_back():
     """§5/§6: every call of a batch is a turn of its own while it runs; the post-processing of
     a failed one, a halt and the end of the run all see the caller's turn again."""
-    from zlink.executor.turn import _CURRENT
+    from zlink.executor.turn import CURRENT_TURN
 
     class Halt:
         stopping = False
 
     halt, seen, after_saw = Halt(), [], []
     outer = object()
-    token = _CURRENT.set(outer)  # type: ignore[arg-type]
+    token = CURRENT_TURN.set(outer)  # type: ignore[arg-type]
     try:
 
         def call(first: object, arg: str) -> None:
@@ -366,4 +366,4 @@ def test_run_turns_makes_each_call_a_current_turn_and_puts_the_callers_back():
         assert after_saw == [("ValueError", outer)]  # post-processing as the caller's turn
         assert ex.current_turn() is outer
     finally:
-        _CURRENT.reset(token)
+        CURRENT_TURN.reset(token)

@@ -32,11 +32,11 @@ from typing import Any
 from .clock import Clock
 from .lanes import ADMITTED, APPLICATION, Admission, OwnerLanes
 from .pool import WorkerPool
-from .turn import _CURRENT, CLOSED, DONE, KEEP_GATE, RELEASE_GATE, Job, Step, Turn
+from .turn import CLOSED, CURRENT_TURN, DONE, KEEP_GATE, RELEASE_GATE, Job, Step, Turn
 
 LIGHT = Step.LIGHT
 _new_turn = Turn.__new__
-_get_current, _set_current, _reset_current = _CURRENT.get, _CURRENT.set, _CURRENT.reset
+_get_current, _set_current, _reset_current = CURRENT_TURN.get, CURRENT_TURN.set, CURRENT_TURN.reset
 
 _log = logging.getLogger("zlink.gate")
 

@@ -39,10 +39,12 @@ class Step(Enum):
 DONE, KEEP_GATE, RELEASE_GATE = Step.DONE, Step.KEEP_GATE, Step.RELEASE_GATE  # hot-path names
 
 CLOSED = ("closed",)  # Turn.barriers once the turn's Defer() registration scope has ended
-_CURRENT: contextvars.ContextVar[Turn | None] = contextvars.ContextVar("zlink_turn", default=None)
+CURRENT_TURN: contextvars.ContextVar[Turn | None] = contextvars.ContextVar(
+    "zlink_turn", default=None
+)  # the package's own (gate.py); outside it, ``current_turn``
 
 
-current_turn: Callable[[], Turn | None] = _CURRENT.get
+current_turn: Callable[[], Turn | None] = CURRENT_TURN.get
 """The turn the caller runs in, or ``None`` outside any turn (a C call: hot path)."""
 
 
@@ -145,14 +147,14 @@ class Turn:
         a coroutine gets a context of its own for all its steps (its context variables stay
         its own across threads and suspensions).
         """
-        token = _CURRENT.set(self)
+        token = CURRENT_TURN.set(self)
         try:
             out = self.job.invoke()
         except BaseException as exc:  # noqa: BLE001 - the handler's failure is its result
             self.error = exc
             return DONE
         finally:
-            _CURRENT.reset(token)
+            CURRENT_TURN.reset(token)
         if out is not None and (type(out) is CoroutineType or isinstance(out, Coroutine)):
             self.coro = out
             self.ctx = ctx = contextvars.Context()
@@ -173,7 +175,7 @@ class Turn:
                 self.ctx.run(self.coro.close)
 
     def _first_step(self) -> Step:
-        _CURRENT.set(self)
+        CURRENT_TURN.set(self)
         return self._step(None, None)
 
     def _step(self, value: Any, error: BaseException | None) -> Step:
@@ -244,8 +246,8 @@ def run_turns(
     once, when the run ends (or before ``after``).
     """
     new = Turn.__new__
-    set_current = _CURRENT.set
-    outer = _CURRENT.get()
+    set_current = CURRENT_TURN.set
+    outer = CURRENT_TURN.get()
     token = set_current(outer)  # each turn below replaces the value; one reset at the end
     try:
         for fn, arg in calls:
@@ -264,4 +266,4 @@ def run_turns(
                 set_current(outer)  # post-processing runs as the caller's turn, as it did
                 after(turn)
     finally:
-        _CURRENT.reset(token)
+        CURRENT_TURN.reset(token)
