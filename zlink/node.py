@@ -31,6 +31,7 @@ from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh import wire
 from .mesh.location import LocationStore
 from .mesh.membership import NodeMembership
+from .mesh.store_worker import StoreWorker
 from .mesh.transport import Transport
 from .messaging.completion import expire
 from .messaging.context import Client
@@ -103,12 +104,13 @@ class Node:
         self._relocator: Relocator | None = None
         self._membership: NodeMembership | None = None
         if store is not None and transport is not None:
+            worker = StoreWorker(f"zlink-store-{self.node_id}", self._infra.submit)
             self._membership = NodeMembership(
-                self.node_id, f"inproc://{self.node_id}", store, self._infra,
+                self.node_id, f"inproc://{self.node_id}", store, worker, self._infra,
                 self.config.lease_seconds, self._rt.metrics.add,
             )  # fmt: skip
             self._rt.membership_lease = self._membership
-            router = self._rt.router = MeshRouter(self._rt, store, transport)
+            router = self._rt.router = MeshRouter(self._rt, store, transport, worker)
             relocator = self._relocator = Relocator(
                 self._rt, router, self.config.relocation_payload_chunk_limit_bytes
             )
@@ -149,6 +151,8 @@ class Node:
         self._infra.start()
         self._pool.start()
         if self._membership is not None:  # a new incarnation, and a lease renewed from now on
+            assert self._rt.router is not None
+            self._rt.router.store_worker.start()
             self._membership.register()
         if self._transport is not None and self._rt.router is not None:
             self._transport.attach(self.node_id, self._rt.router, self._infra.submit)

@@ -32,8 +32,8 @@ class NodeMembership:
     """Registration and lease of one node (see the module docstring)."""
 
     def __init__(
-        self, node_id: str, endpoint: str, store: LocationStore, infra: InfraExecutor,
-        lease_seconds: float, count: Callable[[str], None],
+        self, node_id: str, endpoint: str, store: LocationStore, worker: StoreWorker,
+        infra: InfraExecutor, lease_seconds: float, count: Callable[[str], None],
     ) -> None:  # fmt: skip
         self.node_id = node_id
         self.endpoint = endpoint
@@ -41,7 +41,7 @@ class NodeMembership:
         self.lease_seconds = lease_seconds
         self._infra = infra
         self._count = count
-        self._worker: StoreWorker | None = None
+        self._worker = worker
         self.record: NodeRecord | None = None
         self._stopped = False
 
@@ -53,7 +53,6 @@ class NodeMembership:
     def register(self) -> NodeRecord:
         """Register with a new incarnation and start renewing (the node's start; blocks)."""
         self.record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds)
-        self._worker = StoreWorker(f"zlink-store-{self.node_id}", self._infra.submit)
         self._schedule(self.lease_seconds / 3)
         return self.record
 
@@ -64,8 +63,7 @@ class NodeMembership:
     def leave(self, timeout: float) -> None:
         """Stop renewing and unregister (the node's shutdown)."""
         self._stopped = True
-        if self._worker is not None:
-            self._worker.stop(timeout)
+        self._worker.stop(timeout)  # what it was doing ends first
         if self.record is not None:
             try:
                 self.store.unregister_node(self.node_id, self.record.incarnation)
@@ -78,7 +76,7 @@ class NodeMembership:
 
     def _renew(self) -> None:
         """On the infrastructure thread: ask the store thread to renew the lease."""
-        if self._stopped or self._worker is None or self.record is None:
+        if self._stopped or self.record is None:
             return
         done = self._worker.call(
             self.store.renew_node, self.node_id, self.record.incarnation, self.lease_seconds
@@ -86,11 +84,13 @@ class NodeMembership:
         done.add_callback(self._renewed)
 
     def _renewed(self, record: Any, error: BaseException | None) -> None:
+        # the next attempt is on the heap before the outcome is counted (what watches the
+        # counters then sees a node that will try again)
         if error is not None:
-            self._count("lease_renewals_failed")
-            _log.warning("node %s: lease renewal failed: %s", self.node_id, error)
             self._schedule(self.lease_seconds / 6)  # sooner, while the lease may still hold
+            _log.warning("node %s: lease renewal failed: %s", self.node_id, error)
+            self._count("lease_renewals_failed")
             return
         self.record = record
-        self._count("lease_renewals")
         self._schedule(self.lease_seconds / 3)
+        self._count("lease_renewals")

@@ -28,6 +28,9 @@ class StoreWorker:
         self._post = post
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        """Start the thread (the node's start); calls queued before it wait for it."""
         self._thread.start()
 
     def call(self, fn: Callable[..., Any], *args: Any) -> Completion:
@@ -39,7 +42,8 @@ class StoreWorker:
     def stop(self, timeout: float) -> None:
         """Finish the calls queued so far, then end the thread (waits up to ``timeout``)."""
         self._queue.put(_STOP)
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def _run(self) -> None:
         while True:

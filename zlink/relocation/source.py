@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
 from ..executor import Job, Lane, Turn
 from ..mesh import wire
+from ..mesh.location import Location
 from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import Message, reply_type, to_wire
@@ -306,8 +307,6 @@ class Outbound(RelocatorState):
 
     def on_restored(self, env: wire.RelocDoneEnvelope) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
-        from ..runtime.acts import GONE
-
         out = self._out.get(env.relocation_id)
         if out is None:
             return
@@ -320,18 +319,34 @@ class Outbound(RelocatorState):
                 self._relay(out, parked)
             out.parked.clear()
             out.relaying = True
-        authority: dict[str, int] = {}
-        try:
-            for obj in out.objects:
-                moved = router.store.transfer(
-                    obj.name, rt.node_id, obj.authority, out.target, rt.lease()
-                )
-                authority[obj.name] = moved.authority_generation
-                router.moved_away(obj.name, Route.at(moved))
-        except Unavailable as exc:  # fenced: this node is a stale owner; it commits nothing
-            _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, exc)
-            self._finish(out, exc)
+        claims = [(obj.name, obj.authority) for obj in out.objects]
+        lease = rt.lease()
+
+        def transfer() -> list[Location]:  # on the store thread: no lock held
+            return [
+                router.store.transfer(name, rt.node_id, authority, out.target, lease)
+                for name, authority in claims
+            ]
+
+        committed = router.store_worker.call(transfer)
+        committed.add_callback(lambda moved, error: self._committed(out, moved, error))
+
+    def _committed(
+        self, out: Outgoing, moved: list[Location] | None, error: BaseException | None
+    ) -> None:
+        """On the infrastructure thread: the store moved authority (or refused: fenced, this
+        node is a stale owner and commits nothing); the source lets go, the target opens."""
+        from ..runtime.acts import GONE
+
+        router, rt = self.router, self.rt
+        if error is not None or moved is None:
+            _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, error)
+            self._finish(out, error or Unavailable("no commit"))
             return
+        authority: dict[str, int] = {}
+        for location in moved:
+            authority[location.spot_id] = location.authority_generation
+            router.moved_away(location.spot_id, Route.at(location))
         with router.route_lock, rt.directory.lock:  # from now on stale routes relay to the target
             for obj in out.objects:
                 table: dict[str, Any] = rt.spots if obj is out.spot else rt.actors

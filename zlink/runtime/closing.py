@@ -122,9 +122,11 @@ class Closing:
         for topic, ids in list(self.rt.topics.items()):
             if act.spot_id in ids:
                 self.rt.subscribe(act.spot_id, topic, False)
-        if self.rt.router is not None:  # fenced: a stale owner's release is refused
-            with contextlib.suppress(Unavailable):
-                self.rt.router.store.release(act.spot_id, self.rt.node_id, act.authority)
+        router = self.rt.router
+        if router is not None:  # on the store thread; fenced: a stale owner's is refused
+            router.store_worker.call(
+                router.store.release, act.spot_id, self.rt.node_id, act.authority
+            )
         error: ZLinkError = (
             Unavailable(f"node {self.rt.node_id} shut down before it ran")
             if self.rt.stopping

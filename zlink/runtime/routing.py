@@ -44,6 +44,7 @@ from ..mesh import wire
 from ..mesh.location import Location, LocationStore
 from ..mesh.outbox import Outbox
 from ..mesh.remote_errors import decode_error, encode_error
+from ..mesh.store_worker import StoreWorker
 from ..mesh.transport import Channel, Transport
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
@@ -65,9 +66,12 @@ EnvelopeHandler = Any  # Callable[[<one envelope class>], None]
 class MeshRouter:
     """One node's side of the mesh."""
 
-    def __init__(self, rt: Runtime, store: LocationStore, transport: Transport) -> None:
+    def __init__(
+        self, rt: Runtime, store: LocationStore, transport: Transport, store_worker: StoreWorker
+    ) -> None:
         self.rt = rt
         self.store = store
+        self.store_worker = store_worker  # store writes off every lock and off this thread
         self.transport = transport
         self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable)
         self._pending: dict[int, tuple[Completion, Any, str]] = {}  # corr -> (call, type, peer)
