@@ -1,7 +1,11 @@
 """``Node``: one ZLink node in this process; wires the engine and the object model.
 
-Threads: ``workers`` application threads (one per core by default, never one per Spot, §10)
-and one infrastructure thread (deadlines, completions, shutdown, §1 and §13).
+Threads: ``workers`` application threads (one per core by default, never one per Spot, §10),
+one infrastructure thread (deadlines, completions, envelopes, shutdown, §1 and §13), and in a
+mesh one store thread (Location Store calls).
+
+Lock order: ``_state_lock`` is a leaf (it guards the node's state word only); the runtime's
+locks are taken in ``zlink.lock_order``'s order by the parts that own them.
 """
 
 from __future__ import annotations

@@ -38,9 +38,12 @@ again (three times); the shell's move is never rolled back.
 
 Moves: SpotWide User Spots (with members), PER_ACTOR Spots, and Instance Spots.
 
-Where: the source side in ``reloc_source.py`` (``Outbound``), the target side in
-``reloc_target.py`` (``Inbound``), the records both keep in ``reloc_state.py``; ``Relocator``
-joins them and decides what a call that meets a move does (``divert``).
+Where: the source side in ``source.py`` (``Outbound``), the target side in ``target.py``
+(``Inbound``), the records both keep in ``state.py``; ``Relocator`` joins them and decides what
+a call that meets a move does (``divert``).
+
+Lock order (``zlink.lock_order``): route -> relocator -> directory; ``divert`` is entered with
+the route lock held or with none, and takes the relocator's.
 """
 
 from __future__ import annotations

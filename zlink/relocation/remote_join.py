@@ -13,6 +13,9 @@ The order follows a same-node Join, with the move in the middle:
    ``on_join_completed`` on the new Actor instance; the source Spot (if a User Spot) gets
    ``on_leave_actor``. A failed move leaves the Actor where it was and completes the Join as
    failed; the target Spot has then accepted an Actor that never came (it must tolerate it).
+
+Lock order (``zlink.lock_order``): only the route lock is taken here, to read a route; the
+move itself takes the relocator's locks in their order (``source.py``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,13 @@
-"""The source side of a relocation: seal, barrier, capture, ship, commit (see ``relocate``)."""
+"""The source side of a relocation: seal, barrier, capture, ship, commit (see ``relocator``).
+
+Guarantees / assumes:
+* The seal is taken under the relocator's lock and the directory lock together, and lane
+  admission is closed right after: no producer slips past it.
+* Parked calls are relayed, in arrival order, before the store commits authority; the commit
+  (``transfer``) runs on the store thread, its continuation on the infrastructure thread.
+* Lock order (``zlink.lock_order``): route -> relocator -> directory; ``_reopen`` takes route
+  first because redelivering a parked call may route it onward.
+"""
 
 from __future__ import annotations
 

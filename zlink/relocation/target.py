@@ -1,4 +1,12 @@
-"""The target side of a relocation: restore, refill, commit, open (see ``relocate``)."""
+"""The target side of a relocation: restore, refill, commit, open (see ``relocator``).
+
+Guarantees / assumes:
+* An arriving move is registered (objects in the directory, the move in the relocator's
+  tables) in one critical section under the route lock, so a call sent before it left goes
+  the old way and a call made after finds it here (per-sender order).
+* A moved queue is refilled whole: it was admitted at the source (``put_app_moved``).
+* Lock order (``zlink.lock_order``): route -> relocator -> directory.
+"""
 
 from __future__ import annotations
 

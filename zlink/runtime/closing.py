@@ -1,4 +1,11 @@
-"""Closing, idle eviction and shutdown of Spots (kotlin-spot-interface lifecycle)."""
+"""Closing, idle eviction and shutdown of Spots (kotlin-spot-interface lifecycle).
+
+Guarantees / assumes:
+* A closing Spot admits nothing new, stops its timers and sends its members home before
+  ``on_closing`` runs; the store's release runs on the store thread.
+* Lock order (``zlink.lock_order``): the directory lock, alone; the local counter lock of
+  ``close_spot`` is a leaf taken with nothing else held.
+"""
 
 from __future__ import annotations
 

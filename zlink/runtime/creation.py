@@ -1,4 +1,12 @@
-"""Activation and create of Spots and Actors (§14; python-api §6)."""
+"""Activation and create of Spots and Actors (§14; python-api §6).
+
+Guarantees / assumes:
+* Only the owner the Location Store confirms runs a factory; the store is asked with no lock
+  held, and the directory is written under its lock after (asking again if the object went
+  away meanwhile).
+* Lock order (``zlink.lock_order``): only the directory lock is taken here, never with
+  another held by this module.
+"""
 
 from __future__ import annotations
 
