@@ -60,7 +60,7 @@ def test_drain_moves_every_movable_spot_round_robin_and_says_why_the_rest_stayed
         assert result.moved == rooms
         assert set(result.stayed) == {"fixed"}
         assert "disabled" in result.stayed["fixed"]
-        owners = [cluster.store.lookup(room).owner for room in rooms]
+        owners = [cluster.store.lookup(room).owner_node for room in rooms]
         assert owners == ["node-2", "node-3", "node-2", "node-3"]
         for room in rooms:  # state kept; node-3's old route relays through the drained node
             assert c3.request_to_spot(room, Total()).wait(WAIT) == 1

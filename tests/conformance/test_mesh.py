@@ -151,7 +151,7 @@ def test_every_store_write_is_fenced_and_a_stale_owner_is_refused():
     assert first.created and first.location.authority_generation == 1
     assert not store.reserve("s", "spot", "t", "node-2", 10.0).created  # owner stays node-1
     moved = store.transfer("s", "node-1", 1, "node-2", 10.0)
-    assert (moved.owner, moved.authority_generation) == ("node-2", 2)
+    assert (moved.owner_node, moved.authority_generation) == ("node-2", 2)
     with pytest.raises(zlink.Unavailable, match="stale owner"):
         store.release("s", "node-1", 1)  # node-1 lost authority
     with pytest.raises(zlink.Unavailable):

@@ -202,7 +202,7 @@ def test_a_relocated_spot_keeps_state_queued_messages_timers_and_generation(clus
     assert "room" not in n1._runtime.spots and "room" in n2._runtime.spots
     moved = n2._runtime.spots["room"]
     assert moved.ref.object_generation == generation
-    assert cluster.store.lookup("room").owner == "node-2"
+    assert cluster.store.lookup("room").owner_node == "node-2"
     assert moved.instance.beats == 1
     clock.advance(1.0)  # the logical timer moved too: its sequence goes on
     cluster.wait_idle(WAIT)
@@ -237,7 +237,7 @@ def test_a_capture_failure_keeps_the_source_authoritative_and_admitting(cluster)
         n1.relocate_spot("boom", "node-2", timeout=WAIT)
     n1.client().send_to_spot("boom", Add()).submit()
     assert n1.client().request_to_spot("boom", Total()).wait(WAIT) == 1
-    assert cluster.store.lookup("boom").owner == "node-1"
+    assert cluster.store.lookup("boom").owner_node == "node-1"
 
 
 def test_a_barrier_failure_aborts_the_seal_and_restores_admission_exactly(cluster):
@@ -261,7 +261,7 @@ def test_a_restore_failure_keeps_the_target_sealed_and_picks_no_other_target(clu
     assert len(RESTORES) == 3  # retried on the same target with the same payload
     assert n2._runtime.spots["stuck"].state.value == "sealed"  # not authoritative, admits nothing
     assert "stuck" not in n3._runtime.spots
-    assert cluster.store.lookup("stuck").owner == "node-1"  # no commit happened
+    assert cluster.store.lookup("stuck").owner_node == "node-1"  # no commit happened
 
 
 def test_a_null_capture_is_a_contract_violation_and_the_source_stays(cluster):
@@ -269,7 +269,7 @@ def test_a_null_capture_is_a_contract_violation_and_the_source_stays(cluster):
     _make(cluster, "null", "t.rl.null")
     with pytest.raises(zlink.StateIncompatible, match="NoneType"):
         n1.relocate_spot("null", "node-2", timeout=WAIT)
-    assert cluster.store.lookup("null").owner == "node-1"
+    assert cluster.store.lookup("null").owner_node == "node-1"
     n1.client().send_to_spot("null", Add()).submit()
     assert n1.client().request_to_spot("null", Total()).wait(WAIT) == 1
 

@@ -219,7 +219,7 @@ def test_a_spot_moves_with_its_members_state_queues_timers_and_authority(cluster
         assert n3.client().request_to_actor(pid, Marks()).wait(WAIT) == [k, 10 + k]
         assert c1.request_to_actor(pid, Where()).wait(WAIT) == "node-2:room"  # stale: relayed
         assert pid not in n1._runtime.actors and pid in n2._runtime.actors
-        assert cluster.store.lookup(pid).owner == "node-2"
+        assert cluster.store.lookup(pid).owner_node == "node-2"
     moved = n2._runtime.spots["room"]
     assert set(moved.members) == set(ids) and sorted(moved.instance.joined) == sorted(ids)
     assert CALLBACKS == []  # no join, joined or leave callback for a relocation
@@ -242,7 +242,7 @@ def test_a_member_whose_type_cannot_move_keeps_its_spot_in_place(cluster):
         n1.relocate_spot("room", "node-2", timeout=WAIT)
     n1.client().send_to_actor(ids[0], Mark(n=5)).submit()  # nothing was sealed
     assert n1.client().request_to_actor(ids[0], Marks()).wait(WAIT) == [5]
-    assert cluster.store.lookup("room").owner == "node-1"
+    assert cluster.store.lookup("room").owner_node == "node-1"
 
 
 def test_a_member_yield_in_flight_fails_the_barrier_and_admission_comes_back(cluster):
@@ -283,7 +283,7 @@ def test_a_per_actor_spot_moves_as_a_fresh_shell_then_each_actor_with_its_own_st
         player = n2._runtime.actors[pid]
         assert player.spot is hall and player.owner.gate is player.own_gate  # its own gate
         assert n3.client().request_to_actor(pid, Marks()).wait(WAIT) == [k]
-        assert cluster.store.lookup(pid).owner == "node-2" and pid not in n1._runtime.actors
+        assert cluster.store.lookup(pid).owner_node == "node-2" and pid not in n1._runtime.actors
     assert set(hall.members) == set(ids) and CALLBACKS == []
     clock.advance(1.0)
     cluster.wait_idle(WAIT)

@@ -164,7 +164,7 @@ def test_a_requested_move_waits_for_the_signal_then_the_target_is_told_first(clu
     n1._runtime.pool.submit(act.gate._run)
     assert ready.result(WAIT) == "ok"
     moving.wait(WAIT)
-    assert cluster.store.lookup("t").owner == "node-2"
+    assert cluster.store.lookup("t").owner_node == "node-2"
     assert _events(n2.client(), "t") == ["add", "ready", "RELOCATED@node-2", "add"]
 
 
@@ -176,7 +176,7 @@ def test_an_unsignaled_move_times_out_and_is_withdrawn(cluster):
         n1.relocate_spot("t", "node-2", timeout=0.05)  # real seconds: a bounded negative
     assert c.request_to_spot("t", Ready()).wait(WAIT) == "ok"
     assert _events(c, "t") == ["ready", "CONTINUED@node-1"]
-    assert cluster.store.lookup("t").owner == "node-1"
+    assert cluster.store.lookup("t").owner_node == "node-1"
 
 
 def test_a_move_that_fails_at_the_boundary_continues_at_the_source_and_says_why(cluster):

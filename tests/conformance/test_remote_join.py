@@ -126,7 +126,7 @@ def test_an_actor_joins_a_spot_on_another_node_and_moves_there_with_its_state(cl
     assert done.reply == Welcome(text=f"hi {pid[:4]}")  # a Message reply keeps its type
     assert EVENTS == ["join?@node-2", "joined@node-2:[1]"]
     assert pid in n2._runtime.actors and pid not in n1._runtime.actors
-    assert cluster.store.lookup(pid).owner == "node-2"
+    assert cluster.store.lookup(pid).owner_node == "node-2"
     assert n1.client().request_to_actor(pid, Info()).wait(WAIT) == "node-2:room:[1]"
     assert n2._runtime.spots["room"].members.keys() == {pid}
 

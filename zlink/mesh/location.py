@@ -32,7 +32,7 @@ class Location:
     spot_id: str
     kind: str  # "spot" or "actor"
     type_name: str
-    owner: str  # node id
+    owner_node: str  # the node that owns it ("owner" alone names a serial queue)
     authority_generation: int
     object_generation: int
     lease_until: float
@@ -171,7 +171,7 @@ class InMemoryLocationStore:
             self._fence(found, node, authority_generation)
             moved = replace(
                 found,
-                owner=target,
+                owner_node=target,
                 authority_generation=found.authority_generation + 1,
                 lease_until=lease_until,
             )
@@ -180,8 +180,8 @@ class InMemoryLocationStore:
 
     @staticmethod
     def _fence(found: Location, node: str, authority_generation: int) -> None:
-        if found.owner != node or found.authority_generation != authority_generation:
+        if found.owner_node != node or found.authority_generation != authority_generation:
             raise Unavailable(
                 f"stale owner: {node!r} at authority {authority_generation} may not write "
-                f"{found.spot_id!r} (owner {found.owner!r} at {found.authority_generation})"
+                f"{found.spot_id!r} (owner {found.owner_node!r} at {found.authority_generation})"
             )

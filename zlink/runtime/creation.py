@@ -159,7 +159,7 @@ class Creation:
                 if existing is None:
                     generation = None
                     if held is not None:
-                        if held.location.owner != self.rt.node_id:
+                        if held.location.owner_node != self.rt.node_id:
                             remote = held.location
                         generation = held.location.object_generation
                     if remote is None:
@@ -172,7 +172,7 @@ class Creation:
                 completion.timer.cancel()
                 what = "exists already" if not call.get else f"exists as {remote.type_name!r}"
                 raise (InvalidOperation if not call.get else InvalidArgument)(
-                    f"{spot_id!r} {what} on node {remote.owner}"
+                    f"{spot_id!r} {what} on node {remote.owner_node}"
                 )
             self.rt.router.forward_create(call, completion, remote)
             return completion
@@ -251,7 +251,7 @@ class Creation:
                     existing is None
                     and held is not None
                     and (
-                        held.location.owner != self.rt.node_id  # it lives on another node
+                        held.location.owner_node != self.rt.node_id  # it lives on another node
                     )
                 ):
                     assert completion.timer is not None

@@ -119,7 +119,7 @@ class MeshRouter:
         if hit is not None and hit.node != self.rt.node_id:
             return hit
         found = self.store.lookup(target)
-        if found is None or found.owner == self.rt.node_id:  # not here (we checked): nowhere
+        if found is None or found.owner_node == self.rt.node_id:  # not here (we checked): nowhere
             self._routes.pop(target, None)
             return None
         hit = self._routes[target] = Route.at(found)
@@ -295,13 +295,11 @@ class MeshRouter:
 
     def forward_create(self, call: CreateCall[Any], completion: Completion, at: Location) -> None:
         """``get_or_create`` of a User Spot that another node owns: ask that node."""
-        if not self.transport.reachable(at.owner):
-            raise Unavailable(f"node {at.owner!r} is not reachable")
-        corr = self.register_pending(completion, SpotCreateResult, at.owner)
-        self.outbox.put(
-            at.owner, wire.CreateEnvelope(call.object_id or "", call.type_name, self.rt.node_id,
-                                          corr, 0),
-        )  # fmt: skip
+        if not self.transport.reachable(at.owner_node):
+            raise Unavailable(f"node {at.owner_node!r} is not reachable")
+        corr = self.register_pending(completion, SpotCreateResult, at.owner_node)
+        ask = wire.CreateEnvelope(call.object_id or "", call.type_name, self.rt.node_id, corr, 0)
+        self.outbox.put(at.owner_node, ask)
 
     def register_pending(self, completion: Completion, tp: Any, peer: str = "") -> int:
         """Await a reply for ``completion`` under a new correlation id; forgotten once done.
@@ -461,7 +459,8 @@ class Route(NamedTuple):
     @staticmethod
     def at(location: Location) -> Route:
         """The route to where the Location Store says the target is."""
-        return Route(location.owner, (location.object_generation, location.authority_generation))
+        generation = (location.object_generation, location.authority_generation)
+        return Route(location.owner_node, generation)
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}

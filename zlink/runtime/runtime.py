@@ -304,7 +304,7 @@ class Runtime:
                 held = self.router.store.reserve(
                     call.target, _SPOT, spec.name, self.node_id, self.lease()
                 )
-                if held.location.owner != self.node_id:
+                if held.location.owner_node != self.node_id:
                     return self._remote(call, reply, mode, hops)
                 generation = held.location.object_generation
             act = self.activate_instance(spec, call.target, generation)
