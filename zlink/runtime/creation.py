@@ -10,9 +10,10 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -132,6 +133,27 @@ class Creation:
                 item.discard(NotFound(f"spot {act.spot_id!r} failed to activate"))
 
     # -- create ----------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _claimed(
+        self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str
+    ) -> Iterator[tuple[Any, Reservation | None]]:
+        """Ask the store to reserve ``object_id`` unless it lives here (no lock held: only the
+        owner the store confirms runs the factory), then hold the directory lock and yield
+        (what lives here, the reservation). Asks again if the object went away meanwhile."""
+        held: Reservation | None = None
+        router = self.rt.router
+        while True:
+            if held is None and router is not None and object_id not in table:
+                held = router.store.reserve(
+                    object_id, kind, type_name, self.rt.node_id, self.rt.lease()
+                )
+            with self.rt.directory.lock:
+                existing = table.get(object_id)
+                if existing is None and held is None and router is not None:
+                    continue  # it went away since: ask the store after all
+                yield existing, held
+                return
+
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         if self.rt.stopping or self.rt.draining:
             raise Unavailable(f"node {self.rt.node_id} is shutting down")
@@ -145,26 +167,16 @@ class Creation:
         completion = self._timed(call)
         spot_id = call.object_id or uuid.uuid4().hex
         remote: Location | None = None
-        held: Reservation | None = None
-        while True:  # the store is asked with no lock held; the directory is written under it
-            if held is None and self.rt.router is not None and spot_id not in self.rt.spots:
-                # only the owner the store confirms runs the factory
-                held = self.rt.router.store.reserve(
-                    spot_id, TargetKind.SPOT, spec.name, self.rt.node_id, self.rt.lease()
-                )
-            with self.rt.directory.lock:
-                existing = self.rt.spots.get(spot_id)
-                if existing is None and held is None and self.rt.router is not None:
-                    continue  # it closed since: ask the store after all
-                if existing is None:
-                    generation = None
-                    if held is not None:
-                        if held.location.owner_node != self.rt.node_id:
-                            remote = held.location
-                        generation = held.location.object_generation
-                    if remote is None:
-                        act = self.register_spot(spec, spot_id, generation)
-                break
+        claim = self._claimed(self.rt.spots, spot_id, TargetKind.SPOT, spec.name)
+        with claim as (existing, held):
+            if existing is None:
+                generation = None
+                if held is not None:
+                    if held.location.owner_node != self.rt.node_id:
+                        remote = held.location
+                    generation = held.location.object_generation
+                if remote is None:
+                    act = self.register_spot(spec, spot_id, generation)
         if remote is not None:
             assert self.rt.router is not None
             if not call.get or remote.type_name != spec.name:
@@ -237,33 +249,20 @@ class Creation:
             raise InvalidOperation("an Entry Spot cannot await an Actor create it must run itself")
         completion = self._timed(call)
         actor_id = call.object_id or uuid.uuid4().hex
-        held: Reservation | None = None
-        while True:  # the store is asked with no lock held; the directory is written under it
-            if held is None and self.rt.router is not None and actor_id not in self.rt.actors:
-                held = self.rt.router.store.reserve(
-                    actor_id, TargetKind.ACTOR, spec.name, self.rt.node_id, self.rt.lease()
-                )
-            with self.rt.directory.lock:
-                existing = self.rt.actors.get(actor_id)
-                if existing is None and held is None and self.rt.router is not None:
-                    continue  # it went away since: ask the store after all
-                if (
-                    existing is None
-                    and held is not None
-                    and (
-                        held.location.owner_node != self.rt.node_id  # it lives on another node
-                    )
-                ):
-                    assert completion.timer is not None
-                    completion.timer.cancel()
-                    if not call.get:
-                        raise InvalidOperation(f"{actor_id!r} exists already on another node")
-                    completion.set(ActorCreateResult(actor_id, False), None)
-                    return completion
-                if existing is None:
-                    act = ActorAct(self.rt, spec, actor_id, entry)
-                    self.rt.actors[actor_id] = act
-                break
+        claim = self._claimed(self.rt.actors, actor_id, TargetKind.ACTOR, spec.name)
+        with claim as (existing, held):
+            if existing is None and held is not None and (
+                held.location.owner_node != self.rt.node_id  # it lives on another node
+            ):
+                assert completion.timer is not None
+                completion.timer.cancel()
+                if not call.get:
+                    raise InvalidOperation(f"{actor_id!r} exists already on another node")
+                completion.set(ActorCreateResult(actor_id, False), None)
+                return completion
+            if existing is None:
+                act = ActorAct(self.rt, spec, actor_id, entry)
+                self.rt.actors[actor_id] = act
         if existing is not None:
             self._existing(existing, spec, call, completion)
             return completion
