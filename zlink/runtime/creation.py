@@ -251,8 +251,12 @@ class Creation:
         actor_id = call.object_id or uuid.uuid4().hex
         claim = self._claimed(self.rt.actors, actor_id, TargetKind.ACTOR, spec.name)
         with claim as (existing, held):
-            if existing is None and held is not None and (
-                held.location.owner_node != self.rt.node_id  # it lives on another node
+            if (
+                existing is None
+                and held is not None
+                and (
+                    held.location.owner_node != self.rt.node_id  # it lives on another node
+                )
             ):
                 assert completion.timer is not None
                 completion.timer.cancel()
