@@ -335,10 +335,10 @@ class MeshRouter:
         with self._lock:
             lost = [corr for corr, entry in self._pending.items() if entry[2] == peer]
             entries = [self._pending.pop(corr) for corr in lost]
+        if entries:  # counted first: whoever the failure wakes sees the count
+            self.rt.metrics.add("calls_failed_peer_down", len(entries))
         for completion, _tp, _peer in entries:
             completion.set(None, Unavailable(f"node {peer!r} went away before it answered"))
-        if entries:
-            self.rt.metrics.add("calls_failed_peer_down", len(entries))
 
     # -- the receiving side (infrastructure thread) --------------------------------------------
     def received(self, peer: str, channel: Channel, data: bytes) -> None:
