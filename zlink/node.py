@@ -338,12 +338,12 @@ class Node:
         self._rt.io_pool.shutdown(wait=False, cancel_futures=True)
         self._rt.cpu_pool.shutdown(wait=False, cancel_futures=True)
         if self._membership is not None:
-            self._membership.leave(max(0.0, end - time.monotonic()))
+            self._membership.leave(max(0.5, end - time.monotonic()))
+        if self._transport is not None:  # before the infrastructure thread stops: peers hear
+            self._transport.detach(self.node_id)
         self._infra.stop(max(0.0, end - time.monotonic()))
         for sub in self._subscribers:
             sub.close()
-        if self._transport is not None:
-            self._transport.detach(self.node_id)
         self._state = "stopped"
         _log.info("node %s stopped", self.node_id)
 

@@ -269,3 +269,40 @@ def test_a_reply_that_cannot_be_encoded_fails_the_remote_caller_at_once(cluster)
     with pytest.raises(zlink.HandlerError):
         n2.client().request_to_spot("o", Opaque()).wait(WAIT)
     assert n1.counters()["reply_encoding_failures"] == 1
+
+
+def test_an_undeliverable_relayed_call_fails_its_own_caller_not_a_local_one(cluster):
+    """A relayed request keeps its origin's correlation id; when its next hop is gone, the
+    failure goes back to that origin, never to this node's own call with the same number."""
+    n1, _, n3 = cluster.nodes
+    ours = Completion()
+    corr = n1._runtime.router.register_pending(ours, None, "node-2")
+    theirs = Completion()
+    assert n3._runtime.router.register_pending(theirs, None, "node-1") == corr  # same number
+    relayed = wire.RequestEnvelope("spot", "x", "t.ms.total", "{}", None, "node-3", "node-3",
+                                   "node-1", 1, False, None, corr, 5.0)  # fmt: skip
+    n1._infra.submit(
+        n1._runtime.router._undeliverable, "node-9", relayed, zlink.Unavailable("gone")
+    )
+    with pytest.raises(zlink.Unavailable, match="gone"):
+        theirs.wait(WAIT)  # node-3's caller hears at once
+    cluster.wait_idle(WAIT)
+    assert not ours.done  # node-1's own call is untouched
+
+
+def test_a_failing_undeliverable_handler_does_not_stop_the_outbox(cluster):
+    """One envelope whose failure handling raises neither loses the envelopes behind it nor
+    leaves the outbox waiting for a flush that never comes."""
+    n1, n2, _ = cluster.nodes
+    n2.client().spots.get_or_create("q", "t.ms.room").wait(WAIT)
+    outbox = n1._runtime.router.outbox
+    real = outbox._failed
+
+    def explode(*args: Any) -> None:
+        real(*args)
+        raise RuntimeError("a callback failed")
+
+    outbox._failed = explode
+    outbox.put("node-9", wire.RouteEnvelope("q", "node-2", 1, 1))  # unknown peer: fails
+    assert n1.client().request_to_spot("q", Total()).wait(WAIT) == 0  # later ones still go
+    outbox._failed = real

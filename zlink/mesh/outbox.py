@@ -15,6 +15,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from ..errors import Unavailable, ZLinkError
 from . import wire
 from .transport import Channel, Transport
 
+_log = logging.getLogger("zlink.mesh")
 _COMPLETION = (wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope)
 
 Failed = Callable[[str, wire.Envelope, ZLinkError], None]
@@ -57,7 +59,8 @@ class Outbox:
         self._submit(self._flush)
 
     def _flush(self) -> None:
-        """On the infrastructure thread: encode and send everything queued, in order."""
+        """On the infrastructure thread: encode and send everything queued, in order. Nothing
+        an envelope's failure does (its ``failed`` callback included) stops the others."""
         while True:
             with self._lock:
                 if not self._queue:
@@ -65,10 +68,18 @@ class Outbox:
                     return
                 batch, self._queue = self._queue, deque()
             for peer, envelope in batch:
-                try:
-                    data = wire.encode(envelope)
-                    self._transport.send(self._node_id, peer, channel_of(envelope), data)
-                except (wire.WireError, Unavailable) as exc:
-                    self._failed(peer, envelope, exc)
-                except Exception as exc:  # noqa: BLE001 - a transport fault fails this one only
-                    self._failed(peer, envelope, Unavailable(f"transport failed: {exc!r}"))
+                self._send_one(peer, envelope)
+
+    def _send_one(self, peer: str, envelope: wire.Envelope) -> None:
+        try:
+            data = wire.encode(envelope)
+            self._transport.send(self._node_id, peer, channel_of(envelope), data)
+            return
+        except (wire.WireError, Unavailable) as exc:
+            error: ZLinkError = exc
+        except Exception as exc:  # noqa: BLE001 - a transport fault fails this one only
+            error = Unavailable(f"transport failed: {exc!r}")
+        try:
+            self._failed(peer, envelope, error)
+        except Exception:  # noqa: BLE001 - the flush goes on; the fault is logged
+            _log.exception("handling an undeliverable envelope for %s failed", peer)

@@ -104,6 +104,7 @@ class InProcessTransport:
         self._lock = threading.Lock()
         self._nodes: dict[str, _Attached] = {}
         self.sent = 0
+        self.dropped = 0  # held-back DATA of nodes that detached
 
     def attach(self, node_id: str, link: NodeLink, submit: Callable[..., None]) -> None:
         with self._lock:
@@ -117,6 +118,8 @@ class InProcessTransport:
         with self._lock:
             gone = self._nodes.pop(node_id, None)
             others = list(self._nodes.values())
+            for other in others:  # DATA held back from it dies with it, counted
+                self.dropped += len(other.paused.pop(node_id, ()))
         if gone is not None:
             for other in others:
                 other.submit(other.link.peer_down, node_id)
@@ -129,19 +132,16 @@ class InProcessTransport:
             return sorted(self._nodes)
 
     def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> None:
-        target = self._nodes.get(peer)
-        if target is None:
-            raise Unavailable(f"node {peer!r} is not reachable")
-        self.sent += 1
-        if channel is Channel.DATA:  # under the lock: ordered with pause and resume
-            with self._lock:
-                held = target.paused.get(sender)
-                if held is not None:  # paused: kept in order until resumed
-                    held.append(data)
-                else:
-                    target.submit(target.link.received, sender, channel, data)
-            return
-        target.submit(target.link.received, sender, channel, data)
+        with self._lock:  # ordered with attach, detach, pause and resume
+            target = self._nodes.get(peer)
+            if target is None:
+                raise Unavailable(f"node {peer!r} is not reachable")
+            self.sent += 1
+            held = target.paused.get(sender) if channel is Channel.DATA else None
+            if held is not None:  # paused: kept in order until resumed
+                held.append(data)
+            else:
+                target.submit(target.link.received, sender, channel, data)
 
     def pause(self, node_id: str, peer: str) -> None:
         with self._lock:

@@ -66,8 +66,10 @@ class Relocator(Outbound, Inbound):
         """Keep a call for an object that is moving; ``False`` if it is not moving."""
         target = call.target
         with self._lock:
-            if target in self._out_ids:
-                return self.divert_envelope(target, self.router.envelope(call, reply, hops))
+            out = self._out_ids.get(target)
+            if out is not None:  # its reply comes from the move's target: lost with it
+                env = self.router.envelope(call, reply, hops, peer=out.target)
+                return self.divert_envelope(target, env)
             inc = self._in_ids.get(target)
             if inc is None:
                 return False

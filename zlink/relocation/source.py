@@ -317,7 +317,7 @@ class Outbound(RelocatorState):
     def on_restored(self, env: wire.RelocDoneEnvelope) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
         out = self._out.get(env.relocation_id)
-        if out is None:
+        if out is None or out.relaying:  # gone, or a repeat while the commit is under way
             return
         if env.error is not None:  # the target stays sealed; so does this node (nothing is lost)
             self._finish(out, StateIncompatible(env.error))
@@ -331,31 +331,37 @@ class Outbound(RelocatorState):
         claims = [(obj.name, obj.authority) for obj in out.objects]
         lease = rt.lease()
 
-        def transfer() -> list[Location]:  # on the store thread: no lock held
-            return [
-                router.store.transfer(name, rt.node_id, authority, out.target, lease)
-                for name, authority in claims
-            ]
+        def transfer() -> tuple[list[Location], BaseException | None]:  # store thread, no lock
+            moved: list[Location] = []
+            for name, authority in claims:
+                try:
+                    moved.append(router.store.transfer(name, rt.node_id, authority, out.target,
+                                                       lease))  # fmt: skip
+                except Exception as exc:  # noqa: BLE001 - what moved keeps its pointer
+                    return moved, exc
+            return moved, None
 
         committed = router.store_worker.call(transfer)
-        committed.add_callback(lambda moved, error: self._committed(out, moved, error))
+        committed.add_callback(lambda result, error: self._committed(out, result, error))
 
     def _committed(
-        self, out: Outgoing, moved: list[Location] | None, error: BaseException | None
-    ) -> None:
+        self, out: Outgoing, result: tuple[list[Location], BaseException | None] | None,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
         """On the infrastructure thread: the store moved authority (or refused: fenced, this
         node is a stale owner and commits nothing); the source lets go, the target opens."""
         from ..runtime.acts import GONE
 
         router, rt = self.router, self.rt
-        if error is not None or moved is None:
-            _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, error)
-            self._finish(out, error or Unavailable("no commit"))
-            return
+        moved, failed = result if result is not None else ([], error)
         authority: dict[str, int] = {}
-        for location in moved:
+        for location in moved:  # moved in the store: relayed there from now on, whatever else
             authority[location.spot_id] = location.authority_generation
             router.moved_away(location.spot_id, Route.at(location))
+        if failed is not None:
+            _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, failed)
+            self._finish(out, failed)
+            return
         with router.route_lock, rt.directory.lock:  # from now on stale routes relay to the target
             for obj in out.objects:
                 table: dict[str, Any] = rt.spots if obj is out.spot else rt.actors
@@ -363,8 +369,12 @@ class Outbound(RelocatorState):
                     del table[obj.name]
         for obj in out.objects:
             obj.state = GONE
-        router.post(out.target, wire.RelocCommitEnvelope(rt.node_id, out.rid, authority))
         rt.metrics.add("relocated_out")
+        try:
+            router.post(out.target, wire.RelocCommitEnvelope(rt.node_id, out.rid, authority))
+        except Unavailable as exc:  # the target went away meanwhile: the move ends here
+            _log.error("relocation of %r: the target left before the commit", out.spot.name)
+            self._finish(out, exc)
 
     def on_opened(self, env: wire.RelocOpenedEnvelope) -> None:
         out = self._out.get(env.relocation_id)

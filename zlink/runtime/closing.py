@@ -27,18 +27,9 @@ from ..executor import Job, Lane, Owner, Turn, current_turn
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-
-    pass
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct
 from .jobs import LifeJob
-
-if TYPE_CHECKING:
-    pass
-
-
-if TYPE_CHECKING:
-    pass
 
 _log = logging.getLogger("zlink.runtime")
 

@@ -29,8 +29,6 @@ from ..types import TargetKind
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-
-    pass
 from ..messaging.calls import (
     KEEP_TURN,
     CreateCall,
@@ -52,9 +50,6 @@ if TYPE_CHECKING:
     from ..app import TypeSpec
     from ..messaging.message import Message
 
-
-if TYPE_CHECKING:
-    pass
 
 _log = logging.getLogger("zlink.runtime")
 

@@ -14,8 +14,6 @@ from ..executor import CLOSED, Job, Lane, Turn, current_turn, run_turns
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-
-    pass
 from ..messaging.completion import Completion
 from ..messaging.context import (
     MessageContext,

@@ -20,8 +20,6 @@ from ..executor import CLOSED, Admission, Gate, Lane, Turn, current_turn
 
 if TYPE_CHECKING:
     from .runtime import Runtime
-
-    pass
 from ..messaging.calls import (
     JoinCall,
     RelocationReadyCall,
@@ -39,9 +37,6 @@ from .jobs import LifeJob, ReadyBoundary, handler_error
 if TYPE_CHECKING:
     from ..messaging.message import Message
 
-
-if TYPE_CHECKING:
-    pass
 
 _log = logging.getLogger("zlink.runtime")
 

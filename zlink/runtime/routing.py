@@ -157,9 +157,7 @@ class MeshRouter:
         route = self.route(target)
         if route is None:
             return False
-        if not self.transport.reachable(route.node):
-            raise Unavailable(f"node {route.node!r} is not reachable")
-        self.outbox.put(route.node, self.envelope(call, reply, hops, peer=route.node))
+        self.post(route.node, self.envelope(call, reply, hops, peer=route.node))
         if hops:
             self.rt.metrics.add("relayed_calls")
             self.tell_origin(call.origin, target, route)
@@ -315,16 +313,23 @@ class MeshRouter:
             self._pending.pop(corr, None)
 
     def _undeliverable(self, peer: str, env: wire.Envelope, error: ZLinkError) -> None:
-        """The outbox could not encode or send ``env``: complete the call it carried."""
+        """The outbox could not encode or send ``env``: complete the call it carried, here if
+        this node made it, else at the node that did (a relayed call keeps its origin's
+        correlation id, which means nothing among this node's own)."""
         self.rt.metrics.add("envelopes_undeliverable")
-        corr = getattr(env, "correlation", None)
         if isinstance(env, wire.ReplyEnvelope):
             return  # the caller's own deadline completes it; counted above
-        if corr is not None:
-            with self._lock:
-                entry = self._pending.pop(corr, None)
-            if entry is not None:
-                entry[0].set(None, error)
+        corr = getattr(env, "correlation", None)
+        origin = getattr(env, "origin_node", self.rt.node_id)
+        if corr is None:
+            return
+        if origin != self.rt.node_id:
+            self.reply(origin, corr, error=error)
+            return
+        with self._lock:
+            entry = self._pending.pop(corr, None)
+        if entry is not None:
+            entry[0].set(None, error)
 
     # -- peers ----------------------------------------------------------------------------------
     def peer_up(self, peer: str) -> None:
