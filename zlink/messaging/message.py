@@ -14,6 +14,7 @@ from typing import Any, ClassVar, ForwardRef, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from ..errors import InvalidArgument, InvalidOperation, NotFound
+from . import codec
 
 T = TypeVar("T")
 
@@ -163,6 +164,14 @@ def from_wire(type_name: str, payload: str) -> Message:
 @cache
 def _adapter(tp: Any) -> TypeAdapter[Any]:
     return TypeAdapter(tp)
+
+
+def reply_from_json(tp: Any, text: str | bytes) -> Any:
+    """A reply as it arrived from another node, validated as the request's ``T`` (``None``:
+    plain JSON); raises on a value that does not decode as ``T``."""
+    if tp is None:
+        return codec.loads(text)
+    return _adapter(tp).validate_json(text)
 
 
 def check_reply(tp: Any, value: Any) -> Any:

@@ -34,7 +34,6 @@ import itertools
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import TypeAdapter
 from pydantic_core import to_json
 
 from ..errors import InvalidArgument, Unavailable, ZLinkError
@@ -46,10 +45,9 @@ from ..mesh.outbox import Outbox
 from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
 from ..mesh.transport import Channel, Transport
-from ..messaging import codec
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
 from ..messaging.completion import Completion
-from ..messaging.message import from_wire, reply_type, to_wire
+from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, TargetKind
 
 if TYPE_CHECKING:
@@ -447,7 +445,7 @@ class MeshRouter:
             return
         assert env.value is not None
         try:
-            value = codec.loads(env.value) if tp is None else _adapter(tp).validate_json(env.value)
+            value = reply_from_json(tp, env.value)
         except Exception as exc:  # noqa: BLE001 - the caller gets a typed error instead
             completion.set(None, InvalidArgument(f"reply does not decode as {tp!r}: {exc}"))
             return
@@ -466,16 +464,6 @@ class Route(NamedTuple):
         """The route to where the Location Store says the target is."""
         generation = (location.object_generation, location.authority_generation)
         return Route(location.owner_node, generation)
-
-
-_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
-
-
-def _adapter(tp: Any) -> TypeAdapter[Any]:
-    adapter = _ADAPTERS.get(tp)
-    if adapter is None:
-        adapter = _ADAPTERS[tp] = TypeAdapter(tp)
-    return adapter
 
 
 __all__ = ["MAX_HOPS", "MAX_POINTERS", "MeshRouter", "Route"]
