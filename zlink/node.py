@@ -292,7 +292,10 @@ class Node:
         """
         end = time.monotonic() + timeout
         rt = self._rt
+        store = rt.router.store_worker if rt.router is not None else None
         while True:
+            if store is not None and not store.wait_quiet(max(0.0, end - time.monotonic())):
+                return False  # a store answer still to come continues work
             left = end - time.monotonic()
             if not self._pool.wait_idle(max(0.0, left), busy):
                 return False
@@ -303,7 +306,7 @@ class Node:
                     lambda: rt.workers_in_flight == 0, max(0.0, end - time.monotonic())
                 ):
                     return False
-            if self._pool.pending <= busy:
+            if self._pool.pending <= busy and (store is None or not store.busy):
                 return True
             if time.monotonic() >= end:
                 return False

@@ -28,6 +28,8 @@ class StoreWorker:
         self._post = post
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._quiet = threading.Condition()  # a leaf lock: guards ``_in_flight`` only
+        self._in_flight = 0  # calls queued or running, until their outcome is posted
 
     def start(self) -> None:
         """Start the thread (the node's start); calls queued before it wait for it."""
@@ -36,8 +38,20 @@ class StoreWorker:
     def call(self, fn: Callable[..., Any], *args: Any) -> Completion:
         """Run ``fn(*args)`` on the store thread; the completion is set on the infra thread."""
         done = Completion()
+        with self._quiet:
+            self._in_flight += 1
         self._queue.put((fn, args, done))
         return done
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call is queued or running (its outcome not yet handed on)."""
+        return self._in_flight > 0
+
+    def wait_quiet(self, timeout: float) -> bool:
+        """Wait until every call so far has handed its outcome on; ``False`` on timeout."""
+        with self._quiet:
+            return self._quiet.wait_for(lambda: self._in_flight == 0, timeout)
 
     def stop(self, timeout: float) -> None:
         """Finish the calls queued so far, then end the thread (waits up to ``timeout``)."""
@@ -55,4 +69,10 @@ class StoreWorker:
                 result, error = fn(*args), None
             except BaseException as exc:  # noqa: BLE001 - the caller's completion carries it
                 result, error = None, exc
-            self._post(done.set, result, error)
+            try:
+                self._post(done.set, result, error)
+            finally:
+                with self._quiet:
+                    self._in_flight -= 1
+                    if not self._in_flight:
+                        self._quiet.notify_all()

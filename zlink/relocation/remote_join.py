@@ -27,7 +27,7 @@ from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, Z
 from ..executor import Admission, Lane, Turn
 from ..mesh import wire
 from ..messaging.completion import Completion
-from ..runtime.routing import MAX_HOPS
+from ..runtime.routing import MAX_HOPS, Route
 from ..types import ActorJoinCompletion, ActorJoinResult, RelocationPolicy, SpotKind
 from .state import decode_reply, encode_reply
 
@@ -59,20 +59,22 @@ class RemoteJoin:
         answer = Completion()
         self.rt.arm(answer, None, f"{target_id!r} did not answer the Join in time")
         answer.add_callback(lambda value, error: self._answered(actor, target_id, value, error))
-        with self.router.route_lock:
-            route = self.router.route(target_id)
+        payload = None if request is None else encode_reply(request)
+
+        def located(route: Route | None, error: BaseException | None) -> None:
             if route is None:
-                answer.set(None, NotFound(f"no spot {target_id!r} to join"))
+                answer.set(None, _nowhere(target_id, error))
                 return
             envelope = wire.JoinAskEnvelope(
                 target_id, actor.actor_id, self.rt.node_id,
-                self.router.register_pending(answer, None, route.node), 0,
-                None if request is None else encode_reply(request),
+                self.router.register_pending(answer, None, route.node), 0, payload,
             )  # fmt: skip
             try:
                 self.router.post(route.node, envelope)
             except Unavailable as exc:
                 answer.set(None, exc)
+
+        self.router.locate(target_id, located)
 
     def _answered(
         self, actor: ActorAct, target_id: str, value: Any, error: BaseException | None
@@ -138,15 +140,20 @@ class RemoteJoin:
 
         target = self.rt.spots.get(env.target)
         if target is None or target.state == GONE:
-            with self.router.route_lock:
-                route = self.router.route(env.target)
-            if route is None or env.hops >= MAX_HOPS:
+            if env.hops >= MAX_HOPS:
                 answer(error=NotFound(f"no spot {env.target!r} to join"))
                 return
-            try:  # a stale route: relay the question; the answer goes straight back
-                self.router.post(route.node, replace(env, hops=env.hops + 1))
-            except Unavailable as exc:
-                answer(error=exc)
+
+            def relay(route: Route | None, error: BaseException | None) -> None:
+                if route is None:
+                    answer(error=_nowhere(env.target, error))
+                    return
+                try:  # a stale route: relay the question; the answer goes straight back
+                    self.router.post(route.node, replace(env, hops=env.hops + 1))
+                except Unavailable as exc:
+                    answer(error=exc)
+
+            self.router.locate(env.target, relay)
             return
         if target.kind is not SpotKind.USER:
             answer(error=InvalidOperation(f"{env.target!r} is not a User Spot; only those "
@@ -182,3 +189,10 @@ class RemoteJoin:
         )  # fmt: skip
         if target.owner.put_life(job) != Admission.ADMITTED:
             answer(error=Unavailable(f"{env.target!r} admits no join now"))
+
+
+def _nowhere(target: str, error: BaseException | None) -> ZLinkError:
+    """Why a Join found no node to ask: the store does not know ``target``, or failed."""
+    if error is not None:
+        return Unavailable(f"the location store could not say where {target!r} is: {error}")
+    return NotFound(f"no spot {target!r} to join")

@@ -10,10 +10,9 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -22,6 +21,7 @@ from ..errors import (
     NotFound,
     ResourceExhausted,
     Unavailable,
+    ZLinkError,
 )
 from ..executor import Admission, Job, Lane, Turn, current_turn
 from ..mesh.location import Location, Reservation
@@ -128,26 +128,37 @@ class Creation:
                 item.discard(NotFound(f"spot {act.spot_id!r} failed to activate"))
 
     # -- create ----------------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _claimed(
-        self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str
-    ) -> Iterator[tuple[Any, Reservation | None]]:
-        """Ask the store to reserve ``object_id`` unless it lives here (no lock held: only the
-        owner the store confirms runs the factory), then hold the directory lock and yield
-        (what lives here, the reservation). Asks again if the object went away meanwhile."""
-        held: Reservation | None = None
+    def _claim(
+        self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
+        completion: Completion, then: Callable[[Reservation | None], None],
+    ) -> None:  # fmt: skip
+        """Call ``then(reservation)``: at once with ``None`` when ``object_id`` lives here or
+        there is no store; else once the store has reserved it (or said who owns it), on the
+        infrastructure thread, the store asked on its own thread with no lock held (python-api
+        §10). ``then`` holds the directory lock while it decides; what it raises later, or a
+        store failure, completes ``completion``."""
         router = self.rt.router
-        while True:
-            if held is None and router is not None and object_id not in table:
-                held = router.store.reserve(
-                    object_id, kind, type_name, self.rt.node_id, self.rt.lease()
-                )
-            with self.rt.directory.lock:
-                existing = table.get(object_id)
-                if existing is None and held is None and router is not None:
-                    continue  # it went away since: ask the store after all
-                yield existing, held
-                return
+        if router is None or object_id in table:
+            then(None)
+            return
+
+        def reserved(held: Reservation | None, error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    raise Unavailable(
+                        f"the location store could not reserve {object_id!r}: {error}"
+                    )
+                assert held is not None
+                then(held)
+            except ZLinkError as exc:  # refused: as it would have been at the call site
+                if completion.timer is not None:
+                    completion.timer.cancel()
+                completion.set(None, exc)
+
+        asked = router.store_worker.call(
+            router.store.reserve, object_id, str(kind), type_name, self.rt.node_id, self.rt.lease()
+        )
+        asked.add_callback(reserved)
 
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         if self.rt.stopping or self.rt.draining:
@@ -161,17 +172,37 @@ class Creation:
             raise InvalidArgument(f"{call.type_name!r} is not a registered User Spot type")
         completion = self._timed(call)
         spot_id = call.object_id or uuid.uuid4().hex
+        self._claim(
+            self.rt.spots, spot_id, TargetKind.SPOT, spec.name, completion,
+            lambda held: self._create_spot(call, spec, spot_id, completion, held),
+        )  # fmt: skip
+        return completion
+
+    def _create_spot(
+        self, call: CreateCall[Any], spec: TypeSpec, spot_id: str, completion: Completion,
+        held: Reservation | None,
+    ) -> None:  # fmt: skip
         remote: Location | None = None
-        claim = self._claimed(self.rt.spots, spot_id, TargetKind.SPOT, spec.name)
-        with claim as (existing, held):
-            if existing is None:
-                generation = None
-                if held is not None:
-                    if held.location.owner_node != self.rt.node_id:
-                        remote = held.location
-                    generation = held.location.object_generation
-                if remote is None:
-                    act = self.register_spot(spec, spot_id, generation)
+        with self.rt.directory.lock:
+            existing = self.rt.spots.get(spot_id)
+            if existing is None and held is None and self.rt.router is not None:
+                gone = True  # it went away since it was found here: ask the store after all
+            else:
+                gone = False
+                if existing is None:
+                    generation = None
+                    if held is not None:
+                        if held.location.owner_node != self.rt.node_id:
+                            remote = held.location
+                        generation = held.location.object_generation
+                    if remote is None:
+                        act = self.register_spot(spec, spot_id, generation)
+        if gone:
+            self._claim(
+                self.rt.spots, spot_id, TargetKind.SPOT, spec.name, completion,
+                lambda held: self._create_spot(call, spec, spot_id, completion, held),
+            )  # fmt: skip
+            return
         if remote is not None:
             assert self.rt.router is not None
             if not call.get or remote.type_name != spec.name:
@@ -182,14 +213,13 @@ class Creation:
                     f"{spot_id!r} {what} on node {remote.owner_node}"
                 )
             self.rt.router.forward_create(call, completion, remote)
-            return completion
+            return
         if existing is not None:
             self._existing(existing, spec, call, completion)
-            return completion
+            return
         assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
         self.activate(act, call.request_msg)
-        return completion
 
     def _timed(self, call: CreateCall[Any]) -> Completion:
         completion = Completion()
@@ -244,10 +274,22 @@ class Creation:
             raise InvalidOperation("an Entry Spot cannot await an Actor create it must run itself")
         completion = self._timed(call)
         actor_id = call.object_id or uuid.uuid4().hex
-        claim = self._claimed(self.rt.actors, actor_id, TargetKind.ACTOR, spec.name)
-        with claim as (existing, held):
+        self._claim(
+            self.rt.actors, actor_id, TargetKind.ACTOR, spec.name, completion,
+            lambda held: self._create_actor_claimed(call, spec, entry, actor_id, completion, held),
+        )  # fmt: skip
+        return completion
+
+    def _create_actor_claimed(
+        self, call: CreateCall[Any], spec: TypeSpec, entry: SpotAct, actor_id: str,
+        completion: Completion, held: Reservation | None,
+    ) -> None:  # fmt: skip
+        with self.rt.directory.lock:
+            existing = self.rt.actors.get(actor_id)
+            gone = existing is None and held is None and self.rt.router is not None
             if (
-                existing is None
+                not gone
+                and existing is None
                 and held is not None
                 and (
                     held.location.owner_node != self.rt.node_id  # it lives on another node
@@ -258,13 +300,20 @@ class Creation:
                 if not call.get:
                     raise InvalidOperation(f"{actor_id!r} exists already on another node")
                 completion.set(ActorCreateResult(actor_id, False), None)
-                return completion
-            if existing is None:
+                return
+            if not gone and existing is None:
                 act = ActorAct(self.rt, spec, actor_id, entry)
                 self.rt.actors[actor_id] = act
+        if gone:  # it went away since it was found here: ask the store after all
+            self._claim(
+                self.rt.actors, actor_id, TargetKind.ACTOR, spec.name, completion,
+                lambda held: self._create_actor_claimed(call, spec, entry, actor_id, completion,
+                                                        held),
+            )  # fmt: skip
+            return
         if existing is not None:
             self._existing(existing, spec, call, completion)
-            return completion
+            return
         request = call.request_msg
 
         def approve() -> Any:
@@ -304,4 +353,3 @@ class Creation:
                 del self.rt.actors[actor_id]
             completion.timer.cancel()  # type: ignore[union-attr]
             raise ResourceExhausted(f"the lifecycle lane of {entry.spot_id!r} is full")
-        return completion

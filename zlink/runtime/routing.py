@@ -23,6 +23,14 @@ Guarantees / assumes:
   (``bad_envelopes``) and, where they carry a reply route, answered with a typed error.
 * A peer that goes away (``peer_down``) fails, at once with ``Unavailable``, every call this
   node awaits a reply for from it (python-api §10), instead of leaving it to its deadline.
+* The Location Store is asked only on the node's store thread, with no lock held (python-api
+  §10): a target this node has no path for is *located* (``locate``): its calls wait behind one
+  question to the store, in the order they came, and go on from the infrastructure thread
+  once it answers. A call for a target the store does not know ends with ``NotFound`` (a
+  request) or is counted as dropped (``sends_dropped_not_found``; a one-way send was accepted
+  before the store could be asked); a store that fails fails them with ``Unavailable``
+  (``sends_dropped_store_failed``). An Instance Spot's first call reserves it the same way,
+  and the node the store confirms activates it (cold activation, execution-model §14).
 * Lock order (``zlink.lock_order``): ``route_lock`` (ROUTE) -> the relocator's (RELOCATION) ->
   the runtime's directory lock; ``_lock`` (PENDING) is a leaf.
 """
@@ -30,17 +38,20 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
+import logging
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic_core import to_json
 
-from ..errors import InvalidArgument, Unavailable, ZLinkError
+from ..errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable, ZLinkError
 from ..executor import ranked_lock
 from ..lock_order import LockRank
 from ..mesh import wire
-from ..mesh.location import Location, LocationStore
+from ..mesh.location import Location, LocationStore, Reservation
 from ..mesh.outbox import Outbox
 from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
@@ -51,6 +62,7 @@ from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, TargetKind
 
 if TYPE_CHECKING:
+    from ..app import TypeSpec
     from .runtime import Runtime
 
 MAX_HOPS = 8  # a route that relays more often than this is a loop
@@ -59,6 +71,11 @@ MAX_POINTERS = 100_000  # forwarding pointers a node keeps for Spots and Actors 
 CallEnvelope = wire.SendEnvelope | wire.RequestEnvelope
 Relayable = wire.SendEnvelope | wire.RequestEnvelope | wire.FenceEnvelope
 EnvelopeHandler = Any  # Callable[[<one envelope class>], None]
+Located = Callable[["Route | None", BaseException | None], None]
+"""What waits for ``locate``: called with the route (``None``: no other node owns the target)
+or the store's error."""
+
+_log = logging.getLogger("zlink.mesh")
 
 
 class MeshRouter:
@@ -80,6 +97,8 @@ class MeshRouter:
         self._routes: dict[str, Route] = {}  # target -> where this node sends it
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
         self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
+        self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
+        self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
         self._handlers: dict[type[Any], EnvelopeHandler] = {
             wire.SendEnvelope: self._on_call,
             wire.RequestEnvelope: self._on_call,
@@ -111,17 +130,69 @@ class MeshRouter:
         """This node's own path for ``target``: its forwarding pointer, else its route cache."""
         return self._moved.get(target) or self._routes.get(target)
 
-    def route(self, target: str) -> Route | None:
-        """Where to send ``target`` now (caller holds ``route_lock``); ``None`` if nowhere."""
-        hit = self._known(target)
-        if hit is not None and hit.node != self.rt.node_id:
-            return hit
-        found = self.store.lookup(target)
-        if found is None or found.owner_node == self.rt.node_id:  # not here (we checked): nowhere
-            self._routes.pop(target, None)
-            return None
-        hit = self._routes[target] = Route.at(found)
-        return hit
+    def locate(self, target: str, then: Located, reserve: TypeSpec | None = None) -> None:
+        """Call ``then(route, error)`` with where to send ``target``: at once when this node
+        has a path for it, else once the store has answered (asked on the store thread, no
+        lock held; answered on the infrastructure thread, or on this one if the answer is in
+        first). Every question for one target waits behind the first, and they are answered
+        in the order they were asked. ``route`` is ``None`` when no other node owns it.
+        ``reserve``: the Instance Spot type to claim ``target`` for this node if nobody owns
+        it yet; this node then activates it before anyone is answered.
+        """
+        with self.route_lock:
+            waiting = self._locating.get(target)
+            if waiting is not None:
+                waiting.append(then)
+                return
+            hit = self._known(target)
+            if hit is not None and hit.node != self.rt.node_id:
+                then(hit, None)
+                return
+            # waiting before the question leaves: the answer may come back on this very thread
+            waiting = self._locating[target] = [then]
+            store, me = self.store, self.rt.node_id
+            if reserve is None:
+                asked = self.store_worker.call(store.lookup, target)
+            else:
+                asked = self.store_worker.call(
+                    store.reserve, target, str(TargetKind.SPOT), reserve.name, me, self.rt.lease()
+                )
+            asked.add_callback(functools.partial(self._located, target, waiting, reserve))
+
+    def _located(
+        self, target: str, waiting: list[Located], reserve: TypeSpec | None, found: Any,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
+        """The store answered (infrastructure thread): set the route, answer who waited."""
+        me = self.rt.node_id
+        with self.route_lock:
+            if self._locating.get(target) is not waiting:
+                return  # the target arrived here meanwhile: ``arrived`` answered them
+            del self._locating[target]
+            route = None
+            if error is None:
+                location: Location | None = (
+                    found.location if isinstance(found, Reservation) else found
+                )
+                if location is not None and location.owner_node != me:
+                    route = Route.at(location)
+                    known = self._routes.get(target)
+                    if known is None or known.generation < route.generation:
+                        self._routes[target] = route
+                    else:
+                        route = known
+                elif location is not None and reserve is not None:  # the store chose this node
+                    self.rt.activate_instance(reserve, target, location.object_generation)
+            self._answer(waiting, route, error)
+
+    def _answer(self, waiting: list[Located], route: Route | None,
+                error: BaseException | None) -> None:  # fmt: skip
+        for then in waiting:
+            try:
+                then(route, error)
+            except Exception:  # noqa: BLE001 - one waiter's fault must not strand the rest
+                self.rt.metrics.add("locate_waiter_errors")
+                _log.exception("a call waiting for the location store failed")
 
     def moved_away(self, target: str, route: Route) -> None:
         """This node relocated ``target`` to ``route.node``: relay along it from now on.
@@ -143,23 +214,65 @@ class MeshRouter:
         with self.route_lock:
             self._moved.pop(target, None)
             self._routes.pop(target, None)
+            waiting = self._locating.pop(target, None)
+            if waiting is not None:  # asked before it arrived: they go first, and find it here
+                self._answer(waiting, None, None)
 
-    def send_call(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
-        """Send (or keep, behind a fence) a call for a remote target; ``False`` if it has no
-        location. The caller holds ``route_lock``."""
+    def send_call(self, call: MessageCall, reply: Completion | None, hops: int) -> None:
+        """Send (or keep, behind a fence or a store question) a call for a remote target.
+
+        The caller holds ``route_lock``. ``Unavailable`` now if the known next node is
+        unreachable (nothing was sent); what goes wrong once the call has waited for the store
+        completes ``reply`` (a request) or is counted as dropped with its reason (a send).
+        """
         target = call.target
         kept = self._switching.get(target)
         if kept is not None:
             kept.append(self.envelope(call, reply, hops))
-            return True
-        route = self.route(target)
-        if route is None:
-            return False
+            return
+        route = self._known(target)
+        if route is not None and route.node != self.rt.node_id and target not in self._locating:
+            self._post_call(call, reply, hops, route)
+            return
+        waiter = functools.partial(self._send_located, call, reply, hops)
+        self.locate(target, waiter, self.rt.instance_spec(call) if call.instance else None)
+
+    def _post_call(
+        self, call: MessageCall, reply: Completion | None, hops: int, route: Route
+    ) -> None:
         self.post(route.node, self.envelope(call, reply, hops, peer=route.node))
         if hops:
             self.rt.metrics.add("relayed_calls")
-            self.tell_origin(call.origin, target, route)
-        return True
+            self.tell_origin(call.origin, call.target, route)
+
+    def _send_located(
+        self, call: MessageCall, reply: Completion | None, hops: int, route: Route | None,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
+        """A call that waited for the store goes on (infrastructure thread, ``route_lock``)."""
+        target = call.target
+        fault: ZLinkError
+        try:
+            if route is not None:
+                self._post_call(call, reply, hops, route)
+                return
+            if self.rt.has_live(target) or (error is None and call.instance):
+                self.rt.submit(call, reply, NO_WAIT, hops)  # here after all, or activated
+                return
+            if error is not None:
+                fault = Unavailable(
+                    f"the location store could not say where {call.kind} {target!r} is: {error}"
+                )
+            else:
+                fault = NotFound(f"no {call.kind} {target!r}")
+        except ZLinkError as exc:  # refused where it went on: as if refused at the call site
+            fault = exc
+        if reply is not None:
+            reply.set(None, fault)
+            return
+        reason = {NotFound: "not_found", Unavailable: "store_failed" if error else "unavailable",
+                  ResourceExhausted: "lane_full"}.get(type(fault), "refused")  # fmt: skip
+        self.rt.metrics.add(f"sends_dropped_{reason}")
 
     def switch(self, target: str) -> bool:
         """Start changing ``target``'s path: a fence goes along the old one, and calls wait.
@@ -203,7 +316,9 @@ class MeshRouter:
                 return
             if learned.node == self.rt.node_id:  # it is arriving here: its own fence decides
                 return
-            if not self.switch(target):
+            if self.switch(target):
+                self._learned[target] = learned  # where the calls go once the fence is back
+            else:
                 self._routes[target] = learned
 
     def _on_fence(self, env: wire.FenceEnvelope) -> None:
@@ -222,14 +337,25 @@ class MeshRouter:
             if kept is not None:
                 kept.append(env)
                 return
-            route = self.route(target)
-            if route is None or env.hops > MAX_HOPS:  # nowhere: the calls before it met that too
+            if env.hops > MAX_HOPS:
                 self._fence_back(env, gone=True)
                 return
-            try:
-                self.post(route.node, replace(env, via=self.rt.node_id))
-            except Unavailable:  # the calls before it went that way too, and are lost with it
-                self._fence_back(env, gone=True)
+            self.locate(target, functools.partial(self._fence_located, env))
+
+    def _fence_located(
+        self, env: wire.FenceEnvelope, route: Route | None, error: BaseException | None
+    ) -> None:
+        """Where a fence goes on: the way the calls before it went (``route_lock`` held)."""
+        if route is None and self.rt.has_live(env.target):  # it arrived here meanwhile
+            self._fence_back(env)
+            return
+        if route is None or error is not None:  # nowhere: the calls before it met that too
+            self._fence_back(env, gone=True)
+            return
+        try:
+            self.post(route.node, replace(env, via=self.rt.node_id))
+        except Unavailable:  # the calls before it went that way too, and are lost with it
+            self._fence_back(env, gone=True)
 
     def _fence_back(self, env: wire.FenceEnvelope, gone: bool = False) -> None:
         back = wire.FencedEnvelope(env.target, None if gone else self.rt.node_id)
@@ -244,14 +370,14 @@ class MeshRouter:
         target = env.target
         with self.route_lock:
             kept = self._switching.pop(target, None)
+            learned = self._learned.pop(target, None)
             if kept is None:
                 return
-            found = self.store.lookup(target)
             self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
             owner = env.owner_node
-            if owner is not None and owner != self.rt.node_id and found is not None:
-                self._routes[target] = Route(owner, Route.at(found).generation)
-            else:
+            if learned is not None and owner == learned.node:
+                self._routes[target] = learned
+            else:  # here, nowhere, or not where the hint said: the store says, when next asked
                 self._routes.pop(target, None)
 
             def resend() -> None:  # re-routed from here, as if they had just arrived

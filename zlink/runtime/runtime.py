@@ -299,15 +299,9 @@ class Runtime:
             self._check_wait(turn, act, mode)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         if act is None:  # an Instance Spot's first message activates it (cold activation)
-            generation = None
-            if self.router is not None:  # only the owner the store confirms runs the factory
-                held = self.router.store.reserve(
-                    call.target, _SPOT, spec.name, self.node_id, self.lease()
-                )
-                if held.location.owner_node != self.node_id:
-                    return self._remote(call, reply, mode, hops)
-                generation = held.location.object_generation
-            act = self.activate_instance(spec, call.target, generation)
+            if self.router is not None:  # the owner the store confirms runs the factory: the
+                return self._remote(call, reply, mode, hops)  # router asks, then activates
+            act = self.activate_instance(spec, call.target, None)
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
         job.at = self._now()
         if reply is not None and reply.timer is None:  # a diverted call was armed already
@@ -432,15 +426,11 @@ class Runtime:
                 if reply is not None and reply.timer is None:
                     self.arm(reply, call.deadline, "no reply in time")
                 try:
-                    sent = router.send_call(call, reply, hops)
+                    router.send_call(call, reply, hops)
                 except Unavailable as exc:  # the next node is unreachable: nothing was sent
                     if reply is not None:
                         reply.set(None, exc)
                     raise
-                if not sent:
-                    if reply is not None:
-                        reply.set(None, NotFound(f"no {call.kind} {call.target!r}"))
-                    raise NotFound(f"no {call.kind} {call.target!r}")
                 return reply  # type: ignore[return-value]
         return self.submit(call, reply, mode, hops)  # it arrived here meanwhile
 
