@@ -13,7 +13,11 @@ MiB = 1024 * 1024
 
 
 class NodeConfig(BaseModel):
-    """Identity and limits of one node. Invalid values raise ``InvalidArgument``."""
+    """Identity and limits of one node. Invalid values raise ``InvalidArgument``.
+
+    Every duration is a finite number of seconds in ``1e-3 .. 1e7`` (python-api §9): a value
+    the deadline heap cannot hold is refused here, never found by the infrastructure thread.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -25,23 +29,35 @@ class NodeConfig(BaseModel):
     app_retained_bytes_per_item: int = Field(256, ge=0)
     lifecycle_lane_items: int = Field(128, ge=1)
     lifecycle_lane_bytes: int = Field(4 * MiB, ge=1)
-    owner_time_budget: float = Field(0.010, gt=0, description="seconds per owner batch (§9)")
+    owner_time_budget: float = Field(0.010, ge=1e-3, le=1e7, description="seconds per owner batch")
     lifecycle_streak_cap: int = Field(8, ge=1, description="lifecycle turns in a row (§7)")
-    request_timeout: float = Field(30.0, gt=0, description="default request/create deadline")
+    request_timeout: float = Field(
+        30.0, ge=1e-3, le=1e7, description="default request/create deadline (seconds)"
+    )
+    admission_timeout: float = Field(
+        30.0, ge=1e-3, le=1e7, description="how long send.wait()/future() wait for room"
+    )
+    admission_waiters: int = Field(
+        1024, ge=1, description="callers waiting for room, per target and lane (python-api §9)"
+    )
     io_workers: int = Field(16, ge=1, le=1024, description="threads for context.workers.io")
     cpu_workers: int | None = Field(None, ge=1, le=1024, description="None: one per core")
     worker_calls_in_flight: int = Field(1024, ge=1, description="io + cpu calls at once")
-    shutdown_timeout: float = Field(10.0, gt=0)
+    shutdown_timeout: float = Field(10.0, ge=1e-3, le=1e7)
     relocation_payload_chunk_limit_bytes: int = Field(
         1024 * 1024, ge=16, description="largest chunk of a relocation payload on the wire"
     )
-    status_interval: float = Field(1.0, gt=0, description="seconds between status publications")
-    closing_timeout: float = Field(5.0, gt=0, description="on_closing deadline (seconds)")
+    status_interval: float = Field(
+        1.0, ge=1e-3, le=1e7, description="seconds between status publications"
+    )
+    closing_timeout: float = Field(
+        5.0, ge=1e-3, le=1e7, description="on_closing deadline (seconds)"
+    )
     lease_seconds: float = Field(
         3.0, ge=1e-3, le=1e7, description="node lease in the Location Store; renewed ~3x per lease"
     )
     idle_timeout: float | None = Field(
-        None, gt=0, description="close User/Instance Spots idle this long; None: never"
+        None, ge=1e-3, le=1e7, description="close User/Instance Spots idle this long; None: never"
     )
 
     def __init__(self, **data: Any) -> None:
@@ -59,4 +75,5 @@ class NodeConfig(BaseModel):
             self.lifecycle_lane_items,
             self.lifecycle_lane_bytes,
             self.lifecycle_streak_cap,
+            self.admission_waiters,
         )

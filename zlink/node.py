@@ -91,6 +91,7 @@ class Node:
             limits=self.config.lane_limits(),
             budget=self.config.owner_time_budget,
             request_timeout=self.config.request_timeout,
+            admission_timeout=self.config.admission_timeout,
             closing_timeout=self.config.closing_timeout,
             idle_timeout=self.config.idle_timeout,
             clock=self.clock,

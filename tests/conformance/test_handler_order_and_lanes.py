@@ -173,13 +173,15 @@ def test_a_task_submitted_to_a_full_queue_is_not_run_at_the_call_site(make_node)
     client.send_to_spot("room", Empty()).submit()
     with pytest.raises(zlink.ResourceExhausted):
         client.send_to_spot("room", Empty()).submit()
-    with pytest.raises(zlink.ResourceExhausted):
-        client.request_to_spot("room", Count()).wait(WAIT)
+    asked = client.request_to_spot("room", Count()).future()  # a request waits for room (§9)
+    assert not asked.done()
     assert not any(r.endswith("@MainThread") for r in ran)  # never run inline
     gate.set()
+    asked.result(WAIT)
     node.wait_idle(WAIT)
     assert sum(r.startswith("empty@") for r in ran) == 2  # nothing accepted was lost
-    assert node.counters()["rejected_admissions"] == 2
+    assert node.counters()["rejected_admissions"] == 1
+    assert node.counters()["admission_waits"] == 1
 
 
 def test_lifecycle_work_has_its_own_limit_and_runs_first_when_both_lanes_are_ready(make_node):

@@ -29,6 +29,7 @@ from .lanes import Admission as Admission
 from .lanes import Lane as Lane
 from .lanes import LaneLimits as LaneLimits
 from .lanes import OwnerLanes as OwnerLanes
+from .lanes import RoomWaiter as RoomWaiter
 from .lockorder import ranked_lock as ranked_lock
 from .pool import WorkerPool as WorkerPool
 from .turn import CLOSED as CLOSED
@@ -54,6 +55,7 @@ __all__ = [
     "MonotonicClock",
     "Owner",
     "OwnerLanes",
+    "RoomWaiter",
     "Step",
     "Suspension",
     "Turn",

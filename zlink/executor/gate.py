@@ -204,9 +204,12 @@ class Owner:
             self._settle_empty()
 
     def _settle_empty(self) -> None:
-        self.lanes.retire()
+        lanes = self.lanes
+        lanes.retire()
         self._flag.release()
-        if (self.lanes.ready() or self._resume is not None) and self._flag.acquire(False):
+        if lanes.app_waiters or lanes.life_waiters:  # after the flag: see OwnerLanes (waiting)
+            lanes.serve()
+        if (lanes.ready() or self._resume is not None) and self._flag.acquire(False):
             self.gate.push(self)
 
     def _deliver_resume(self, turn: Turn, value: Any, error: BaseException | None) -> None:

@@ -11,12 +11,21 @@ Guarantees / assumes:
   read can only under-admit, never over-admit.
 * The lane choice is made only by the gate holder, in one step at a turn boundary.
 * No front insertion: items only ever go to the back (§6, §7).
+* Waiting for room (python-api §9, seed §1 "outbound admission waiters"): a producer that may
+  wait is queued as a :class:`RoomWaiter` when its lane is full, at most ``LaneLimits.waiters``
+  per lane, and admitted in arrival order as reservations come back. While anyone waits, a
+  plain put is refused (first come, first served). Waiters are served by whoever returns a
+  reservation (``release``) and by the gate holder when the owner goes idle, after it lets the
+  flag go (``Owner._settle_empty``), the same hand-over that makes a put after the holder's
+  last look at the lanes still run; a waiter queued after the last release re-checks the room
+  itself. A seal fails every waiter with ``CLOSED``; ``notify`` always runs outside the lock.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from enum import Enum
 from typing import Any, NamedTuple
 
@@ -36,12 +45,13 @@ class Admission(Enum):
     FULL_COUNT = "full_count"
     FULL_BYTES = "full_bytes"
     CLOSED = "closed"  # admission is closed (a seal): nothing is queued
+    WAITING = "waiting"  # queued as a RoomWaiter: its notify() tells the outcome later
 
 
 # module names for the hot path: a global read, not an attribute lookup per send
 APPLICATION, LIFECYCLE, UNRESERVED = Lane.APPLICATION, Lane.LIFECYCLE, Lane.UNRESERVED
 ADMITTED, FULL_COUNT, FULL_BYTES = Admission.ADMITTED, Admission.FULL_COUNT, Admission.FULL_BYTES
-ADMISSION_CLOSED = Admission.CLOSED
+ADMISSION_CLOSED, WAITING = Admission.CLOSED, Admission.WAITING
 
 
 class LaneLimits(NamedTuple):
@@ -53,6 +63,28 @@ class LaneLimits(NamedTuple):
     life_items: int = 128
     life_bytes: int = 4 * 1024 * 1024
     lifecycle_streak: int = 8
+    waiters: int = 1024  # producers waiting for room, per lane (python-api §9; seed §1)
+
+
+class RoomWaiter:
+    """A producer waiting for room in one lane (python-api §9): ``item`` is appended, with its
+    reservation, once it fits and everyone before it got in; then ``notify(ADMITTED)`` runs
+    (outside the lanes' lock, on the thread that made the room). A seal ends the wait with
+    ``notify(CLOSED)``. ``cancel_wait`` withdraws it while it still waits."""
+
+    __slots__ = ("cost", "count", "item", "lane", "notify", "payload", "queued")
+
+    def __init__(
+        self, item: Any, payload_bytes: int, count: int, notify: Callable[[Admission], object],
+        lane: Lane = APPLICATION,
+    ) -> None:  # fmt: skip
+        self.item = item
+        self.payload = payload_bytes
+        self.count = count
+        self.notify = notify
+        self.lane = lane
+        self.cost = 0  # set by the lanes: what it reserves
+        self.queued = False  # in a waiter queue now (read and written under the put lock)
 
 
 class OwnerLanes:
@@ -72,12 +104,16 @@ class OwnerLanes:
         "_put_lock",
         "_retained",
         "app",
+        "app_waiters",
         "closed",
         "debt",
         "life",
+        "life_waiters",
         "limits",
         "owner",
+        "refused",
         "streak",
+        "waited",
     )
 
     def __init__(self, limits: LaneLimits) -> None:
@@ -96,6 +132,11 @@ class OwnerLanes:
         self.streak = 0  # lifecycle turns chosen in a row
         self.debt = False  # an application turn is owed (§7 yield debt)
         self.owner: Any = None  # the Owner these lanes belong to: put_app makes it ready
+        # producers waiting for room, per lane (made on first use, like the lanes)
+        self.app_waiters: deque[RoomWaiter] | None = None
+        self.life_waiters: deque[RoomWaiter] | None = None
+        self.refused = 0  # puts refused for want of room (count or bytes), for status
+        self.waited = 0  # producers that had to wait for room, for status
 
     # -- put side (any thread) ----------------------------------------------------------------
     def put_app(
@@ -114,9 +155,11 @@ class OwnerLanes:
         try:
             if self.closed:
                 return ADMISSION_CLOSED
-            if self._app_in - self._app_out + count > self._app_items:
-                return FULL_COUNT
+            if self._app_in - self._app_out + count > self._app_items or self.app_waiters:
+                self.refused += 1
+                return FULL_COUNT  # (while anyone waits for room, the room is theirs)
             if self._app_in_bytes - self._app_out_bytes + cost > self._app_bytes:
+                self.refused += 1
                 return FULL_BYTES
             self._app_in += count
             self._app_in_bytes += cost
@@ -165,9 +208,11 @@ class OwnerLanes:
         with self._put_lock:
             if self.closed:
                 return ADMISSION_CLOSED
-            if self._life_in - self._life_out >= lim.life_items:
+            if self._life_in - self._life_out >= lim.life_items or self.life_waiters:
+                self.refused += 1
                 return FULL_COUNT
             if self._life_in_bytes - self._life_out_bytes + payload_bytes > lim.life_bytes:
+                self.refused += 1
                 return FULL_BYTES
             self._life_in += 1
             self._life_in_bytes += payload_bytes
@@ -178,9 +223,136 @@ class OwnerLanes:
 
     def set_closed(self, closed: bool) -> None:
         """Close (or reopen) admission atomically with every producer: after ``True`` returns,
-        no item can be admitted until ``False``. Unreserved framework records still enter."""
+        no item can be admitted until ``False``. Unreserved framework records still enter.
+        Closing ends every wait for room with ``notify(CLOSED)`` (nothing of theirs queued)."""
         with self._put_lock:
             self.closed = closed
+        if closed:
+            self.end_waits()
+
+    def end_waits(self) -> None:
+        """End every wait for room with ``notify(CLOSED)``, nothing of theirs queued (a seal,
+        or an owner that stops taking work, as a close does)."""
+        ended: list[RoomWaiter] = []
+        with self._put_lock:
+            for waiters in (self.app_waiters, self.life_waiters):
+                while waiters:
+                    waiter = waiters.popleft()
+                    waiter.queued = False
+                    ended.append(waiter)
+        for waiter in ended:
+            waiter.notify(ADMISSION_CLOSED)
+
+    # -- waiting for room (python-api §9) -------------------------------------------------------
+    def wait_room(self, waiter: RoomWaiter) -> Admission:
+        """Admit ``waiter.item`` now if it fits and nobody waits before it (``ADMITTED``:
+        ``notify`` is not called), else queue the waiter (``WAITING``). Refused at once with
+        nothing queued: ``CLOSED`` when sealed; ``FULL_COUNT`` / ``FULL_BYTES`` when the lane
+        could never hold it, or ``LaneLimits.waiters`` producers wait already."""
+        app = waiter.lane == APPLICATION
+        if app:
+            waiter.cost = waiter.payload + self._retained * waiter.count
+            too_big = waiter.count > self._app_items or waiter.cost > self._app_bytes
+        else:
+            waiter.cost = waiter.payload
+            lim = self.limits
+            too_big = waiter.count > lim.life_items or waiter.cost > lim.life_bytes
+        with self._put_lock:
+            if self.closed:
+                return ADMISSION_CLOSED
+            waiters = self.app_waiters if app else self.life_waiters
+            if too_big or (waiters is not None and len(waiters) >= self.limits.waiters):
+                self.refused += 1
+                return FULL_BYTES if too_big and waiter.count == 1 else FULL_COUNT
+            if not waiters and self._fits(waiter):
+                self._admit(waiter)
+                admitted = True
+            else:
+                if waiters is None:
+                    waiters = deque()
+                    if app:
+                        self.app_waiters = waiters
+                    else:
+                        self.life_waiters = waiters
+                waiters.append(waiter)
+                waiter.queued = True
+                self.waited += 1
+                admitted = False
+        if admitted:
+            self._ready()
+            return ADMITTED
+        # Room may have come back between the check above and the append (a release takes no
+        # lock): look again, now that a releaser would see this waiter.
+        self.serve()
+        return WAITING
+
+    def cancel_wait(self, waiter: RoomWaiter) -> bool:
+        """Withdraw a waiter: ``True`` if it was still waiting (nothing of it was queued, and
+        ``notify`` will not be called); ``False`` if it was admitted or ended already."""
+        with self._put_lock:
+            if not waiter.queued:
+                return False
+            waiters = self.app_waiters if waiter.lane == APPLICATION else self.life_waiters
+            assert waiters is not None
+            waiters.remove(waiter)
+            waiter.queued = False
+            return True
+
+    def waiting(self) -> int:
+        """Producers waiting for room now, both lanes."""
+        return len(self.app_waiters or ()) + len(self.life_waiters or ())
+
+    def serve(self) -> None:
+        """Admit the waiters that fit now, in order, and tell them (outside the lock)."""
+        admitted: list[RoomWaiter] = []
+        with self._put_lock:
+            if not self.closed:
+                for waiters in (self.app_waiters, self.life_waiters):
+                    while waiters and self._fits(waiters[0]):
+                        waiter = waiters.popleft()
+                        waiter.queued = False
+                        self._admit(waiter)
+                        admitted.append(waiter)
+        if admitted:
+            self._ready()
+            for waiter in admitted:
+                waiter.notify(ADMITTED)
+
+    def _fits(self, waiter: RoomWaiter) -> bool:
+        """(Under the put lock.) Whether ``waiter`` fits in its lane now."""
+        if waiter.lane == APPLICATION:
+            return (
+                self._app_in - self._app_out + waiter.count <= self._app_items
+                and self._app_in_bytes - self._app_out_bytes + waiter.cost <= self._app_bytes
+            )
+        lim = self.limits
+        return (
+            self._life_in - self._life_out + waiter.count <= lim.life_items
+            and self._life_in_bytes - self._life_out_bytes + waiter.cost <= lim.life_bytes
+        )
+
+    def _admit(self, waiter: RoomWaiter) -> None:
+        """(Under the put lock.) Reserve for ``waiter`` and append its item."""
+        if waiter.lane == APPLICATION:
+            self._app_in += waiter.count
+            self._app_in_bytes += waiter.cost
+            if self.app is None:
+                self.app = deque()
+            self.app.append(waiter.item)
+        else:
+            self._life_in += waiter.count
+            self._life_in_bytes += waiter.cost
+            if self.life is None:
+                self.life = deque()
+            self.life.append(waiter.item)
+
+    def _ready(self) -> None:
+        """Make the owner ready after an admission (as ``put_app`` does)."""
+        owner = self.owner
+        if owner is not None:
+            flag = owner._flag
+            if not flag.locked() and flag.acquire(False):
+                owner.gate.push(owner)
 
     def put_unreserved(self, item: Any, lifecycle: bool = False) -> None:
         """Append to the back of a lane without a reservation (never refused).
@@ -271,9 +443,13 @@ class OwnerLanes:
         if lane == APPLICATION:
             self._app_out += count
             self._app_out_bytes += payload_bytes + self._retained * count
+            if self.app_waiters:  # room for those who wait, first (python-api §9)
+                self.serve()
         elif lane == LIFECYCLE:
             self._life_out += 1
             self._life_out_bytes += payload_bytes
+            if self.life_waiters:
+                self.serve()
 
     def forget(self) -> None:
         """The owner ends or moves: discard the debt and the streak together (§7 table)."""

@@ -24,7 +24,7 @@ from ..durations import check_seconds
 from ..errors import InvalidArgument, InvalidOperation
 from ..executor import Suspension, Turn, current_turn, in_infrastructure
 from ..types import TargetKind
-from .completion import Completion
+from .completion import Admitted, Completion
 from .message import Message
 
 if TYPE_CHECKING:
@@ -207,22 +207,41 @@ class SendCall(MessageCall):
         self._rt.submit(self, None, NO_WAIT, 0, False, self._options is None)
 
     def wait(self, timeout: float | None = None) -> None:
-        """Outside the runtime: submit; returns once admitted (admission is immediate)."""
+        """Outside the runtime: submit, waiting up to ``timeout`` seconds (default
+        ``NodeConfig.admission_timeout``) for room in a full lane (python-api §9); returns once
+        the message is admitted. ``DeadlineExceeded`` if there was no room in time (nothing was
+        queued); ``ResourceExhausted`` at once if too many callers wait for room already."""
         _outside_only("SendCall.wait()")
-        self.submit()
+        if timeout is not None:
+            timeout = check_seconds(timeout, "a wait timeout")
+        self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
 
     def future(self) -> concurrent.futures.Future[None]:
-        """Outside the runtime: a future that is already done once admitted."""
+        """Outside the runtime: a future that completes once the message is admitted, waiting
+        for room as ``wait()`` does (python-api §9)."""
         _outside_only("SendCall.future()")
-        self.submit()
-        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
-        fut.set_result(None)
-        return fut
+        return self._waiting(None, NO_WAIT).future()
 
     def __await__(self) -> Generator[Any, Any, None]:
-        self.submit()
+        """In a handler: wait for room keeping the turn, then go on (python-api §9); a wait
+        only this turn's own gate could end is ``InvalidOperation``. Outside a turn: as
+        ``submit()``."""
+        if current_turn() is None:
+            self.submit()
+            return None
+        room = self._waiting(None, KEEP_TURN)
+        if not room.done:
+            yield Suspension(False, room.add_callback)
+        room.wait(0)  # raises the wait's error, if it ended with one
         return None
-        yield  # pragma: no cover - makes this a generator; admission never suspends
+
+    def _waiting(self, timeout: float | None, mode: WaitMode) -> Admitted:
+        if self._ended:
+            raise InvalidOperation("a call takes exactly one terminal")
+        self._ended = True
+        room = Admitted(timeout)
+        self._rt.submit(self, None, mode, room=room)
+        return room
 
 
 class BatchSendCall(_Call):
@@ -243,10 +262,36 @@ class BatchSendCall(_Call):
         self._terminal()
         self._rt.submit_many(self)
 
+    def wait(self, timeout: float | None = None) -> None:
+        """Outside the runtime: as ``SendCall.wait()``, for the whole batch at once (python-api
+        §9): returns once every message is admitted; nothing is queued if there was no room."""
+        _outside_only("BatchSendCall.wait()")
+        if timeout is not None:
+            timeout = check_seconds(timeout, "a wait timeout")
+        self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
+
+    def future(self) -> concurrent.futures.Future[None]:
+        """Outside the runtime: a future that completes once the batch is admitted."""
+        _outside_only("BatchSendCall.future()")
+        return self._waiting(None, NO_WAIT).future()
+
     def __await__(self) -> Generator[Any, Any, None]:
-        self.submit()
+        """In a handler: wait for room keeping the turn (python-api §9); outside a turn: as
+        ``submit()``."""
+        if current_turn() is None:
+            self.submit()
+            return None
+        room = self._waiting(None, KEEP_TURN)
+        if not room.done:
+            yield Suspension(False, room.add_callback)
+        room.wait(0)
         return None
-        yield  # pragma: no cover - makes this a generator; admission never suspends
+
+    def _waiting(self, timeout: float | None, mode: WaitMode) -> Admitted:
+        self._terminal()
+        room = Admitted(timeout)
+        self._rt.submit_many(self, room, mode)
+        return room
 
 
 class RequestCall(MessageCall, _Completing[T]):

@@ -110,6 +110,39 @@ class Completion:
         return fut
 
 
+class Admitted(Completion):
+    """Completes (with ``None``) when a send waiting for room is admitted (python-api §9).
+
+    ``withdraw`` is set by whoever queued the wait: it takes the waiter back and says whether
+    it still waited. ``abandon`` ends the wait with an error only then: a send the lane took
+    meanwhile succeeds, so a caller told "no room in time" never has its message queued.
+    """
+
+    __slots__ = ("deadline", "withdraw")
+
+    def __init__(self, deadline: float | None = None) -> None:
+        super().__init__()
+        self.withdraw: Callable[[], bool] | None = None
+        self.deadline = deadline  # seconds to wait for room; None: the node's default
+
+    def abandon(self, error: BaseException) -> bool:
+        """Fail the wait with ``error`` if the message was not admitted; ``False`` if it was."""
+        withdraw = self.withdraw
+        if withdraw is not None and not withdraw():
+            return False  # admitted (or ended) first: its own outcome stands
+        return self.set(None, error)
+
+    def wait_admitted(self, timeout: float | None) -> None:
+        """Block until admitted; ``DeadlineExceeded`` (nothing queued) after ``timeout`` real
+        seconds, or the node's admission deadline, whichever comes first."""
+        try:
+            self.wait(timeout)
+        except DeadlineExceeded as exc:
+            if self.abandon(exc):
+                raise
+            self.wait(None)  # admitted (or failed) as we gave up: that outcome, at once
+
+
 def expire(completion: Completion, reason: BaseException | str) -> None:
     """The infrastructure deadline of a call: fail it unless it already completed.
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         WaitMode,
         WorkerCall,
     )
-    from .completion import Completion
+    from .completion import Admitted, Completion
 
 
 class RuntimePort(Protocol):
@@ -30,14 +30,17 @@ class RuntimePort(Protocol):
 
     def submit(
         self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int = 0,
-        force: bool = False, plain: bool = False,
+        force: bool = False, plain: bool = False, room: Admitted | None = None,
     ) -> Completion:  # fmt: skip
         """Route a send or request (``plain``: a send with no option, eligible for the fast
-        path); raises before any queue change when it cannot be taken."""
+        path); raises before any queue change when it cannot be taken. Given ``room``, a send
+        waits for room in a full lane and ``room`` completes once it is accepted (§9)."""
         ...
 
-    def submit_many(self, call: BatchSendCall) -> None:
-        """Admit a batch to one target, all or none."""
+    def submit_many(
+        self, call: BatchSendCall, room: Admitted | None = None, mode: WaitMode = ...
+    ) -> None:
+        """Admit a batch to one target, all or none (given ``room``: waiting for room)."""
         ...
 
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:

@@ -72,6 +72,7 @@ class Closing:
             if act.state in PAST_READY:
                 raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
             act.state = CLOSING
+        act.owner.lanes.end_waits()  # who waits for room is refused as a new call now is
         act.cancel_timers()
         members = list(act.members)
         if not members:
@@ -182,6 +183,7 @@ class Closing:
         n = 0
         error = Unavailable(f"node {self.rt.node_id} shut down before it ran")
         for owner in self.owners():
+            owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
             for item in owner.drain():
                 if isinstance(item, Job):
                     item.discard(error)

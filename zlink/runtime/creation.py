@@ -23,7 +23,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Admission, Job, Lane, Turn, current_turn
+from ..executor import Admission, Job, Lane, RoomWaiter, Turn, current_turn
 from ..mesh.location import Location, Reservation
 from ..types import TargetKind
 
@@ -348,8 +348,38 @@ class Creation:
         assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
         job = LifeJob(entry, "on_create_actor", approve, decided)
-        if entry.owner.put_life(job) != Admission.ADMITTED:
+        lanes = entry.owner.lanes
+
+        def forget(error: BaseException) -> None:
+            with self.rt.directory.lock:
+                if self.rt.actors.get(actor_id) is act:
+                    del self.rt.actors[actor_id]
+            completion.set(None, error)
+
+        def notify(verdict: Admission) -> None:  # waited for room in the Entry Spot's lane
+            if verdict != Admission.ADMITTED:
+                forget(Unavailable(f"{entry.spot_id!r} closed before {actor_id!r} was made"))
+
+        # Many creates at once wait for room in the Entry Spot's lifecycle lane (python-api
+        # §9), within the create's own deadline; only past the waiter limit is one refused.
+        waiter = RoomWaiter(job, job.size, 1, notify, Lane.LIFECYCLE)
+        verdict = lanes.wait_room(waiter)
+        if verdict == Admission.WAITING:
+            self.rt.metrics.add("admission_waits")
+
+            def timed_out(_value: Any, error: BaseException | None) -> None:
+                if error is not None and lanes.cancel_wait(waiter):  # nothing was queued
+                    forget(error)
+
+            completion.add_callback(timed_out)
+        elif verdict != Admission.ADMITTED:
             with self.rt.directory.lock:
                 del self.rt.actors[actor_id]
             completion.timer.cancel()  # type: ignore[union-attr]
-            raise ResourceExhausted(f"the lifecycle lane of {entry.spot_id!r} is full")
+            if verdict == Admission.CLOSED:
+                raise Unavailable(f"{entry.spot_id!r} is closing")
+            self.rt.metrics.add("rejected_admissions")
+            raise ResourceExhausted(
+                f"the lifecycle lane of {entry.spot_id!r} is full and "
+                f"{self.rt.limits.waiters} creates already wait for room"
+            )

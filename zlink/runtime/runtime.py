@@ -23,19 +23,33 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    DeadlineExceeded,
     InvalidArgument,
     InvalidOperation,
     NotFound,
     ResourceExhausted,
     Unavailable,
+    ZLinkError,
 )
-from ..executor import Admission, Gate, LaneLimits, Owner, Turn, current_turn, ranked_lock, run_free
+from ..executor import (
+    Admission,
+    Gate,
+    Job,
+    LaneLimits,
+    Owner,
+    RoomWaiter,
+    Turn,
+    current_turn,
+    ranked_lock,
+    run_free,
+)
 from ..lock_order import LockRank
 from ..types import TargetKind
 from .routing import MAX_HOPS
@@ -58,7 +72,7 @@ from ..messaging.calls import (
     WaitMode,
     WorkerCall,
 )
-from ..messaging.completion import Completion, expire
+from ..messaging.completion import Admitted, Completion, expire
 from ..messaging.message import check_reply, wire_size, wire_size_many
 from ..status import OwnerStatus
 from ..types import SpotKind
@@ -86,6 +100,7 @@ _SPOT, _ACTOR = TargetKind.SPOT, TargetKind.ACTOR
 _CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
 # the verdicts read on the hot path, as module globals
 ADMITTED, FULL_COUNT, ADMISSION_CLOSED = Admission.ADMITTED, Admission.FULL_COUNT, Admission.CLOSED
+WAITING = Admission.WAITING
 _new_send_job = SendJob.__new__
 
 
@@ -108,6 +123,7 @@ class Runtime:
         budget: float,
         request_timeout: float,
         clock: Clock,
+        admission_timeout: float = 30.0,
         pool: WorkerPool,
         infra: InfraExecutor,
         closing_timeout: float = 5.0,
@@ -122,6 +138,7 @@ class Runtime:
         self.limits = limits
         self.budget = budget
         self.request_timeout = request_timeout
+        self.admission_timeout = admission_timeout
         self.closing_timeout = closing_timeout
         self.idle_timeout = idle_timeout
         self.clock = clock
@@ -216,9 +233,15 @@ class Runtime:
         hops: int = 0,
         force: bool = False,
         plain: bool = False,
+        room: Admitted | None = None,
     ) -> Completion:
         """Route a send or request: the one admission path of every message (any thread).
         Raises before any queue change when it cannot be taken.
+
+        A full lane refuses a plain send (``ResourceExhausted``); a request, and a send given
+        ``room`` (its ``wait``/``future``/``await`` terminals), wait for room instead, first
+        come first served, within their deadline (python-api §9). ``room`` completes once the
+        send is accepted (admitted, kept for a move, or handed to the mesh).
 
         The fast path, first: a one-way message with no option (``plain``) for a ready Spot
         or Actor of this node with a plain ``def`` handler goes straight to the lane as a
@@ -252,11 +275,17 @@ class Runtime:
                     if verdict is not ADMITTED:
                         self._refused(act_, call, None, mode, 0, False, verdict)
                     return None  # type: ignore[return-value]
-        return self._route(call, reply, mode, hops, force)
+        if room is None:
+            return self._route(call, reply, mode, hops, force, None)
+        out = self._route(call, reply, mode, hops, force, room)
+        if room.withdraw is None:  # not waiting for room: accepted already
+            room.set(None, None)
+        return out
 
     def _route(
-        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int, force: bool
-    ) -> Completion:
+        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int, force: bool,
+        room: Admitted | None,
+    ) -> Completion:  # fmt: skip
         """``submit``'s general path: resolve the destination, then admit (see ``submit``)."""
         if (self.stopping or self.draining) and not (hops and self.router is not None):
             raise Unavailable(f"node {self.node_id} is shutting down")  # a drained node relays
@@ -318,6 +347,8 @@ class Runtime:
             verdict = owner.put_app(job)
         if verdict != ADMITTED:
             assert not isinstance(act, ChannelAct)  # a Channel has no lanes
+            if verdict != ADMISSION_CLOSED and (reply is not None or room is not None):
+                return self._wait_for_room(act, job, call, reply, mode, hops, room)
             return self._refused(act, call, reply, mode, hops, force, verdict)
         if helped is not None:  # the gate was idle: this blocking caller runs it (§10)
             assert reply is not None
@@ -342,15 +373,91 @@ class Runtime:
             f"the application lane of {act.name!r} is full ({what}); nothing was queued"
         )
 
-    def submit_many(self, call: BatchSendCall) -> None:
+    def _wait_for_room(
+        self, act: SpotAct | ActorAct, job: Job, call: MessageCall | BatchSendCall,
+        reply: Completion | None,
+        mode: WaitMode, hops: int, room: Admitted | None,
+    ) -> Completion:  # fmt: skip
+        """A full lane: queue the caller as a waiter for room (python-api §9), first come first
+        served; a request waits within its own deadline, a send within its wait's timeout or
+        ``admission_timeout``. Too many waiters already: ``ResourceExhausted`` at once."""
+        if mode in (KEEP_TURN, YIELD_GATE):
+            self._check_wait(current_turn(), act, mode)  # room only this turn could make
+        if room is None:
+            room = Admitted()  # a request's: its reply is what the caller waits on
+        lanes = act.owner.lanes
+
+        def notify(verdict: Admission) -> None:
+            if verdict == ADMITTED:
+                room.set(None, None)
+            else:  # sealed while waiting (a move or a close): routed again, from infra
+                self.infra.submit(self._room_sealed, call, reply, room, hops)
+
+        waiter = RoomWaiter(job, job.size, job.count, notify)
+        verdict = lanes.wait_room(waiter)
+        if verdict == ADMITTED:
+            return reply  # type: ignore[return-value]
+        if verdict == WAITING:
+            room.withdraw = functools.partial(lanes.cancel_wait, waiter)
+            self.metrics.add("admission_waits")
+            if reply is not None:  # its deadline ends the wait too (nothing queued then)
+                reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
+            else:
+                limit = room.deadline if room.deadline is not None else self.admission_timeout
+                room.timer = self.infra.call_later(limit, room.abandon, DeadlineExceeded(
+                    f"no room in {act.name!r} within {limit:g} s; nothing was queued"
+                ))  # fmt: skip
+            return reply  # type: ignore[return-value]
+        if verdict == ADMISSION_CLOSED:  # sealed meanwhile
+            if isinstance(call, BatchSendCall):
+                self._one_by_one(call)  # the moving path, in order
+                room.set(None, None)
+                return reply  # type: ignore[return-value]
+            return self._refused(act, call, reply, mode, hops, False, verdict)
+        if reply is not None and reply.timer is not None:
+            reply.timer.cancel()
+        self.metrics.add("rejected_admissions")
+        raise ResourceExhausted(
+            f"the application lane of {act.name!r} is full and {self.limits.waiters} callers "
+            "already wait for room; nothing was queued"
+        )
+
+    def _room_sealed(
+        self,
+        call: MessageCall | BatchSendCall,
+        reply: Completion | None,
+        room: Admitted,
+        hops: int,
+    ) -> None:
+        """(Infrastructure thread.) A call waiting for room met a seal: route it again (kept
+        for the move, or refused as the close refuses it), its deadline unchanged."""
+        room.withdraw = None
+        try:
+            if self.stopping:
+                raise Unavailable(f"node {self.node_id} shut down before there was room")
+            if isinstance(call, BatchSendCall):
+                self.submit_many(call, room)
+            else:
+                self.submit(call, reply, NO_WAIT, hops, room=room)
+        except ZLinkError as exc:
+            room.set(None, exc)
+            if reply is not None:
+                reply.set(None, exc)
+
+    def submit_many(
+        self, call: BatchSendCall, room: Admitted | None = None, mode: WaitMode = NO_WAIT
+    ) -> None:
         """The batch send path: a local, ready target admits every message behind one lock
         (all or none) and is woken once; each message is still its own turn, in order.
-        Anything else (remote, moving, a Channel) goes one by one through ``submit``."""
+        Anything else (remote, moving, a Channel) goes one by one through ``submit``.
+        Given ``room``, a full lane is waited for (all the batch at once, python-api §9)."""
         if self.stopping or self.draining:
             raise Unavailable(f"node {self.node_id} is shutting down")
         act = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
         if act is None or act.state in PAST_READY:
             self._one_by_one(call)
+            if room is not None:
+                room.set(None, None)
             return
         turn = current_turn()
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
@@ -368,6 +475,8 @@ class Runtime:
             found[tp] = handler
         if any(h.is_async for h in found.values()):
             self._one_by_one(call)  # an async handler suspends: its message is a turn alone
+            if room is not None:
+                room.set(None, None)
             return
         one = next(iter(types)) if len(types) == 1 else None
         handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
@@ -376,9 +485,16 @@ class Runtime:
         job.at = self._now()
         verdict = act.owner.put_app(job)
         if verdict == ADMITTED:
+            if room is not None:
+                room.set(None, None)
             return
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile: the moving path, in order
             self._one_by_one(call)
+            if room is not None:
+                room.set(None, None)
+            return
+        if room is not None:
+            self._wait_for_room(act, job, call, None, mode, 0, room)
             return
         self.metrics.add("rejected_admissions")
         raise ResourceExhausted(

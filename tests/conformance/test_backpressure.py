@@ -1,0 +1,301 @@
+"""Waiting for room (python-api §9; seed §1 "outbound admission waiters", §5 completion timing).
+
+``send.submit()`` stays fail-fast; ``send.wait()``, ``send.future()``, ``await send`` and every
+request / create terminal wait for room in a full lane, first come first served per target,
+with a bounded number of waiters; a wait that ends without room leaves nothing queued.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.testing import LocalCluster, ManualClock
+
+
+class Bump(zlink.Message, type_name="t.bp.bump"):
+    sender: int
+    n: int
+
+
+class Block(zlink.Message, type_name="t.bp.block"):
+    pass
+
+
+class Seen(zlink.Request[list[list[int]]], type_name="t.bp.seen"):
+    pass
+
+
+class SendToSelf(zlink.Request[str], type_name="t.bp.self"):
+    pass
+
+
+class Forward(zlink.Request[str], type_name="t.bp.forward"):
+    target: str
+    n: int
+
+
+GATE = threading.Event()
+BLOCKING = threading.Event()
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("backpressure")
+
+    @app.user_spot("t.bp.hot", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+    class Hot(zlink.UserSpot):
+        def __init__(self, context: zlink.SpotContext) -> None:
+            super().__init__(context)
+            self.seen: list[list[int]] = []
+
+        @zlink.handler
+        def bump(self, msg: Bump) -> None:
+            self.seen.append([msg.sender, msg.n])
+
+        @zlink.handler
+        def block(self, msg: Block) -> None:
+            BLOCKING.set()
+            assert GATE.wait(WAIT)
+
+        @zlink.handler
+        def get_seen(self, req: Seen) -> list[list[int]]:
+            return self.seen
+
+        @zlink.handler
+        async def to_self(self, req: SendToSelf) -> str:
+            me = self.context.spot_id
+            try:
+                await self.context.outbound.send_to_spot(me, Bump(sender=9, n=0))
+            except zlink.InvalidOperation as exc:
+                return f"refused: {exc}"
+            return "sent"
+
+        @zlink.handler
+        async def forward(self, req: Forward) -> str:
+            await self.context.outbound.send_to_spot(req.target, Bump(sender=7, n=req.n))
+            return "admitted"
+
+    @app.entry_spot("t.bp.lobby", actor="t.bp.player")
+    class Lobby(zlink.EntrySpot):
+        def on_create_actor(self, actor: zlink.Actor, request: Any) -> None:
+            if isinstance(request, Block):  # holds the lobby while its lane fills up
+                BLOCKING.set()
+                assert GATE.wait(WAIT)
+
+    @app.actor("t.bp.player")
+    class Player(zlink.Actor):
+        pass
+
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> Any:
+    GATE.clear()
+    BLOCKING.clear()
+    yield
+    GATE.set()
+
+
+def _blocked(node: zlink.Node, spot: str = "hot") -> zlink.Client:
+    """``spot`` made, and its gate held by a running handler (its lane then fills up)."""
+    client = node.client()
+    client.spots.get_or_create(spot, "t.bp.hot").wait(WAIT)
+    client.send_to_spot(spot, Block()).submit()
+    assert BLOCKING.wait(WAIT)
+    return client
+
+
+def _fill(client: zlink.Client, spot: str = "hot") -> int:
+    """Queue plain sends until the lane refuses one; returns how many went in."""
+    n = 0
+    while True:
+        try:
+            client.send_to_spot(spot, Bump(sender=0, n=n)).submit()
+        except zlink.ResourceExhausted:
+            return n
+        n += 1
+
+
+def test_four_senders_waiting_for_room_lose_nothing_and_keep_their_order(make_node):
+    node = make_node(build_app(), app_lane_items=8)
+    client = node.client()
+    client.spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+    errors: list[BaseException] = []
+
+    def produce(sender: int) -> None:
+        try:
+            for n in range(400):
+                client.send_to_spot("hot", Bump(sender=sender, n=n)).wait(WAIT)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=produce, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT * 4)
+    assert not errors
+    assert node.wait_idle(WAIT)
+    seen = client.request_to_spot("hot", Seen()).wait(WAIT)
+    for sender in range(4):
+        assert [n for s, n in seen if s == sender] == list(range(400))  # once each, in order
+    counters = node.counters()
+    assert counters["admission_waits"] > 0 and counters.get("rejected_admissions", 0) == 0
+
+
+def test_submit_stays_fail_fast_and_a_wait_without_room_queues_nothing(make_node):
+    node = make_node(build_app(), app_lane_items=4)
+    client = _blocked(node)
+    queued = _fill(client)
+    with pytest.raises(zlink.DeadlineExceeded):
+        client.send_to_spot("hot", Bump(sender=1, n=0)).wait(0.05)
+    GATE.set()
+    assert node.wait_idle(WAIT)
+    seen = client.request_to_spot("hot", Seen()).wait(WAIT)
+    assert [s for s, _ in seen] == [0] * queued  # the timed-out send never ran
+    assert node._runtime.spots["hot"].owner.lanes.waiting() == 0
+
+
+def test_the_admission_deadline_runs_on_the_node_clock(make_node, clock: ManualClock):
+    node = make_node(build_app(), app_lane_items=4, admission_timeout=2.0)
+    client = _blocked(node)
+    _fill(client)
+    waiting = client.send_to_spot("hot", Bump(sender=1, n=0)).future()
+    clock.advance(1.9)
+    assert node.wait_idle(WAIT, busy=1) and not waiting.done()
+    clock.advance(0.2)
+    with pytest.raises(zlink.DeadlineExceeded, match="no room"):
+        waiting.result(WAIT)
+    GATE.set()
+    assert node.wait_idle(WAIT)
+    assert [1, 0] not in client.request_to_spot("hot", Seen()).wait(WAIT)
+
+
+def test_waiters_are_bounded_and_served_first_come_first_served(make_node):
+    node = make_node(build_app(), app_lane_items=4, admission_waiters=3)
+    client = _blocked(node)
+    queued = _fill(client)
+    waits = [client.send_to_spot("hot", Bump(sender=1, n=n)).future() for n in range(3)]
+    with pytest.raises(zlink.ResourceExhausted, match="wait for room"):
+        client.send_to_spot("hot", Bump(sender=1, n=3)).future()
+    with pytest.raises(zlink.ResourceExhausted):  # the room is theirs: no overtaking
+        client.send_to_spot("hot", Bump(sender=2, n=0)).submit()
+    lanes = node._runtime.spots["hot"].owner.lanes
+    assert lanes.waiting() == 3
+    GATE.set()
+    for w in waits:
+        assert w.result(WAIT) is None
+    assert node.wait_idle(WAIT)
+    seen = client.request_to_spot("hot", Seen()).wait(WAIT)
+    assert seen == [[0, n] for n in range(queued)] + [[1, 0], [1, 1], [1, 2]]
+    assert lanes.refused >= 3  # _fill's last try, the 4th waiter and the overtaking submit
+
+
+def test_a_request_waits_for_room_within_its_own_timeout(make_node, clock: ManualClock):
+    node = make_node(build_app(), app_lane_items=4)
+    client = _blocked(node)
+    _fill(client)
+    patient = client.request_to_spot("hot", Seen()).future()
+    hasty = client.request_to_spot("hot", Seen()).timeout(1.0).future()
+    clock.advance(1.0)
+    with pytest.raises(zlink.DeadlineExceeded):
+        hasty.result(WAIT)
+    assert node._runtime.spots["hot"].owner.lanes.waiting() == 1  # hasty was withdrawn
+    GATE.set()
+    assert isinstance(patient.result(WAIT), list)
+
+
+def test_await_send_in_a_handler_waits_for_room_keeping_its_turn(make_node):
+    node = make_node(build_app(), app_lane_items=4)
+    client = _blocked(node)
+    queued = _fill(client)
+    client.spots.get_or_create("relay", "t.bp.hot").wait(WAIT)
+    answer = client.request_to_spot("relay", Forward(target="hot", n=1)).future()
+    assert node.wait_idle(WAIT, busy=1)
+    assert not answer.done()  # its turn waits for room in "hot"
+    GATE.set()
+    assert answer.result(WAIT) == "admitted"
+    assert node.wait_idle(WAIT)
+    assert client.request_to_spot("hot", Seen()).wait(WAIT)[-1] == [7, 1]
+    assert queued == 3
+
+
+def test_await_send_to_its_own_full_lane_is_refused(make_node):
+    node = make_node(build_app(), app_lane_items=1)
+    client = node.client()
+    client.spots.get_or_create("me", "t.bp.hot").wait(WAIT)
+    answer = client.request_to_spot("me", SendToSelf()).wait(WAIT)
+    assert answer.startswith("refused") and "itself" in answer
+
+
+def test_a_close_ends_the_wait_with_unavailable(make_node):
+    node = make_node(build_app(), app_lane_items=4)
+    client = _blocked(node)
+    _fill(client)
+    ref = client.spots.get_or_create("hot", "t.bp.hot").wait(WAIT).spot_ref
+    waiting = client.send_to_spot("hot", Bump(sender=1, n=0)).future()
+    client.spots.close(ref)
+    with pytest.raises(zlink.Unavailable):
+        waiting.result(WAIT)
+    GATE.set()
+
+
+def test_shutdown_ends_the_wait_with_unavailable(make_node):
+    node = make_node(build_app(), app_lane_items=4)
+    client = _blocked(node)
+    _fill(client)
+    waiting = client.send_to_spot("hot", Bump(sender=1, n=0)).future()
+    GATE.set()  # let shutdown finish the running turn
+    node.shutdown(WAIT)
+    with contextlib.suppress(zlink.Unavailable):  # admitted as the lane drained, or not
+        waiting.result(WAIT)
+
+
+def test_a_batch_waits_for_room_for_all_its_messages(make_node):
+    node = make_node(build_app(), app_lane_items=6)
+    client = _blocked(node)
+    queued = _fill(client)
+    batch = [Bump(sender=3, n=n) for n in range(4)]
+    with pytest.raises(zlink.ResourceExhausted):
+        client.send_many_to_spot("hot", batch).submit()
+    waiting = client.send_many_to_spot("hot", batch).future()
+    assert not waiting.done()
+    GATE.set()
+    assert waiting.result(WAIT) is None
+    assert node.wait_idle(WAIT)
+    seen = client.request_to_spot("hot", Seen()).wait(WAIT)
+    assert seen[queued:] == [[3, n] for n in range(4)]
+
+
+def test_thousands_of_actor_creates_at_once_wait_instead_of_failing(make_node):
+    node = make_node(build_app(), lifecycle_lane_items=4)
+    client = node.client()
+    first = client.actors.create("t.bp.player").request(Block()).future()
+    assert BLOCKING.wait(WAIT)
+    creates = [client.actors.create("t.bp.player").future() for _ in range(500)]
+    assert node.counters()["admission_waits"] == 500 - 3  # the running one holds 1 of 4
+    GATE.set()
+    ids = {f.result(WAIT).actor_id for f in [first, *creates]}
+    assert len(ids) == 501
+
+
+def test_a_send_waiting_at_a_moving_spot_follows_it(clock: ManualClock):
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        client = _blocked(n1)
+        queued = _fill(client)
+        waiting = client.send_to_spot("hot", Bump(sender=5, n=0)).future()
+        moved = threading.Thread(target=n1.relocate_spot, args=("hot", "node-2", WAIT))
+        moved.start()
+        GATE.set()
+        moved.join(WAIT)
+        assert waiting.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = n2.client().request_to_spot("hot", Seen()).wait(WAIT)
+        assert seen[queued:] == [[5, 0]]
