@@ -40,6 +40,9 @@ class OwnerStatus(BaseModel):
     oldest_item_age: float | None  # seconds the first waiting application item has waited
     held: bool
     timers: list[str]
+    waiters: int = 0  # callers waiting for room in its lanes now (python-api §9)
+    waited: int = 0  # callers that had to wait for room, since it started
+    refused: int = 0  # puts refused for want of room (count or bytes), since it started
 
 
 class NodeStatus(BaseModel):

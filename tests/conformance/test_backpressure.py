@@ -188,6 +188,8 @@ def test_waiters_are_bounded_and_served_first_come_first_served(make_node):
         client.send_to_spot("hot", Bump(sender=2, n=0)).submit()
     lanes = node._runtime.spots["hot"].owner.lanes
     assert lanes.waiting() == 3
+    (hot,) = [o for o in node.status().owners if o.owner == "hot"]
+    assert (hot.waiters, hot.waited, hot.refused) == (3, 3, 3)  # status shows them (§9)
     GATE.set()
     for w in waits:
         assert w.result(WAIT) is None

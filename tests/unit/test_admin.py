@@ -57,6 +57,7 @@ def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
 
         owners = json.loads(zl("inspect", "queues", "--json"))
         assert [o["owner"] for o in owners] == ["counter.lobby@node-1"]
+        assert owners[0]["waiters"] == 0 and owners[0]["refused"] == 0  # python-api §9
         assert "counter.lobby@node-1" in zl("inspect", "spots")
         assert "workers busy" in zl("status")
         assert "workers busy" in zl("status", "--watch", "--count", "1", "--interval", "0.1")

@@ -106,7 +106,18 @@ def _fetch(admin: str) -> NodeStatus:
 
 _VIEWS: dict[str, tuple[list[str], Callable[[OwnerStatus], bool]]] = {
     "queues": (
-        ["owner", "kind", "app items", "app bytes", "lifecycle", "gate", "running", "oldest"],
+        [
+            "owner",
+            "kind",
+            "app items",
+            "app bytes",
+            "lifecycle",
+            "gate",
+            "running",
+            "oldest",
+            "waiting",
+            "refused",
+        ],  # fmt: skip
         lambda o: True,
     ),
     "spots": (["owner", "type", "state", "app items", "timers"], lambda o: o.kind == "spot"),
@@ -121,7 +132,8 @@ def _row(view: str, o: OwnerStatus) -> list[str]:
     if view == "queues":
         gate = "busy" if o.gate_busy else "idle"
         return [o.owner, o.kind, str(o.app_items), f"{o.app_bytes:,}", str(o.lifecycle_items),
-                gate, secs(o.running_turn_age), secs(o.oldest_item_age)]  # fmt: skip
+                gate, secs(o.running_turn_age), secs(o.oldest_item_age), str(o.waiters),
+                str(o.refused)]  # fmt: skip
     if view == "spots":
         return [o.owner, o.type, o.state, str(o.app_items), str(len(o.timers))]
     return [o.owner, o.kind, ", ".join(o.timers)]

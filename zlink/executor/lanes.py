@@ -135,7 +135,7 @@ class OwnerLanes:
         # producers waiting for room, per lane (made on first use, like the lanes)
         self.app_waiters: deque[RoomWaiter] | None = None
         self.life_waiters: deque[RoomWaiter] | None = None
-        self.refused = 0  # puts refused for want of room (count or bytes), for status
+        self.refused = 0  # calls refused for want of room (count or bytes), for status
         self.waited = 0  # producers that had to wait for room, for status
 
     # -- put side (any thread) ----------------------------------------------------------------
@@ -156,10 +156,8 @@ class OwnerLanes:
             if self.closed:
                 return ADMISSION_CLOSED
             if self._app_in - self._app_out + count > self._app_items or self.app_waiters:
-                self.refused += 1
                 return FULL_COUNT  # (while anyone waits for room, the room is theirs)
             if self._app_in_bytes - self._app_out_bytes + cost > self._app_bytes:
-                self.refused += 1
                 return FULL_BYTES
             self._app_in += count
             self._app_in_bytes += cost
@@ -209,10 +207,8 @@ class OwnerLanes:
             if self.closed:
                 return ADMISSION_CLOSED
             if self._life_in - self._life_out >= lim.life_items or self.life_waiters:
-                self.refused += 1
                 return FULL_COUNT
             if self._life_in_bytes - self._life_out_bytes + payload_bytes > lim.life_bytes:
-                self.refused += 1
                 return FULL_BYTES
             self._life_in += 1
             self._life_in_bytes += payload_bytes
@@ -297,6 +293,11 @@ class OwnerLanes:
             waiters.remove(waiter)
             waiter.queued = False
             return True
+
+    def note_refused(self) -> None:
+        """Count a put the caller finally refused for want of room (status, per target)."""
+        with self._put_lock:
+            self.refused += 1
 
     def waiting(self) -> int:
         """Producers waiting for room now, both lanes."""

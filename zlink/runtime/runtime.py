@@ -368,6 +368,7 @@ class Runtime:
         if verdict == ADMISSION_CLOSED:
             raise Unavailable(f"{act.name!r} is sealed (closing or relocating)")
         self.metrics.add("rejected_admissions")
+        act.owner.lanes.note_refused()
         what = "items" if verdict == FULL_COUNT else "bytes"
         raise ResourceExhausted(
             f"the application lane of {act.name!r} is full ({what}); nothing was queued"
@@ -416,7 +417,7 @@ class Runtime:
             return self._refused(act, call, reply, mode, hops, False, verdict)
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
-        self.metrics.add("rejected_admissions")
+        self.metrics.add("rejected_admissions")  # (wait_room counted it for the target)
         raise ResourceExhausted(
             f"the application lane of {act.name!r} is full and {self.limits.waiters} callers "
             "already wait for room; nothing was queued"
@@ -497,6 +498,7 @@ class Runtime:
             self._wait_for_room(act, job, call, None, mode, 0, room)
             return
         self.metrics.add("rejected_admissions")
+        act.owner.lanes.note_refused()
         raise ResourceExhausted(
             f"the application lane of {act.name!r} has no room for {len(msgs)} messages; "
             "nothing of the batch was queued"
@@ -703,7 +705,8 @@ class Runtime:
         out: list[OwnerStatus] = []
 
         def add(owner: Owner, kind: str, type_: str, state: ActState, timers: list[str]) -> None:
-            ai, ab, li, lb = owner.lanes.reserved()
+            lanes = owner.lanes
+            ai, ab, li, lb = lanes.reserved()
             gate = owner.gate
             age = None if gate.running is None else max(0.0, now - gate.running_since)
             app = owner.lanes.app
@@ -727,6 +730,9 @@ class Runtime:
                     oldest_item_age=oldest,
                     held=owner.held,
                     timers=timers,
+                    waiters=lanes.waiting(),
+                    waited=lanes.waited,
+                    refused=lanes.refused,
                 )
             )
 
