@@ -117,7 +117,7 @@ _VIEWS: dict[str, tuple[list[str], Callable[[OwnerStatus], bool]]] = {
             "oldest",
             "waiting",
             "refused",
-        ],  # fmt: skip
+        ],
         lambda o: True,
     ),
     "spots": (["owner", "type", "state", "app items", "timers"], lambda o: o.kind == "spot"),
