@@ -37,6 +37,12 @@ class NodeConfig(BaseModel):
     admission_timeout: float = Field(
         30.0, ge=1e-3, le=1e7, description="how long send.wait()/future() wait for room"
     )
+    peer_backlog_items: int = Field(
+        256, ge=1, description="calls from one peer waiting for room before it is paused"
+    )
+    peer_outbound_bytes: int = Field(
+        16 * MiB, ge=1, description="bytes queued for one peer before its senders wait"
+    )
     admission_waiters: int = Field(
         1024, ge=1, description="callers waiting for room, per target and lane (python-api §9)"
     )

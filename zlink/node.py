@@ -115,7 +115,11 @@ class Node:
                 self.config.lease_seconds, self._rt.metrics.add,
             )  # fmt: skip
             self._rt.membership_lease = self._membership
-            router = self._rt.router = MeshRouter(self._rt, store, transport, worker)
+            router = self._rt.router = MeshRouter(
+                self._rt, store, transport, worker,
+                backlog_limit=self.config.peer_backlog_items,
+                outbound_limit=self.config.peer_outbound_bytes,
+            )  # fmt: skip
             relocator = self._relocator = Relocator(
                 self._rt, router, self.config.relocation_payload_chunk_limit_bytes
             )

@@ -54,12 +54,13 @@ class LocalCluster:
     """
 
     def __init__(
-        self, app: App, nodes: int = 2, *, clock: ManualClock | None = None, **config: Any
-    ) -> None:
+        self, app: App, nodes: int = 2, *, clock: ManualClock | None = None,
+        data_limit: int = 256, **config: Any,
+    ) -> None:  # fmt: skip
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.store = InMemoryLocationStore(clock)  # leases on the cluster's clock
-        self.transport = InProcessTransport()
+        self.transport = InProcessTransport(data_limit)  # DATA frames in flight per pair
         self.nodes = [
             Node(
                 app,

@@ -301,3 +301,75 @@ def test_a_send_waiting_at_a_moving_spot_follows_it(clock: ManualClock):
         cluster.wait_idle(WAIT)
         seen = n2.client().request_to_spot("hot", Seen()).wait(WAIT)
         assert seen[queued:] == [[5, 0]]
+
+
+# -- across nodes (python-api §9: bounded per peer, PAUSED, counted at both ends) -------------
+def _until_paused(cluster: LocalCluster) -> bool:
+    """Let the two nodes move what they can (node-1 has one turn blocked on purpose) until
+    node-1 pauses DATA from node-2; bounded: everything stops at the limits."""
+    n1, n2 = cluster.nodes
+    for _ in range(50):
+        assert n2.wait_idle(WAIT) and n1.wait_idle(WAIT, busy=1)
+        if cluster.transport.paused("node-1", "node-2"):
+            return True
+    return False
+
+
+def _pair(clock: ManualClock) -> LocalCluster:
+    return LocalCluster(
+        build_app(), nodes=2, clock=clock, workers=2, data_limit=4, app_lane_items=4,
+        peer_backlog_items=8, peer_outbound_bytes=2048,
+    )  # fmt: skip
+
+
+def test_a_slow_spot_on_another_node_pauses_its_sender_and_nothing_is_lost(clock):
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        _blocked(n1)
+        c2 = n2.client()
+        futures = [c2.send_to_spot("hot", Bump(sender=2, n=n)).future() for n in range(200)]
+        assert _until_paused(cluster)  # n1 takes no more DATA from n2
+        backlog = n1._runtime.router.backlog()["node-2"]
+        assert 8 <= backlog <= 8 + 4 + 4  # the limit, plus frames already on their way
+        outbox = n2._runtime.router.outbox
+        assert outbox.waiting("node-1") > 0 and not futures[-1].done()  # senders wait
+        with pytest.raises(zlink.ResourceExhausted, match="outbound"):
+            c2.send_to_spot("hot", Bump(sender=3, n=0)).submit()  # refused at the source
+        GATE.set()
+        for f in futures:
+            assert f.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 2] == list(range(200))  # once each, in order
+        assert not cluster.transport.paused("node-1", "node-2")
+        for node in cluster.nodes:
+            assert not [k for k in node.counters() if "dropped" in k]
+
+
+def test_replies_still_flow_while_data_from_that_peer_is_paused(clock):
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        n2.client().spots.get_or_create("far", "t.bp.hot").wait(WAIT)
+        _blocked(n1)
+        c2 = n2.client()
+        for n in range(100):
+            c2.send_to_spot("hot", Bump(sender=2, n=n)).future()
+        assert _until_paused(cluster)
+        # node-1 -> node-2 is DATA the other way; the reply comes back on COMPLETION
+        assert n1.client().request_to_spot("far", Seen()).wait(WAIT) == []
+        GATE.set()
+
+
+def test_a_send_another_node_cannot_deliver_is_counted_at_both_ends(clock):
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        ref = n1.client().spots.get_or_create("gone", "t.bp.hot").wait(WAIT).spot_ref
+        c2 = n2.client()
+        c2.send_to_spot("gone", Bump(sender=2, n=0)).submit()  # node-2 learns the route
+        cluster.wait_idle(WAIT)
+        n1.client().spots.close(ref)
+        cluster.wait_idle(WAIT)
+        c2.send_to_spot("gone", Bump(sender=2, n=1)).submit()  # accepted: the route is cached
+        cluster.wait_idle(WAIT)
+        assert n1.counters()["sends_dropped_not_found"] == 1
+        assert n2.counters()["remote_sends_dropped_not_found"] == 1

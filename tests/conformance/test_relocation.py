@@ -304,9 +304,9 @@ def test_the_payload_travels_in_chunks_no_larger_than_the_limit(cluster):
     sent: list[dict[str, Any]] = []
     real_send = cluster.transport.send
 
-    def spy(sender: str, node_id: str, channel: Channel, data: bytes) -> None:
+    def spy(sender: str, node_id: str, channel: Channel, data: bytes) -> bool:
         sent.append(wire.decode(data))
-        real_send(sender, node_id, channel, data)
+        return real_send(sender, node_id, channel, data)
 
     cluster.transport.send = spy  # type: ignore[method-assign]
     n1.relocate_spot("big", "node-2", timeout=WAIT)
@@ -332,9 +332,10 @@ def test_calls_kept_behind_a_lost_fence_go_by_the_store_after_a_request_timeout(
     cluster.wait_idle(WAIT)
     real_send = cluster.transport.send
 
-    def lose_fences(sender: str, node_id: str, channel: Channel, data: bytes) -> None:
+    def lose_fences(sender: str, node_id: str, channel: Channel, data: bytes) -> bool:
         if not isinstance(wire.decode(data), wire.FenceEnvelope):
-            real_send(sender, node_id, channel, data)
+            return real_send(sender, node_id, channel, data)
+        return True  # taken, and lost
 
     cluster.transport.send = lose_fences  # type: ignore[method-assign]
     n1.relocate_spot("room", "node-2", timeout=WAIT)

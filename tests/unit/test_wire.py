@@ -16,6 +16,7 @@ from zlink.mesh.wire import (
     MAX_FRAME_BYTES,
     WIRE_VERSION,
     CreateEnvelope,
+    DroppedEnvelope,
     EncodedError,
     EncodedValue,
     Envelope,
@@ -107,6 +108,7 @@ SAMPLES: dict[str, Envelope] = {
     "route": RouteEnvelope(
         target="room-1", route_node="n3", object_generation=12, authority_generation=4
     ),
+    "dropped": DroppedEnvelope(target="room-1", message_type="t.w.ping", reason="lane_full"),
     "fence": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2),
     "fenced-owner": FencedEnvelope(target="room-1", owner_node="n3"),
     "fenced-gone": FencedEnvelope(target="room-1", owner_node=None),
@@ -185,7 +187,7 @@ def test_every_kind_round_trips(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 1
+    assert frame["version"] == WIRE_VERSION == 2
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -286,7 +288,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", 1.0, True, None, [1]])
+@pytest.mark.parametrize("version", [0, 1, 3, "2", 2.0, True, None, [2]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

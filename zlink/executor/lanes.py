@@ -72,13 +72,14 @@ class RoomWaiter:
     (outside the lanes' lock, on the thread that made the room). A seal ends the wait with
     ``notify(CLOSED)``. ``cancel_wait`` withdraws it while it still waits."""
 
-    __slots__ = ("cost", "count", "item", "lane", "notify", "payload", "queued")
+    __slots__ = ("bounded", "cost", "count", "item", "lane", "notify", "payload", "queued")
 
     def __init__(
         self, item: Any, payload_bytes: int, count: int, notify: Callable[[Admission], object],
-        lane: Lane = APPLICATION,
+        lane: Lane = APPLICATION, bounded: bool = True,
     ) -> None:  # fmt: skip
         self.item = item
+        self.bounded = bounded  # counts against LaneLimits.waiters (False: bounded elsewhere)
         self.payload = payload_bytes
         self.count = count
         self.notify = notify
@@ -257,7 +258,8 @@ class OwnerLanes:
             if self.closed:
                 return ADMISSION_CLOSED
             waiters = self.app_waiters if app else self.life_waiters
-            if too_big or (waiters is not None and len(waiters) >= self.limits.waiters):
+            crowded = waiters is not None and len(waiters) >= self.limits.waiters
+            if too_big or (crowded and waiter.bounded):
                 self.refused += 1
                 return FULL_BYTES if too_big and waiter.count == 1 else FULL_COUNT
             if not waiters and self._fits(waiter):

@@ -7,7 +7,14 @@ Guarantees / assumes:
   its puts is the order on the wire), and the transport is only ever called by that one
   thread, never under a runtime lock (issue "The runtime, composed", item 4).
 * One FIFO for every peer, flushed by one thread: envelopes to one peer leave in ``put`` order
-  (the per-connection order the router's fences rely on).
+  (the per-connection order the router's fences rely on). When the transport takes no more
+  DATA for a peer (``send`` returned ``False``), that peer's DATA waits here, in order, until
+  the transport says ``writable``; other peers and COMPLETION traffic go on.
+* Bounded in bytes, per peer (python-api §9): DATA queued for a peer counts its estimated
+  size until the transport takes it. A caller that may wait asks ``wait_room`` before it puts
+  application DATA: while the peer is over ``limit`` or anyone waits before it, it waits,
+  first come first served, and is called back (on the infrastructure thread) when there is
+  room. Infrastructure traffic (replies, fences, relocation, relays) is never refused.
 * An envelope that cannot be encoded (``WireError``) or sent (``Unavailable``) is handed to
   ``failed`` with the error, on the infrastructure thread: the router completes the call it
   carried, if any, and counts it. Nothing is dropped silently.
@@ -25,60 +32,201 @@ from . import wire
 from .transport import Channel, Transport
 
 _log = logging.getLogger("zlink.mesh")
-_COMPLETION = (wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope)
+_COMPLETION = (
+    wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope, wire.DroppedEnvelope,
+)  # fmt: skip
 
 Failed = Callable[[str, wire.Envelope, ZLinkError], None]
+Go = Callable[[], object]
+"""A caller waiting for room: called (infrastructure thread) when it may put."""
 
 
 def channel_of(envelope: wire.Envelope) -> Channel:
-    """Replies, route hints and returning fences travel on COMPLETION; the rest on DATA."""
+    """Replies, route hints, returning fences and drop notices travel on COMPLETION; the rest
+    on DATA."""
     return Channel.COMPLETION if isinstance(envelope, _COMPLETION) else Channel.DATA
+
+
+def estimated_size(envelope: wire.Envelope) -> int:
+    """About how many bytes ``envelope`` takes on the wire (it is encoded only when sent)."""
+    if isinstance(envelope, wire.SendEnvelope | wire.RequestEnvelope):
+        return len(envelope.payload) + len(envelope.target) + len(envelope.message_type) + 192
+    if isinstance(envelope, wire.RelocChunkEnvelope):
+        return len(envelope.chunk) + 128
+    return 256
 
 
 class Outbox:
     """One node's outgoing envelopes (see the module docstring)."""
 
     def __init__(
-        self, node_id: str, transport: Transport, submit: Callable[..., None], failed: Failed
-    ) -> None:
+        self, node_id: str, transport: Transport, submit: Callable[..., None], failed: Failed,
+        limit: int = 16 * 1024 * 1024,
+    ) -> None:  # fmt: skip
         self._node_id = node_id
         self._transport = transport
         self._submit = submit
         self._failed = failed
+        self.limit = limit  # bytes of DATA queued per peer before callers wait (or are refused)
         self._lock = threading.Lock()
-        self._queue: deque[tuple[str, wire.Envelope]] = deque()
+        self._queue: deque[tuple[str, wire.Envelope, int]] = deque()  # (peer, envelope, size)
         self._scheduled = False
+        # peers whose transport takes no DATA now: their DATA, encoded, in order (infra only)
+        self._held: dict[str, deque[tuple[wire.Envelope, bytes, int]]] = {}
+        self._bytes: dict[str, int] = {}  # peer -> estimated DATA bytes queued (under _lock)
+        self._waiters: dict[str, deque[Go]] = {}  # peer -> callers waiting for room
 
+    # -- the put side (any thread, any lock held) -----------------------------------------------
     def put(self, peer: str, envelope: wire.Envelope) -> None:
-        """Queue ``envelope`` for ``peer`` (any thread, any lock held). Never blocks."""
+        """Queue ``envelope`` for ``peer``. Never blocks, never refuses."""
+        size = estimated_size(envelope) if channel_of(envelope) is Channel.DATA else 0
         with self._lock:
-            self._queue.append((peer, envelope))
+            self._queue.append((peer, envelope, size))
+            if size:
+                self._bytes[peer] = self._bytes.get(peer, 0) + size
             if self._scheduled:
                 return
             self._scheduled = True
         self._submit(self._flush)
 
+    def has_room(self, peer: str) -> bool:
+        """Whether application DATA for ``peer`` may be put now without waiting."""
+        with self._lock:
+            return self._bytes.get(peer, 0) < self.limit and not self._waiters.get(peer)
+
+    def wait_room(self, peer: str, go: Go) -> bool:
+        """``True``: there is room now (``go`` is not kept). ``False``: ``go`` waits, behind
+        whoever waits already, until DATA for ``peer`` is under ``limit`` again."""
+        with self._lock:
+            waiters = self._waiters.get(peer)
+            if not waiters and self._bytes.get(peer, 0) < self.limit:
+                return True
+            if waiters is None:
+                waiters = self._waiters[peer] = deque()
+            waiters.append(go)
+            return False
+
+    def cancel_wait(self, peer: str, go: Go) -> bool:
+        """Withdraw a waiter: ``True`` if it was still waiting (it will not be called)."""
+        with self._lock:
+            waiters = self._waiters.get(peer)
+            if not waiters or go not in waiters:
+                return False
+            waiters.remove(go)
+            return True
+
+    def queued_bytes(self, peer: str) -> int:
+        """Estimated bytes of DATA queued for ``peer`` (status)."""
+        with self._lock:
+            return self._bytes.get(peer, 0)
+
+    def waiting(self, peer: str) -> int:
+        """Callers waiting for room to ``peer`` (status)."""
+        with self._lock:
+            return len(self._waiters.get(peer, ()))
+
+    # -- the infrastructure thread --------------------------------------------------------------
+    def writable(self, peer: str) -> None:
+        """The transport takes DATA for ``peer`` again: what waited here goes first, in order."""
+        held = self._held.pop(peer, None)
+        while held:
+            envelope, data, size = held.popleft()
+            if not self._hand_over(peer, envelope, data, size):
+                held.appendleft((envelope, data, size))  # refused again: it and the rest
+                self._held[peer] = held  # wait for the next writable
+                break
+        self._serve(peer)
+
+    def peer_down(self, peer: str) -> None:
+        """``peer`` went away: the DATA held for it fails (each as undeliverable), and whoever
+        waits for room to it goes on (and finds it unreachable)."""
+        held = self._held.pop(peer, None)
+        error = Unavailable(f"node {peer!r} went away before it took this")
+        while held:
+            envelope, _data, size = held.popleft()
+            self._release(peer, size)
+            self._fail(peer, envelope, error)
+        with self._lock:
+            waiters = self._waiters.pop(peer, None)
+        for go in waiters or ():
+            self._call(go)
+
     def _flush(self) -> None:
         """On the infrastructure thread: encode and send everything queued, in order. Nothing
         an envelope's failure does (its ``failed`` callback included) stops the others."""
+        touched: set[str] = set()
         while True:
             with self._lock:
                 if not self._queue:
                     self._scheduled = False
-                    return
+                    break
                 batch, self._queue = self._queue, deque()
-            for peer, envelope in batch:
-                self._send_one(peer, envelope)
+            for peer, envelope, size in batch:
+                if size:
+                    touched.add(peer)
+                self._send_one(peer, envelope, size)
+        for peer in touched:
+            self._serve(peer)
 
-    def _send_one(self, peer: str, envelope: wire.Envelope) -> None:
+    def _send_one(self, peer: str, envelope: wire.Envelope, size: int) -> None:
         try:
             data = wire.encode(envelope)
-            self._transport.send(self._node_id, peer, channel_of(envelope), data)
+        except wire.WireError as exc:
+            self._release(peer, size)
+            self._fail(peer, envelope, exc)
             return
-        except (wire.WireError, Unavailable) as exc:
+        held = self._held.get(peer) if size else None
+        if held is not None:  # the transport is full for this peer: wait behind the rest
+            held.append((envelope, data, size))
+            return
+        if not self._hand_over(peer, envelope, data, size):
+            self._held[peer] = deque([(envelope, data, size)])
+
+    def _hand_over(self, peer: str, envelope: wire.Envelope, data: bytes, size: int) -> bool:
+        """Give one frame to the transport; ``False`` if it took nothing (DATA at its limit)."""
+        try:
+            taken = self._transport.send(self._node_id, peer, channel_of(envelope), data)
+        except Unavailable as exc:
             error: ZLinkError = exc
         except Exception as exc:  # noqa: BLE001 - a transport fault fails this one only
             error = Unavailable(f"transport failed: {exc!r}")
+        else:
+            if taken:
+                self._release(peer, size)
+            return taken
+        self._release(peer, size)
+        self._fail(peer, envelope, error)
+        return True  # (nothing to hold: it failed)
+
+    def _release(self, peer: str, size: int) -> None:
+        if size:
+            with self._lock:
+                left = self._bytes.get(peer, 0) - size
+                if left > 0:
+                    self._bytes[peer] = left
+                else:
+                    self._bytes.pop(peer, None)
+
+    def _serve(self, peer: str) -> None:
+        """Let waiters for ``peer`` go, in order, while there is room (each one's put counts
+        before the next is looked at)."""
+        while True:
+            with self._lock:
+                waiters = self._waiters.get(peer)
+                if not waiters or self._bytes.get(peer, 0) >= self.limit:
+                    return
+                go = waiters.popleft()
+                if not waiters:
+                    del self._waiters[peer]
+            self._call(go)
+
+    def _call(self, go: Go) -> None:
+        try:
+            go()
+        except Exception:  # noqa: BLE001 - one waiter's fault must not strand the rest
+            _log.exception("a call waiting for room in the outbox failed")
+
+    def _fail(self, peer: str, envelope: wire.Envelope, error: ZLinkError) -> None:
         try:
             self._failed(peer, envelope, error)
         except Exception:  # noqa: BLE001 - the flush goes on; the fault is logged

@@ -12,13 +12,19 @@ pair of nodes (execution-model §4, §16; python-api §10):
 Guarantees / assumes:
 * ``send`` never blocks and never runs user code; it is called only from the sending node's
   infrastructure thread (the node's ``Outbox`` owns that hop), never under a runtime lock.
+* Flow control (python-api §9): a transport carries a bounded number of DATA frames from one
+  node to another at a time (sent, not yet taken by the receiver; a paused receiver takes
+  none). Past it, ``send`` returns ``False`` and takes nothing: the sender keeps the frame (in
+  its own byte-bounded queue) and is told ``writable(peer)`` when the transport has room
+  again. So a receiver that pauses a peer makes that peer's senders wait at the source.
 * Delivery runs on the receiving node's infrastructure thread (``NodeLink.received``), which
   never waits on application work (§1, §14).
 * Peer events: a node is told ``peer_up`` for every node reachable when it attaches and for
   every node that attaches later, and ``peer_down`` when one detaches. Reachability is a
   connection fact, not membership: the Location Store is the membership table.
-* ``InProcessTransport._lock`` guards its node table and pause state; under it only a target's
-  ``submit`` (a non-blocking append to an infrastructure queue) is called, never a callback.
+* ``InProcessTransport._lock`` guards its node table, pause and flow state; under it only a
+  node's ``submit`` (a non-blocking append to an infrastructure queue) is called, never a
+  callback.
 """
 
 from __future__ import annotations
@@ -55,6 +61,11 @@ class NodeLink(Protocol):
         """``peer`` went away: what it owed this node will not come (infrastructure thread)."""
         ...
 
+    def writable(self, peer: str) -> None:
+        """The transport takes DATA for ``peer`` again after a ``send`` returned ``False``
+        (infrastructure thread)."""
+        ...
+
 
 class Transport(Protocol):
     """Carries envelopes between the nodes of one mesh (see the module docstring)."""
@@ -65,8 +76,10 @@ class Transport(Protocol):
 
     def detach(self, node_id: str) -> None: ...
 
-    def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> None:
-        """Hand ``data`` to ``peer`` without blocking; ``Unavailable`` if it is not reachable."""
+    def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> bool:
+        """Hand ``data`` to ``peer`` without blocking; ``Unavailable`` if it is not reachable.
+        ``False`` (nothing taken) when DATA to ``peer`` is at its limit: ``writable`` follows.
+        COMPLETION is always taken."""
         ...
 
     def reachable(self, peer: str) -> bool:
@@ -90,21 +103,36 @@ class Transport(Protocol):
 class _Attached:
     link: NodeLink
     submit: Callable[..., None]
-    paused: dict[str, deque[bytes]] = field(default_factory=dict)  # peer -> DATA held back
+
+
+@dataclass(eq=False)
+class _Flow:
+    """DATA from one node to another: frames in flight, and what a pause holds back."""
+
+    in_flight: int = 0  # sent and not yet taken by the receiver (held ones included)
+    blocked: bool = False  # a send was refused: the sender waits for ``writable``
+    paused: bool = False
+    held: deque[bytes] = field(default_factory=deque)
 
 
 class InProcessTransport:
     """The embedded transport: bytes handed to the target node's infrastructure thread.
 
     The boundary is real: only bytes cross it, so nothing relies on sharing Python objects
-    between nodes, and a network transport (``ZmqTransport``) can replace it.
+    between nodes, and a network transport (``ZmqTransport``) can replace it. ``data_limit``
+    DATA frames may be in flight from one node to another (ZeroMQ's high-water mark plays
+    this part on a network).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, data_limit: int = 256) -> None:
+        if data_limit < 1:
+            raise ValueError("data_limit is at least 1")
         self._lock = threading.Lock()
         self._nodes: dict[str, _Attached] = {}
+        self._flows: dict[tuple[str, str], _Flow] = {}  # (sender, receiver) -> its DATA flow
+        self._limit = data_limit
         self.sent = 0
-        self.dropped = 0  # held-back DATA of nodes that detached
+        self.dropped = 0  # DATA in flight to or from nodes that detached
 
     def attach(self, node_id: str, link: NodeLink, submit: Callable[..., None]) -> None:
         with self._lock:
@@ -118,8 +146,8 @@ class InProcessTransport:
         with self._lock:
             gone = self._nodes.pop(node_id, None)
             others = list(self._nodes.values())
-            for other in others:  # DATA held back from it dies with it, counted
-                self.dropped += len(other.paused.pop(node_id, ()))
+            for key in [k for k in self._flows if node_id in k]:  # its DATA dies with it
+                self.dropped += len(self._flows.pop(key).held)
         if gone is not None:
             for other in others:
                 other.submit(other.link.peer_down, node_id)
@@ -131,28 +159,65 @@ class InProcessTransport:
         with self._lock:
             return sorted(self._nodes)
 
-    def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> None:
+    def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> bool:
         with self._lock:  # ordered with attach, detach, pause and resume
             target = self._nodes.get(peer)
             if target is None:
                 raise Unavailable(f"node {peer!r} is not reachable")
-            self.sent += 1
-            held = target.paused.get(sender) if channel is Channel.DATA else None
-            if held is not None:  # paused: kept in order until resumed
-                held.append(data)
-            else:
+            if channel is not Channel.DATA:
+                self.sent += 1
                 target.submit(target.link.received, sender, channel, data)
+                return True
+            flow = self._flows.get((sender, peer))
+            if flow is None:
+                flow = self._flows[(sender, peer)] = _Flow()
+            if flow.in_flight >= self._limit:
+                flow.blocked = True
+                return False
+            self.sent += 1
+            flow.in_flight += 1
+            if flow.paused:  # kept in order until resumed
+                flow.held.append(data)
+            else:
+                target.submit(self._deliver, flow, target, peer, sender, data)
+            return True
+
+    def _deliver(
+        self, flow: _Flow, target: _Attached, receiver: str, sender: str, data: bytes
+    ) -> None:
+        """(The receiver's infrastructure thread.) Hand a DATA frame over; once taken, the
+        sender may send another, and is told so if it was waiting."""
+        try:
+            target.link.received(sender, Channel.DATA, data)
+        finally:
+            with self._lock:
+                flow.in_flight -= 1
+                wake = flow.blocked and flow.in_flight <= self._limit // 2
+                origin = self._nodes.get(sender) if wake else None
+                if wake:
+                    flow.blocked = False
+                if origin is not None:
+                    origin.submit(origin.link.writable, receiver)
 
     def pause(self, node_id: str, peer: str) -> None:
         with self._lock:
-            target = self._nodes.get(node_id)
-            if target is not None:
-                target.paused.setdefault(peer, deque())
+            if node_id in self._nodes:
+                flow = self._flows.get((peer, node_id))
+                if flow is None:
+                    flow = self._flows[(peer, node_id)] = _Flow()
+                flow.paused = True
 
     def resume(self, node_id: str, peer: str) -> None:
         with self._lock:  # what waited goes first, before anything sent after the resume
             target = self._nodes.get(node_id)
-            held = None if target is None else target.paused.pop(peer, None)
-            if target is not None and held:
-                for data in held:
-                    target.submit(target.link.received, peer, Channel.DATA, data)
+            flow = self._flows.get((peer, node_id))
+            if target is None or flow is None or not flow.paused:
+                return
+            flow.paused = False
+            while flow.held:
+                target.submit(self._deliver, flow, target, node_id, peer, flow.held.popleft())
+
+    def paused(self, node_id: str, peer: str) -> bool:
+        """Whether ``node_id`` has paused DATA from ``peer`` (status, tests)."""
+        flow = self._flows.get((peer, node_id))
+        return flow is not None and flow.paused

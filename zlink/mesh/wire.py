@@ -52,7 +52,7 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 1
+WIRE_VERSION: Final = 2
 """The version every envelope carries; a node decodes its own version only."""
 
 MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
@@ -81,6 +81,7 @@ class EnvelopeKind(StrEnum):
     RELOC_COMMIT = "reloc_commit"
     RELOC_OPENED = "reloc_opened"
     JOIN_ASK = "join_ask"
+    DROPPED = "dropped"
 
 
 class WireError(InvalidArgument):
@@ -342,6 +343,22 @@ class RouteEnvelope:
 
 
 @dataclass(frozen=True, slots=True)
+class DroppedEnvelope:
+    """A one-way message this node accepted from the addressee's mesh, and then could not
+    deliver: it goes back to the message's first origin, which counts it under ``reason``
+    (python-api §9: counted as dropped, with its reason, at both ends)."""
+
+    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.DROPPED
+
+    target: str
+    """The Spot or Actor id the message was for."""
+    message_type: str
+    """The message's wire type name."""
+    reason: str
+    """Why: ``not_found``, ``unavailable``, ``lane_full``, ``bad_payload`` or ``refused``."""
+
+
+@dataclass(frozen=True, slots=True)
 class FenceEnvelope:
     """A route fence: travels like a call to the owner of ``target``, then back (``fenced``)."""
 
@@ -506,6 +523,7 @@ Envelope = (
     | RelocCommitEnvelope
     | RelocOpenedEnvelope
     | JoinAskEnvelope
+    | DroppedEnvelope
 )
 """Any envelope; ``match`` on the class, or read ``KIND``."""
 
@@ -1015,6 +1033,7 @@ __all__ = [
     "VERSION_KEY",
     "WIRE_VERSION",
     "CreateEnvelope",
+    "DroppedEnvelope",
     "EncodedError",
     "EncodedValue",
     "Envelope",

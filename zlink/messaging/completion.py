@@ -110,6 +110,12 @@ class Completion:
         return fut
 
 
+def in_progress() -> bool:
+    """``Admitted.withdraw`` while a waiter is being admitted: it can no longer be withdrawn
+    (its outcome is on its way)."""
+    return False
+
+
 class Admitted(Completion):
     """Completes (with ``None``) when a send waiting for room is admitted (python-api §9).
 
@@ -118,12 +124,13 @@ class Admitted(Completion):
     meanwhile succeeds, so a caller told "no room in time" never has its message queued.
     """
 
-    __slots__ = ("deadline", "withdraw")
+    __slots__ = ("deadline", "peer", "withdraw")
 
-    def __init__(self, deadline: float | None = None) -> None:
+    def __init__(self, deadline: float | None = None, peer: str | None = None) -> None:
         super().__init__()
         self.withdraw: Callable[[], bool] | None = None
         self.deadline = deadline  # seconds to wait for room; None: the node's default
+        self.peer = peer  # a call that came from this node: its wait is bounded per peer
 
     def abandon(self, error: BaseException) -> bool:
         """Fail the wait with ``error`` if the message was not admitted; ``False`` if it was."""

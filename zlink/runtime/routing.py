@@ -57,7 +57,7 @@ from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
 from ..mesh.transport import Channel, Transport
 from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
-from ..messaging.completion import Completion
+from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, TargetKind
 
@@ -82,13 +82,15 @@ class MeshRouter:
     """One node's side of the mesh."""
 
     def __init__(
-        self, rt: Runtime, store: LocationStore, transport: Transport, store_worker: StoreWorker
-    ) -> None:
+        self, rt: Runtime, store: LocationStore, transport: Transport, store_worker: StoreWorker,
+        backlog_limit: int = 256, outbound_limit: int = 16 * 1024 * 1024,
+    ) -> None:  # fmt: skip
         self.rt = rt
         self.store = store
         self.store_worker = store_worker  # store writes off every lock and off this thread
         self.transport = transport
-        self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable)
+        self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable,
+                             outbound_limit)  # fmt: skip
         self._pending: dict[int, tuple[Completion, Any, str]] = {}  # corr -> (call, type, peer)
         self._lock = ranked_lock("router.pending", LockRank.PENDING)
         self._ids = itertools.count(1)
@@ -99,6 +101,11 @@ class MeshRouter:
         self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
+        # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
+        # peer is paused until half of them got in (python-api §9: bounded per peer)
+        self._backlog: dict[str, int] = {}  # under _lock
+        self._paused: set[str] = set()  # under _lock
+        self.backlog_limit = backlog_limit
         self._handlers: dict[type[Any], EnvelopeHandler] = {
             wire.SendEnvelope: self._on_call,
             wire.RequestEnvelope: self._on_call,
@@ -107,6 +114,7 @@ class MeshRouter:
             wire.FenceEnvelope: self._on_fence,
             wire.FencedEnvelope: self._on_fenced,
             wire.CreateEnvelope: self._on_create,
+            wire.DroppedEnvelope: self._on_dropped,
         }
 
     def handle(self, kind: type[Any], handler: EnvelopeHandler) -> None:
@@ -218,12 +226,18 @@ class MeshRouter:
             if waiting is not None:  # asked before it arrived: they go first, and find it here
                 self._answer(waiting, None, None)
 
-    def send_call(self, call: MessageCall, reply: Completion | None, hops: int) -> None:
+    def send_call(
+        self, call: MessageCall, reply: Completion | None, hops: int,
+        room: Admitted | None = None, admitted: bool = False,
+    ) -> None:  # fmt: skip
         """Send (or keep, behind a fence or a store question) a call for a remote target.
 
         The caller holds ``route_lock``. ``Unavailable`` now if the known next node is
         unreachable (nothing was sent); what goes wrong once the call has waited for the store
         completes ``reply`` (a request) or is counted as dropped with its reason (a send).
+        A call made here (not relayed) needs room in the outbox to its node (python-api §9):
+        a plain send without it is ``ResourceExhausted``; a request, or a send given ``room``,
+        waits for it (``admitted``: it waited already).
         """
         target = call.target
         kept = self._switching.get(target)
@@ -232,10 +246,64 @@ class MeshRouter:
             return
         route = self._known(target)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
-            self._post_call(call, reply, hops, route)
+            if hops or admitted or self._outbox_room(call, reply, room, route.node):
+                self._post_call(call, reply, hops, route)
             return
-        waiter = functools.partial(self._send_located, call, reply, hops)
+        waiter = functools.partial(self._send_located, call, reply, hops, room)
+        if room is not None and not room.done:  # its caller waits until it is really queued
+            room.withdraw = functools.partial(self._cancel_locate, target, waiter)
+            self.rt.arm_room(room, f"a route to {target!r}")
         self.locate(target, waiter, self.rt.instance_spec(call) if call.instance else None)
+
+    def _cancel_locate(self, target: str, waiter: Located) -> bool:
+        """Withdraw a call waiting for the store (its caller gave up): ``True`` if it was
+        still waiting."""
+        with self.route_lock:
+            waiting = self._locating.get(target)
+            if waiting is None or waiter not in waiting:
+                return False
+            waiting.remove(waiter)
+            return True
+
+    def _outbox_room(
+        self, call: MessageCall, reply: Completion | None, room: Admitted | None, peer: str
+    ) -> bool:
+        """Whether ``call`` may go into the outbox to ``peer`` now; else it waits for room
+        there (``False``), or, a plain send, is refused at the source."""
+        outbox = self.outbox
+        if outbox.has_room(peer):
+            return True
+        if reply is None and room is None:
+            self.rt.metrics.add("rejected_admissions")
+            raise ResourceExhausted(
+                f"the outbound queue to node {peer!r} is full ({outbox.limit:,} bytes); "
+                "nothing was queued"
+            )
+        if room is None:  # a request: its own deadline ends the wait
+            room = Admitted()
+            assert reply is not None
+            reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
+
+        def go() -> None:  # (infrastructure thread) there is room now
+            if room.done:
+                return  # it gave up meanwhile
+            try:
+                with self.route_lock:
+                    self.send_call(call, reply, 0, admitted=True)
+            except ZLinkError as exc:
+                if reply is not None:
+                    reply.set(None, exc)
+                room.set(None, exc)
+                return
+            room.set(None, None)
+
+        if outbox.wait_room(peer, go):
+            return True
+        room.withdraw = functools.partial(outbox.cancel_wait, peer, go)
+        self.rt.metrics.add("admission_waits")
+        if reply is None and room.timer is None:
+            self.rt.arm_room(room, f"the outbound queue to node {peer!r}")
+        return False
 
     def _post_call(
         self, call: MessageCall, reply: Completion | None, hops: int, route: Route
@@ -246,18 +314,28 @@ class MeshRouter:
             self.tell_origin(call.origin, call.target, route)
 
     def _send_located(
-        self, call: MessageCall, reply: Completion | None, hops: int, route: Route | None,
-        error: BaseException | None,
+        self, call: MessageCall, reply: Completion | None, hops: int, room: Admitted | None,
+        route: Route | None, error: BaseException | None,
     ) -> None:  # fmt: skip
-        """A call that waited for the store goes on (infrastructure thread, ``route_lock``)."""
+        """A call that waited for the store goes on (infrastructure thread, ``route_lock``).
+        A caller still waiting (``room``) gets the outcome: queued, or the error."""
         target = call.target
+        if room is not None:
+            if room.done:
+                return  # its caller gave up (withdrawn) meanwhile
+            room.withdraw = in_progress  # from now on its outcome is on its way
         fault: ZLinkError
         try:
             if route is not None:
+                waits = hops == 0 and (room is not None or reply is not None)
+                if waits and not self._outbox_room(call, reply, room, route.node):
+                    return  # it waits for room in the outbox now
                 self._post_call(call, reply, hops, route)
+                if room is not None:
+                    room.set(None, None)
                 return
             if self.rt.has_live(target) or (error is None and call.instance):
-                self.rt.submit(call, reply, NO_WAIT, hops)  # here after all, or activated
+                self.rt.submit(call, reply, NO_WAIT, hops, room=room)  # here, or activated
                 return
             if error is not None:
                 fault = Unavailable(
@@ -267,12 +345,14 @@ class MeshRouter:
                 fault = NotFound(f"no {call.kind} {target!r}")
         except ZLinkError as exc:  # refused where it went on: as if refused at the call site
             fault = exc
+        if room is not None:
+            room.set(None, fault)
         if reply is not None:
             reply.set(None, fault)
-            return
-        reason = {NotFound: "not_found", Unavailable: "store_failed" if error else "unavailable",
-                  ResourceExhausted: "lane_full"}.get(type(fault), "refused")  # fmt: skip
-        self.rt.metrics.add(f"sends_dropped_{reason}")
+        if room is not None or reply is not None:
+            return  # its caller has the error
+        reason = "store_failed" if error is not None else _drop_reason(fault)
+        self._count_drop(target, call.msg.zlink_type_name, call.origin, reason)
 
     def switch(self, target: str) -> bool:
         """Start changing ``target``'s path: a fence goes along the old one, and calls wait.
@@ -443,6 +523,9 @@ class MeshRouter:
         self.rt.metrics.add("envelopes_undeliverable")
         if isinstance(env, wire.ReplyEnvelope):
             return  # the caller's own deadline completes it; counted above
+        if isinstance(env, wire.SendEnvelope):
+            self.rt.metrics.add("sends_dropped_unreachable")
+            return
         corr = getattr(env, "correlation", None)
         origin = getattr(env, "origin_node", self.rt.node_id)
         if corr is None:
@@ -459,8 +542,17 @@ class MeshRouter:
     def peer_up(self, peer: str) -> None:
         """``peer`` is reachable (infrastructure thread). Nothing waits on it yet."""
 
+    def writable(self, peer: str) -> None:
+        """The transport takes DATA for ``peer`` again (infrastructure thread)."""
+        self.outbox.writable(peer)
+
     def peer_down(self, peer: str) -> None:
         """``peer`` went away: every call awaiting its reply fails now with ``Unavailable``."""
+        self.outbox.peer_down(peer)
+        with self._lock:
+            self._backlog.pop(peer, None)
+        if peer in self._paused:
+            self._paused.discard(peer)
         with self._lock:
             lost = [corr for corr, entry in self._pending.items() if entry[2] == peer]
             entries = [self._pending.pop(corr) for corr in lost]
@@ -513,9 +605,11 @@ class MeshRouter:
             msg = from_wire(env.message_type, env.payload)
         except Exception as exc:  # noqa: BLE001 - a bad payload fails that request only
             self.rt.metrics.add("bad_wire_payloads")
+            bad = InvalidArgument(f"bad payload for {env.message_type}: {exc}")
             if isinstance(env, wire.RequestEnvelope):
-                bad = InvalidArgument(f"bad payload for {env.message_type}: {exc}")
                 self.reply(env.origin_node, env.correlation, error=bad)
+            else:
+                self._dropped(env, bad)
             return
         call_cls = RequestCall if request else SendCall
         call: MessageCall = call_cls(self.rt, TargetKind(env.target_kind), env.target, msg)
@@ -525,18 +619,75 @@ class MeshRouter:
         call.instance, call.instance_type = env.instance, env.instance_type
         if isinstance(env, wire.RequestEnvelope):
             call.deadline = env.deadline
+        peer = env.via
+        room = Admitted(peer=peer)  # a full lane: it waits, bounded by the peer's backlog
         try:
             done = self.rt.submit(call, Completion() if request else None, NO_WAIT,
-                                  hops=env.hops + 1, force=force)  # fmt: skip
+                                  hops=env.hops + 1, force=force, room=room)  # fmt: skip
         except ZLinkError as exc:
             if isinstance(env, wire.RequestEnvelope):
                 self.reply(env.origin_node, env.correlation, error=exc)
             else:
-                self.rt.metrics.add("remote_sends_refused")
+                self._dropped(env, exc)
             return
         if isinstance(env, wire.RequestEnvelope) and done is not None:
             origin, corr = env.origin_node, env.correlation
             done.add_callback(lambda value, error: self.reply(origin, corr, value, error))
+        if not room.done:  # waiting for room: part of this peer's backlog until it gets in
+            self._backlog_add(peer, 1)
+            room.add_callback(lambda _v, error: self._backlog_done(peer, env, error))
+
+    def _backlog_add(self, peer: str, n: int) -> None:
+        with self._lock:
+            count = self._backlog[peer] = self._backlog.get(peer, 0) + n
+            pause = count >= self.backlog_limit and peer not in self._paused
+            if pause:
+                self._paused.add(peer)
+        if pause:  # stop taking DATA from it; replies and fences still flow (§9, seed §16)
+            self.rt.metrics.add("peers_paused")
+            self.transport.pause(self.rt.node_id, peer)
+
+    def _backlog_done(self, peer: str, env: CallEnvelope, error: BaseException | None) -> None:
+        """A call from ``peer`` that waited for room got in (or failed: a send is dropped)."""
+        if error is not None and isinstance(env, wire.SendEnvelope):
+            self._dropped(env, error)
+        with self._lock:
+            count = self._backlog.get(peer, 0) - 1
+            if count > 0:
+                self._backlog[peer] = count
+            else:
+                self._backlog.pop(peer, None)
+            resume = peer in self._paused and count <= self.backlog_limit // 2
+            if resume:
+                self._paused.discard(peer)
+        if resume:
+            self.transport.resume(self.rt.node_id, peer)
+
+    def backlog(self) -> dict[str, int]:
+        """Calls from each peer waiting for room on this node (status)."""
+        with self._lock:
+            return dict(self._backlog)
+
+    def _dropped(self, env: wire.SendEnvelope, error: BaseException) -> None:
+        """A one-way message from another node that will not be handled: counted here, and
+        at its first origin (python-api §9: at both ends, with its reason)."""
+        self._count_drop(env.target, env.message_type, env.first_origin, _drop_reason(error))
+
+    def _count_drop(self, target: str, message_type: str, origin: str | None,
+                    reason: str) -> None:  # fmt: skip
+        """Count a dropped one-way message here and, if it came from another node, there."""
+        self.rt.metrics.add(f"sends_dropped_{reason}")
+        if origin is None or origin == self.rt.node_id:
+            return
+        notice = wire.DroppedEnvelope(target, message_type, reason)
+        with contextlib.suppress(Unavailable):  # the origin is gone: counted here
+            self.post(origin, notice)
+
+    def _on_dropped(self, env: wire.DroppedEnvelope) -> None:
+        """Another node could not deliver a one-way message sent from here: counted."""
+        self.rt.metrics.add(f"remote_sends_dropped_{env.reason}")
+        _log.debug("a send to %r (%s) was dropped: %s", env.target, env.message_type,
+                   env.reason)  # fmt: skip
 
     def reply(
         self, origin: str, correlation: int, value: Any = None, error: BaseException | None = None
@@ -577,6 +728,19 @@ class MeshRouter:
             return
         if not completion.set(value, None):
             self.rt.metrics.add("late_replies")
+
+
+def _drop_reason(error: BaseException) -> str:
+    """The counter suffix for why a one-way message was dropped."""
+    if isinstance(error, NotFound):
+        return "not_found"
+    if isinstance(error, ResourceExhausted):
+        return "lane_full"
+    if isinstance(error, InvalidArgument):
+        return "bad_payload"
+    if isinstance(error, Unavailable):
+        return "unavailable"
+    return "refused"
 
 
 class Route(NamedTuple):

@@ -72,7 +72,7 @@ from ..messaging.calls import (
     WaitMode,
     WorkerCall,
 )
-from ..messaging.completion import Admitted, Completion, expire
+from ..messaging.completion import Admitted, Completion, expire, in_progress
 from ..messaging.message import check_reply, wire_size, wire_size_many
 from ..status import OwnerStatus
 from ..types import SpotKind
@@ -277,8 +277,9 @@ class Runtime:
                     return None  # type: ignore[return-value]
         if room is None:
             return self._route(call, reply, mode, hops, force, None)
+        before = room.withdraw
         out = self._route(call, reply, mode, hops, force, room)
-        if room.withdraw is None:  # not waiting for room: accepted already
+        if room.withdraw is before:  # no wait for room began: accepted already
             room.set(None, None)
         return out
 
@@ -305,7 +306,7 @@ class Runtime:
             act = self.actors.get(call.target)
             if act is None:
                 if self.router is not None:
-                    return self._remote(call, reply, mode, hops)
+                    return self._remote(call, reply, mode, hops, room)
                 raise NotFound(f"no actor {call.target!r}")
             if act.state in PAST_READY and not force and not _restored_for(act, call):
                 return self._not_ready(act, call, reply, mode, hops)
@@ -313,7 +314,7 @@ class Runtime:
             act = self.spots.get(call.target)
             if act is None:
                 if self.router is not None and not call.instance:
-                    return self._remote(call, reply, mode, hops)
+                    return self._remote(call, reply, mode, hops, room)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
             elif act.state in PAST_READY and not force and not _restored_for(act, call):
@@ -329,7 +330,7 @@ class Runtime:
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         if act is None:  # an Instance Spot's first message activates it (cold activation)
             if self.router is not None:  # the owner the store confirms runs the factory: the
-                return self._remote(call, reply, mode, hops)  # router asks, then activates
+                return self._remote(call, reply, mode, hops, room)  # router asks, activates
             act = self.activate_instance(spec, call.target, None)
         job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
         job.at = self._now()
@@ -394,7 +395,7 @@ class Runtime:
             else:  # sealed while waiting (a move or a close): routed again, from infra
                 self.infra.submit(self._room_sealed, call, reply, room, hops)
 
-        waiter = RoomWaiter(job, job.size, job.count, notify)
+        waiter = RoomWaiter(job, job.size, job.count, notify, bounded=room.peer is None)
         verdict = lanes.wait_room(waiter)
         if verdict == ADMITTED:
             return reply  # type: ignore[return-value]
@@ -403,11 +404,8 @@ class Runtime:
             self.metrics.add("admission_waits")
             if reply is not None:  # its deadline ends the wait too (nothing queued then)
                 reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
-            else:
-                limit = room.deadline if room.deadline is not None else self.admission_timeout
-                room.timer = self.infra.call_later(limit, room.abandon, DeadlineExceeded(
-                    f"no room in {act.name!r} within {limit:g} s; nothing was queued"
-                ))  # fmt: skip
+            elif room.peer is None:  # (a send from another node waits for room as long as
+                self.arm_room(room, repr(act.name))  # it takes: its node's pause bounds it)
             return reply  # type: ignore[return-value]
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile
             if isinstance(call, BatchSendCall):
@@ -423,6 +421,14 @@ class Runtime:
             "already wait for room; nothing was queued"
         )
 
+    def arm_room(self, room: Admitted, what: str) -> None:
+        """Put a send's wait for room on the deadline heap: its own timeout, else
+        ``admission_timeout``; when it passes, the wait is withdrawn (nothing queued)."""
+        limit = room.deadline if room.deadline is not None else self.admission_timeout
+        room.timer = self.infra.call_later(limit, room.abandon, DeadlineExceeded(
+            f"no room in {what} within {limit:g} s; nothing was queued"
+        ))  # fmt: skip
+
     def _room_sealed(
         self,
         call: MessageCall | BatchSendCall,
@@ -432,7 +438,7 @@ class Runtime:
     ) -> None:
         """(Infrastructure thread.) A call waiting for room met a seal: route it again (kept
         for the move, or refused as the close refuses it), its deadline unchanged."""
-        room.withdraw = None
+        room.withdraw = in_progress  # routed again now: its outcome is on its way
         try:
             if self.stopping:
                 raise Unavailable(f"node {self.node_id} shut down before there was room")
@@ -526,8 +532,9 @@ class Runtime:
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
 
     def _remote(
-        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int
-    ) -> Completion:
+        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int,
+        room: Admitted | None = None,
+    ) -> Completion:  # fmt: skip
         """Forward ``call`` along this node's route to its target (stale routes relay onward).
 
         The route is read and the envelope sent under the router's route lock, which the
@@ -544,13 +551,13 @@ class Runtime:
                 if reply is not None and reply.timer is None:
                     self.arm(reply, call.deadline, "no reply in time")
                 try:
-                    router.send_call(call, reply, hops)
-                except Unavailable as exc:  # the next node is unreachable: nothing was sent
+                    router.send_call(call, reply, hops, room)
+                except ZLinkError as exc:  # unreachable, or no room to it: nothing was sent
                     if reply is not None:
                         reply.set(None, exc)
                     raise
                 return reply  # type: ignore[return-value]
-        return self.submit(call, reply, mode, hops)  # it arrived here meanwhile
+        return self.submit(call, reply, mode, hops, room=room)  # it arrived here meanwhile
 
     def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
         with self.directory.lock:
