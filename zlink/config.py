@@ -41,7 +41,7 @@ class NodeConfig(BaseModel):
         256, ge=1, description="calls from one peer waiting for room before it is paused"
     )
     peer_outbound_bytes: int = Field(
-        16 * MiB, ge=1, description="bytes queued for one peer before its senders wait"
+        4 * MiB, ge=1, description="bytes queued for one peer before its senders wait"
     )
     admission_waiters: int = Field(
         1024, ge=1, description="callers waiting for room, per target and lane (python-api §9)"

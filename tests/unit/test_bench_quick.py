@@ -39,3 +39,12 @@ def test_the_split_benchmark_runs_in_quick_mode(capsys):
     out = capsys.readouterr().out
     assert "zlink one-way" in out and "zlink batch" in out
     assert "floor contract" in out and "floor api" in out and "floor batch" in out
+
+
+@pytest.mark.timeout(120)
+def test_the_backpressure_benchmark_runs_in_quick_mode(capsys):
+    from bench import backpressure
+
+    assert backpressure.main(["--quick"]) == 0  # exactly once, in order, nothing refused
+    out = capsys.readouterr().out
+    assert "one node: median senders/drain" in out and "two nodes: median" in out

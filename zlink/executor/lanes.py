@@ -14,7 +14,11 @@ Guarantees / assumes:
 * Waiting for room (python-api §9, seed §1 "outbound admission waiters"): a producer that may
   wait is queued as a :class:`RoomWaiter` when its lane is full, at most ``LaneLimits.waiters``
   per lane, and admitted in arrival order as reservations come back. While anyone waits, a
-  plain put is refused (first come, first served). Waiters are served by whoever returns a
+  plain put is refused (first come, first served). Waiters are served once a quarter of the
+  lane is free again (``_serve_at``: a lane that is full stays "full" until then), so under
+  sustained overload the gate holder wakes a waiting producer once per many messages, not
+  once per message, and the producers refill the lane with plain puts in between. Waiters
+  are served by whoever returns a
   reservation (``release``) and by the gate holder when the owner goes idle, after it lets the
   flag go (``Owner._settle_empty``), the same hand-over that makes a put after the holder's
   last look at the lanes still run; a waiter queued after the last release re-checks the room
@@ -104,6 +108,7 @@ class OwnerLanes:
         "_life_out_bytes",
         "_put_lock",
         "_retained",
+        "_serve_at",
         "app",
         "app_waiters",
         "closed",
@@ -126,6 +131,8 @@ class OwnerLanes:
         # the application lane's limits as plain slots: read on every admission and release
         self._app_items, self._app_bytes = limits.app_items, limits.app_bytes
         self._retained = limits.app_retained_per_item
+        # waiters for room are served when at most this many items are reserved (see above)
+        self._serve_at = limits.app_items - max(1, limits.app_items // 4)
         self._put_lock = threading.Lock()
         self._app_in = self._app_in_bytes = self._app_out = self._app_out_bytes = 0
         self._life_in = self._life_in_bytes = self._life_out = self._life_out_bytes = 0
@@ -311,6 +318,8 @@ class OwnerLanes:
         with self._put_lock:
             if not self.closed:
                 for waiters in (self.app_waiters, self.life_waiters):
+                    if not waiters or not self._low(waiters[0].lane):
+                        continue
                     while waiters and self._fits(waiters[0]):
                         waiter = waiters.popleft()
                         waiter.queued = False
@@ -320,6 +329,13 @@ class OwnerLanes:
             self._ready()
             for waiter in admitted:
                 waiter.notify(ADMITTED)
+
+    def _low(self, lane: Lane) -> bool:
+        """(Under the put lock.) Whether ``lane`` has drained enough to serve its waiters."""
+        if lane == APPLICATION:
+            return self._app_in - self._app_out <= self._serve_at
+        lim = self.limits
+        return self._life_in - self._life_out <= lim.life_items - max(1, lim.life_items // 4)
 
     def _fits(self, waiter: RoomWaiter) -> bool:
         """(Under the put lock.) Whether ``waiter`` fits in its lane now."""
@@ -446,8 +462,8 @@ class OwnerLanes:
         if lane == APPLICATION:
             self._app_out += count
             self._app_out_bytes += payload_bytes + self._retained * count
-            if self.app_waiters:  # room for those who wait, first (python-api §9)
-                self.serve()
+            if self.app_waiters and self._app_in - self._app_out <= self._serve_at:
+                self.serve()  # room for those who wait, first (python-api §9)
         elif lane == LIFECYCLE:
             self._life_out += 1
             self._life_out_bytes += payload_bytes

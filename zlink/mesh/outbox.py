@@ -48,12 +48,13 @@ def channel_of(envelope: wire.Envelope) -> Channel:
 
 
 def estimated_size(envelope: wire.Envelope) -> int:
-    """About how many bytes ``envelope`` takes on the wire (it is encoded only when sent)."""
+    """About how much memory ``envelope`` holds while it waits here: its text fields, and
+    ~600 bytes for the objects around them (the dataclass, its strings, the queue entry)."""
     if isinstance(envelope, wire.SendEnvelope | wire.RequestEnvelope):
-        return len(envelope.payload) + len(envelope.target) + len(envelope.message_type) + 192
+        return len(envelope.payload) + len(envelope.target) + len(envelope.message_type) + 600
     if isinstance(envelope, wire.RelocChunkEnvelope):
-        return len(envelope.chunk) + 128
-    return 256
+        return len(envelope.chunk) + 600
+    return 600
 
 
 class Outbox:
@@ -61,7 +62,7 @@ class Outbox:
 
     def __init__(
         self, node_id: str, transport: Transport, submit: Callable[..., None], failed: Failed,
-        limit: int = 16 * 1024 * 1024,
+        limit: int = 4 * 1024 * 1024,
     ) -> None:  # fmt: skip
         self._node_id = node_id
         self._transport = transport
@@ -71,8 +72,9 @@ class Outbox:
         self._lock = threading.Lock()
         self._queue: deque[tuple[str, wire.Envelope, int]] = deque()  # (peer, envelope, size)
         self._scheduled = False
-        # peers whose transport takes no DATA now: their DATA, encoded, in order (infra only)
-        self._held: dict[str, deque[tuple[wire.Envelope, bytes, int]]] = {}
+        # peers whose transport takes no DATA now: their DATA, in order (infra only); encoded
+        # only when handed over (an encoded frame may hold a buffer many times its length)
+        self._held: dict[str, deque[tuple[wire.Envelope, bytes | None, int]]] = {}
         self._bytes: dict[str, int] = {}  # peer -> estimated DATA bytes queued (under _lock)
         self._waiters: dict[str, deque[Go]] = {}  # peer -> callers waiting for room
 
@@ -169,21 +171,28 @@ class Outbox:
             self._serve(peer)
 
     def _send_one(self, peer: str, envelope: wire.Envelope, size: int) -> None:
+        held = self._held.get(peer) if size else None
+        if held is not None:  # the transport is full for this peer: wait behind the rest
+            held.append((envelope, None, size))
+            return
+        data = self._encode(peer, envelope, size)
+        if data is not None and not self._hand_over(peer, envelope, data, size):
+            self._held[peer] = deque([(envelope, data, size)])
+
+    def _encode(self, peer: str, envelope: wire.Envelope, size: int) -> bytes | None:
         try:
-            data = wire.encode(envelope)
+            return wire.encode(envelope)
         except wire.WireError as exc:
             self._release(peer, size)
             self._fail(peer, envelope, exc)
-            return
-        held = self._held.get(peer) if size else None
-        if held is not None:  # the transport is full for this peer: wait behind the rest
-            held.append((envelope, data, size))
-            return
-        if not self._hand_over(peer, envelope, data, size):
-            self._held[peer] = deque([(envelope, data, size)])
+            return None
 
-    def _hand_over(self, peer: str, envelope: wire.Envelope, data: bytes, size: int) -> bool:
+    def _hand_over(self, peer: str, envelope: wire.Envelope, data: bytes | None, size: int) -> bool:
         """Give one frame to the transport; ``False`` if it took nothing (DATA at its limit)."""
+        if data is None:
+            data = self._encode(peer, envelope, size)
+            if data is None:
+                return True  # (nothing to hold: it failed)
         try:
             taken = self._transport.send(self._node_id, peer, channel_of(envelope), data)
         except Unavailable as exc:

@@ -83,7 +83,7 @@ class MeshRouter:
 
     def __init__(
         self, rt: Runtime, store: LocationStore, transport: Transport, store_worker: StoreWorker,
-        backlog_limit: int = 256, outbound_limit: int = 16 * 1024 * 1024,
+        backlog_limit: int = 256, outbound_limit: int = 4 * 1024 * 1024,
     ) -> None:  # fmt: skip
         self.rt = rt
         self.store = store
