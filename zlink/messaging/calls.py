@@ -103,9 +103,13 @@ class _Call:
             raise InvalidOperation(f"option {name} given twice on one call")
         self._options.add(name)
 
-    def _terminal(self) -> None:
+    def _unspent(self) -> None:
+        """Refuse a repeated terminal before it does anything (python-api §11)."""
         if self._ended:
             raise InvalidOperation("a call takes exactly one terminal")
+
+    def _terminal(self) -> None:
+        self._unspent()
         self._ended = True
 
 
@@ -383,10 +387,13 @@ class JoinCall(_Call):
         """Register the Join to run after this handler ends normally. Returns ``None``.
 
         Starts no I/O and keeps the gate and the Actor claim. Outside the handler's scope:
-        ``InvalidOperation``.
+        ``InvalidOperation``. A second ``defer()`` is ``InvalidOperation`` and registers
+        nothing (python-api §11): the call is checked unspent before the Join is registered,
+        and marked spent only once it is.
         """
+        self._unspent()
         self._rt.defer_join(self)
-        self._terminal()
+        self._ended = True
 
 
 class RelocationReadyCall(_Call):
@@ -404,7 +411,10 @@ class RelocationReadyCall(_Call):
         """Register the boundary after this handler ends normally. Returns ``None``.
 
         ``InvalidOperation`` before any queue change in the default mode, in PER_ACTOR, in
-        Entry and Instance Spots, outside the Spot's own turn, and the second time in a turn.
+        Entry and Instance Spots, outside the Spot's own turn, and the second time in a turn;
+        a second ``defer()`` of this call is refused as a repeated terminal before any other
+        check (python-api §11).
         """
+        self._unspent()
         self._rt.defer_relocation_ready(self)
-        self._terminal()
+        self._ended = True
