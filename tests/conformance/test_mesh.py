@@ -213,6 +213,53 @@ def test_mesh_bad_input_is_typed(cluster):
         zlink.Node(build_app(), transport=InProcessTransport())
 
 
+@pytest.mark.parametrize(
+    "bad", ["\ud800", "é\udfff", "x" * 100 + "\ud800"], ids=["lone", "utf8", "long"]
+)
+def test_an_id_that_is_not_valid_utf8_is_refused_at_the_call_site_on_every_node(cluster, bad):
+    """python-api §5: an id with no UTF-8 form (a lone surrogate) is ``InvalidArgument`` where
+    the call is made, on any node; it never leaves a node to fail later (an untyped error, or
+    an envelope counted undeliverable)."""
+    n1, n2, _ = cluster.nodes
+    with pytest.raises(zlink.InvalidArgument):
+        n1.client().spots.get_or_create(bad, "t.ms.room")
+    for node in (n1, n2):
+        client = node.client()
+        with pytest.raises(zlink.InvalidArgument):
+            client.send_to_spot(bad, Add(n=1))
+        with pytest.raises(zlink.InvalidArgument):
+            client.request_to_spot(bad, Total())
+        with pytest.raises(zlink.InvalidArgument):
+            client.send_to_actor(bad, Add(n=1))
+        with pytest.raises(zlink.InvalidArgument):
+            client.actors.get_or_create(bad, "t.ms.player")
+        with pytest.raises(zlink.InvalidArgument):
+            client.request_to_spot(bad, Where()).instance_spot("t.ms.counter")
+        with pytest.raises(zlink.InvalidArgument):
+            client.send_to_spot("r", Add(n=1)).metadata("k", bad)
+    cluster.wait_idle(WAIT)
+    for node in cluster.nodes:
+        assert node.counters().get("envelopes_undeliverable", 0) == 0
+
+
+@pytest.mark.parametrize(
+    "spot_id",
+    ["룸-é-🎲", "é" * 127 + "x", "x" * 255, "room"],
+    ids=["utf8", "255-utf8", "255", "ascii"],
+)
+def test_ids_of_valid_utf8_cross_nodes_intact(cluster, spot_id):
+    """python-api §5: any valid id of 1..255 UTF-8 bytes (ascii or not, short or long) is
+    taken, and reaches its Spot from another node unchanged."""
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create(spot_id, "t.ms.room").wait(WAIT)
+    n2.client().send_to_spot(spot_id, Add(n=2)).submit()
+    cluster.wait_idle(WAIT)
+    assert n2.client().request_to_spot(spot_id, Total()).wait(WAIT) == 2
+    actor_id = "a" + spot_id[1:]  # Spots and Actors share the store's names: not the Spot's
+    n2.client().actors.create("t.ms.player", actor_id=actor_id).wait(WAIT)
+    assert n1.client().request_to_actor(actor_id, Where()).wait(WAIT) == "t.ms.lobby@node-2"
+
+
 def test_bytes_that_do_not_decode_are_counted_and_a_reply_route_gets_a_typed_error(cluster):
     """Issue "The runtime, composed", item 3: an envelope that fails to decode is counted and
     answered with a typed error where it carries a reply route, never crashing a thread."""

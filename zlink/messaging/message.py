@@ -48,8 +48,10 @@ class Message(BaseModel):
         if cls.__pydantic_generic_metadata__["origin"] is not None:
             return  # a parametrization such as Request[Card] is not a message type of its own
         name = type_name or f"{cls.__module__}.{cls.__qualname__}"
-        if not isinstance(name, str) or not 0 < len(name.encode()) <= 255:
-            raise InvalidArgument(f"a message wire name is 1..255 bytes of UTF-8, got {name!r}")
+        if not isinstance(name, str) or not 0 < _utf8_size(name) <= 255:
+            raise InvalidArgument(
+                f"a message wire name is 1..255 bytes of valid UTF-8, got {name!r}"
+            )
         cls.zlink_type_name = name
         prior = _BY_WIRE_NAME.get(name)
         if prior is not None and prior.__qualname__ != cls.__qualname__:
@@ -57,6 +59,14 @@ class Message(BaseModel):
                 f"wire name {name!r} is taken by {prior.__module__}.{prior.__qualname__}"
             )
         _BY_WIRE_NAME[name] = cls
+
+
+def _utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8; -1 if it has no UTF-8 form (a lone surrogate)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return -1
 
 
 class Request(Message, Generic[T]):
