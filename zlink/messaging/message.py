@@ -188,11 +188,18 @@ def check_reply(tp: Any, value: Any) -> Any:
     """Check a handler's reply against the request's ``T``; return what the caller receives.
 
     A reply that cannot be encoded as ``T`` raises ``InvalidArgument`` (a reply-encoding
-    failure, execution-model §5).
+    failure, execution-model §5). The check is pydantic's strict mode: an int is a valid
+    ``float`` (received as a float), a bool is not a valid ``int``. An instance of ``T`` is
+    taken as it is, without validation (the common case), except a bool for ``int``: bool is
+    an int subclass to ``isinstance``, not to strict mode.
     """
     if tp is None or tp is Any:
         return value
-    if isinstance(tp, type) and isinstance(value, tp):
+    if (
+        isinstance(tp, type)
+        and isinstance(value, tp)
+        and (tp is not int or type(value) is not bool)
+    ):
         return value
     try:
         return _adapter(tp).validate_python(value, strict=True)
