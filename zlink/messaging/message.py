@@ -8,8 +8,10 @@ lane admission reserves (execution-model §7) is the length of that form.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import cache
 from typing import Any, ClassVar, ForwardRef, Generic, TypeVar
+from weakref import ref
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -118,22 +120,31 @@ def wire_bytes(msg: Message) -> bytes:
     return msg.__pydantic_serializer__.to_json(msg)
 
 
-_LAST_SIZE: tuple[Message | None, int] = (None, 0)
+def _dead() -> None:
+    return None
+
+
+_LAST_SIZE: tuple[Callable[[], Message | None], int] = (_dead, 0)
 
 
 def wire_size(msg: Message) -> int:
     """Bytes ``msg`` takes on the wire; what lane admission reserves for it (§7).
 
     A message is frozen, so the size of the one sent last is kept: sending one instance to
-    many targets, or many times, serializes it once (a one-entry cache keyed by identity;
-    it holds that one message alive).
+    many targets, or many times, serializes it once. The one-entry cache names that message
+    by a weak reference, so it never keeps it alive: a large message is collectable once
+    its turn is over, not at the next send (a dead reference matches no message; a message
+    class that takes no weak reference is simply not cached).
     """
     global _LAST_SIZE
     last = _LAST_SIZE
-    if last[0] is msg:
+    if last[0]() is msg:
         return last[1]
     size = len(wire_bytes(msg))
-    _LAST_SIZE = (msg, size)
+    try:
+        _LAST_SIZE = (ref(msg), size)
+    except TypeError:  # a subclass with __slots__ and no __weakref__
+        _LAST_SIZE = (_dead, 0)
     return size
 
 
