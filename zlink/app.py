@@ -14,6 +14,7 @@ from .adapters import validate_adapter
 from .bases import Actor, EntrySpot, InstanceSpot, UserSpot
 from .errors import InvalidArgument, InvalidOperation
 from .handlers import HandlerSpec, collect
+from .messaging.calls import check_id
 from .messaging.message import Message
 from .timers import collect_timer_handlers
 from .types import ExecutionMode, RelocationCoordination, RelocationPolicy, SpotKind
@@ -66,9 +67,8 @@ class TypeSpec:
 
 
 def _check_name(what: str, name: object) -> str:
-    if not isinstance(name, str) or not 0 < len(name.encode()) <= 255:
-        raise InvalidArgument(f"a {what} name is a str of 1..255 UTF-8 bytes, got {name!r}")
-    return name
+    """A registered type or channel name: an id, 1..255 bytes of valid UTF-8 (python-api §5)."""
+    return check_id(f"a {what} name", name)
 
 
 def _has_subscriptions(cls: type) -> bool:

@@ -78,10 +78,18 @@ class TimerTick:
     late_ticks: int
 
 
+def _utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8; -1 if it has no UTF-8 form (a lone surrogate)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return -1
+
+
 def timer_handler(name: str) -> Callable[[F], F]:
     """Mark a method as the callback of the timer ``name``: ``def on_x(self, tick: TimerTick)``."""
-    if not isinstance(name, str) or not 0 < len(name.encode()) <= 255:
-        raise InvalidArgument(f"a timer name is 1..255 bytes of UTF-8, got {name!r}")
+    if not isinstance(name, str) or not 0 < _utf8_size(name) <= 255:
+        raise InvalidArgument(f"a timer name is 1..255 bytes of valid UTF-8, got {name!r}")
 
     def mark(fn: F) -> F:
         if not inspect.isfunction(fn):

@@ -37,6 +37,10 @@ class Leave(zlink.Message, type_name="t.jd.leave"):
     pass
 
 
+class EnterTwice(zlink.Request[str], type_name="t.jd.entertwice"):
+    room: str
+
+
 class Room(zlink.UserSpot):
     def __init__(self, context: zlink.SpotContext) -> None:
         super().__init__(context)
@@ -106,6 +110,16 @@ def build_app(probe_room: list[Room] | None = None) -> zlink.App:
             except zlink.InvalidOperation:
                 return "InvalidOperation"
             return "deferred"
+
+        @zlink.handler
+        def enter_twice(self, req: EnterTwice) -> str:
+            call = self.context.join(req.room)
+            call.defer()
+            try:
+                call.defer()  # python-api §11: a repeated terminal has no effect at all
+            except zlink.InvalidOperation as exc:
+                return f"InvalidOperation: {exc}"
+            return "deferred twice"
 
         @zlink.handler
         def ping(self, req: Ping) -> str:
@@ -209,3 +223,15 @@ def test_leave_returns_the_actor_to_its_entry_spot_with_both_callbacks(make_node
     entry = node._runtime.entries["t.jd.player"]
     assert entry.instance.returned == [pid]
     assert client.request_to_actor(pid, Ping()).wait(WAIT) == f"pong from {entry.spot_id}"
+
+
+def test_a_second_defer_of_one_join_is_invalid_operation_and_registers_nothing(make_node):
+    """python-api §11 "A repeated terminal": the repeat raises and has no effect at all."""
+    node, client, pid, actor = _setup(make_node)
+    second = client.request_to_actor(pid, EnterTwice(room="room")).wait(WAIT)
+    assert second.startswith("InvalidOperation") and "one terminal" in second
+    assert actor.instance.completed.wait(WAIT)
+    node.wait_idle(WAIT)
+    (done,) = actor.instance.completions  # one Join, one on_join_completed
+    assert done.joined and done.spot_id == "room"
+    assert _room(node, "room").events == [f"join?{pid}", f"joined:{pid}"]

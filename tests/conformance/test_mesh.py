@@ -36,6 +36,16 @@ class Opaque(zlink.Request[Any], type_name="t.ms.opaque"):
     pass
 
 
+class IntReply(zlink.Request[int], type_name="t.ms.intreply"):
+    how: str
+
+
+class FloatReply(zlink.Request[float], type_name="t.ms.floatreply"):
+    how: str
+
+
+REPLIES: dict[str, Any] = {"true": True, "false": False, "one": 1, "half": 0.5, "text": "1"}
+
 CREATED: list[str] = []
 GATE = threading.Event()
 STALLED = threading.Event()
@@ -70,6 +80,14 @@ def build_app() -> zlink.App:
         @zlink.handler
         def where(self, req: Where) -> str:
             return self.context.spot_ref.node_rid
+
+        @zlink.handler
+        def int_reply(self, req: IntReply) -> int:
+            return REPLIES[req.how]  # type: ignore[no-any-return]
+
+        @zlink.handler
+        def float_reply(self, req: FloatReply) -> float:
+            return REPLIES[req.how]  # type: ignore[no-any-return]
 
         @zlink.handler
         def opaque(self, req: Opaque) -> Any:
@@ -211,6 +229,74 @@ def test_mesh_bad_input_is_typed(cluster):
         zlink.Node(build_app(), store=InMemoryLocationStore())
     with pytest.raises(zlink.InvalidArgument):
         zlink.Node(build_app(), transport=InProcessTransport())
+
+
+@pytest.mark.parametrize(
+    "bad", ["\ud800", "é\udfff", "x" * 100 + "\ud800"], ids=["lone", "utf8", "long"]
+)
+def test_an_id_that_is_not_valid_utf8_is_refused_at_the_call_site_on_every_node(cluster, bad):
+    """python-api §5: an id with no UTF-8 form (a lone surrogate) is ``InvalidArgument`` where
+    the call is made, on any node; it never leaves a node to fail later (an untyped error, or
+    an envelope counted undeliverable)."""
+    n1, n2, _ = cluster.nodes
+    with pytest.raises(zlink.InvalidArgument):
+        n1.client().spots.get_or_create(bad, "t.ms.room")
+    for node in (n1, n2):
+        client = node.client()
+        with pytest.raises(zlink.InvalidArgument):
+            client.send_to_spot(bad, Add(n=1))
+        with pytest.raises(zlink.InvalidArgument):
+            client.request_to_spot(bad, Total())
+        with pytest.raises(zlink.InvalidArgument):
+            client.send_to_actor(bad, Add(n=1))
+        with pytest.raises(zlink.InvalidArgument):
+            client.actors.get_or_create(bad, "t.ms.player")
+        with pytest.raises(zlink.InvalidArgument):
+            client.request_to_spot(bad, Where()).instance_spot("t.ms.counter")
+        with pytest.raises(zlink.InvalidArgument):
+            client.send_to_spot("r", Add(n=1)).metadata("k", bad)
+    cluster.wait_idle(WAIT)
+    for node in cluster.nodes:
+        assert node.counters().get("envelopes_undeliverable", 0) == 0
+
+
+@pytest.mark.parametrize(
+    "spot_id",
+    ["룸-é-🎲", "é" * 127 + "x", "x" * 255, "room"],
+    ids=["utf8", "255-utf8", "255", "ascii"],
+)
+def test_ids_of_valid_utf8_cross_nodes_intact(cluster, spot_id):
+    """python-api §5: any valid id of 1..255 UTF-8 bytes (ascii or not, short or long) is
+    taken, and reaches its Spot from another node unchanged."""
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create(spot_id, "t.ms.room").wait(WAIT)
+    n2.client().send_to_spot(spot_id, Add(n=2)).submit()
+    cluster.wait_idle(WAIT)
+    assert n2.client().request_to_spot(spot_id, Total()).wait(WAIT) == 2
+    actor_id = "a" + spot_id[1:]  # Spots and Actors share the store's names: not the Spot's
+    n2.client().actors.create("t.ms.player", actor_id=actor_id).wait(WAIT)
+    assert n1.client().request_to_actor(actor_id, Where()).wait(WAIT) == "t.ms.lobby@node-2"
+
+
+@pytest.mark.parametrize("caller", [0, 1], ids=["same-node", "other-node"])
+def test_a_reply_is_checked_strictly_against_the_requests_type(cluster, caller):
+    """Execution-model §5 (a reply that cannot be encoded as ``T`` fails the call): a bool is
+    not an int reply, though Python's bool is an int subclass; an int stays a valid float
+    reply (as 1.0), and valid replies cross nodes as their ``T``."""
+    n1 = cluster.node(0)
+    n1.client().spots.get_or_create("typed", "t.ms.room").wait(WAIT)
+    client = cluster.node(caller).client()
+    for bad in ("true", "false", "half", "text"):
+        with pytest.raises(zlink.HandlerError, match="not a valid"):
+            client.request_to_spot("typed", IntReply(how=bad)).wait(WAIT)
+    for bad in ("true", "text"):
+        with pytest.raises(zlink.HandlerError, match="not a valid"):
+            client.request_to_spot("typed", FloatReply(how=bad)).wait(WAIT)
+    one = client.request_to_spot("typed", IntReply(how="one")).wait(WAIT)
+    assert one == 1 and type(one) is int
+    for how, value in (("one", 1.0), ("half", 0.5)):
+        got = client.request_to_spot("typed", FloatReply(how=how)).wait(WAIT)
+        assert got == value and type(got) is float
 
 
 def test_bytes_that_do_not_decode_are_counted_and_a_reply_route_gets_a_typed_error(cluster):

@@ -19,6 +19,7 @@ from zlink.testing import LocalCluster, ManualClock
 class Ready(zlink.Request[str], type_name="t.rs2.ready"):
     twice: bool = False
     keep: bool = False
+    same_twice: bool = False  # defer() twice on one call object
 
 
 class UseKept(zlink.Request[str], type_name="t.rs2.usekept"):
@@ -53,6 +54,10 @@ class Table(zlink.UserSpot):
         if req.keep:
             self._kept = self.context.relocation_ready()
             return "kept"
+        if req.same_twice:
+            call = self.context.relocation_ready()
+            call.defer()
+            return _try(call.defer)
         self.context.relocation_ready().defer()
         if req.twice:
             return _try(lambda: self.context.relocation_ready().defer())
@@ -132,6 +137,17 @@ def test_defer_is_refused_in_the_default_mode_per_actor_instance_spots_and_twice
     assert c.request_to_spot("t", UseKept()).wait(WAIT).startswith("InvalidOperation")
     # one boundary was registered (the first of "twice"): one CONTINUED, nothing else queued
     assert _events(c, "t").count("CONTINUED@node-1") == 1
+
+
+def test_a_second_defer_of_one_call_is_refused_as_a_repeated_terminal(cluster):
+    """python-api §11 "A repeated terminal": refused as such, before any other check, and
+    without effect: the first defer()'s one boundary, one CONTINUED."""
+    c = cluster.node(0).client()
+    c.spots.get_or_create("t", "t.rs2.table").wait(WAIT)
+    second = c.request_to_spot("t", Ready(same_twice=True)).wait(WAIT)
+    assert second.startswith("InvalidOperation: a call takes exactly one terminal")
+    cluster.wait_idle(WAIT)
+    assert _events(c, "t") == ["ready", "CONTINUED@node-1"]
 
 
 def test_with_no_move_waiting_the_spot_is_told_it_continues_before_held_messages(cluster):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
@@ -77,8 +78,18 @@ def node(make_node):
 
 @pytest.mark.parametrize(
     "bad",
-    ["", "x" * 256, "é" * 128, 42, None, b"box"],
-    ids=["empty", "256", "utf8-256", "int", "none", "bytes"],
+    ["", "x" * 256, "é" * 128, 42, None, b"box", "\ud800", "é\udfff", "x" * 70 + "\ud800"],
+    ids=[
+        "empty",
+        "256",
+        "utf8-256",
+        "int",
+        "none",
+        "bytes",
+        "surrogate",
+        "utf8-surrogate",
+        "long-surrogate",
+    ],
 )
 def test_a_bad_spot_id_is_invalid_argument_at_the_call_site(node, bad):
     client = node.client()
@@ -88,6 +99,104 @@ def test_a_bad_spot_id_is_invalid_argument_at_the_call_site(node, bad):
         client.request_to_actor(bad, Get())
     with pytest.raises(zlink.InvalidArgument):
         client.spots.get_or_create(bad, "t.bi.box")
+
+
+class Probe(zlink.Request[list[str]], type_name="t.bi.probe"):
+    bad: int  # an index into SURROGATES: a payload with a lone surrogate does not serialize
+
+
+def _refusal(fn: Callable[[], object]) -> str:
+    """The type name of what ``fn()`` raised, or ``"accepted"``."""
+    try:
+        fn()
+    except Exception as exc:  # noqa: BLE001 - which type it is, is the point
+        return type(exc).__name__
+    return "accepted"
+
+
+def _probe_app() -> zlink.App:
+    """Handlers that hand a bad id to what only a handler can call: subscribe, join."""
+    app = zlink.App("probe")
+
+    @app.user_spot("t.bi.probe_spot")
+    class ProbeSpot(zlink.UserSpot):
+        @zlink.handler
+        def probe(self, req: Probe) -> list[str]:
+            ctx = self.context
+            return [
+                _refusal(lambda: ctx.subscribe(SURROGATES[req.bad])),
+                _refusal(lambda: ctx.unsubscribe(SURROGATES[req.bad])),
+            ]
+
+    @app.entry_spot("t.bi.probe_lobby", actor="t.bi.probe_actor")
+    class ProbeLobby(zlink.EntrySpot):
+        pass
+
+    @app.actor("t.bi.probe_actor")
+    class ProbeActor(zlink.Actor):
+        @zlink.handler
+        def probe(self, req: Probe) -> list[str]:
+            return [_refusal(lambda: self.context.join(SURROGATES[req.bad]))]
+
+    return app
+
+
+SURROGATES = ["\ud800", "a\udfffb", "é\ud800", "x" * 63 + "\ud800", "x" * 200 + "\udc00"]
+
+
+@pytest.mark.parametrize("bad", SURROGATES, ids=["lone", "inner", "utf8", "64", "long"])
+def test_an_id_that_is_not_valid_utf8_is_invalid_argument_wherever_an_id_is_taken(node, bad):
+    """python-api §5: ids are 1..255 bytes of valid UTF-8; a lone surrogate has no UTF-8
+    form, so it is refused at the call site whatever its length, never accepted to fail later
+    (across nodes) with an untyped error."""
+    client = node.client()
+    put, get = Put(value=1), Get()
+    calls: dict[str, Callable[[], object]] = {
+        "send_to_spot": lambda: client.send_to_spot(bad, put),
+        "request_to_spot": lambda: client.request_to_spot(bad, get),
+        "send_to_actor": lambda: client.send_to_actor(bad, put),
+        "request_to_actor": lambda: client.request_to_actor(bad, get),
+        "send channel": lambda: client.send(bad, put),
+        "request channel": lambda: client.request(bad, get),
+        "send_many_to_spot": lambda: client.send_many_to_spot(bad, [put]),
+        "send_many_to_actor": lambda: client.send_many_to_actor(bad, [put]),
+        "publish topic": lambda: client.publish(bad, put),
+        "spots.create type": lambda: client.spots.create(bad),
+        "spots.get_or_create id": lambda: client.spots.get_or_create(bad, "t.bi.box"),
+        "spots.get_or_create type": lambda: client.spots.get_or_create("box", bad),
+        "actors.create type": lambda: client.actors.create(bad),
+        "actors.create id": lambda: client.actors.create("t.bi.player", actor_id=bad),
+        "actors.get_or_create id": lambda: client.actors.get_or_create(bad, "t.bi.player"),
+        "actors.get_or_create type": lambda: client.actors.get_or_create("p", bad),
+        "instance_spot type": lambda: client.request_to_spot("i", get).instance_spot(bad),
+        "in_mesh": lambda: client.send_to_spot("box", put).in_mesh(bad),
+        "create in_mesh": lambda: client.spots.create("t.bi.box").in_mesh(bad),
+        "metadata key": lambda: client.send_to_spot("box", put).metadata(bad, "v"),
+        "metadata value": lambda: client.send_to_spot("box", put).metadata("k", bad),
+        "user_spot type": lambda: zlink.App("x").user_spot(bad),
+        "actor type": lambda: zlink.App("x").actor(bad),
+        "channel name": lambda: zlink.App("x").channel(bad),
+        "timer name": lambda: zlink.timer_handler(bad),
+    }
+    refused = {what: _refusal(fn) for what, fn in calls.items()}
+    assert refused == dict.fromkeys(calls, "InvalidArgument")
+    with pytest.raises(zlink.InvalidArgument):
+
+        class Named(zlink.Message, type_name=bad):
+            pass
+
+    assert node._runtime.spots["box"].owner.lanes.reserved() == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("bad", range(len(SURROGATES)), ids=["lone", "inner", "utf8", "64", "long"])
+def test_a_handler_that_names_an_id_that_is_not_valid_utf8_gets_invalid_argument(make_node, bad):
+    """python-api §5, for what a handler alone can do: subscribe, unsubscribe, join."""
+    node = make_node(_probe_app())
+    client = node.client()
+    client.spots.get_or_create("probe", "t.bi.probe_spot").wait(WAIT)
+    pid = client.actors.create("t.bi.probe_actor").wait(WAIT).actor_id
+    assert client.request_to_spot("probe", Probe(bad=bad)).wait(WAIT) == ["InvalidArgument"] * 2
+    assert client.request_to_actor(pid, Probe(bad=bad)).wait(WAIT) == ["InvalidArgument"]
 
 
 def test_a_spot_id_of_255_utf8_bytes_is_accepted(node):

@@ -170,11 +170,18 @@ class InfraExecutor:
             batch = self._next_batch()
             if batch is None:
                 return
-            for fn, args in batch:
-                try:
-                    fn(*args)
-                except BaseException:  # noqa: BLE001 - the infrastructure thread never dies
-                    _log.exception("infrastructure task %r failed", fn)
+            self._run(batch)
+            # Nothing of a batch stays referenced while this thread waits for the next one: a
+            # task's arguments may be large (the bytes of a message from another node).
+            del batch
+
+    @staticmethod
+    def _run(batch: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+        for fn, args in batch:
+            try:
+                fn(*args)
+            except BaseException:  # noqa: BLE001 - the infrastructure thread never dies
+                _log.exception("infrastructure task %r failed", fn)
 
     def _pop_due(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
         """Pop every due (or cancelled) deadline; the due ones' calls. Holds ``_cond``."""

@@ -107,6 +107,7 @@ class WorkerPool:
             except BaseException:  # noqa: BLE001 - a worker never dies of a work item
                 _log.exception("work item %r failed", fn)
             running[index] = 0
+            fn = None  # not kept while this thread waits in get(): it may hold a message
             lock.acquire()  # not ``with``: once per work item, and ``with`` costs twice as much
             self._pending -= 1
             if self._waiting_idle:

@@ -52,17 +52,41 @@ NO_WAIT, KEEP_TURN, YIELD_GATE, HELP = (
 
 
 def check_id(what: str, value: object) -> str:
-    """A SpotId / ActorId is a str of 1..255 UTF-8 bytes (python-api §5).
+    """A SpotId / ActorId (and a type name, topic, channel, mesh name) is a str of 1..255
+    bytes of valid UTF-8 (python-api §5); anything else is ``InvalidArgument``.
 
-    Up to 63 characters cannot exceed 255 bytes, so only longer ids are encoded to count.
+    The common case costs no encoding: an ascii str (``isascii()`` reads a flag the str
+    keeps) is its own UTF-8, one byte a character. Any other str is encoded strictly, which
+    both counts its bytes and refuses what has no UTF-8 form (a lone surrogate), so nothing
+    accepted here can fail to encode later, on the wire to another node.
     """
-    if type(value) is str and 0 < len(value) <= 63:
+    if type(value) is str and value.isascii() and 0 < len(value) <= 255:
         return value
     if type(value) is not str:
         raise InvalidArgument(f"{what} must be a str, got {type(value).__name__}")
     n = len(value)
-    if n == 0 or len(value.encode("utf-8", "surrogatepass")) > 255:
-        raise InvalidArgument(f"{what} must be 1..255 bytes of UTF-8, got {n} characters")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(
+            f"{what} must be valid UTF-8, got {n} characters with a lone surrogate at {exc.start}"
+        ) from None
+    if n == 0 or size > 255:
+        raise InvalidArgument(f"{what} must be 1..255 bytes of UTF-8, got {size} bytes")
+    return value
+
+
+def _check_text(what: str, value: object) -> str:
+    """A str with a UTF-8 form (metadata travels to other nodes as UTF-8 JSON)."""
+    if type(value) is not str:
+        raise InvalidArgument(f"{what} must be a str, got {type(value).__name__}")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidArgument(
+                f"{what} must be valid UTF-8, got a lone surrogate at {exc.start}"
+            ) from None
     return value
 
 
@@ -103,9 +127,13 @@ class _Call:
             raise InvalidOperation(f"option {name} given twice on one call")
         self._options.add(name)
 
-    def _terminal(self) -> None:
+    def _unspent(self) -> None:
+        """Refuse a repeated terminal before it does anything (python-api §11)."""
         if self._ended:
             raise InvalidOperation("a call takes exactly one terminal")
+
+    def _terminal(self) -> None:
+        self._unspent()
         self._ended = True
 
 
@@ -167,9 +195,9 @@ class MessageCall(_Call):
         self.msg = msg
 
     def metadata(self, key: str, value: str) -> MessageCall:
-        """Attach a string header, once per key."""
-        if type(key) is not str or type(value) is not str:
-            raise InvalidArgument("metadata keys and values are str")
+        """Attach a string header, once per key; keys and values are str of valid UTF-8."""
+        _check_text("a metadata key", key)
+        _check_text("a metadata value", value)
         self._option(f"metadata[{key}]")
         if self.meta is None:
             self.meta = {}
@@ -428,10 +456,13 @@ class JoinCall(_Call):
         """Register the Join to run after this handler ends normally. Returns ``None``.
 
         Starts no I/O and keeps the gate and the Actor claim. Outside the handler's scope:
-        ``InvalidOperation``.
+        ``InvalidOperation``. A second ``defer()`` is ``InvalidOperation`` and registers
+        nothing (python-api §11): the call is checked unspent before the Join is registered,
+        and marked spent only once it is.
         """
+        self._unspent()
         self._rt.defer_join(self)
-        self._terminal()
+        self._ended = True
 
 
 class RelocationReadyCall(_Call):
@@ -449,7 +480,10 @@ class RelocationReadyCall(_Call):
         """Register the boundary after this handler ends normally. Returns ``None``.
 
         ``InvalidOperation`` before any queue change in the default mode, in PER_ACTOR, in
-        Entry and Instance Spots, outside the Spot's own turn, and the second time in a turn.
+        Entry and Instance Spots, outside the Spot's own turn, and the second time in a turn;
+        a second ``defer()`` of this call is refused as a repeated terminal before any other
+        check (python-api §11).
         """
+        self._unspent()
         self._rt.defer_relocation_ready(self)
-        self._terminal()
+        self._ended = True

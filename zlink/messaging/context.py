@@ -104,8 +104,8 @@ class RouteClient:
 
     def send_to_spot(self, spot_id: str, msg: Message) -> SendCall:
         """A one-way message to a Spot."""
-        if type(spot_id) is not str or not 0 < len(spot_id) <= 63:  # else surely valid
-            spot_id = check_id("spot_id", spot_id)
+        if type(spot_id) is not str or not (spot_id.isascii() and 0 < len(spot_id) <= 255):
+            spot_id = check_id("spot_id", spot_id)  # else surely valid: check_id's fast path
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
         return SendCall(self._rt, _SPOT, spot_id, msg)
@@ -116,8 +116,8 @@ class RouteClient:
 
     def send_to_actor(self, actor_id: str, msg: Message) -> SendCall:
         """A one-way message to an Actor (always into the Actor's own queue, §2)."""
-        if type(actor_id) is not str or not 0 < len(actor_id) <= 63:  # as in send_to_spot
-            actor_id = check_id("actor_id", actor_id)
+        if type(actor_id) is not str or not (actor_id.isascii() and 0 < len(actor_id) <= 255):
+            actor_id = check_id("actor_id", actor_id)  # as in send_to_spot
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
         return SendCall(self._rt, _ACTOR, actor_id, msg)

@@ -8,8 +8,10 @@ lane admission reserves (execution-model §7) is the length of that form.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from functools import cache
 from typing import Any, ClassVar, ForwardRef, Generic, TypeVar
+from weakref import ref
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
@@ -48,8 +50,10 @@ class Message(BaseModel):
         if cls.__pydantic_generic_metadata__["origin"] is not None:
             return  # a parametrization such as Request[Card] is not a message type of its own
         name = type_name or f"{cls.__module__}.{cls.__qualname__}"
-        if not isinstance(name, str) or not 0 < len(name.encode()) <= 255:
-            raise InvalidArgument(f"a message wire name is 1..255 bytes of UTF-8, got {name!r}")
+        if not isinstance(name, str) or not 0 < _utf8_size(name) <= 255:
+            raise InvalidArgument(
+                f"a message wire name is 1..255 bytes of valid UTF-8, got {name!r}"
+            )
         cls.zlink_type_name = name
         prior = _BY_WIRE_NAME.get(name)
         if prior is not None and prior.__qualname__ != cls.__qualname__:
@@ -57,6 +61,14 @@ class Message(BaseModel):
                 f"wire name {name!r} is taken by {prior.__module__}.{prior.__qualname__}"
             )
         _BY_WIRE_NAME[name] = cls
+
+
+def _utf8_size(text: str) -> int:
+    """Bytes of ``text`` in UTF-8; -1 if it has no UTF-8 form (a lone surrogate)."""
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        return -1
 
 
 class Request(Message, Generic[T]):
@@ -108,22 +120,31 @@ def wire_bytes(msg: Message) -> bytes:
     return msg.__pydantic_serializer__.to_json(msg)
 
 
-_LAST_SIZE: tuple[Message | None, int] = (None, 0)
+def _dead() -> None:
+    return None
+
+
+_LAST_SIZE: tuple[Callable[[], Message | None], int] = (_dead, 0)
 
 
 def wire_size(msg: Message) -> int:
     """Bytes ``msg`` takes on the wire; what lane admission reserves for it (§7).
 
     A message is frozen, so the size of the one sent last is kept: sending one instance to
-    many targets, or many times, serializes it once (a one-entry cache keyed by identity;
-    it holds that one message alive).
+    many targets, or many times, serializes it once. The one-entry cache names that message
+    by a weak reference, so it never keeps it alive: a large message is collectable once
+    its turn is over, not at the next send (a dead reference matches no message; a message
+    class that takes no weak reference is simply not cached).
     """
     global _LAST_SIZE
     last = _LAST_SIZE
-    if last[0] is msg:
+    if last[0]() is msg:
         return last[1]
     size = len(wire_bytes(msg))
-    _LAST_SIZE = (msg, size)
+    try:
+        _LAST_SIZE = (ref(msg), size)
+    except TypeError:  # a subclass with __slots__ and no __weakref__
+        _LAST_SIZE = (_dead, 0)
     return size
 
 
@@ -178,11 +199,18 @@ def check_reply(tp: Any, value: Any) -> Any:
     """Check a handler's reply against the request's ``T``; return what the caller receives.
 
     A reply that cannot be encoded as ``T`` raises ``InvalidArgument`` (a reply-encoding
-    failure, execution-model §5).
+    failure, execution-model §5). The check is pydantic's strict mode: an int is a valid
+    ``float`` (received as a float), a bool is not a valid ``int``. An instance of ``T`` is
+    taken as it is, without validation (the common case), except a bool for ``int``: bool is
+    an int subclass to ``isinstance``, not to strict mode.
     """
     if tp is None or tp is Any:
         return value
-    if isinstance(tp, type) and isinstance(value, tp):
+    if (
+        isinstance(tp, type)
+        and isinstance(value, tp)
+        and (tp is not int or type(value) is not bool)
+    ):
         return value
     try:
         return _adapter(tp).validate_python(value, strict=True)
