@@ -73,7 +73,8 @@ class TimerTick:
     ``late_ticks`` counts the due ticks skipped (never delivered) just before this one, measured
     when it is delivered (python-api §11): under SKIP_LATE_TICKS the one tick delivered after a
     stall reports every period it stands for; under CATCH_UP_BOUNDED the first tick delivered
-    reports those beyond the catch-up bound. ``fired_at``: when the timer queued it.
+    reports those beyond the catch-up bound. ``fired_at``: when the tick was delivered, so
+    ``fired_at - scheduled_at`` is how late it ran.
     """
 
     name: str
@@ -125,14 +126,14 @@ class TimerJob(Job):
 
     __slots__ = ("timer",)
 
-    def __init__(self, timer: Timer, fired_at: float) -> None:
+    def __init__(self, timer: Timer, queued_at: float) -> None:
         self.size = 0
-        self.at = fired_at  # when the timer queued it (the tick's ``fired_at``)
+        self.at = queued_at  # when the timer queued it (status: the oldest item's age)
         self.timer = timer
 
     def invoke(self) -> Any:
         timer = self.timer
-        tick = timer.deliver(self.at)
+        tick = timer.deliver()
         if tick is None:
             return None  # cancelled or stopping since it was queued; or nothing due any more
         if timer.options.keeps_alive:
@@ -313,10 +314,11 @@ class Timer:
             self.undelivered += 1
             self.queued += 1
 
-    def pending_tick(self, fired_at: float) -> TimerTick:
-        """What a queued tick would deliver next, as far as known now (relocation's record)."""
+    def pending_tick(self, queued_at: float) -> TimerTick:
+        """What a queued tick would deliver next, as far as known now (relocation's record;
+        the target decides the tick again when it runs, and keeps only ``queued_at``)."""
         with self._lock:
-            return TimerTick(self.name, self.sequence + 1, self.next_due, fired_at, 0)
+            return TimerTick(self.name, self.sequence + 1, self.next_due, queued_at, 0)
 
     def arm(self) -> None:
         self.handle = self.host.rt.infra.call_at(self.next_due, self._fire)
@@ -326,7 +328,7 @@ class Timer:
         if self.handle is not None:
             self.handle.cancel()
 
-    def deliver(self, fired_at: float) -> TimerTick | None:
+    def deliver(self) -> TimerTick | None:
         """On the gate, as a queued tick's turn starts: the tick it delivers (python-api §11).
 
         Lateness is measured now, against the periods due by now: the ones beyond the policy's
@@ -351,7 +353,7 @@ class Timer:
             self.sequence += 1
             self.delivered += 1
             self.late_ticks += late
-            tick = TimerTick(self.name, self.sequence, scheduled, fired_at, late)
+            tick = TimerTick(self.name, self.sequence, scheduled, now, late)
             more = self._reserve(due - late - 1)  # caught-up periods still owed: their ticks
         if late:
             rt.metrics.add("timer_late_ticks", late)

@@ -421,9 +421,9 @@ def test_a_slow_handler_never_has_more_than_one_undelivered_tick_under_skip_late
     release.set()
     assert asked.result(WAIT) == 2  # answered, behind the one queued tick
     node.wait_idle(WAIT)
-    assert [(t.sequence, t.scheduled_at, t.late_ticks) for t in ticks] == [
-        (1, t0 + 1.0, 0),
-        (2, t0 + 101.0, 99),  # delivered at +101: the 99 periods before it are late
+    assert [(t.sequence, t.scheduled_at, t.fired_at, t.late_ticks) for t in ticks] == [
+        (1, t0 + 1.0, t0 + 1.0, 0),
+        (2, t0 + 101.0, t0 + 101.0, 99),  # delivered at +101: the 99 periods before are late
     ]
     assert node._runtime.spots["s"].instance.pokes == 1
     assert timer.late_ticks == 99
@@ -473,7 +473,12 @@ def test_a_tick_queued_on_time_but_delivered_late_counts_its_lateness_at_deliver
     clock.advance(0.5)  # not a period boundary: nothing more comes due
     release.set()
     node.wait_idle(WAIT)
-    assert [(t.sequence, t.scheduled_at, t.late_ticks) for t in ticks][-1] == (2, t0 + 101, 99)
+    assert [(t.sequence, t.scheduled_at, t.fired_at, t.late_ticks) for t in ticks][-1] == (
+        2,
+        t0 + 101,
+        t0 + 101.5,  # fired_at: when it was delivered, though its place was queued at +2
+        99,
+    )
     clock.advance(0.5)  # the schedule keeps its phase: the next is due at +102, on time
     node.wait_idle(WAIT)
     assert [(t.sequence, t.scheduled_at, t.late_ticks) for t in ticks][-1] == (3, t0 + 102, 0)
