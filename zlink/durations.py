@@ -1,4 +1,8 @@
-"""Durations given by users: validated once, at the call site (python-api §9).
+"""Durations given by users: validated once, at the call site (python-api §9 "Durations").
+
+Every ``timeout``/``interval``/``deadline`` argument is a finite number of seconds within
+``MIN_SECONDS .. MAX_SECONDS``; anything else is ``InvalidArgument`` where it is given, so that
+no value the deadline heap (or a thread wait) cannot hold ever reaches the infrastructure thread.
 
 A leaf: imports only ``zlink.errors``.
 """
@@ -7,11 +11,25 @@ from __future__ import annotations
 
 from .errors import InvalidArgument
 
+MIN_SECONDS = 1e-3
+MAX_SECONDS = 1e7
+
 
 def check_seconds(value: object, what: str, *, zero_ok: bool = False) -> float:
-    """A duration: a real number of seconds, positive (or >= 0 with ``zero_ok``), not a bool."""
-    ok = not isinstance(value, bool) and isinstance(value, (int, float))
-    if not ok or not (value >= 0 if zero_ok else value > 0):  # type: ignore[operator]
-        bound = ">= 0" if zero_ok else "positive"
-        raise InvalidArgument(f"{what} is a {bound} number of seconds, got {value!r}")
-    return float(value)  # type: ignore[arg-type]
+    """A duration (python-api §9): a real number of seconds within ``1e-3 .. 1e7``, not a bool;
+    with ``zero_ok`` also exactly 0 (where the API gives 0 a meaning: "at once")."""
+    if not isinstance(value, bool) and isinstance(value, (int, float)):
+        if zero_ok and value == 0:
+            return 0.0
+        if MIN_SECONDS <= value <= MAX_SECONDS:  # False for nan and for +-inf
+            return float(value)
+    zero = " (or 0)" if zero_ok else ""
+    raise InvalidArgument(
+        f"{what} is a finite number of seconds within {MIN_SECONDS:g} .. {MAX_SECONDS:g}{zero},"
+        f" got {value!r}"
+    )
+
+
+def check_timeout(value: object, what: str) -> float | None:
+    """A blocking wait's limit (python-api §9): ``None`` (no limit) or :func:`check_seconds`."""
+    return None if value is None else check_seconds(value, what)

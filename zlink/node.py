@@ -23,6 +23,7 @@ import psutil
 
 from .app import App
 from .config import NodeConfig
+from .durations import check_seconds, check_timeout
 from .errors import (
     DeadlineExceeded,
     InvalidArgument,
@@ -83,7 +84,9 @@ class Node:
         self._state_lock = threading.Lock()
         workers = self.config.workers or default_workers()
         self._pool = WorkerPool(workers, f"zlink-{self.config.node_id}")
-        self._infra = InfraExecutor(self.clock, f"zlink-infra-{self.config.node_id}")
+        self._infra = InfraExecutor(
+            self.clock, f"zlink-infra-{self.config.node_id}", self._infra_failed
+        )
         self._rt = Runtime(
             app,
             node_id=self.config.node_id,
@@ -137,6 +140,10 @@ class Node:
         self._client = Client(self._rt)
         self._subscribers: list[StatusSubscription] = []
 
+    def _infra_failed(self, exc: BaseException) -> None:
+        """A failure the infrastructure thread survived (python-api §9): counted once."""
+        self._rt.metrics.add("infra_task_errors")
+
     @property
     def node_id(self) -> str:
         """This node's id."""
@@ -185,6 +192,7 @@ class Node:
             workers=self._pool.size,
             workers_busy=self._pool.busy,
             infrastructure_backlog=self._infra.backlog(),
+            infrastructure_alive=self._infra.alive,
             worker_calls_in_flight=rt.workers_in_flight,
             counters=rt.metrics.snapshot(),
             spots=len(rt.spots),
@@ -225,7 +233,9 @@ class Node:
     def relocate_spot(self, spot_id: str, target: str, timeout: float | None = None) -> None:
         """Move the User Spot ``spot_id`` (owned here) to node ``target``; blocks until the
         target has committed authority. See ``zlink.relocation.relocator`` for the order and the
-        failure rules; ``timeout`` is in real seconds (default: the request timeout)."""
+        failure rules; ``timeout`` is in real seconds (default: the request timeout; python-api
+        §9: else ``1e-3 .. 1e7``)."""
+        timeout = check_timeout(timeout, "a relocation timeout")
         rt = self._rt
         if self._relocator is None:
             raise InvalidOperation("relocation needs a mesh (store and transport)")
@@ -249,7 +259,9 @@ class Node:
         ``timeout`` (real seconds; default: the request timeout). Afterwards this node refuses
         new calls and creates made on it with ``Unavailable`` but still relays calls routed to
         it to the new owners, and still serves what stayed, until ``shutdown()``.
+        ``timeout``: ``None`` or ``1e-3 .. 1e7`` seconds (python-api §9).
         """
+        timeout = check_timeout(timeout, "a drain timeout")
         rt = self._rt
         if self._state != "running":
             raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")
@@ -293,8 +305,9 @@ class Node:
 
         A turn suspended on a call that has not completed does not count as work; ``busy``
         work items (ones a test keeps blocked on purpose) may still run. ``False`` if
-        ``timeout`` (real seconds) passed first.
+        ``timeout`` (real seconds, ``1e-3 .. 1e7``: python-api §9) passed first.
         """
+        timeout = check_seconds(timeout, "a wait_idle timeout")
         end = time.monotonic() + timeout
         rt = self._rt
         store = rt.router.store_worker if rt.router is not None else None
@@ -320,7 +333,10 @@ class Node:
         """Stop gracefully: refuse new work, finish running turns, fail what waits.
 
         Queued work and calls still waiting fail with ``Unavailable``. Safe to call twice.
+        ``timeout``: ``None`` (``NodeConfig.shutdown_timeout``) or ``1e-3 .. 1e7`` real seconds,
+        checked before anything stops (python-api §9).
         """
+        timeout = check_timeout(timeout, "a shutdown timeout")
         with self._state_lock:
             if self._state in ("stopping", "stopped"):
                 return

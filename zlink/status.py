@@ -56,6 +56,7 @@ class NodeStatus(BaseModel):
     workers: int
     workers_busy: int
     infrastructure_backlog: int
+    infrastructure_alive: bool  # its thread runs (it survives failures: python-api §9)
     worker_calls_in_flight: int
     counters: dict[str, int]
     spots: int

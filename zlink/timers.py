@@ -36,6 +36,10 @@ class OverrunPolicy(Enum):
     SKIP_LATE_TICKS = "skip_late_ticks"  # deliver one tick; count the rest as late
     CATCH_UP_BOUNDED = "catch_up_bounded"  # deliver up to max_catch_up_ticks late ticks too
 
+    # Either way, lateness is measured when a tick is delivered, and the lane never holds more
+    # undelivered ticks of a timer than 1 (SKIP_LATE_TICKS) or max_catch_up_ticks (python-api
+    # §11): see ``Timer``.
+
 
 @dataclass(frozen=True, slots=True)
 class TimerOptions:
@@ -66,9 +70,11 @@ class TimerOptions:
 class TimerTick:
     """One delivered tick: its timer, its sequence, when it was due and when it fired.
 
-    ``late_ticks`` counts the due ticks skipped (never delivered) just before this one: under
-    SKIP_LATE_TICKS the one tick delivered after a stall reports every period it stands for;
-    under CATCH_UP_BOUNDED the first tick delivered reports those beyond the catch-up bound.
+    ``late_ticks`` counts the due ticks skipped (never delivered) just before this one, measured
+    when it is delivered (python-api §11): under SKIP_LATE_TICKS the one tick delivered after a
+    stall reports every period it stands for; under CATCH_UP_BOUNDED the first tick delivered
+    reports those beyond the catch-up bound. ``fired_at``: when the tick was delivered, so
+    ``fired_at - scheduled_at`` is how late it ran.
     """
 
     name: str
@@ -120,23 +126,27 @@ def collect_timer_handlers(cls: type) -> dict[str, Callable[..., Any]]:
 
 
 class TimerJob(Job):
-    """One tick on its owner's application lane."""
+    """A tick of its timer waiting on its owner's application lane.
 
-    __slots__ = ("tick", "timer")
+    Which tick it delivers is decided when its turn runs, not when it was queued (python-api
+    §11): :meth:`Timer.deliver` measures lateness then, against the scheduled times due by now.
+    """
 
-    def __init__(self, timer: Timer, tick: TimerTick) -> None:
+    __slots__ = ("timer",)
+
+    def __init__(self, timer: Timer, queued_at: float) -> None:
         self.size = 0
-        self.at = tick.fired_at
+        self.at = queued_at  # when the timer queued it (status: the oldest item's age)
         self.timer = timer
-        self.tick = tick
 
     def invoke(self) -> Any:
         timer = self.timer
-        if timer.cancelled or timer.host.rt.stopping:
-            return None  # cancelled after this tick was queued: it never reaches the handler
+        tick = timer.deliver()
+        if tick is None:
+            return None  # cancelled or stopping since it was queued; or nothing due any more
         if timer.options.keeps_alive:
             timer.host.touch()  # otherwise a tick is not activity (idle eviction)
-        return timer.fn(timer.host.instance, self.tick)
+        return timer.fn(timer.host.instance, tick)
 
     def finish(self, turn: Turn) -> None:
         self.timer.tick_done()
@@ -148,6 +158,10 @@ class TimerJob(Job):
                 "timer %r of %r failed", self.timer.name, self.timer.host.name, exc_info=turn.error
             )
         turn.barriers = CLOSED
+
+    def discard(self, error: BaseException) -> None:
+        """Never delivered (shutdown, a Spot that did not start): its place is given back."""
+        self.timer.withdraw()
 
 
 class _Metrics(Protocol):
@@ -197,24 +211,37 @@ class TimerHost(Protocol):
 
 
 class Timer:
-    """A registered timer: its schedule on the infrastructure heap and its tick bookkeeping."""
+    """A registered timer: its schedule on the infrastructure heap and its tick bookkeeping.
+
+    Ticks behind a slow handler (python-api §11): the timer never has more undelivered ticks on
+    its lane than its policy's bound (one under SKIP_LATE_TICKS, ``max_catch_up_ticks`` under
+    CATCH_UP_BOUNDED); a queued tick is only a place in the lane. When its turn runs,
+    :meth:`deliver` takes the periods due by then from ``next_due`` on: a tick stands for the
+    newest one (SKIP_LATE_TICKS) or, under CATCH_UP_BOUNDED, the oldest of the newest
+    ``max_catch_up_ticks + 1`` (the others follow as ticks of their own); the periods before it
+    are ``late_ticks``, counted once, per timer and in the node counter ``timer_late_ticks``.
+
+    ``_lock`` guards ``next_due``, ``sequence``, the counts and ``undelivered``/``queued``: the
+    infrastructure thread (:meth:`_fire`) and the gate (:meth:`deliver`) both write them; puts
+    to the lane happen with it released.
+    """
 
     __slots__ = (
         "_lock",
         "cancelled",
         "delivered",
-        "dropped",
         "fn",
         "handle",
         "host",
         "interval",
+        "late_ticks",
         "name",
         "next_due",
         "options",
         "owner",
         "queued",
         "sequence",
-        "skipped",
+        "undelivered",
     )  # fmt: skip
 
     def __init__(
@@ -233,17 +260,73 @@ class Timer:
         self.host = host
         self.owner = owner  # where ticks queue: the host's own lanes, or a timer owner (PerActor)
         self.fn = fn
-        self.next_due = first_due
+        self.next_due = first_due  # the oldest period neither delivered nor counted late
         self.sequence = 0  # the last delivered tick
         self.handle: DeadlineHandle | None = None
         self.cancelled = False
-        self.delivered = self.skipped = self.dropped = 0
+        self.delivered = self.late_ticks = 0
+        self.undelivered = 0  # ticks on the lane whose turn has not run yet (<= the bound)
         self.queued = 0  # ticks admitted and not yet finished (idle eviction ignores these)
-        self._lock = threading.Lock()  # queued has two writers: the infra thread and the gate
+        self._lock = threading.Lock()
+
+    def _bound(self) -> int:
+        """Undelivered ticks the lane may hold for this timer (python-api §11)."""
+        opts = self.options
+        if opts.overrun_policy is OverrunPolicy.CATCH_UP_BOUNDED:
+            return opts.max_catch_up_ticks
+        return 1
+
+    def _due(self, now: float) -> int:
+        """Periods due by ``now`` from ``next_due`` on. Holds ``_lock``."""
+        if now < self.next_due:
+            return 0
+        return int((now - self.next_due) // self.interval) + 1
+
+    def _reserve(self, due: int) -> int:
+        """Places to take on the lane for ``due`` owed periods, taken now. Holds ``_lock``."""
+        n = min(due, self._bound()) - self.undelivered
+        if n <= 0:
+            return 0
+        self.undelivered += n
+        self.queued += n
+        return n
+
+    def _put(self, n: int, now: float) -> None:
+        """Queue ``n`` reserved ticks; a full lane leaves the periods owed (lock released)."""
+        for i in range(n):
+            job = TimerJob(self, now)
+            verdict = self.owner.put_app(job)
+            if verdict == Admission.CLOSED:  # sealed for a move: the tick is pending and moves
+                self.owner.put_unreserved(job, False)
+            elif verdict != Admission.ADMITTED:  # full: its periods stay owed, for later ticks
+                with self._lock:
+                    self.undelivered -= n - i
+                    self.queued -= n - i
+                self.owner.lanes.note_refused()
+                return
 
     def tick_done(self) -> None:
+        """A delivered tick's turn ended."""
         with self._lock:
             self.queued -= 1
+
+    def withdraw(self) -> None:
+        """A queued tick left the lane undelivered (discarded, or moved to another node)."""
+        with self._lock:
+            self.undelivered -= 1
+            self.queued -= 1
+
+    def moved_in(self) -> None:
+        """A tick that was queued on another node is queued here (relocation)."""
+        with self._lock:
+            self.undelivered += 1
+            self.queued += 1
+
+    def pending_tick(self, queued_at: float) -> TimerTick:
+        """What a queued tick would deliver next, as far as known now (relocation's record;
+        the target decides the tick again when it runs, and keeps only ``queued_at``)."""
+        with self._lock:
+            return TimerTick(self.name, self.sequence + 1, self.next_due, queued_at, 0)
 
     def arm(self) -> None:
         self.handle = self.host.rt.infra.call_at(self.next_due, self._fire)
@@ -253,42 +336,53 @@ class Timer:
         if self.handle is not None:
             self.handle.cancel()
 
+    def deliver(self) -> TimerTick | None:
+        """On the gate, as a queued tick's turn starts: the tick it delivers (python-api §11).
+
+        Lateness is measured now, against the periods due by now: the ones beyond the policy's
+        catch-up are skipped and counted in ``late_ticks``. ``None`` when the timer was
+        cancelled or the node stops, or nothing is due any more.
+        """
+        rt = self.host.rt
+        now = rt.clock.now()
+        with self._lock:
+            self.undelivered -= 1
+            if self.cancelled or rt.stopping:
+                return None
+            due = self._due(now)
+            if due == 0:
+                return None
+            allowed = 1  # the tick itself, and under CATCH_UP_BOUNDED the late ones it catches up
+            if self.options.overrun_policy is OverrunPolicy.CATCH_UP_BOUNDED:
+                allowed += self.options.max_catch_up_ticks
+            late = max(0, due - allowed)
+            scheduled = self.next_due + late * self.interval
+            self.next_due = scheduled + self.interval
+            self.sequence += 1
+            self.delivered += 1
+            self.late_ticks += late
+            tick = TimerTick(self.name, self.sequence, scheduled, now, late)
+            more = self._reserve(due - late - 1)  # caught-up periods still owed: their ticks
+        if late:
+            rt.metrics.add("timer_late_ticks", late)
+        if more:
+            self._put(more, now)
+        return tick
+
     def _fire(self) -> None:
-        """On the infrastructure thread: queue the due tick(s) by policy, then re-arm."""
+        """On the infrastructure thread, at a period: queue ticks up to the bound, re-arm."""
         if self.cancelled:
             return
         rt = self.host.rt
         now = rt.clock.now()
-        due = self.next_due
-        late = int((now - due) // self.interval) if now > due else 0  # periods missed
-        opts = self.options
-        catch_up = (
-            min(late, opts.max_catch_up_ticks)
-            if opts.overrun_policy is OverrunPolicy.CATCH_UP_BOUNDED
-            else 0
-        )
-        self.skipped += late - catch_up
-        first = late - catch_up  # periods skipped; the oldest one still delivered
-        for k in range(first, late + 1):
-            self.sequence += 1
-            skipped = first if k == first else 0
-            tick = TimerTick(self.name, self.sequence, due + k * self.interval, now, skipped)
-            with self._lock:
-                self.queued += 1
-            job = TimerJob(self, tick)
-            verdict = self.owner.put_app(job)
-            if verdict == Admission.CLOSED:  # sealed for a move: the tick is pending and moves
-                self.owner.put_unreserved(job, False)
-                verdict = Admission.ADMITTED
-            if verdict == Admission.ADMITTED:
-                self.delivered += 1
-            else:
-                self.tick_done()
-                self.dropped += 1
-                rt.metrics.add("timer_ticks_dropped")
-        self.next_due = due + (late + 1) * self.interval
+        with self._lock:
+            due = self._due(now)
+            n = self._reserve(due)
+            following = self.next_due + due * self.interval  # the first period after now
+        if n:
+            self._put(n, now)
         if not rt.stopping:
-            self.arm()
+            self.handle = rt.infra.call_at(following, self._fire)
 
 
 class TimerHandle:
@@ -307,6 +401,11 @@ class TimerHandle:
     def active(self) -> bool:
         """Whether the timer is still registered."""
         return not self._timer.cancelled
+
+    @property
+    def late_ticks(self) -> int:
+        """Due periods skipped so far, never delivered (python-api §11)."""
+        return self._timer.late_ticks
 
     def cancel(self) -> bool:
         """Cancel the timer; ``False`` if it was already cancelled."""

@@ -327,3 +327,159 @@ def test_a_timer_that_keeps_alive_counts_as_activity_for_idle_eviction(
         clock.advance(1.25)
         node.wait_idle(WAIT)
     assert "alive" in node._runtime.spots
+
+
+class StartSlow(zlink.Message, type_name="t.tm.slow.start"):
+    policy: str = "skip"
+    catch_up: int = 1
+
+
+class Poke(zlink.Message, type_name="t.tm.slow.poke"):
+    pass
+
+
+class Ask(zlink.Request[int], type_name="t.tm.slow.ask"):
+    pass
+
+
+def build_slow_app(
+    ticks: list[TimerTick], entered: threading.Event, release: threading.Event
+) -> zlink.App:
+    """A Spot whose timer handler blocks on its first tick until ``release`` is set."""
+    app = zlink.App("slow-timers")
+
+    @app.user_spot("t.tm.slow")
+    class Slow(zlink.UserSpot):
+        pokes = 0
+
+        @zlink.handler
+        def start(self, msg: StartSlow) -> None:
+            policy = (
+                OverrunPolicy.CATCH_UP_BOUNDED
+                if msg.policy == "catch_up"
+                else OverrunPolicy.SKIP_LATE_TICKS
+            )
+            options = TimerOptions(overrun_policy=policy, max_catch_up_ticks=msg.catch_up)
+            self.handle = self.context.timers.register("slow", 1.0, options=options)
+
+        @zlink.handler
+        def poke(self, msg: Poke) -> None:
+            self.pokes += 1
+
+        @zlink.handler
+        def ask(self, req: Ask) -> int:
+            return len(ticks)
+
+        @zlink.timer_handler("slow")
+        def on_slow(self, tick: TimerTick) -> None:
+            ticks.append(tick)
+            if tick.sequence == 1:
+                entered.set()
+                assert release.wait(WAIT)
+
+    return app
+
+
+def _block_the_first_tick_and_fire(
+    make_node: Any, ticks: list[TimerTick], clock: ManualClock, start: StartSlow, lane: int
+) -> tuple[zlink.Node, threading.Event, float]:
+    """Start the slow timer, block its first tick, then let it fire 100 times more."""
+    entered, release = threading.Event(), threading.Event()
+    node = make_node(build_slow_app(ticks, entered, release), app_lane_items=lane)
+    client = node.client()
+    client.spots.get_or_create("s", "t.tm.slow").wait(WAIT)
+    t0 = clock.now()
+    client.send_to_spot("s", start).submit()
+    node.wait_idle(WAIT)
+    clock.advance(1.0)  # the first tick: its handler blocks the Spot
+    assert entered.wait(WAIT)
+    for _ in range(100):  # the timer fires every interval while its handler is blocked
+        clock.advance(1.0)
+        assert node._runtime.infra.wait_quiet(WAIT)
+    return node, release, t0
+
+
+def _undelivered_ticks(node: zlink.Node) -> int:
+    lanes = node._runtime.spots["s"].owner.lanes
+    return sum(1 for job in lanes.app or () if type(job).__name__ == "TimerJob")
+
+
+def test_a_slow_handler_never_has_more_than_one_undelivered_tick_under_skip_late_ticks(
+    make_node, ticks, clock: ManualClock
+):
+    """python-api §11 "Timers behind a slow handler": lateness is measured when the tick is
+    delivered; under SKIP_LATE_TICKS one undelivered tick at most, the rest are late_ticks."""
+    node, release, t0 = _block_the_first_tick_and_fire(make_node, ticks, clock, StartSlow(), 4)
+    timer = node._runtime.spots["s"].timers["slow"]
+    assert _undelivered_ticks(node) == 1
+    assert timer.undelivered == 1
+    (owner,) = [o for o in node.status().owners if o.owner == "s"]
+    assert owner.app_items == 2  # the running tick and the one queued: never 100
+    client = node.client()
+    client.send_to_spot("s", Poke()).submit()  # application messages still get in
+    asked = client.request_to_spot("s", Ask()).timeout(5).future()
+    release.set()
+    assert asked.result(WAIT) == 2  # answered, behind the one queued tick
+    node.wait_idle(WAIT)
+    assert [(t.sequence, t.scheduled_at, t.fired_at, t.late_ticks) for t in ticks] == [
+        (1, t0 + 1.0, t0 + 1.0, 0),
+        (2, t0 + 101.0, t0 + 101.0, 99),  # delivered at +101: the 99 periods before are late
+    ]
+    assert node._runtime.spots["s"].instance.pokes == 1
+    assert timer.late_ticks == 99
+    assert node._runtime.spots["s"].instance.handle.late_ticks == 99  # the public view
+    assert node.counters().get("timer_late_ticks") == 99
+    assert "timer_ticks_dropped" not in node.counters()
+
+
+def test_a_slow_handler_never_has_more_than_max_catch_up_undelivered_ticks_under_catch_up(
+    make_node, ticks, clock: ManualClock
+):
+    """python-api §11: under CATCH_UP_BOUNDED at most ``max_catch_up_ticks`` undelivered ticks
+    are queued; at delivery the tick stands for up to that many late periods, the rest are
+    late_ticks."""
+    start = StartSlow(policy="catch_up", catch_up=3)
+    node, release, t0 = _block_the_first_tick_and_fire(make_node, ticks, clock, start, 8)
+    timer = node._runtime.spots["s"].timers["slow"]
+    assert _undelivered_ticks(node) == 3
+    assert timer.undelivered == 3
+    (owner,) = [o for o in node.status().owners if o.owner == "s"]
+    assert owner.app_items == 4
+    client = node.client()
+    client.send_to_spot("s", Poke()).submit()
+    asked = client.request_to_spot("s", Ask()).timeout(5).future()
+    release.set()
+    assert asked.result(WAIT) >= 1
+    node.wait_idle(WAIT)
+    assert [(t.sequence, t.scheduled_at, t.late_ticks) for t in ticks] == [
+        (1, t0 + 1.0, 0),
+        (2, t0 + 98.0, 96),  # 3 late periods are caught up, the 96 before them skipped
+        (3, t0 + 99.0, 0),
+        (4, t0 + 100.0, 0),
+        (5, t0 + 101.0, 0),
+    ]
+    assert timer.late_ticks == 96
+    assert node.counters().get("timer_late_ticks") == 96
+    assert timer.undelivered == 0
+
+
+def test_a_tick_queued_on_time_but_delivered_late_counts_its_lateness_at_delivery(
+    make_node, ticks, clock: ManualClock
+):
+    """python-api §11: a tick that waited in the lane behind a slow handler is late when it is
+    delivered, though it was on time when it fired: SKIP_LATE_TICKS delivers the newest due tick
+    instead, and no tick is queued behind it meanwhile."""
+    node, release, t0 = _block_the_first_tick_and_fire(make_node, ticks, clock, StartSlow(), 4)
+    clock.advance(0.5)  # not a period boundary: nothing more comes due
+    release.set()
+    node.wait_idle(WAIT)
+    assert [(t.sequence, t.scheduled_at, t.fired_at, t.late_ticks) for t in ticks][-1] == (
+        2,
+        t0 + 101,
+        t0 + 101.5,  # fired_at: when it was delivered, though its place was queued at +2
+        99,
+    )
+    clock.advance(0.5)  # the schedule keeps its phase: the next is due at +102, on time
+    node.wait_idle(WAIT)
+    assert [(t.sequence, t.scheduled_at, t.late_ticks) for t in ticks][-1] == (3, t0 + 102, 0)
+    assert node._runtime.spots["s"].timers["slow"].late_ticks == 99

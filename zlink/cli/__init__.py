@@ -183,6 +183,7 @@ def status(
         table.add_row("workers busy", f"{s.workers_busy} / {s.workers}")
         table.add_row("spots / actors", f"{s.spots} / {s.actors}")
         table.add_row("infrastructure backlog", str(s.infrastructure_backlog))
+        table.add_row("infrastructure thread", "alive" if s.infrastructure_alive else "DEAD")
         table.add_row("worker calls in flight", str(s.worker_calls_in_flight))
         for key, value in sorted(s.counters.items()):
             table.add_row(key, str(value))
@@ -209,7 +210,7 @@ def bingo_play(
     rooms: Annotated[int, typer.Option(min=1, help="rooms, one game each")] = 4,
     players: Annotated[int, typer.Option(min=1, help="players per room")] = 8,
     nodes: Annotated[int, typer.Option(min=1, help="nodes; rooms move between them")] = 1,
-    draw_ms: Annotated[float, typer.Option(min=0.1, help="milliseconds between draws")] = 5.0,
+    draw_ms: Annotated[float, typer.Option(min=1.0, help="milliseconds between draws")] = 5.0,
     workers: Annotated[int | None, typer.Option(help="worker threads (default: cores)")] = None,
 ) -> None:
     """Play one Bingo game per room on embedded nodes and print a summary; with --nodes K

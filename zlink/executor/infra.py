@@ -7,6 +7,10 @@ Guarantees / assumes:
   submitted here must be short and must not block (timeouts, completions, shutdown steps).
 * The thread runs inside its own ``contextvars.Context`` in which :func:`in_infrastructure` is
   true: the context marker of §13 that makes a wrong-domain call fail instead of waiting.
+* The thread never dies (python-api §9): any exception of a task, of a deadline callback or of
+  its own wait is logged, counted once (``task_errors``, and ``on_error``) and the loop goes on.
+  Deadlines are finite (``call_at`` refuses anything else) and a real-time wait is capped at
+  ``_MAX_WAIT``, so no deadline, however far, asks a lock for a wait it cannot do.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import contextvars
 import heapq
 import itertools
 import logging
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -24,6 +29,8 @@ from .clock import Clock
 
 _log = logging.getLogger("zlink.infra")
 _IN_INFRA: contextvars.ContextVar[bool] = contextvars.ContextVar("zlink_in_infra", default=False)
+_MAX_WAIT = 3600.0  # real seconds the thread sleeps at most before it re-reads its heap
+_FAILED_PAUSE = 0.01  # real seconds it pauses after its own wait failed (no hot loop)
 
 
 def in_infrastructure() -> bool:
@@ -65,9 +72,17 @@ class InfraExecutor:
     waiting").
     """
 
-    def __init__(self, clock: Clock, name: str = "zlink-infra") -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        name: str = "zlink-infra",
+        on_error: Callable[[BaseException], object] | None = None,
+    ) -> None:
+        """``on_error(exc)`` is called on the thread for each failure it survives (a counter)."""
         self._clock = clock
         self._name = name
+        self._on_error = on_error
+        self.task_errors = 0  # failures survived (written by the thread only)
         self._cond = threading.Condition(threading.Lock())
         self._ready: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._heap: list[tuple[float, int, DeadlineHandle]] = []
@@ -99,7 +114,13 @@ class InfraExecutor:
             self._cond.notify()
 
     def call_at(self, deadline: float, fn: Callable[..., Any], *args: Any) -> DeadlineHandle:
-        """Run ``fn(*args)`` on the infrastructure thread once the clock reaches ``deadline``."""
+        """Run ``fn(*args)`` on the infrastructure thread once the clock reaches ``deadline``.
+
+        ``ValueError`` for a deadline that is not a finite number: the heap could not order it
+        (user durations are refused before this, at their call site: python-api §9).
+        """
+        if not math.isfinite(deadline):
+            raise ValueError(f"a deadline is a finite clock time, got {deadline!r}")
         handle = DeadlineHandle(deadline, fn, args, self)
         with self._cond:
             heapq.heappush(self._heap, (deadline, next(self._seq), handle))
@@ -110,6 +131,12 @@ class InfraExecutor:
     def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> DeadlineHandle:
         """Like :meth:`call_at`, ``delay`` seconds from now on the injected clock."""
         return self.call_at(self._clock.now() + delay, fn, *args)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the infrastructure thread runs (status shows it: python-api §9)."""
+        thread = self._thread
+        return thread is not None and thread.is_alive()
 
     def backlog(self) -> int:
         """Immediate tasks not yet run plus live deadlines (a status figure)."""
@@ -167,7 +194,13 @@ class InfraExecutor:
     # -- the infrastructure thread ------------------------------------------------------------
     def _loop(self) -> None:
         while True:
-            batch = self._next_batch()
+            try:
+                batch = self._next_batch()
+            except BaseException as exc:  # noqa: BLE001 - the infrastructure thread never dies
+                self._failed(exc, "the infrastructure thread's wait")
+                with self._cond:
+                    self._cond.wait(_FAILED_PAUSE)
+                continue
             if batch is None:
                 return
             self._run(batch)
@@ -175,13 +208,22 @@ class InfraExecutor:
             # task's arguments may be large (the bytes of a message from another node).
             del batch
 
-    @staticmethod
-    def _run(batch: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+    def _run(self, batch: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
         for fn, args in batch:
             try:
                 fn(*args)
-            except BaseException:  # noqa: BLE001 - the infrastructure thread never dies
-                _log.exception("infrastructure task %r failed", fn)
+            except BaseException as exc:  # noqa: BLE001 - the infrastructure thread never dies
+                self._failed(exc, f"infrastructure task {fn!r}")
+
+    def _failed(self, exc: BaseException, what: str) -> None:
+        """Log and count one failure the thread survives (python-api §9)."""
+        self.task_errors += 1
+        _log.error("%s failed; the infrastructure thread goes on", what, exc_info=exc)
+        if self._on_error is not None:
+            try:
+                self._on_error(exc)
+            except BaseException:  # noqa: BLE001 - nor of its own error counter
+                _log.exception("the infrastructure error hook %r failed", self._on_error)
 
     def _pop_due(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
         """Pop every due (or cancelled) deadline; the due ones' calls. Holds ``_cond``."""
@@ -211,4 +253,5 @@ class InfraExecutor:
                 if self._state != "running":
                     self._state = "stopped"
                     return None
-                self._cond.wait(self._clock.real_wait(heap[0][0]) if heap else None)
+                wait = self._clock.real_wait(heap[0][0]) if heap else None
+                self._cond.wait(None if wait is None else min(wait, _MAX_WAIT))

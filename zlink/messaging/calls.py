@@ -20,7 +20,7 @@ from collections.abc import Generator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from ..durations import check_seconds
+from ..durations import check_seconds, check_timeout
 from ..errors import InvalidArgument, InvalidOperation
 from ..executor import Suspension, Turn, current_turn, in_infrastructure
 from ..types import TargetKind
@@ -159,8 +159,10 @@ class _Completing(_Call, Generic[T]):
         return _Yielding(self)
 
     def wait(self, timeout: float | None = None) -> T:
-        """Outside the runtime: submit and block up to ``timeout`` real seconds."""
+        """Outside the runtime: submit and block up to ``timeout`` real seconds (``None``: no
+        limit but the call's own; python-api §9: else ``1e-3 .. 1e7``, checked first)."""
         _outside_only(f"{type(self).__name__}.wait()")
+        timeout = check_timeout(timeout, "a wait timeout")
         self._terminal()
         return self._submit(self._WAIT_MODE).wait(timeout)  # type: ignore[no-any-return]
 
@@ -240,8 +242,7 @@ class SendCall(MessageCall):
         the message is admitted. ``DeadlineExceeded`` if there was no room in time (nothing was
         queued); ``ResourceExhausted`` at once if too many callers wait for room already."""
         _outside_only("SendCall.wait()")
-        if timeout is not None:
-            timeout = check_seconds(timeout, "a wait timeout")
+        timeout = check_timeout(timeout, "a wait timeout")
         self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
 
     def future(self) -> concurrent.futures.Future[None]:
@@ -294,8 +295,7 @@ class BatchSendCall(_Call):
         """Outside the runtime: as ``SendCall.wait()``, for the whole batch at once (python-api
         §9): returns once every message is admitted; nothing is queued if there was no room."""
         _outside_only("BatchSendCall.wait()")
-        if timeout is not None:
-            timeout = check_seconds(timeout, "a wait timeout")
+        timeout = check_timeout(timeout, "a wait timeout")
         self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
 
     def future(self) -> concurrent.futures.Future[None]:

@@ -287,11 +287,11 @@ class Outbound(RelocatorState):
                 jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic))
             elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
                 jobs += [_message_job(msg, None, item.sender) for msg in item.msgs]
-            elif isinstance(item, TimerJob):
-                t = item.tick
+            elif isinstance(item, TimerJob):  # a place on the lane: the target decides its
+                t = item.timer.pending_tick(item.at)  # tick when it runs (python-api §11)
                 jobs.append(wire.RelocTickJob(t.name, t.sequence, t.scheduled_at, t.fired_at,
                                               t.late_ticks))  # fmt: skip
-                item.timer.tick_done()
+                item.timer.withdraw()
         return tuple(jobs)
 
     def _reopen(self, out: Outgoing, error: BaseException) -> None:

@@ -23,7 +23,7 @@ from ..mesh import wire
 from ..messaging import codec
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire
-from ..timers import TimerJob, TimerTick
+from ..timers import TimerJob
 from ..types import RelocationReadyStatus, TargetKind
 
 if TYPE_CHECKING:
@@ -156,11 +156,9 @@ class Inbound(RelocatorState):
         for job in jobs:
             if isinstance(job, wire.RelocTickJob):
                 timer = obj.timers.get(job.name)
-                if timer is not None:
-                    tick = TimerTick(job.name, job.sequence, job.scheduled_at, job.fired_at,
-                                     job.late_ticks)  # fmt: skip
-                    timer.queued += 1
-                    over |= obj.owner.lanes.put_app_moved(TimerJob(timer, tick), 0)
+                if timer is not None:  # its tick is decided when it runs (python-api §11)
+                    timer.moved_in()
+                    over |= obj.owner.lanes.put_app_moved(TimerJob(timer, job.fired_at), 0)
                 continue
             msg = from_wire(job.message_type, job.payload)
             handler = (obj.spec.subscriptions if job.topic else obj.spec.handlers)[type(msg)]
