@@ -373,3 +373,34 @@ def test_a_send_another_node_cannot_deliver_is_counted_at_both_ends(clock):
         cluster.wait_idle(WAIT)
         assert n1.counters()["sends_dropped_not_found"] == 1
         assert n2.counters()["remote_sends_dropped_not_found"] == 1
+
+
+# -- a blocking wait returns by its deadline (python-api §11; issue fault 2) ------------------
+class Slow(zlink.Request[str], type_name="t.bp.slow"):
+    pass
+
+
+def test_a_blocking_wait_returns_by_its_deadline_and_never_runs_the_handler_itself(make_node):
+    import time
+
+    app = zlink.App("deadline")
+    ran_on: list[str] = []
+
+    @app.user_spot("t.bp.slowpoke")
+    class Slowpoke(zlink.UserSpot):
+        @zlink.handler
+        def slow(self, req: Slow) -> str:
+            ran_on.append(threading.current_thread().name)
+            assert GATE.wait(WAIT)
+            return "late"
+
+    node = make_node(app)
+    client = node.client()
+    client.spots.get_or_create("s", "t.bp.slowpoke").wait(WAIT)
+    t0 = time.monotonic()
+    with pytest.raises(zlink.DeadlineExceeded):
+        client.request_to_spot("s", Slow()).wait(0.2)  # the gate is idle: nobody else waits
+    assert time.monotonic() - t0 < WAIT / 2  # by its deadline, not when the handler ends
+    GATE.set()
+    assert node.wait_idle(WAIT)
+    assert ran_on and ran_on[0] != threading.current_thread().name  # a worker ran it

@@ -95,20 +95,6 @@ class Owner:
         lane, all or nothing, and make the owner ready; see ``OwnerLanes.put_app``."""
         return self.lanes.put_app(job, job.size, job.count)
 
-    def put_app_and_claim(self, job: Job) -> tuple[Admission, Gate | None]:
-        """Like :meth:`put_app`, but when the gate was idle, take it instead of scheduling it.
-
-        Returns the verdict and, if this caller now holds the gate's flag, the gate: the caller
-        must run it (:meth:`Gate.help`). For a plain thread about to block on the result.
-        """
-        verdict = self.lanes.put_app(job, job.size, 1, False)
-        if verdict == ADMITTED and self._flag.acquire(False):
-            gate = self.gate
-            gate.push_held(self)
-            if gate._flag.acquire(False):
-                return verdict, gate
-        return verdict, None
-
     def put_life(self, job: Job) -> Admission:
         """Admit ``job`` to the lifecycle lane and make the owner ready."""
         verdict = self.lanes.put_life(job, job.size)
@@ -262,14 +248,10 @@ class Gate:
 
     def push(self, owner: Owner) -> None:
         """Put a ready owner at the back of the ring; schedule the gate if it was idle."""
-        self.push_held(owner)
+        self._ring.append(owner)
         flag = self._flag
         if not flag.locked() and flag.acquire(False):  # see Owner._flag
             self._pool.submit(self._run)
-
-    def push_held(self, owner: Owner) -> None:
-        """Append to the ring without scheduling (the caller is about to take the flag)."""
-        self._ring.append(owner)
 
     @property
     def busy(self) -> bool:
@@ -277,17 +259,7 @@ class Gate:
         return self._flag.locked()
 
     # -- gate holder ----------------------------------------------------------------------------
-    def help(self, done: Callable[[], bool]) -> None:
-        """Run this gate on the calling thread until ``done()``, then hand it to the pool.
-
-        For a thread that holds the flag (see ``Owner.put_app_and_claim``) and would otherwise
-        block waiting: it runs turns as a worker would, in queue order and under the budget,
-        stopping at the first turn boundary after ``done()`` (execution-model §6, §10: which
-        thread holds the execution right is free; only "one at a time" is the contract).
-        """
-        self._run_batch(done)
-
-    def _run_batch(self, stop: Callable[[], bool] | None = None) -> None:
+    def _run_batch(self) -> None:
         cont = self._cont
         if cont is not None:
             self._cont = None
@@ -338,11 +310,11 @@ class Gate:
                                 _set_current(outer)
                                 self._finish(turn, owner)
                             # The next turn here only if the general checks below would pick
-                            # the same one: no helper, no other owner in the ring, not held, no
-                            # resume, budget left, and the lane rule choosing the application
+                            # the same one: no other owner in the ring, not held, no resume,
+                            # budget left, and the lane rule choosing the application
                             # lane (the lifecycle lane empty: take() is app.popleft(); see
                             # OwnerLanes.take).
-                            if stop is not None or ring or owner._held or owner._resume:
+                            if ring or owner._held or owner._resume:
                                 break
                             started = now()
                             if started >= deadline or lanes.life or not app or not app[0].light:
@@ -361,15 +333,6 @@ class Gate:
                 elif outcome != LIGHT and not self._after(turn, outcome):
                     return  # a regular await keeps the gate; the completion resubmits us
                 settled = outcome == RELEASE_GATE  # a Yield settled (or held) its owner already
-                if stop is not None and stop():
-                    if not settled:
-                        owner._settle()
-                    if not ring:
-                        self._flag.release()
-                        if not ring or not self._flag.acquire(False):
-                            return
-                    self._pool.submit(self._run)  # a helper is done: the pool takes the rest
-                    return
                 started = now()
                 if started >= deadline:
                     if not settled:
@@ -423,11 +386,10 @@ class Gate:
         self._pool.submit(self._run)
 
 
-def run_free(job: Job, pool: WorkerPool, inline: bool = False) -> None:
+def run_free(job: Job, pool: WorkerPool) -> None:
     """Run ``job`` as a turn with no gate (a Channel request: each its own turn, §16).
 
     Both a regular await and Yield simply park the turn; the completion resubmits it.
-    ``inline`` runs the first step on the calling thread (a caller about to block on it).
     """
 
     def deliver(turn: Turn, value: Any, error: BaseException | None) -> None:
@@ -448,7 +410,4 @@ def run_free(job: Job, pool: WorkerPool, inline: bool = False) -> None:
         turn = Turn(job, None)
         _step_free(turn, turn.start())
 
-    if inline:
-        first()
-    else:
-        pool.submit(first)
+    pool.submit(first)

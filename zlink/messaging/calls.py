@@ -43,12 +43,9 @@ class WaitMode(Enum):
     NO_WAIT = "no_wait"  # submitted by a thread outside the runtime, or without waiting
     KEEP_TURN = "keep_turn"  # awaited with the regular terminal: the turn is kept
     YIELD_GATE = "yield_gate"  # awaited with yield_(): the shared gate is released meanwhile
-    HELP = "help"  # a plain thread that will block on the result: it may run the idle gate
 
 
-NO_WAIT, KEEP_TURN, YIELD_GATE, HELP = (
-    WaitMode.NO_WAIT, WaitMode.KEEP_TURN, WaitMode.YIELD_GATE, WaitMode.HELP,
-)  # fmt: skip
+NO_WAIT, KEEP_TURN, YIELD_GATE = WaitMode.NO_WAIT, WaitMode.KEEP_TURN, WaitMode.YIELD_GATE
 
 
 def check_id(what: str, value: object) -> str:
@@ -141,7 +138,6 @@ class _Completing(_Call, Generic[T]):
     """The terminals of a call that completes with a value; subclasses say how to submit."""
 
     __slots__ = ()
-    _WAIT_MODE = NO_WAIT  # what wait() submits as (requests let a blocked caller help)
 
     def _submit(self, mode: WaitMode) -> Completion:
         raise NotImplementedError
@@ -164,7 +160,7 @@ class _Completing(_Call, Generic[T]):
         _outside_only(f"{type(self).__name__}.wait()")
         timeout = check_timeout(timeout, "a wait timeout")
         self._terminal()
-        return self._submit(self._WAIT_MODE).wait(timeout)  # type: ignore[no-any-return]
+        return self._submit(NO_WAIT).wait(timeout)  # type: ignore[no-any-return]
 
     def future(self) -> concurrent.futures.Future[T]:
         """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
@@ -326,7 +322,6 @@ class RequestCall(MessageCall, _Completing[T]):
     """A request whose reply is a ``T``."""
 
     __slots__ = ()
-    _WAIT_MODE = HELP
 
     def timeout(self, seconds: float) -> RequestCall[T]:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""

@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from .ports import LeaseHolder, RelocationPort, RemoteJoinPort
     from .routing import MeshRouter
 from ..messaging.calls import (
-    HELP,
     KEEP_TURN,
     NO_WAIT,
     YIELD_GATE,
@@ -338,22 +337,15 @@ class Runtime:
             self.arm(reply, call.deadline, "no reply in time")
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
-            run_free(job, self.pool, inline=mode == HELP)
+            run_free(job, self.pool)
             return reply  # type: ignore[return-value]
         job.size = wire_size(msg)
-        helped = None
-        if mode == HELP:
-            verdict, helped = owner.put_app_and_claim(job)
-        else:
-            verdict = owner.put_app(job)
+        verdict = owner.put_app(job)  # (a handler never runs at the call site: §6, §11)
         if verdict != ADMITTED:
             assert not isinstance(act, ChannelAct)  # a Channel has no lanes
             if verdict != ADMISSION_CLOSED and (reply is not None or room is not None):
                 return self._wait_for_room(act, job, call, reply, mode, hops, room)
             return self._refused(act, call, reply, mode, hops, force, verdict)
-        if helped is not None:  # the gate was idle: this blocking caller runs it (§10)
-            assert reply is not None
-            helped.help(lambda: reply.done)
         return reply  # type: ignore[return-value]
 
     def _refused(
