@@ -37,3 +37,13 @@ def test_a_card_has_a_free_centre_and_a_line_wins():
     assert has_line(card, set(card[0]))
     assert has_line(card, {card[r][2] for r in range(5)})  # the centre column, free centre
     assert not has_line(card, set())
+
+
+def test_more_players_than_a_room_seats_is_invalid_argument():
+    import pytest
+
+    import zlink
+    from zlink.samples.bingo.spots import MAX_PLAYERS
+
+    with pytest.raises(zlink.InvalidArgument, match="seats"):
+        play(rooms=1, players=MAX_PLAYERS + 1, clock=ManualClock())

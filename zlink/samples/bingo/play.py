@@ -82,6 +82,8 @@ def play(
     """
     if rooms < 1 or players < 1 or nodes < 1:
         raise zlink.InvalidArgument("rooms, players and nodes must each be at least 1")
+    if players > bingo.MAX_PLAYERS:  # the rest would be refused and the game never start
+        raise zlink.InvalidArgument(f"a room seats at most {bingo.MAX_PLAYERS} players")
     tally = _Tally()
     bingo._observers[:] = [tally]
     started = time.perf_counter()
@@ -152,15 +154,12 @@ def _join_players(
     actor_ids: list[str] = []
     for k, room_id in enumerate(room_ids):
         client = cluster.node((home[room_id] + k) % len(cluster.nodes)).client()
-        for start in range(0, players, 100):  # the lobby's lifecycle lane admits 128
-            batch = [
-                client.actors.create("bingo.player").future()
-                for _ in range(min(100, players - start))
-            ]
-            ids = [f.result(timeout).actor_id for f in batch]
-            for actor_id in ids:
-                client.send_to_actor(actor_id, EnterRoom(room_id=room_id)).submit()
-            actor_ids += ids
+        # all at once: creates past the lobby's lifecycle lane (128) wait for room (§9)
+        made = [client.actors.create("bingo.player").future() for _ in range(players)]
+        ids = [f.result(timeout).actor_id for f in made]
+        for actor_id in ids:
+            client.send_to_actor(actor_id, EnterRoom(room_id=room_id)).wait(timeout)
+        actor_ids += ids
     return actor_ids
 
 
