@@ -38,7 +38,7 @@ from .mesh.location import LocationStore
 from .mesh.membership import NodeMembership
 from .mesh.store_worker import StoreWorker
 from .mesh.transport import Transport
-from .messaging.completion import expire
+from .messaging.completion import Admitted, expire
 from .messaging.context import Client
 from .relocation.relocator import Relocator
 from .relocation.remote_join import RemoteJoin
@@ -354,6 +354,8 @@ class Node:
         for handle in self._infra.take_pending():
             if handle.fn is expire:
                 expire(handle.args[0], error)
+            elif getattr(handle.fn, "__func__", None) is Admitted.abandon:  # a wait for room
+                handle.fn(error)
         self._pool.wait_idle(max(0.0, end - time.monotonic()))
         discarded = self._rt.discard_queued()
         if discarded:

@@ -404,3 +404,18 @@ def test_a_blocking_wait_returns_by_its_deadline_and_never_runs_the_handler_itse
     GATE.set()
     assert node.wait_idle(WAIT)
     assert ran_on and ran_on[0] != threading.current_thread().name  # a worker ran it
+
+
+def test_shutdown_ends_a_wait_for_room_in_the_outbox(clock):
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        _blocked(n1)
+        c2 = n2.client()
+        futures = [c2.send_to_spot("hot", Bump(sender=2, n=n)).future() for n in range(200)]
+        assert _until_paused(cluster)
+        assert not futures[-1].done()
+        n2.shutdown(WAIT)
+        for f in futures:
+            with contextlib.suppress(zlink.Unavailable):  # sent before, or refused by the stop
+                f.result(WAIT)
+        GATE.set()
