@@ -220,7 +220,53 @@ class MessageCall(_Call):
         return self
 
 
-class SendCall(MessageCall):
+class _OneWay(_Call):
+    """The terminals of one-way calls besides ``submit()``: each waits for room in a full
+    lane (python-api §9); subclasses say how to submit while waiting (``_queue``)."""
+
+    __slots__ = ()
+
+    def submit(self) -> None:
+        raise NotImplementedError
+
+    def _queue(self, room: Admitted, mode: WaitMode) -> None:
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Outside the runtime: submit, waiting up to ``timeout`` seconds (default
+        ``NodeConfig.admission_timeout``) for room in a full lane; returns once admitted.
+        ``DeadlineExceeded`` if there was no room in time (nothing was queued);
+        ``ResourceExhausted`` at once if too many callers wait for room already."""
+        _outside_only(f"{type(self).__name__}.wait()")
+        timeout = check_timeout(timeout, "a wait timeout")
+        self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
+
+    def future(self) -> concurrent.futures.Future[None]:
+        """Outside the runtime: a future that completes once admitted, waiting for room as
+        ``wait()`` does."""
+        _outside_only(f"{type(self).__name__}.future()")
+        return self._waiting(None, NO_WAIT).future()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        """In a handler: wait for room keeping the turn, then go on; a wait only this turn's
+        own gate could end is ``InvalidOperation``. Outside a turn: as ``submit()``."""
+        if current_turn() is None:
+            self.submit()
+            return None
+        room = self._waiting(None, KEEP_TURN)
+        if not room.done:
+            yield Suspension(False, room.add_callback)
+        room.wait(0)  # raises the wait's error, if it ended with one
+        return None
+
+    def _waiting(self, timeout: float | None, mode: WaitMode) -> Admitted:
+        self._terminal()
+        room = Admitted(timeout)
+        self._queue(room, mode)
+        return room
+
+
+class SendCall(MessageCall, _OneWay):
     """A one-way send; completes when the target lane admits it."""
 
     __slots__ = ()
@@ -232,45 +278,13 @@ class SendCall(MessageCall):
         self._ended = True
         self._rt.submit(self, None, NO_WAIT, 0, False, self._options is None)
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Outside the runtime: submit, waiting up to ``timeout`` seconds (default
-        ``NodeConfig.admission_timeout``) for room in a full lane (python-api §9); returns once
-        the message is admitted. ``DeadlineExceeded`` if there was no room in time (nothing was
-        queued); ``ResourceExhausted`` at once if too many callers wait for room already."""
-        _outside_only("SendCall.wait()")
-        timeout = check_timeout(timeout, "a wait timeout")
-        self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
-
-    def future(self) -> concurrent.futures.Future[None]:
-        """Outside the runtime: a future that completes once the message is admitted, waiting
-        for room as ``wait()`` does (python-api §9)."""
-        _outside_only("SendCall.future()")
-        return self._waiting(None, NO_WAIT).future()
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        """In a handler: wait for room keeping the turn, then go on (python-api §9); a wait
-        only this turn's own gate could end is ``InvalidOperation``. Outside a turn: as
-        ``submit()``."""
-        if current_turn() is None:
-            self.submit()
-            return None
-        room = self._waiting(None, KEEP_TURN)
-        if not room.done:
-            yield Suspension(False, room.add_callback)
-        room.wait(0)  # raises the wait's error, if it ended with one
-        return None
-
-    def _waiting(self, timeout: float | None, mode: WaitMode) -> Admitted:
-        if self._ended:
-            raise InvalidOperation("a call takes exactly one terminal")
-        self._ended = True
-        room = Admitted(timeout)
+    def _queue(self, room: Admitted, mode: WaitMode) -> None:
         self._rt.submit(self, None, mode, room=room)
-        return room
 
 
-class BatchSendCall(_Call):
-    """Several one-way messages to one Spot or Actor, admitted together (all or none)."""
+class BatchSendCall(_OneWay):
+    """Several one-way messages to one Spot or Actor, admitted together (all or none); its
+    ``wait()`` / ``future()`` / ``await`` wait for room for all of them at once."""
 
     __slots__ = ("kind", "msgs", "target")
 
@@ -287,35 +301,8 @@ class BatchSendCall(_Call):
         self._terminal()
         self._rt.submit_many(self)
 
-    def wait(self, timeout: float | None = None) -> None:
-        """Outside the runtime: as ``SendCall.wait()``, for the whole batch at once (python-api
-        §9): returns once every message is admitted; nothing is queued if there was no room."""
-        _outside_only("BatchSendCall.wait()")
-        timeout = check_timeout(timeout, "a wait timeout")
-        self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
-
-    def future(self) -> concurrent.futures.Future[None]:
-        """Outside the runtime: a future that completes once the batch is admitted."""
-        _outside_only("BatchSendCall.future()")
-        return self._waiting(None, NO_WAIT).future()
-
-    def __await__(self) -> Generator[Any, Any, None]:
-        """In a handler: wait for room keeping the turn (python-api §9); outside a turn: as
-        ``submit()``."""
-        if current_turn() is None:
-            self.submit()
-            return None
-        room = self._waiting(None, KEEP_TURN)
-        if not room.done:
-            yield Suspension(False, room.add_callback)
-        room.wait(0)
-        return None
-
-    def _waiting(self, timeout: float | None, mode: WaitMode) -> Admitted:
-        self._terminal()
-        room = Admitted(timeout)
+    def _queue(self, room: Admitted, mode: WaitMode) -> None:
         self._rt.submit_many(self, room, mode)
-        return room
 
 
 class RequestCall(MessageCall, _Completing[T]):
