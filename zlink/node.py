@@ -127,6 +127,7 @@ class Node:
                 (wire.RelocDoneEnvelope, relocator.on_restored),
                 (wire.RelocCommitEnvelope, relocator.on_commit),
                 (wire.RelocOpenedEnvelope, relocator.on_opened),
+                (wire.RelocAbortEnvelope, relocator.on_abort),
                 (wire.JoinAskEnvelope, remote_join.on_ask),
             ):
                 router.handle(kind, handler)

@@ -253,15 +253,22 @@ def test_a_barrier_failure_aborts_the_seal_and_restores_admission_exactly(cluste
     assert n1.client().request_to_spot("room", Total()).wait(WAIT) == 1
 
 
-def test_a_restore_failure_keeps_the_target_sealed_and_picks_no_other_target(cluster):
+def test_a_restore_failure_is_retried_on_the_same_target_then_the_move_is_aborted(cluster):
+    """kotlin-spot-interface: a restore exception "can be retried with the identical payload
+    in the same target process while the target is kept in the sealed state. Another target
+    is not selected automatically"; python-api §11: past its retries the move is aborted."""
     n1, n2, n3 = cluster.nodes
     _make(cluster, "stuck", "t.rl.stuck")
     with pytest.raises(zlink.StateIncompatible, match="restore failed 3 times"):
         n1.relocate_spot("stuck", "node-2", timeout=WAIT)
     assert len(RESTORES) == 3  # retried on the same target with the same payload
-    assert n2._runtime.spots["stuck"].state.value == "sealed"  # not authoritative, admits nothing
+    assert "stuck" not in n2._runtime.spots  # the half-made copy is forgotten
     assert "stuck" not in n3._runtime.spots
     assert cluster.store.lookup("stuck").owner_node == "node-1"  # no commit happened
+    c2 = n2.client()
+    c2.send_to_spot("stuck", Add()).submit()  # served on the source again
+    assert c2.request_to_spot("stuck", Where()).wait(WAIT) == "node-1"
+    assert c2.request_to_spot("stuck", Total()).wait(WAIT) == 1
 
 
 def test_a_null_capture_is_a_contract_violation_and_the_source_stays(cluster):

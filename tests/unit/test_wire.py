@@ -25,6 +25,7 @@ from zlink.mesh.wire import (
     JoinAnswer,
     JoinAskEnvelope,
     JoinGrant,
+    RelocAbortEnvelope,
     RelocChunkEnvelope,
     RelocCommitEnvelope,
     RelocDoneEnvelope,
@@ -131,6 +132,7 @@ SAMPLES: dict[str, Envelope] = {
         source_node="n1", relocation_id=3, authority={"room-1": 5, "actor-1": 2}
     ),
     "reloc_opened": RelocOpenedEnvelope(relocation_id=3),
+    "reloc_abort": RelocAbortEnvelope(source_node="n1", relocation_id=3),
     "join_ask": JoinAskEnvelope(
         target="room-1",
         actor_id="a-1",
@@ -185,7 +187,7 @@ def test_every_kind_round_trips(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 1
+    assert frame["version"] == WIRE_VERSION == 2
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -286,7 +288,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", 1.0, True, None, [1]])
+@pytest.mark.parametrize("version", [0, 1, 3, "2", 2.0, True, None, [2]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""
@@ -406,6 +408,7 @@ WRONG: list[tuple[str, str, object]] = [
     ("reloc_commit", "authority", {"room-1": "5"}),
     ("reloc_commit", "authority", [["room-1", 5]]),
     ("reloc_opened", "relocation_id", 3.0),
+    ("reloc_abort", "source_node", None),
     ("join_ask", "request", '{"seat":3}'),
     ("join_ask", "request", {"message_type": None, "payload": 3}),
 ]

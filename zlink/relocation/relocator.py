@@ -23,7 +23,12 @@ Nothing accepted is refused, lost, run twice or reordered per sender by a move:
 
 Failures: a barrier failure aborts the seal of that generation and restores admission exactly; a
 capture failure keeps the source authoritative; a restore failure keeps the target sealed and is
-retried on the same target with the same payload (never another target).
+retried on the same target with the same payload (never another target). Past its retries the
+move is aborted (python-api §11): the target forgets its half-made copy, and the source, which
+kept what it shipped until the commit, serves again with its queue as it was (what was queued
+before the seal, then the calls parked during the move, in order), its timers going on; the
+caller of the move gets the error. A move aborted after its payload left tells the target so
+(``reloc_abort``); calls the target kept for it go on to the source.
 
 APPLICATION_SIGNALED: a requested move waits for the Spot's next ``relocation_ready().defer()``
 boundary; then the seal and barrier come first of all, and the Spot is told ``CONTINUED`` on
@@ -78,5 +83,5 @@ class Relocator(Outbound, Inbound):
                 # come back through the source, ahead of this node's fence; the rest wait.
                 inc.local.append((call, reply, hops))
             else:
-                self._take_in(inc, (call, reply, hops))
+                self._take_in(inc, (call, reply, hops), bool(hops and call.via == inc.key[0]))
             return True

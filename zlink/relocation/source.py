@@ -5,12 +5,16 @@ Guarantees / assumes:
   admission is closed right after: no producer slips past it.
 * Parked calls are relayed, in arrival order, before the store commits authority; the commit
   (``transfer``) runs on the store thread, its continuation on the infrastructure thread.
+* Until the commit is under way (``Outgoing.relaying``, set under the relocator's lock) the
+  move can be undone (:meth:`Outbound._reopen`): the queue and timers that left are kept and
+  put back, parked calls follow them, nothing accepted is lost or run twice.
 * Lock order (``zlink.lock_order``): route -> relocator -> directory; ``_reopen`` takes route
   first because redelivering a parked call may route it onward.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import replace
@@ -42,6 +46,7 @@ from .state import (
     Outgoing,
     RelocatorState,
     capture_one,
+    restore_timers,
     timers_of,
     typed_error,
 )
@@ -243,39 +248,52 @@ class Outbound(RelocatorState):
         self._send(out, turn.result)
 
     def _send(self, out: Outgoing, states: dict[str, str | None]) -> None:
-        """Queues, timers and states leave for the target, in chunks."""
-        timers = {}
-        for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
-            # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
-            # is recreated and registers what it needs
-            keep = obj is not out.spot or out.spot.shared or out.spot.kind is not SpotKind.USER
-            timers[obj.name] = list(obj.timers.values()) if keep else []
-            obj.cancel_timers()
-        objects = tuple(
-            wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(obj, out.target),
-                             timers_of(timers[obj.name]))
-            for obj in out.objects
-        )  # fmt: skip
-        blob = codec.dumps(states).decode()
-        size = self.chunk_limit
-        chunks = [blob[i : i + size] for i in range(0, len(blob), size)]
+        """Queues, timers and states leave for the target, in chunks. What leaves is kept
+        here too (``Outgoing.taken``) until the commit: a move that does not happen puts it
+        back (:meth:`_reopen`). Done under the relocator's lock, so a withdrawal comes wholly
+        before (nothing leaves) or wholly after (it is all put back, the target told)."""
         act, me = out.spot, self.rt.node_id
-        try:
-            for n, chunk in enumerate(chunks):
-                self.router.post(out.target, wire.RelocChunkEnvelope(me, out.rid, n, chunk))
-            self.router.post(out.target, wire.RelocEnvelope(
-                me, out.rid, out.into or act.spot_id, act.spec.name, act.ref.object_generation,
-                len(chunks), objects, out.signaled, str(out.kind), out.join,
-            ))  # fmt: skip
-        except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
-            _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
-            self._finish(out, exc)
+        with self._lock:
+            if self._out.get(out.rid) is not out:  # withdrawn meanwhile: nothing leaves
+                return
+            out.shipped = True
+            timers = {}
+            for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
+                out.timers[obj.name] = timers_of(list(obj.timers.values()))
+                # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
+                # is recreated and registers what it needs
+                keep = obj is not out.spot or act.shared or act.kind is not SpotKind.USER
+                timers[obj.name] = out.timers[obj.name] if keep else ()
+                obj.cancel_timers()
+            objects = tuple(
+                wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(out, obj),
+                                 timers[obj.name])
+                for obj in out.objects
+            )  # fmt: skip
+            blob = codec.dumps(states).decode()
+            size = self.chunk_limit
+            chunks = [blob[i : i + size] for i in range(0, len(blob), size)]
+            try:
+                for n, chunk in enumerate(chunks):
+                    self.router.post(out.target, wire.RelocChunkEnvelope(me, out.rid, n, chunk))
+                self.router.post(out.target, wire.RelocEnvelope(
+                    me, out.rid, out.into or act.spot_id, act.spec.name,
+                    act.ref.object_generation, len(chunks), objects, out.signaled, str(out.kind),
+                    out.join,
+                ))  # fmt: skip
+                return
+            except Unavailable as exc:  # the target is gone: the move does not happen
+                failed = exc
+        _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, failed)
+        self._reopen(out, failed)
 
-    def _take_jobs(self, obj: SpotAct | ActorAct, target: str) -> tuple[wire.RelocJob, ...]:
-        """Everything queued behind the barrier, in order, as it will be queued on the target."""
+    def _take_jobs(self, out: Outgoing, obj: SpotAct | ActorAct) -> tuple[wire.RelocJob, ...]:
+        """Everything queued behind the barrier, in order, as it will be queued on the target;
+        the items themselves are kept in ``out.taken`` (see :meth:`_put_back`)."""
         from ..runtime.jobs import BatchJob, SendJob
 
         jobs: list[wire.RelocJob] = []
+        taken: list[Any] = []
         for item in obj.owner.drain():
             if isinstance(item, Job) and item.lane != Lane.UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
@@ -283,7 +301,8 @@ class Outbound(RelocatorState):
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us
                     tp = reply_type(type(item.msg))
-                    corr = self.router.register_pending(item.reply, tp, target)
+                    corr = self.router.register_pending(item.reply, tp, out.target)
+                    out.corrs.append(corr)
                 jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic))
             elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
                 jobs += [_message_job(msg, None, item.sender) for msg in item.msgs]
@@ -292,38 +311,79 @@ class Outbound(RelocatorState):
                 jobs.append(wire.RelocTickJob(t.name, t.sequence, t.scheduled_at, t.fired_at,
                                               t.late_ticks))  # fmt: skip
                 item.timer.tick_done()
+            else:
+                continue
+            taken.append(item)
+        out.taken.append((obj, taken))
         return tuple(jobs)
 
-    def _reopen(self, out: Outgoing, error: BaseException) -> None:
-        """The barrier failed: parked calls run here first, then admission reopens."""
+    def _reopen(self, out: Outgoing, error: BaseException) -> bool:
+        """The move does not happen (a failed barrier or capture, a target gone before the
+        commit, a restore that kept failing): the Spot serves here again as it was. What left
+        for the target is queued again first, in its order, with its timers; then the calls
+        parked at the seal, in arrival order; then admission reopens; the target is told to
+        forget its copy, and the caller gets ``error`` (python-api §11). ``False`` (nothing
+        done) once the commit is under way or the move already ended."""
         from ..runtime.acts import READY
 
         # lock order: route -> relocator (redelivery may route a parked call onward)
         with self.router.route_lock, self._lock:
-            for obj in out.objects:
-                obj.owner.lanes.set_closed(False)
+            if self._out.get(out.rid) is not out or out.relaying:
+                return False
             self._forget_out(out)
-            for env in out.parked:  # still sealed: these go first, in arrival order
-                self.router.redeliver(env, force=True)
-            out.parked.clear()
-            for obj in out.objects:
-                obj.state = READY
             if out.signaled:  # told before anything it held back runs
                 self.rt.relocation_ready_completed(
                     out.spot, RelocationReadyStatus.CONTINUED, typed_error(error)
                 )
+            if out.shipped:
+                self._put_back(out)
+            for obj in out.objects:
+                obj.owner.lanes.set_closed(False)
+            for env in out.parked:  # still sealed: these go next, in arrival order
+                self.router.redeliver(env, force=True)
+            out.parked.clear()
+            for obj in out.objects:
+                obj.state = READY
+            if out.shipped:
+                with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
+                    self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
         out.done.set(None, typed_error(error))
+        return True
+
+    def _put_back(self, out: Outgoing) -> None:
+        """(Relocator lock held.) What left for the target is queued here again, as it was:
+        each object's queue in its order (reserved again: it was admitted here once, §7), its
+        timers with the same sequence and next due time; queued requests are answered here."""
+        for corr in out.corrs:  # their callers wait for this node's turns again
+            self.router.forget_pending(corr)
+        for obj, items in out.taken:
+            lanes = obj.owner.lanes
+            timers = {t.name: t for t in restore_timers(obj, out.timers.get(obj.name, ()))}
+            for item in items:
+                if isinstance(item, TimerJob):
+                    timer = timers.get(item.tick.name)
+                    if timer is not None:  # a tick that was pending goes on as it was
+                        timer.queued += 1
+                        lanes.put_app_moved(TimerJob(timer, item.tick), 0)
+                else:
+                    lanes.put_app_moved(item, item.size, item.count)
+            for timer in timers.values():
+                timer.arm()
+        out.taken.clear()
+        out.corrs.clear()
 
     def on_restored(self, env: wire.RelocDoneEnvelope) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
         out = self._out.get(env.relocation_id)
         if out is None or out.relaying:  # gone, or a repeat while the commit is under way
             return
-        if env.error is not None:  # the target stays sealed; so does this node (nothing is lost)
-            self._finish(out, StateIncompatible(env.error))
+        if env.error is not None:  # it gave up (and forgot its copy): the Spot stays here
+            self._reopen(out, StateIncompatible(env.error))
             return
         router, rt = self.router, self.rt
         with self._lock:  # before the commit, in arrival order: per-sender order holds
+            if self._out.get(out.rid) is not out or out.relaying:  # withdrawn meanwhile
+                return
             for parked in out.parked:
                 self._relay(out, parked)
             out.parked.clear()

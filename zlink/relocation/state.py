@@ -43,11 +43,20 @@ class Outgoing:
     objects: list[SpotAct | ActorAct]
     target: str
     done: Completion
-    relaying: bool = False  # parked calls went to the target; later ones follow at once
+    # the point of no return: parked calls went to the target and the commit is under way
+    # (later calls follow at once); until then the move can still be withdrawn
+    relaying: bool = False
     signaled: bool = False  # APPLICATION_SIGNALED: the Spot gets CONTINUED or RELOCATED
     into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
     join: wire.JoinGrant | None = None  # ... and the accepted join's reply, as sent
     parked: list[Relayable] = field(default_factory=list)
+    # What left for the target, kept here until the commit so a move that does not happen
+    # puts it back as it was (python-api §11): each object's queue, in order, its timers,
+    # and the correlation ids its queued requests await the target's replies under.
+    shipped: bool = False
+    taken: list[tuple[SpotAct | ActorAct, list[Any]]] = field(default_factory=list)
+    timers: dict[str, tuple[wire.RelocTimer, ...]] = field(default_factory=dict)
+    corrs: list[int] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -69,6 +78,10 @@ class Arriving:
     fences: set[str] = field(default_factory=set)  # this node's fences still travelling
     early: list[Held] = field(default_factory=list)  # relayed before the restore finished
     local: list[Held] = field(default_factory=list)  # made here: wait for this node's fences
+    # not relayed by the source, past any fence: admitted when it opens (a move withdrawn
+    # before its commit sends them on to the source whole, python-api §8)
+    waiting: list[Held] = field(default_factory=list)
+    forgotten: bool = False  # withdrawn or given up: what was made of it is dropped
 
     @property
     def members(self) -> list[ActorAct]:
@@ -92,10 +105,15 @@ class RelocatorState:
         self._in_ids: dict[str, Arriving] = {}
         self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
 
-    def _take_in(self, inc: Arriving, held: Held) -> None:
-        """A call for an arriving target that may go in now: queued (held) if the target is
-        restored, else kept until the moved queue is in (it goes in right after)."""
-        if inc.restored:
+    def _take_in(self, inc: Arriving, held: Held, relayed: bool) -> None:
+        """A call for an arriving target that may go in now. One the source relayed (it
+        relays only once the commit is under way) is queued (held) behind the moved queue if
+        the target is restored, else kept until the moved queue is in (it goes in right
+        after). Any other waits for the commit (admitted when the target opens), so a move
+        withdrawn before it can still send it on whole to the source."""
+        if not (relayed or inc.committed):
+            inc.waiting.append(held)
+        elif inc.restored:
             self._admit(held)
         else:
             inc.early.append(held)
