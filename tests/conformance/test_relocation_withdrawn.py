@@ -33,10 +33,24 @@ class Seen(zlink.Request[dict[str, list[int]]], type_name="t.rw.seen"):
     pass
 
 
+class Block(zlink.Message, type_name="t.rw.block"):
+    pass
+
+
+class Beat(zlink.Message, type_name="t.rw.beat"):
+    pass
+
+
+class Beats(zlink.Request[list[str]], type_name="t.rw.beats"):
+    pass
+
+
 HANDLED: list[tuple[str, str, str, int]] = []  # (node, spot, sender, seq), every node
 RESTORING = threading.Event()  # a restore has started on the target
 RESTORE_GO = threading.Event()  # ... and may go on
 RESTORES: list[int] = []
+BLOCK = threading.Event()  # a running handler holds its Spot's gate until this is set
+BLOCKING = threading.Event()
 
 
 def _node() -> str:
@@ -55,10 +69,21 @@ class FailingRestore(zlink.JsonStateAdapter):
         raise RuntimeError("cannot restore")
 
 
+class SlowRestore(zlink.JsonStateAdapter):
+    """A restore that waits for the test, then succeeds."""
+
+    def restore(self, instance: Any, data: bytes) -> None:
+        RESTORES.append(1)
+        RESTORING.set()
+        assert RESTORE_GO.wait(WAIT)
+        super().restore(instance, data)
+
+
 class Room(zlink.UserSpot):
     def __init__(self, context: zlink.SpotContext) -> None:
         super().__init__(context)
         self.seen: dict[str, list[int]] = {}
+        self.beats: list[str] = []  # "node:sequence" of every tick handled
 
     @zlink.handler
     def add(self, msg: Add) -> None:
@@ -69,11 +94,34 @@ class Room(zlink.UserSpot):
     def get_seen(self, req: Seen) -> dict[str, list[int]]:
         return self.seen
 
+    @zlink.handler
+    def block(self, msg: Block) -> None:
+        BLOCKING.set()
+        assert BLOCK.wait(WAIT)
+
+    @zlink.handler
+    def beat(self, msg: Beat) -> None:
+        self.context.timers.register("beat", 1.0)
+
+    @zlink.timer_handler("beat")
+    def on_beat(self, tick: zlink.TimerTick) -> None:
+        self.beats.append(f"{_node()}:{tick.sequence}")
+
+    @zlink.handler
+    def get_beats(self, req: Beats) -> list[str]:
+        return self.beats
+
 
 def build_app() -> zlink.App:
     app = zlink.App("withdrawn")
     app.user_spot("t.rw.stuck", relocation=zlink.Relocation.preserve_state(FailingRestore))(
         type("Stuck", (Room,), {})
+    )
+    app.user_spot("t.rw.slow", relocation=zlink.Relocation.preserve_state(SlowRestore))(
+        type("Slow", (Room,), {})
+    )
+    app.user_spot("t.rw.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))(
+        type("Plain", (Room,), {})
     )
     return app
 
@@ -84,13 +132,49 @@ def _reset() -> None:
     RESTORING.clear()
     RESTORE_GO.clear()
     RESTORES.clear()
+    BLOCK.clear()
+    BLOCKING.clear()
 
 
 @pytest.fixture
 def cluster(clock: ManualClock):
-    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, request_timeout=20.0) as c:
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, request_timeout=20.0,
+                      lease_seconds=1e6) as c:  # fmt: skip
         yield c
     RESTORE_GO.set()
+    BLOCK.set()
+
+
+class Mover:
+    """``node.relocate_spot`` on a thread of its own; ``sealed`` is set once the seal is on."""
+
+    def __init__(self, node: zlink.Node, spot_id: str, target: str, timeout: float) -> None:
+        self.sealed = threading.Event()
+        self.outcome: list[BaseException | None] = []
+        relocator = node._runtime.relocator
+        seal = relocator.seal
+
+        def sealing(*args: Any, **kwargs: Any) -> None:
+            seal(*args, **kwargs)
+            self.sealed.set()
+
+        relocator.seal = sealing
+
+        def move() -> None:
+            try:
+                node.relocate_spot(spot_id, target, timeout=timeout)
+            except zlink.ZLinkError as exc:
+                self.outcome.append(exc)
+            else:
+                self.outcome.append(None)
+
+        self.thread = threading.Thread(target=move, daemon=True)
+        self.thread.start()
+
+    def result(self) -> BaseException | None:
+        self.thread.join(WAIT)
+        assert self.outcome, "relocate_spot did not return"
+        return self.outcome[0]
 
 
 class Senders:
@@ -149,3 +233,79 @@ def test_a_restore_that_keeps_failing_aborts_the_move_and_the_source_serves_ever
     assert cluster.store.lookup("stuck").owner_node == "node-1"
     cluster.wait_idle(WAIT)
     assert act.owner.lanes.reserved() == (0, 0, 0, 0)  # admission restored exactly
+
+
+def test_a_move_whose_deadline_passes_behind_a_running_handler_is_withdrawn(cluster, clock):
+    """python-api §8: "A DeadlineExceeded from either means the move did not happen (it was
+    withdrawn and admission restored), never that it may still complete later." The barrier
+    waits behind a handler that is still running; the deadline (on the node's clock) passes
+    first: the seal is lifted, what was parked runs on the source after what was queued."""
+    n1, n2, _ = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("room", "t.rw.room").wait(WAIT)
+    senders = Senders(cluster, "room")
+    senders.send(1)
+    c1.send_to_spot("room", Beat()).submit()
+    cluster.wait_idle(WAIT)
+    c1.send_to_spot("room", Block()).submit()
+    assert BLOCKING.wait(WAIT)  # the gate is taken by a running handler
+    senders.send(10)  # queued behind it
+    mover = Mover(n1, "room", "node-2", timeout=10.0)
+    assert mover.sealed.wait(WAIT)
+    senders.send(10)  # parked at the seal
+    clock.advance(10.0)  # the deadline passes before the barrier could run
+    assert isinstance(mover.result(), zlink.DeadlineExceeded)
+    act = n1._runtime.spots["room"]
+    assert act.state.value == "ready"  # admission restored, while the handler still runs
+    senders.send(10)
+    BLOCK.set()
+    cluster.wait_idle(WAIT)
+    senders.check_handled_once_in_order_on("node-1")
+    assert "room" not in n2._runtime.spots and n1._runtime.spots["room"] is act
+    assert cluster.store.lookup("room").owner_node == "node-1"
+    assert n1.counters().get("relocated_out", 0) == 0  # and it never completes later
+    clock.advance(1.0)  # the timer goes on, on the source
+    cluster.wait_idle(WAIT)
+    beats = c1.request_to_spot("room", Beats()).wait(WAIT)
+    assert beats and {b.split(":")[0] for b in beats} == {"node-1"}
+    assert act.owner.lanes.reserved() == (0, 0, 0, 0)
+
+
+def test_a_move_whose_deadline_passes_while_the_target_restores_is_withdrawn(cluster, clock):
+    """python-api §8: withdrawn also once the payload left: the target's half-made copy is
+    dropped, the queue that left runs on the source in its order (its queued request is
+    answered there), then what was parked, then what came after; its timer goes on there."""
+    n1, n2, _ = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("slow", "t.rw.slow").wait(WAIT)
+    senders = Senders(cluster, "slow")
+    senders.send(1)
+    c1.send_to_spot("slow", Beat()).submit()
+    cluster.wait_idle(WAIT)
+    clock.advance(1.0)
+    cluster.wait_idle(WAIT)
+    act = n1._runtime.spots["slow"]
+    assert act.gate._flag.acquire(False)  # hold the gate: these wait in the source's queue
+    senders.send(10)
+    asked = senders.clients[1].request_to_spot("slow", Seen()).future()
+    cluster.wait_idle(WAIT)
+    mover = Mover(n1, "slow", "node-2", timeout=10.0)
+    assert mover.sealed.wait(WAIT)
+    n1._runtime.pool.submit(act.gate._run)  # the barrier turn: the queue leaves for node-2
+    assert RESTORING.wait(WAIT)  # node-2 restores, and takes its time
+    senders.send(10)  # parked at the source; node-2's own wait on node-2
+    clock.advance(10.0)
+    assert isinstance(mover.result(), zlink.DeadlineExceeded)
+    RESTORE_GO.set()  # the restore ends after the move was withdrawn: its copy is dropped
+    senders.send(10)
+    cluster.wait_idle(WAIT)
+    assert asked.result(WAIT)["1"] == list(range(11))  # answered once, by the source
+    senders.check_handled_once_in_order_on("node-1")
+    assert "slow" not in n2._runtime.spots and n1._runtime.spots["slow"] is act
+    assert n2.counters().get("relocations_forgotten") == 1
+    assert cluster.store.lookup("slow").owner_node == "node-1"
+    clock.advance(1.0)
+    cluster.wait_idle(WAIT)
+    beats = c1.request_to_spot("slow", Beats()).wait(WAIT)
+    assert beats[0] == "node-1:1" and beats[-1].startswith("node-1:") and len(beats) >= 3
+    assert act.owner.lanes.reserved() == (0, 0, 0, 0)

@@ -30,6 +30,12 @@ before the seal, then the calls parked during the move, in order), its timers go
 caller of the move gets the error. A move aborted after its payload left tells the target so
 (``reloc_abort``); calls the target kept for it go on to the source.
 
+Deadlines (python-api §8): a move whose deadline passes (on the node's clock, or the caller's
+wait in real seconds) before its commit is under way is withdrawn the same way, and its caller
+gets ``DeadlineExceeded``, which therefore always means the move did not happen; once the
+commit is under way (the point of no return: parked calls relayed, the store asked) the move
+finishes and its own outcome is the answer.
+
 APPLICATION_SIGNALED: a requested move waits for the Spot's next ``relocation_ready().defer()``
 boundary; then the seal and barrier come first of all, and the Spot is told ``CONTINUED`` on
 the source (no move waiting, or it failed) or ``RELOCATED`` on the target, before anything it

@@ -20,7 +20,14 @@ import threading
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
+from ..errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    InvalidOperation,
+    StateIncompatible,
+    Unavailable,
+    ZLinkError,
+)
 from ..executor import Job, Lane, Turn
 from ..mesh import wire
 from ..mesh.location import Location
@@ -57,11 +64,13 @@ _log = logging.getLogger("zlink.relocation")
 class Outbound(RelocatorState):
     """Moves leaving this node."""
 
-    def start(self, act: SpotAct, target: str) -> Completion:
+    def start(self, act: SpotAct, target: str, timeout: float | None = None) -> Completion:
         """Seal ``act`` and its members and queue the barrier turn; done once committed.
 
         An ``APPLICATION_SIGNALED`` Spot is only asked: the move waits for its next
-        ``relocation_ready().defer()`` boundary (see :meth:`signaled`).
+        ``relocation_ready().defer()`` boundary (see :meth:`signaled`). ``timeout``: seconds on
+        the node's clock after which a move that has not reached its commit is withdrawn
+        (:meth:`withdraw`; python-api §8): ``done`` then fails with ``DeadlineExceeded``.
         """
         spec = act.spec
         if act.kind is SpotKind.ENTRY:
@@ -73,19 +82,54 @@ class Outbound(RelocatorState):
         if not self.router.transport.reachable(target):  # before anything is sealed
             raise Unavailable(f"node {target!r} is not reachable from {self.rt.node_id}")
         done = Completion()
-        if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
+        if timeout is not None:  # cancelled when done completes
+            done.timer = self.rt.infra.call_later(timeout, self._overdue, act.spot_id, done,
+                                                  timeout)  # fmt: skip
+        try:
+            self._begin(act, target, done)
+        except BaseException:  # refused before anything was sealed: no deadline either
+            if done.timer is not None:
+                done.timer.cancel()
+            raise
+        return done
+
+    def _begin(self, act: SpotAct, target: str, done: Completion) -> None:
+        if act.spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
             with self._lock:
                 if act.spot_id in self._wanted:
                     raise Unavailable(f"a move of {act.spot_id!r} already waits for its signal")
                 self._wanted[act.spot_id] = (target, done)
-            return done
+            return
         if act.kind is SpotKind.USER and not act.shared:  # PER_ACTOR: shell, then each Actor
             shell = Completion()
             shell.add_callback(lambda _v, error: self._shell_moved(act, target, done, error))
-            self.seal(act, target, shell, signaled=False)
-            return done
+            self.seal(act, target, shell, signaled=False, caller=done)
+            return
         self.seal(act, target, done, signaled=False)
-        return done
+
+    def _overdue(self, spot_id: str, done: Completion, timeout: float) -> None:
+        """(Infrastructure thread.) The move's deadline passed on the node's clock."""
+        self.withdraw(spot_id, done, DeadlineExceeded(
+            f"the move of {spot_id!r} did not finish within {timeout:g} s; it was withdrawn"
+        ))  # fmt: skip
+
+    def wait_move(self, spot_id: str, done: Completion, seconds: float, grace: float) -> None:
+        """Block the calling thread for the outcome of the move ``done`` stands for: return
+        once it happened, raise why it did not. After ``seconds`` (real time; its deadline on
+        the node's clock withdraws it as well) a move not yet at its commit is withdrawn and
+        this raises ``DeadlineExceeded``, which always means the move did not happen
+        (python-api §8). One past its point of no return is waited for up to ``grace`` more
+        seconds; one that still does not confirm then raises ``Unavailable``."""
+        if not _settles(done, seconds):
+            error = DeadlineExceeded(
+                f"the move of {spot_id!r} did not finish within {seconds:g} s; it was withdrawn"
+            )
+            if not self.withdraw(spot_id, done, error) and not _settles(done, grace):
+                raise Unavailable(
+                    f"the move of {spot_id!r} is past its commit but did not confirm it "
+                    f"within {seconds + grace:g} s"
+                )
+        done.wait(0)  # its outcome: returns, or raises why it did not happen
 
     def _shell_moved(
         self, act: SpotAct, target: str, done: Completion, error: BaseException | None
@@ -137,13 +181,24 @@ class Outbound(RelocatorState):
         except ZLinkError as exc:
             attempt.set(None, exc)
 
-    def withdraw(self, spot_id: str, done: Completion) -> bool:
-        """Give up a move still waiting for its signal; ``False`` if it started meanwhile."""
+    def withdraw(self, spot_id: str, done: Completion, error: ZLinkError) -> bool:
+        """Withdraw the move ``done`` stands for, unless it ended or its commit is under way
+        (python-api §8): one still waiting for its signal is forgotten; a sealed one is undone
+        as a failed one is (:meth:`_reopen`: admission restored, its queue and the calls it
+        parked served here in order, the target told to forget its copy). ``True`` when
+        withdrawn: ``done`` then fails with ``error`` and the move never happens."""
         with self._lock:
             if self._wanted.get(spot_id, (None, None))[1] is done:
                 del self._wanted[spot_id]
-                return True
-            return False
+                out = None
+            else:
+                out = next((o for o in self._out.values() if done in (o.done, o.caller)), None)
+                if out is None:
+                    return False
+        if out is None:
+            done.set(None, error)
+            return True
+        return self._reopen(out, error)
 
     def signaled(self, act: SpotAct) -> bool:
         """The Spot reached a ``relocation_ready()`` boundary: start a waiting move now.
@@ -170,10 +225,13 @@ class Outbound(RelocatorState):
         signaled: bool,
         unit: ActorAct | None = None,
         join: tuple[str, wire.JoinGrant] | None = None,
+        caller: Completion | None = None,
     ) -> None:
         """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
         Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
-        Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn."""
+        Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn.
+        ``caller``: what the caller of the move waits on, when not ``done`` (a PER_ACTOR
+        Spot's shell move is one step of it)."""
         from ..runtime.acts import READY, SEALED
         from ..runtime.jobs import LifeJob
 
@@ -194,9 +252,8 @@ class Outbound(RelocatorState):
                     )
             if any(o.state != READY for o in objects):
                 raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
-            out = Outgoing(
-                next(self._ids), unit or act, act, objects, target, done, signaled=signaled
-            )
+            out = Outgoing(next(self._ids), unit or act, act, objects, target, done,
+                           signaled=signaled, caller=caller)  # fmt: skip
             if join is not None:
                 out.into, out.join = join
             for obj in objects:
@@ -226,6 +283,8 @@ class Outbound(RelocatorState):
         from ..runtime.jobs import LifeJob
 
         act = out.spot
+        if self._out.get(out.rid) is not out:  # withdrawn before its barrier: nothing to do
+            return {}
         if out.kind == TargetKind.SPOT and act.shared:
             if set(act.members) != {o.name for o in out.objects if o is not act}:
                 raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
@@ -467,6 +526,13 @@ class Outbound(RelocatorState):
     def _relay(self, out: Outgoing, env: Relayable) -> None:
         """Hand a call or fence that met the move on to the target, as one more hop."""
         self.router.post(out.target, replace(env, hops=env.hops + 1, via=self.rt.node_id))
+
+
+def _settles(done: Completion, seconds: float) -> bool:
+    """Whether ``done`` has its outcome within ``seconds`` of real time."""
+    with contextlib.suppress(Exception):  # its outcome is read by the caller
+        done.wait(seconds)
+    return done.done
 
 
 def _message_job(

@@ -50,6 +50,7 @@ class Outgoing:
     into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
     join: wire.JoinGrant | None = None  # ... and the accepted join's reply, as sent
     parked: list[Relayable] = field(default_factory=list)
+    caller: Completion | None = None  # what the move's caller waits on, if not ``done``
     # What left for the target, kept here until the commit so a move that does not happen
     # puts it back as it was (python-api §11): each object's queue, in order, its timers,
     # and the correlation ids its queued requests await the target's replies under.
