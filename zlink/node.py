@@ -342,6 +342,7 @@ class Node:
         for handle in self._infra.take_pending():
             if handle.fn is expire:
                 expire(handle.args[0], error)
+        self._rt.cancel_suspended()  # the closing deadlines left the heap too: due now
         self._pool.wait_idle(max(0.0, end - time.monotonic()))
         discarded = self._rt.discard_queued()
         if discarded:

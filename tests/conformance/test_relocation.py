@@ -240,17 +240,21 @@ def test_a_capture_failure_keeps_the_source_authoritative_and_admitting(cluster)
     assert cluster.store.lookup("boom").owner_node == "node-1"
 
 
-def test_a_barrier_failure_aborts_the_seal_and_restores_admission_exactly(cluster):
+def test_a_move_that_cannot_reach_its_barrier_in_time_restores_admission_exactly(cluster):
+    """python-api §11: the barrier waits for a suspended continuation; a move whose deadline
+    passes first (here the caller's wait, in real seconds: a bounded negative) is withdrawn,
+    the seal lifted and admission restored exactly (kotlin-spot-interface)."""
     n1, _, _ = cluster.nodes
     _make(cluster, "room", "t.rl.room")
     slow = n1.client().request_to_spot("room", Slow()).future()  # a Yield in flight
     assert HOLDING.wait(WAIT)  # its call runs, so the Yield was counted before it was sent
-    with pytest.raises(zlink.Unavailable, match="barrier"):
-        n1.relocate_spot("room", "node-2", timeout=WAIT)
+    with pytest.raises(zlink.DeadlineExceeded, match="withdrawn"):
+        n1.relocate_spot("room", "node-2", timeout=0.05)
     n1.client().send_to_spot("room", Add()).submit()  # admission is back
     HOLD.set()
     assert slow.result(WAIT) == "held"
     assert n1.client().request_to_spot("room", Total()).wait(WAIT) == 1
+    assert n1.client().request_to_spot("room", Where()).wait(WAIT) == "node-1"
 
 
 def test_a_restore_failure_is_retried_on_the_same_target_then_the_move_is_aborted(cluster):

@@ -45,12 +45,23 @@ class Beats(zlink.Request[list[str]], type_name="t.rw.beats"):
     pass
 
 
+class Slow(zlink.Request[str], type_name="t.rw.slow"):
+    pass
+
+
+class Hold(zlink.Request[str], type_name="t.rw.hold"):
+    pass
+
+
 HANDLED: list[tuple[str, str, str, int]] = []  # (node, spot, sender, seq), every node
 RESTORING = threading.Event()  # a restore has started on the target
 RESTORE_GO = threading.Event()  # ... and may go on
 RESTORES: list[int] = []
 BLOCK = threading.Event()  # a running handler holds its Spot's gate until this is set
 BLOCKING = threading.Event()
+HOLD = threading.Event()  # the call a handler Yields on completes once this is set
+HOLDING = threading.Event()
+LOG: list[str] = []
 
 
 def _node() -> str:
@@ -111,6 +122,15 @@ class Room(zlink.UserSpot):
     def get_beats(self, req: Beats) -> list[str]:
         return self.beats
 
+    @zlink.handler
+    async def slow(self, req: Slow) -> str:
+        LOG.append(f"slow:start@{_node()}")
+        out: str = await self.context.outbound.request("t.rw.api", Hold()).yield_()
+        turn = zlink.executor.current_turn()
+        assert turn is not None and turn.owner is not None
+        LOG.append(f"slow:resumed@{_node()}:{turn.owner.ref.state.value}")
+        return f"{out}@{_node()}"
+
 
 def build_app() -> zlink.App:
     app = zlink.App("withdrawn")
@@ -123,6 +143,18 @@ def build_app() -> zlink.App:
     app.user_spot("t.rw.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))(
         type("Plain", (Room,), {})
     )
+
+    @app.channel("t.rw.api")
+    class Api:
+        def __init__(self, context: zlink.ChannelContext) -> None:
+            self.context = context
+
+        @zlink.handler
+        def hold(self, req: Hold) -> str:
+            HOLDING.set()
+            assert HOLD.wait(WAIT)
+            return "held"
+
     return app
 
 
@@ -134,6 +166,9 @@ def _reset() -> None:
     RESTORES.clear()
     BLOCK.clear()
     BLOCKING.clear()
+    HOLD.clear()
+    HOLDING.clear()
+    LOG.clear()
 
 
 @pytest.fixture
@@ -143,6 +178,7 @@ def cluster(clock: ManualClock):
         yield c
     RESTORE_GO.set()
     BLOCK.set()
+    HOLD.set()
 
 
 class Mover:
@@ -191,9 +227,11 @@ class Senders:
                 client.send_to_spot(self.spot_id, Add(sender=str(k), seq=self.sent[k])).submit()
                 self.sent[k] += 1
 
-    def check_handled_once_in_order_on(self, node_id: str) -> None:
+    def check_handled_once_in_order_on(self, *node_ids: str) -> None:
+        """Every message handled once, per sender in the order sent (``HANDLED`` is in the
+        order of handling, across nodes), on exactly ``node_ids``."""
         mine = [h for h in HANDLED if h[1] == self.spot_id]
-        assert {h[0] for h in mine} == {node_id}
+        assert {h[0] for h in mine} == set(node_ids)
         for k, sent in enumerate(self.sent):
             assert [h[3] for h in mine if h[2] == str(k)] == list(range(sent)), k
         assert not [h for h, n in Counter(mine).items() if n > 1]
@@ -309,3 +347,59 @@ def test_a_move_whose_deadline_passes_while_the_target_restores_is_withdrawn(clu
     beats = c1.request_to_spot("slow", Beats()).wait(WAIT)
     assert beats[0] == "node-1:1" and beats[-1].startswith("node-1:") and len(beats) >= 3
     assert act.owner.lanes.reserved() == (0, 0, 0, 0)
+
+
+def test_a_move_asked_while_a_handler_is_suspended_in_yield_waits_for_its_continuation(cluster):
+    """python-api §11 "Close or move while a SpotWide handler is suspended": the move seals
+    new admission, then waits for the all-lane barrier: the suspended continuation resumes and
+    finishes its turn on the source; only then does the Spot move. No continuation runs on
+    the source after the commit."""
+    n1, n2, _ = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("room", "t.rw.room").wait(WAIT)
+    senders = Senders(cluster, "room")
+    senders.send(1)
+    cluster.wait_idle(WAIT)
+    slow = c1.request_to_spot("room", Slow()).future()
+    assert HOLDING.wait(WAIT)  # suspended in its Yield; the gate is free
+    mover = Mover(n1, "room", "node-2", timeout=10.0)
+    assert mover.sealed.wait(WAIT)
+    senders.send(10)  # parked at the seal
+    for node in cluster.nodes:  # everything that can run has run: the move still waits
+        node.wait_idle(WAIT, busy=1 if node is n1 else 0)
+    assert mover.outcome == [] and n1._runtime.spots["room"].state.value == "sealed"
+    HOLD.set()
+    assert mover.result() is None
+    assert slow.result(WAIT) == "held@node-1"
+    assert LOG == ["slow:start@node-1", "slow:resumed@node-1:sealed"]  # before the commit
+    senders.send(10)
+    cluster.wait_idle(WAIT)
+    senders.check_handled_once_in_order_on("node-1", "node-2")
+    assert cluster.store.lookup("room").owner_node == "node-2"
+    assert "room" not in n1._runtime.spots and "room" in n2._runtime.spots
+
+
+def test_a_move_whose_deadline_passes_while_a_handler_is_suspended_is_withdrawn(cluster, clock):
+    """python-api §11: "A move whose deadline passes first is withdrawn: the seal is lifted
+    and admission restored exactly"; the continuation then finishes on the source."""
+    n1, n2, _ = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("room", "t.rw.room").wait(WAIT)
+    senders = Senders(cluster, "room")
+    senders.send(1)
+    cluster.wait_idle(WAIT)
+    slow = c1.request_to_spot("room", Slow()).future()
+    assert HOLDING.wait(WAIT)
+    mover = Mover(n1, "room", "node-2", timeout=10.0)
+    assert mover.sealed.wait(WAIT)
+    senders.send(10)  # parked at the seal
+    clock.advance(10.0)
+    assert isinstance(mover.result(), zlink.DeadlineExceeded)
+    senders.send(10)  # admitted on the source again
+    HOLD.set()
+    assert slow.result(WAIT) == "held@node-1"
+    cluster.wait_idle(WAIT)
+    assert LOG == ["slow:start@node-1", "slow:resumed@node-1:ready"]
+    senders.check_handled_once_in_order_on("node-1")
+    assert "room" not in n2._runtime.spots and cluster.store.lookup("room").owner_node == "node-1"
+    assert n1._runtime.spots["room"].owner.lanes.reserved() == (0, 0, 0, 0)

@@ -3,7 +3,10 @@
 
 The order is the seed's: seal new admission of the Spot and of every member Actor; reach the
 all-lane barrier (a lifecycle turn of the Spot itself: with the shared gate no member turn runs
-either; no Yield in flight, no continuation waiting, no Join or leave queued); capture with the
+either; no Yield in flight, no continuation waiting, no Join or leave queued; a barrier turn
+that finds a handler of the Spot or a member suspended in a Yield ends and comes again once
+every such continuation has resumed and finished its turn on the source, python-api §11, so no
+continuation ever runs on the source after the commit); capture with the
 Spot adapter and each Actor adapter inside that turn; send the payload (states, logical timers
 with their last sequence and next due time, pending ticks, queued messages, per object) in
 chunks of at most ``relocation_payload_chunk_limit_bytes`` straight to the target; restore into

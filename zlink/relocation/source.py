@@ -18,6 +18,7 @@ import contextlib
 import logging
 import threading
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -233,7 +234,6 @@ class Outbound(RelocatorState):
         ``caller``: what the caller of the move waits on, when not ``done`` (a PER_ACTOR
         Spot's shell move is one step of it)."""
         from ..runtime.acts import READY, SEALED
-        from ..runtime.jobs import LifeJob
 
         with self._lock, self.rt.directory.lock:
             members = list(act.members.values())
@@ -268,28 +268,48 @@ class Outbound(RelocatorState):
             except Exception as exc:  # noqa: BLE001 - a capture failure keeps it here
                 self._reopen(out, exc)
                 return
-            self._send(out, states)
+            if states is not None:  # an Actor unit never waits for a barrier
+                self._send(out, states)
             return
+        self._barrier(out, first=signaled)  # the boundary the Spot chose: nothing runs first
+
+    def _barrier(self, out: Outgoing, first: bool) -> None:
+        """Queue the move's barrier turn on its unit's lifecycle lane (``first``: ahead of
+        everything queued)."""
+        from ..runtime.jobs import LifeJob
+
         owner = out.unit.owner
         barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
                           lambda turn: self._ship(out, turn), Lane.UNRESERVED)  # fmt: skip
-        if signaled:  # the boundary the Spot chose: nothing queued runs before it
+        if first:
             owner.put_first(barrier)
         else:
             owner.put_unreserved(barrier)
 
-    def _capture(self, out: Outgoing) -> dict[str, str | None]:
-        """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
+    def _barrier_again(self, out: Outgoing) -> None:
+        """The last suspended continuation of the moving Spot resumed: the barrier turn goes
+        again, first, at the next turn boundary (unless the move was withdrawn meanwhile)."""
+        if self._out.get(out.rid) is out and not out.shipped:
+            self._barrier(out, first=True)
+
+    def _capture(self, out: Outgoing) -> dict[str, str | None] | None:
+        """Inside the barrier turn: capture every object, or ``None`` for nothing to ship
+        (withdrawn, or the barrier is not reached yet). A SpotWide Spot with a handler
+        suspended in a Yield (its own or a member's) is not at the all-lane barrier: the turn
+        ends and comes again once every such continuation has resumed and finished its turn
+        on this node (python-api §11; kotlin-spot-interface: "including all coroutine
+        continuations"); the seal stays, and the move's deadline still withdraws it. Members
+        that changed or lifecycle work queued fail the barrier (admission comes back)."""
         from ..runtime.jobs import LifeJob
 
         act = out.spot
         if self._out.get(out.rid) is not out:  # withdrawn before its barrier: nothing to do
-            return {}
+            return None
         if out.kind == TargetKind.SPOT and act.shared:
             if set(act.members) != {o.name for o in out.objects if o is not act}:
                 raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
-            if act.yields_out:
-                raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
+            if not self.rt.when_quiet(act, partial(self._barrier_again, out)):
+                return None  # a continuation is still suspended: again once none is
         if out.kind == TargetKind.ACTOR and out.unit.spot is not act:  # type: ignore[union-attr]
             raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
@@ -304,7 +324,8 @@ class Outbound(RelocatorState):
         if turn.error is not None:  # barrier or capture failure: admission back, exactly
             self._reopen(out, turn.error)
             return
-        self._send(out, turn.result)
+        if turn.result is not None:  # None: withdrawn, or waiting for the barrier
+            self._send(out, turn.result)
 
     def _send(self, out: Outgoing, states: dict[str, str | None]) -> None:
         """Queues, timers and states leave for the target, in chunks. What leaves is kept

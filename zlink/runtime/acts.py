@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -125,6 +126,7 @@ class SpotAct(ObjectAct):
 
     __slots__ = (
         "activated",
+        "closing_overdue",
         "closing_turn",
         "context",
         "gate",
@@ -132,6 +134,7 @@ class SpotAct(ObjectAct):
         "kind",
         "members",
         "owner",
+        "quiet",
         "ref",
         "rt",
         "shared",
@@ -139,7 +142,7 @@ class SpotAct(ObjectAct):
         "spot_id",
         "state",
         "yield_ok",
-        "yields_out",
+        "yielded",
     )
 
     def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
@@ -156,7 +159,12 @@ class SpotAct(ObjectAct):
         self.instance: Any = None
         self.state = ACTIVATING
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
-        self.yields_out = 0  # Yields whose completion has not arrived (relocation barrier)
+        self.closing_overdue = False  # the close's deadline passed: suspensions end at once
+        # turns of this Spot and its members suspended in a Yield whose continuation has not
+        # resumed yet: the all-lane barrier of a move or a close waits until there are none
+        # (python-api §11); ``quiet`` runs then (both under the runtime's Yield lock)
+        self.yielded: set[Turn] = set()
+        self.quiet: list[Callable[[], None]] = []
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
         # set when on_create / on_initialize have finished, then dropped (idle Spots keep none)
