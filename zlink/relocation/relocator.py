@@ -19,8 +19,9 @@ Nothing accepted is refused, lost, run twice or reordered per sender by a move:
 * a call that meets the seal on the source is parked, in arrival order, and relayed to the
   target before authority is committed (after a failed barrier it runs on the source instead,
   before any call admitted after the reopening);
-* on the target, calls relayed by the source queue behind the moved queue; a call made on the
-  target node itself waits until the commit, since that node's earlier calls went through the
+* on the target, calls relayed by the source queue behind the moved queue, in the order they
+  come, with those from elsewhere (kept in the move's record until it opens); a call made on the
+  target node itself waits for that node's fence, since its earlier calls went through the
   source (the router's route lock makes "sent before the target arrived" and "found it here"
   exclusive).
 
@@ -92,5 +93,5 @@ class Relocator(Outbound, Inbound):
                 # come back through the source, ahead of this node's fence; the rest wait.
                 inc.local.append((call, reply, hops))
             else:
-                self._take_in(inc, (call, reply, hops), bool(hops and call.via == inc.key[0]))
+                self._take_in(inc, (call, reply, hops))
             return True

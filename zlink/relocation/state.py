@@ -77,11 +77,11 @@ class Arriving:
     committed: bool = False
     signaled: bool = False
     fences: set[str] = field(default_factory=set)  # this node's fences still travelling
-    early: list[Held] = field(default_factory=list)  # relayed before the restore finished
     local: list[Held] = field(default_factory=list)  # made here: wait for this node's fences
-    # not relayed by the source, past any fence: admitted when it opens (a move withdrawn
-    # before its commit sends them on to the source whole, python-api §8)
-    waiting: list[Held] = field(default_factory=list)
+    # every call for it that may go in, in the order it came (relayed by the source or not):
+    # queued behind the moved queue when it opens, or, if the move is withdrawn before its
+    # commit, sent on whole to the source (python-api §8)
+    kept: list[Held] = field(default_factory=list)
     forgotten: bool = False  # withdrawn or given up: what was made of it is dropped
 
     @property
@@ -106,18 +106,12 @@ class RelocatorState:
         self._in_ids: dict[str, Arriving] = {}
         self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
 
-    def _take_in(self, inc: Arriving, held: Held, relayed: bool) -> None:
-        """A call for an arriving target that may go in now. One the source relayed (it
-        relays only once the commit is under way) is queued (held) behind the moved queue if
-        the target is restored, else kept until the moved queue is in (it goes in right
-        after). Any other waits for the commit (admitted when the target opens), so a move
-        withdrawn before it can still send it on whole to the source."""
-        if not (relayed or inc.committed):
-            inc.waiting.append(held)
-        elif inc.restored:
-            self._admit(held)
-        else:
-            inc.early.append(held)
+    def _take_in(self, inc: Arriving, held: Held) -> None:
+        """A call for an arriving target that may go in: kept, in arrival order, until the
+        target opens (it then queues behind the moved queue, as it would have in the held
+        lanes: a call taken in here, so before any fence this node answered for the target,
+        stays ahead of what comes after that fence through the source)."""
+        inc.kept.append(held)
 
     def _admit(self, held: Held) -> None:
         """Admit a kept call now (force: past the seal); a refusal completes its reply."""

@@ -5,8 +5,8 @@ Guarantees / assumes:
   tables) in one critical section under the route lock, so a call sent before it left goes
   the old way and a call made after finds it here (per-sender order).
 * A moved queue is refilled whole: it was admitted at the source (``put_app_moved``).
-* Until the commit, only calls the source relays (it relays once its commit is under way) go
-  into the held lanes; every other call waits in the move's record and goes in when the target
+* Until it opens, only the moved queue is in the held lanes; every call that arrives for the
+  objects waits in the move's record, in arrival order, and goes in behind it when the target
   opens. So a move the source withdraws, or that this node gives up after its restore retries,
   is forgotten whole (``on_abort``, ``_forget_in``): the objects leave the directory, the kept
   calls go on to the source in their order, the moved queue is dropped unanswered (the source
@@ -160,11 +160,6 @@ class Inbound(RelocatorState):
                 self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
                 for timer in timers:
                     timer.arm()
-            for held in inc.early:  # still unrestored: nothing else gets in before these
-                self._admit(held)
-            inc.early.clear()
-            for obj in inc.objects:
-                obj.restored = inc.key[0]  # from now on the source's calls queue (held) here
             inc.restored = True
         self._answer(env, None)
 
@@ -214,13 +209,12 @@ class Inbound(RelocatorState):
 
         with self._lock:
             self._in.pop(inc.key, None)
-            for held in inc.waiting:  # made here (or relayed by others) while it arrived
+            for held in inc.kept:  # in the order they came, behind the moved queue
                 self._admit(held)
-            inc.waiting.clear()
+            inc.kept.clear()
             for obj in inc.objects:
                 if self._in_ids.get(obj.name) is inc:
                     del self._in_ids[obj.name]
-                obj.restored = None
                 obj.state = READY
         act = inc.spot
         if inc.signaled:  # first of all, before the messages and ticks it held back
@@ -263,15 +257,14 @@ class Inbound(RelocatorState):
                 if self._in_ids.get(obj.name) is inc:
                     del self._in_ids[obj.name]
                 obj.state = GONE
-                obj.restored = None
                 table: dict[str, Any] = rt.spots if obj is inc.spot else rt.actors
                 if table.get(obj.name) is obj:
                     del table[obj.name]
             for member in inc.members:  # an Actor unit joined an open shell: it never came
                 if inc.spot.members.get(member.actor_id) is member:
                     del inc.spot.members[member.actor_id]
-        kept = [*inc.early, *inc.waiting, *inc.local]  # in the order they were kept
-        inc.early, inc.waiting, inc.local = [], [], []
+        kept = [*inc.kept, *inc.local]  # in the order they were kept
+        inc.kept, inc.local = [], []
         for call, reply, hops in kept:  # routed as if just made: behind any fence, in order
             try:
                 rt.submit(call, reply, NO_WAIT, hops)
@@ -311,7 +304,7 @@ class Inbound(RelocatorState):
                 return True
             held, inc.local = inc.local, []
             for item in held:
-                self._take_in(inc, item, relayed=False)
+                self._take_in(inc, item)
             if inc.committed:
                 self._open(inc)
         return True

@@ -62,7 +62,7 @@ class Discarded(Exception):
 class ObjectAct:
     """What Spot and Actor activations share: timers and the last time they did work."""
 
-    __slots__ = ("activity", "authority", "idle_since", "restored", "seen_activity", "timers")
+    __slots__ = ("activity", "authority", "idle_since", "seen_activity", "timers")
     rt: Runtime
     instance: Any
     spec: TypeSpec
@@ -73,8 +73,6 @@ class ObjectAct:
     def _init_object(self) -> None:
         self.timers: dict[str, Timer] = {}
         self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
-        # a relocation target, restored and held until its commit: the source's node id
-        self.restored: str | None = None
         self.activity = self.seen_activity = 0  # handled messages; idle eviction compares them
         self.idle_since = self.rt.clock.now()
         self.context.timers = TimerManager(self)

@@ -310,7 +310,7 @@ class Runtime:
                 if self.router is not None:
                     return self._remote(call, reply, mode, hops)
                 raise NotFound(f"no actor {call.target!r}")
-            if act.state in PAST_READY and not force and not _restored_for(act, call):
+            if act.state in PAST_READY and not force:
                 return self._not_ready(act, call, reply, mode, hops)
         else:
             act = self.spots.get(call.target)
@@ -319,7 +319,7 @@ class Runtime:
                     return self._remote(call, reply, mode, hops)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
-            elif act.state in PAST_READY and not force and not _restored_for(act, call):
+            elif act.state in PAST_READY and not force:
                 return self._not_ready(act, call, reply, mode, hops)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
@@ -772,8 +772,3 @@ class Runtime:
         for actor in list(self.actors.values()):
             add(actor.owner, "actor", actor.spec.name, actor.state, sorted(actor.timers))
         return out
-
-
-def _restored_for(act: SpotAct | ActorAct, call: MessageCall) -> bool:
-    """A call the relocation source relays to a restored, still sealed target: it queues."""
-    return bool(act.restored) and call.via == act.restored
