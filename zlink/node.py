@@ -25,7 +25,6 @@ from .app import App
 from .config import NodeConfig
 from .durations import check_seconds, check_timeout
 from .errors import (
-    DeadlineExceeded,
     InvalidArgument,
     InvalidOperation,
     NotFound,
@@ -134,6 +133,7 @@ class Node:
                 (wire.RelocDoneEnvelope, relocator.on_restored),
                 (wire.RelocCommitEnvelope, relocator.on_commit),
                 (wire.RelocOpenedEnvelope, relocator.on_opened),
+                (wire.RelocAbortEnvelope, relocator.on_abort),
                 (wire.JoinAskEnvelope, remote_join.on_ask),
             ):
                 router.handle(kind, handler)
@@ -233,21 +233,27 @@ class Node:
     def relocate_spot(self, spot_id: str, target: str, timeout: float | None = None) -> None:
         """Move the User Spot ``spot_id`` (owned here) to node ``target``; blocks until the
         target has committed authority. See ``zlink.relocation.relocator`` for the order and the
-        failure rules; ``timeout`` is in real seconds (default: the request timeout; python-api
-        §9: else ``1e-3 .. 1e7``)."""
+        failure rules. ``timeout`` (default: the request timeout) passes on the node's clock or
+        in real seconds, whichever comes first, as a blocking ``wait`` does (python-api §9);
+        a move that has not reached its commit by then is withdrawn, and ``DeadlineExceeded``
+        always means it did not happen: the Spot stays here, admission restored, nothing lost
+        (python-api §8).
+        ``None`` or ``1e-3 .. 1e7`` seconds."""
         timeout = check_timeout(timeout, "a relocation timeout")
         rt = self._rt
         if self._relocator is None:
             raise InvalidOperation("relocation needs a mesh (store and transport)")
+        budget = self._move_budget(timeout)
         act = rt.spots.get(spot_id)
         if act is None:
             raise NotFound(f"{spot_id!r} is not owned by node {self.node_id}")
-        done = self._relocator.start(act, target)
-        try:
-            done.wait(self.config.request_timeout if timeout is None else timeout)
-        except DeadlineExceeded:
-            self._relocator.withdraw(spot_id, done)  # an unsignaled move is given up
-            raise
+        done = self._relocator.start(act, target, budget)
+        self._relocator.wait_move(spot_id, done, budget, self.config.request_timeout)
+
+    def _move_budget(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self.config.request_timeout
+        return check_seconds(timeout, "a relocation timeout")
 
     def drain(self, timeout: float | None = None) -> DrainResult:
         """Relocate every Spot that can move to the other nodes, then stop admission.
@@ -256,7 +262,8 @@ class Node:
         relocation rules (``relocate_spot``). What cannot move stays, with the reason: Entry
         Spots (and the Actors they hold), ``Relocation.disabled()`` and PER_ACTOR types, Spots
         not ready, a node with no peers, or a move that failed or did not finish in
-        ``timeout`` (real seconds; default: the request timeout). Afterwards this node refuses
+        ``timeout`` (default: the request timeout; on the node's clock or in real seconds,
+        whichever passes first), which is withdrawn (python-api §8). Afterwards this node refuses
         new calls and creates made on it with ``Unavailable`` but still relays calls routed to
         it to the new owners, and still serves what stayed, until ``shutdown()``.
         ``timeout``: ``None`` or ``1e-3 .. 1e7`` seconds (python-api §9).
@@ -265,7 +272,7 @@ class Node:
         rt = self._rt
         if self._state != "running":
             raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")
-        budget = self.config.request_timeout if timeout is None else timeout
+        budget = self._move_budget(timeout)
         end = time.monotonic() + budget
         peers = [] if rt.router is None else rt.router.peers()
         if self._membership is not None:  # members by the store's lease, and reachable
@@ -279,19 +286,19 @@ class Node:
                 stayed[spot_id] = "no other node to move to"
                 continue
             try:
-                moving[spot_id] = self._relocator.start(act, peers[turn % len(peers)])
+                moving[spot_id] = self._relocator.start(act, peers[turn % len(peers)], budget)
                 turn += 1
             except ZLinkError as exc:
                 stayed[spot_id] = str(exc)
         rt.draining = True  # from here calls made on this node are refused; relays go on
         moved = []
         for spot_id, done in moving.items():
-            try:
-                done.wait(max(0.0, end - time.monotonic()))
+            assert self._relocator is not None
+            try:  # one past its deadline is withdrawn: it stays, admission restored
+                left = max(0.0, end - time.monotonic())
+                self._relocator.wait_move(spot_id, done, left, self.config.request_timeout)
                 moved.append(spot_id)
             except ZLinkError as exc:
-                if isinstance(exc, DeadlineExceeded) and self._relocator is not None:
-                    self._relocator.withdraw(spot_id, done)  # an unsignaled move is given up
                 stayed[spot_id] = f"{type(exc).__name__}: {exc}"
         _log.info("node %s drained: %d moved, %d stayed", self.node_id, len(moved), len(stayed))
         return DrainResult(sorted(moved), stayed)
@@ -356,6 +363,7 @@ class Node:
                 expire(handle.args[0], error)
             elif getattr(handle.fn, "__func__", None) is Admitted.abandon:  # a wait for room
                 handle.fn(error)
+        self._rt.cancel_suspended()  # the closing deadlines left the heap too: due now
         self._pool.wait_idle(max(0.0, end - time.monotonic()))
         discarded = self._rt.discard_queued()
         if discarded:

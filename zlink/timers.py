@@ -297,7 +297,9 @@ class Timer:
             job = TimerJob(self, now)
             verdict = self.owner.put_app(job)
             if verdict == Admission.CLOSED:  # sealed for a move: the tick is pending and moves
-                self.owner.put_unreserved(job, False)
+                # reserved past the seal, as a moved item is: its turn (here, if the move is
+                # withdrawn) or the move returns the reservation, which must then exist
+                self.owner.lanes.put_app_moved(job, 0)
             elif verdict != Admission.ADMITTED:  # full: its periods stay owed, for later ticks
                 with self._lock:
                     self.undelivered -= n - i

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -32,7 +33,22 @@ class Start(zlink.Message, type_name="t.lc.start"):
     pass
 
 
+class Pause(zlink.Request[str], type_name="t.lc.pause"):
+    pass
+
+
+class Hold(zlink.Request[str], type_name="t.lc.hold"):
+    pass
+
+
+class Stall(zlink.Request[str], type_name="t.lc.stall"):
+    pass
+
+
 CLOSINGS: list[tuple[str, SpotClosingContext]] = []
+LOG: list[str] = []  # what ran, in order: handler steps and on_closing
+HOLD = threading.Event()  # the call a handler Yields on completes once this is set
+HOLDING = threading.Event()
 
 
 def build_app(mode: str = "plain", release: threading.Event | None = None) -> zlink.App:
@@ -56,7 +72,34 @@ def build_app(mode: str = "plain", release: threading.Event | None = None) -> zl
         def on_tick(self, tick: zlink.TimerTick) -> None:
             pass
 
+        @zlink.handler
+        async def pause(self, req: Pause) -> str:
+            LOG.append("pause:start")
+            try:
+                out: str = await self.context.outbound.request("t.lc.api", Hold()).yield_()
+                LOG.append("pause:resumed")
+                return out
+            except zlink.Cancelled:
+                LOG.append("pause:cancelled")
+                raise
+            finally:
+                LOG.append(f"pause:finally:{_on_its_gate(self.context.spot_id)}")
+
+        @zlink.handler
+        async def stall(self, req: Stall) -> str:  # a plain await: it keeps the gate
+            LOG.append("stall:start")
+            try:
+                out: str = await self.context.outbound.request("t.lc.api", Hold())
+                LOG.append("stall:resumed")
+                return out
+            except zlink.Cancelled:
+                LOG.append("stall:cancelled")
+                raise
+            finally:
+                LOG.append(f"stall:finally:{_on_its_gate(self.context.spot_id)}")
+
         async def on_closing(self, closing: SpotClosingContext) -> None:
+            LOG.append("on_closing")
             CLOSINGS.append((self.context.spot_id, closing))
             if mode == "hang":  # a suspending on_closing that never completes by itself
                 try:  # "hole" is a Spot whose gate the test holds: the request never runs
@@ -67,6 +110,17 @@ def build_app(mode: str = "plain", release: threading.Event | None = None) -> zl
             if mode == "block":
                 assert release is not None
                 await self.context.workers.io(release.wait, WAIT)
+
+    @app.channel("t.lc.api")
+    class Api:
+        def __init__(self, context: zlink.ChannelContext) -> None:
+            self.context = context
+
+        @zlink.handler
+        def hold(self, req: Hold) -> str:
+            HOLDING.set()
+            assert HOLD.wait(WAIT)
+            return "held"
 
     @app.instance_spot("t.lc.inst")
     class Inst(zlink.InstanceSpot):
@@ -106,9 +160,20 @@ def build_app(mode: str = "plain", release: threading.Event | None = None) -> zl
     return app
 
 
+def _on_its_gate(spot_id: str) -> bool:
+    """Whether the running turn is a turn of ``spot_id`` (it holds that Spot's gate)."""
+    turn = zlink.executor.current_turn()
+    return turn is not None and turn.owner is not None and turn.owner.name == spot_id
+
+
 @pytest.fixture(autouse=True)
-def _clear() -> None:
+def _clear() -> Iterator[None]:
     CLOSINGS.clear()
+    LOG.clear()
+    HOLD.clear()
+    HOLDING.clear()
+    yield
+    HOLD.set()
 
 
 def _room(node: zlink.Node, spot_id: str = "r") -> zlink.SpotRef:
@@ -263,3 +328,74 @@ def test_shutdown_closes_every_spot_with_host_shutdown(clock: ManualClock):
         ("i", SpotCloseReason.HOST_SHUTDOWN),
         ("r", SpotCloseReason.HOST_SHUTDOWN),
     ]
+
+
+def test_close_while_a_handler_is_suspended_in_yield_lets_its_continuation_finish_first(make_node):
+    """python-api §11 "Close or move while a SpotWide handler is suspended": the close seals
+    new admission, then waits for the all-lane barrier: the continuation resumes and finishes
+    its turn, and only then does on_closing run."""
+    node = make_node(build_app())
+    client = node.client()
+    ref = _room(node)
+    pausing = client.request_to_spot("r", Pause()).future()
+    assert HOLDING.wait(WAIT)  # suspended in its Yield: the Spot's gate is free
+    assert client.spots.close(ref)
+    with pytest.raises(zlink.Unavailable):
+        client.request_to_spot("r", Ping()).wait(WAIT)  # sealed for new work
+    node.wait_idle(WAIT, busy=1)  # all that can run has run: on_closing waits
+    assert LOG == ["pause:start"] and "r" in node._runtime.spots
+    HOLD.set()
+    assert pausing.result(WAIT) == "held"
+    node.wait_idle(WAIT)
+    assert LOG == ["pause:start", "pause:resumed", "pause:finally:True", "on_closing"]
+    assert "r" not in node._runtime.spots
+
+
+def test_a_close_whose_deadline_passes_cancels_the_suspended_handler_then_runs_on_closing(
+    make_node, clock: ManualClock
+):
+    """python-api §11: "A close whose deadline passes first cancels what is still suspended
+    (Cancelled at its await, its finally runs on the gate), then on_closing runs. No
+    continuation ever runs after on_closing." """
+    node = make_node(build_app(), closing_timeout=3.0)
+    client = node.client()
+    ref = _room(node)
+    pausing = client.request_to_spot("r", Pause()).future()
+    assert HOLDING.wait(WAIT)
+    before = clock.now()
+    assert client.spots.close(ref)
+    node.wait_idle(WAIT, busy=1)
+    assert LOG == ["pause:start"]
+    clock.advance(3.0)
+    with pytest.raises(zlink.HandlerError, match="Cancelled"):
+        pausing.result(WAIT)
+    node.wait_idle(WAIT, busy=1)
+    assert LOG == ["pause:start", "pause:cancelled", "pause:finally:True", "on_closing"]
+    assert [c.deadline for _, c in CLOSINGS] == [before + 3.0]
+    HOLD.set()  # the Yield's own completion comes too late: nothing runs any more
+    node.wait_idle(WAIT)
+    assert LOG == ["pause:start", "pause:cancelled", "pause:finally:True", "on_closing"]
+    assert "r" not in node._runtime.spots
+
+
+def test_a_close_whose_deadline_passes_cancels_a_handler_suspended_in_a_plain_await(
+    make_node, clock: ManualClock
+):
+    """python-api §11 (a plain await too): the handler keeps the gate, so on_closing waits
+    behind it; past the close's deadline it gets Cancelled at its await, its finally runs,
+    then on_closing."""
+    node = make_node(build_app(), closing_timeout=3.0)
+    client = node.client()
+    ref = _room(node)
+    stalling = client.request_to_spot("r", Stall()).future()
+    assert HOLDING.wait(WAIT)
+    assert client.spots.close(ref)
+    node.wait_idle(WAIT, busy=1)
+    assert LOG == ["stall:start"]
+    clock.advance(3.0)
+    with pytest.raises(zlink.HandlerError, match="Cancelled"):
+        stalling.result(WAIT)
+    HOLD.set()
+    node.wait_idle(WAIT)
+    assert LOG == ["stall:start", "stall:cancelled", "stall:finally:True", "on_closing"]
+    assert "r" not in node._runtime.spots

@@ -240,28 +240,39 @@ def test_a_capture_failure_keeps_the_source_authoritative_and_admitting(cluster)
     assert cluster.store.lookup("boom").owner_node == "node-1"
 
 
-def test_a_barrier_failure_aborts_the_seal_and_restores_admission_exactly(cluster):
+def test_a_move_that_cannot_reach_its_barrier_in_time_restores_admission_exactly(cluster):
+    """python-api §11: the barrier waits for a suspended continuation; a move whose deadline
+    passes first (here the caller's wait, in real seconds: a bounded negative) is withdrawn,
+    the seal lifted and admission restored exactly (kotlin-spot-interface)."""
     n1, _, _ = cluster.nodes
     _make(cluster, "room", "t.rl.room")
     slow = n1.client().request_to_spot("room", Slow()).future()  # a Yield in flight
     assert HOLDING.wait(WAIT)  # its call runs, so the Yield was counted before it was sent
-    with pytest.raises(zlink.Unavailable, match="barrier"):
-        n1.relocate_spot("room", "node-2", timeout=WAIT)
+    with pytest.raises(zlink.DeadlineExceeded, match="withdrawn"):
+        n1.relocate_spot("room", "node-2", timeout=0.05)
     n1.client().send_to_spot("room", Add()).submit()  # admission is back
     HOLD.set()
     assert slow.result(WAIT) == "held"
     assert n1.client().request_to_spot("room", Total()).wait(WAIT) == 1
+    assert n1.client().request_to_spot("room", Where()).wait(WAIT) == "node-1"
 
 
-def test_a_restore_failure_keeps_the_target_sealed_and_picks_no_other_target(cluster):
+def test_a_restore_failure_is_retried_on_the_same_target_then_the_move_is_aborted(cluster):
+    """kotlin-spot-interface: a restore exception "can be retried with the identical payload
+    in the same target process while the target is kept in the sealed state. Another target
+    is not selected automatically"; python-api §11: past its retries the move is aborted."""
     n1, n2, n3 = cluster.nodes
     _make(cluster, "stuck", "t.rl.stuck")
     with pytest.raises(zlink.StateIncompatible, match="restore failed 3 times"):
         n1.relocate_spot("stuck", "node-2", timeout=WAIT)
     assert len(RESTORES) == 3  # retried on the same target with the same payload
-    assert n2._runtime.spots["stuck"].state.value == "sealed"  # not authoritative, admits nothing
+    assert "stuck" not in n2._runtime.spots  # the half-made copy is forgotten
     assert "stuck" not in n3._runtime.spots
     assert cluster.store.lookup("stuck").owner_node == "node-1"  # no commit happened
+    c2 = n2.client()
+    c2.send_to_spot("stuck", Add()).submit()  # served on the source again
+    assert c2.request_to_spot("stuck", Where()).wait(WAIT) == "node-1"
+    assert c2.request_to_spot("stuck", Total()).wait(WAIT) == 1
 
 
 def test_a_null_capture_is_a_contract_violation_and_the_source_stays(cluster):

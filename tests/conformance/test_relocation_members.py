@@ -48,9 +48,19 @@ class Count(zlink.Request[int], type_name="t.rm.count"):
     pass
 
 
+class Wait(zlink.Request[str], type_name="t.rm.wait"):
+    pass
+
+
+class Hold(zlink.Request[str], type_name="t.rm.hold"):
+    pass
+
+
 CALLBACKS: list[str] = []
 JOINED = threading.Semaphore(0)
 LOBBY_BACK = threading.Event()
+HOLD = threading.Event()  # the call a member Yields on completes once this is set
+HOLDING = threading.Event()
 
 
 def _node_of(context: Any) -> str:
@@ -107,6 +117,13 @@ class Player(zlink.Actor):
     @zlink.timer_handler("tick")
     def on_tick(self, tick: zlink.TimerTick) -> None:
         self.ticks = tick.sequence
+
+    @zlink.handler
+    async def wait_(self, req: Wait) -> str:
+        out: str = await self.context.outbound.request("t.rm.api", Hold()).yield_()
+        turn = zlink.executor.current_turn()
+        assert turn is not None and turn.owner is not None
+        return f"{out}@{_node_of(self.context)}:{turn.owner.ref.state.value}"
 
     def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
         CALLBACKS.append(f"completed:{completion.joined}")
@@ -165,6 +182,18 @@ def build_app() -> zlink.App:
     app.actor("t.rm.fixed", relocation=zlink.Relocation.disabled())(type("Fixed", (Player,), {}))
     app.instance_spot("t.rm.counter", relocation=state)(Counter)
     app.user_spot("t.rm.hall", mode=zlink.ExecutionMode.PER_ACTOR)(Hall)
+
+    @app.channel("t.rm.api")
+    class Api:
+        def __init__(self, context: zlink.ChannelContext) -> None:
+            self.context = context
+
+        @zlink.handler
+        def hold(self, req: Hold) -> str:
+            HOLDING.set()
+            assert HOLD.wait(WAIT)
+            return "held"
+
     return app
 
 
@@ -172,6 +201,8 @@ def build_app() -> zlink.App:
 def _reset() -> None:
     CALLBACKS.clear()
     LOBBY_BACK.clear()
+    HOLD.clear()
+    HOLDING.clear()
     while JOINED.acquire(blocking=False):
         pass
 
@@ -181,6 +212,7 @@ def cluster(clock: ManualClock):
     with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, request_timeout=20.0,
                       relocation_payload_chunk_limit_bytes=32) as cluster:  # fmt: skip
         yield cluster
+    HOLD.set()
 
 
 def _room_with_players(cluster: LocalCluster, n: int, actor_type: str = "t.rm.player") -> list[str]:
@@ -245,16 +277,26 @@ def test_a_member_whose_type_cannot_move_keeps_its_spot_in_place(cluster):
     assert cluster.store.lookup("room").owner_node == "node-1"
 
 
-def test_a_member_yield_in_flight_fails_the_barrier_and_admission_comes_back(cluster):
-    n1, _, _ = cluster.nodes
-    ids = _room_with_players(cluster, 1)
-    room = n1._runtime.spots["room"]
-    room.yields_out += 1  # as a member's Yield does (yield_begin counts it on its Spot)
-    with pytest.raises(zlink.Unavailable, match="barrier"):
-        n1.relocate_spot("room", "node-2", timeout=WAIT)
-    room.yields_out -= 1
-    n1.client().send_to_actor(ids[0], Mark(n=1)).submit()
-    assert n1.client().request_to_actor(ids[0], Marks()).wait(WAIT) == [1]
+def test_a_member_yield_in_flight_holds_the_barrier_until_its_continuation_ends(cluster):
+    """kotlin-spot-interface: SPOT_WIDE relocation proceeds "only after the all-lane barrier
+    at which the active lanes, including all coroutine continuations, have reached a safe turn
+    boundary"; python-api §11: a member's Yield counts: the move waits, the continuation
+    finishes its turn on the source, then the Spot moves with its members."""
+    n1, n2, _ = cluster.nodes
+    ids = _room_with_players(cluster, 2)
+    c1 = n1.client()
+    waiting = c1.request_to_actor(ids[0], Wait()).future()
+    assert HOLDING.wait(WAIT)  # the member is suspended in its Yield
+    moving = n1._runtime.relocator.start(n1._runtime.spots["room"], "node-2")
+    c1.send_to_actor(ids[1], Mark(n=1)).submit()  # parked at the seal
+    n1.wait_idle(WAIT, busy=1)  # all that can run has run: the barrier still waits
+    assert not moving.done
+    HOLD.set()
+    moving.wait(WAIT)
+    assert waiting.result(WAIT) == "held@node-1:sealed"  # on the source, before the commit
+    assert n2.client().request_to_actor(ids[1], Marks()).wait(WAIT) == [1]
+    for name in ("room", *ids):
+        assert cluster.store.lookup(name).owner_node == "node-2"
 
 
 def test_a_per_actor_spot_moves_as_a_fresh_shell_then_each_actor_with_its_own_state(cluster, clock):

@@ -26,6 +26,7 @@ from zlink.mesh.wire import (
     JoinAnswer,
     JoinAskEnvelope,
     JoinGrant,
+    RelocAbortEnvelope,
     RelocChunkEnvelope,
     RelocCommitEnvelope,
     RelocDoneEnvelope,
@@ -133,6 +134,7 @@ SAMPLES: dict[str, Envelope] = {
         source_node="n1", relocation_id=3, authority={"room-1": 5, "actor-1": 2}
     ),
     "reloc_opened": RelocOpenedEnvelope(relocation_id=3),
+    "reloc_abort": RelocAbortEnvelope(source_node="n1", relocation_id=3),
     "join_ask": JoinAskEnvelope(
         target="room-1",
         actor_id="a-1",
@@ -408,6 +410,7 @@ WRONG: list[tuple[str, str, object]] = [
     ("reloc_commit", "authority", {"room-1": "5"}),
     ("reloc_commit", "authority", [["room-1", 5]]),
     ("reloc_opened", "relocation_id", 3.0),
+    ("reloc_abort", "source_node", None),
     ("join_ask", "request", '{"seat":3}'),
     ("join_ask", "request", {"message_type": None, "payload": 3}),
 ]

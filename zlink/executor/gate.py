@@ -357,7 +357,10 @@ class Gate:
         susp = turn.suspension
         assert susp is not None
         if outcome == KEEP_GATE:
-            susp.subscribe(turn.completion(self._deliver_keep))  # last action on this turn
+            wake = turn.completion(self._deliver_keep)
+            susp.subscribe(wake)  # the last action on this turn but a cancel's re-check
+            if turn.cancelled is not None:  # cancelled as it suspended: it ends now
+                wake(None, turn.cancelled)
             return False
         self.running = None
         if owner.claim_on_yield:
@@ -365,7 +368,10 @@ class Gate:
             owner._held = True
         else:
             owner._settle()
-        susp.subscribe(turn.completion(owner._deliver_resume))
+        wake = turn.completion(owner._deliver_resume)
+        susp.subscribe(wake)
+        if turn.cancelled is not None:
+            wake(None, turn.cancelled)
         return True
 
     def _finish(self, turn: Turn, owner: Owner) -> None:

@@ -8,7 +8,11 @@ Guarantees / assumes:
   Anything else (an asyncio future, say) is answered with a ``TypeError`` thrown into the
   coroutine, as asyncio itself does for awaits it cannot serve.
 * Each suspension gets a fencing number (``wait_seq``) that is never reused; a completion carrying
-  an old number, or a second completion for the same number, is dropped (§6).
+  an old number, or a second completion for the same number, is dropped (§6), also when two
+  threads deliver at once (the once-only check is one atomic step).
+* A turn can be cancelled from any thread (``cancel``): its current suspension resumes with the
+  error, and so does every later one, at once (the gate re-checks after it subscribes, so a
+  cancel that races a suspension is never lost).
 * Only the holder of the turn's gate steps it, so a turn needs no lock of its own.
 """
 
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 from collections.abc import Callable, Coroutine, Iterable
 from enum import Enum
 from types import CoroutineType
@@ -132,6 +137,7 @@ class Turn:
     suspension: Suspension | None = None
     claimed = False  # the owner is held across a Yield (member Actor claim, §3)
     waker: Any = None  # the current suspension's once-only callback
+    cancelled: BaseException | None = None  # set by cancel(): every suspension ends with it
 
     def __init__(self, job: Job, owner: Owner | None) -> None:
         self.job = job
@@ -167,6 +173,16 @@ class Turn:
         """Run the next step with the completion of the last suspension."""
         assert self.ctx is not None
         return self.ctx.run(self._step, value, error)
+
+    def cancel(self, error: BaseException) -> None:
+        """Cancel this turn (any thread): its current suspension resumes with ``error`` now,
+        and every later one at once (e.g. a close past its deadline, python-api §11: the
+        handler sees the error at its ``await``, its ``finally`` runs on the gate). A turn
+        that is running or not yet suspended meets it at its next suspension."""
+        self.cancelled = error
+        waker = self.waker
+        if waker is not None:
+            waker(None, error)
 
     def close(self) -> None:
         """Abandon a suspended coroutine (shutdown); its ``finally`` blocks run now."""
@@ -207,12 +223,11 @@ class Turn:
         error; the real completion, arriving later, is then dropped by the fence.
         """
         seq = self.wait_seq
-        fired = [False]
+        once = threading.Lock()  # taken by the one delivery that counts (an atomic step)
 
         def complete(value: Any, error: BaseException | None) -> None:
-            if fired[0] or self.wait_seq != seq:
+            if self.wait_seq != seq or not once.acquire(False):
                 return
-            fired[0] = True
             deliver(self, value, error)
 
         self.waker = complete

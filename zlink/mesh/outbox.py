@@ -77,6 +77,9 @@ class Outbox:
         self._held: dict[str, deque[tuple[wire.Envelope, bytes | None, int]]] = {}
         self._bytes: dict[str, int] = {}  # peer -> estimated DATA bytes queued (under _lock)
         self._waiters: dict[str, deque[Go]] = {}  # peer -> callers waiting for room
+        # peer -> waiters let go whose put has not happened yet: they still come first (a go
+        # may wait for a lock the next caller holds; that caller must not overtake it)
+        self._going: dict[str, int] = {}
 
     # -- the put side (any thread, any lock held) -----------------------------------------------
     def put(self, peer: str, envelope: wire.Envelope) -> None:
@@ -94,14 +97,18 @@ class Outbox:
     def has_room(self, peer: str) -> bool:
         """Whether application DATA for ``peer`` may be put now without waiting."""
         with self._lock:
-            return self._bytes.get(peer, 0) < self.limit and not self._waiters.get(peer)
+            return (
+                self._bytes.get(peer, 0) < self.limit
+                and not self._waiters.get(peer)
+                and not self._going.get(peer)
+            )
 
     def wait_room(self, peer: str, go: Go) -> bool:
         """``True``: there is room now (``go`` is not kept). ``False``: ``go`` waits, behind
         whoever waits already, until DATA for ``peer`` is under ``limit`` again."""
         with self._lock:
             waiters = self._waiters.get(peer)
-            if not waiters and self._bytes.get(peer, 0) < self.limit:
+            if not waiters and not self._going.get(peer) and self._bytes.get(peer, 0) < self.limit:
                 return True
             if waiters is None:
                 waiters = self._waiters[peer] = deque()
@@ -227,7 +234,16 @@ class Outbox:
                 go = waiters.popleft()
                 if not waiters:
                     del self._waiters[peer]
-            self._call(go)
+                self._going[peer] = self._going.get(peer, 0) + 1
+            try:
+                self._call(go)
+            finally:
+                with self._lock:
+                    left = self._going[peer] - 1
+                    if left:
+                        self._going[peer] = left
+                    else:
+                        del self._going[peer]
 
     def _call(self, go: Go) -> None:
         try:

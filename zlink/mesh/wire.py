@@ -6,8 +6,9 @@ What crosses the boundary
     where it is installed, else the standard ``json``). Calls (``send``/``request``) and their
     ``reply``; route hints (``route``) and route fences (``fence``/``fenced``); forwarded
     creates (``create``); the relocation protocol (``reloc_chunk``, ``reloc``, ``reloc_done``,
-    ``reloc_commit``, ``reloc_opened``) with its nested records (:class:`RelocObject`,
-    :class:`RelocMessageJob`, :class:`RelocTickJob`, :class:`RelocTimer`); and the cross-node
+    ``reloc_commit``, ``reloc_opened``, ``reloc_abort``) with its nested records
+    (:class:`RelocObject`, :class:`RelocMessageJob`, :class:`RelocTickJob`,
+    :class:`RelocTimer`); and the cross-node
     Join question (``join_ask``), whose answer rides in a ``reply`` as a :class:`JoinAnswer`.
     Application payloads stay opaque here: a message is its wire type name and the JSON text
     ``zlink.messaging.message.to_wire`` produces; a reply value is JSON text. They are
@@ -53,7 +54,11 @@ from ..messaging import codec
 from ..timers import OverrunPolicy
 
 WIRE_VERSION: Final = 2
-"""The version every envelope carries; a node decodes its own version only."""
+"""The version every envelope carries; a node decodes its own version only.
+
+2: ``reloc_abort`` (a move withdrawn before its commit: the target forgets what it restored).
+``dropped`` (a one-way message a node could not deliver, told to its origin).
+"""
 
 MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 """The largest encoded envelope either side accepts (64 MiB)."""
@@ -80,6 +85,7 @@ class EnvelopeKind(StrEnum):
     RELOC_DONE = "reloc_done"
     RELOC_COMMIT = "reloc_commit"
     RELOC_OPENED = "reloc_opened"
+    RELOC_ABORT = "reloc_abort"
     JOIN_ASK = "join_ask"
     DROPPED = "dropped"
 
@@ -490,6 +496,19 @@ class RelocOpenedEnvelope:
 
 
 @dataclass(frozen=True, slots=True)
+class RelocAbortEnvelope:
+    """The source withdrew the move before its commit (a deadline, a failed restore): the
+    target forgets what it made of it (python-api §8, §11); to the target."""
+
+    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.RELOC_ABORT
+
+    source_node: str
+    """The node the objects stay on (with ``relocation_id``, the move's key)."""
+    relocation_id: int
+    """The move's id on ``source_node``."""
+
+
+@dataclass(frozen=True, slots=True)
 class JoinAskEnvelope:
     """May this Actor join that User Spot? Answered by a ``reply`` holding a JoinAnswer."""
 
@@ -522,6 +541,7 @@ Envelope = (
     | RelocDoneEnvelope
     | RelocCommitEnvelope
     | RelocOpenedEnvelope
+    | RelocAbortEnvelope
     | JoinAskEnvelope
     | DroppedEnvelope
 )
@@ -1043,6 +1063,7 @@ __all__ = [
     "JoinAnswer",
     "JoinAskEnvelope",
     "JoinGrant",
+    "RelocAbortEnvelope",
     "RelocChunkEnvelope",
     "RelocCommitEnvelope",
     "RelocDoneEnvelope",

@@ -340,8 +340,15 @@ class _Yielding(Generic[T]):
         except BaseException:
             rt.yield_end(counted)
             raise
-        completion.add_callback(lambda _v, _e: rt.yield_end(counted))
-        return (yield Suspension(True, completion.add_callback))  # type: ignore[no-any-return]
+        try:
+            value = yield Suspension(True, completion.add_callback)
+        except GeneratorExit:  # closed unresumed (dropped at shutdown): no lock taken here,
+            raise  # a garbage collection may run this on any thread, under any lock
+        except BaseException:  # resumed with its error (a failure, a close's Cancelled)
+            rt.yield_end(counted)
+            raise
+        rt.yield_end(counted)  # the continuation resumed, on the gate
+        return value  # type: ignore[no-any-return]
 
 
 class CreateCall(_Completing[T]):

@@ -68,7 +68,7 @@ class RuntimePort(Protocol):
         ...
 
     def yield_end(self, token: Any) -> None:
-        """The Yield's completion arrived (or its submission failed)."""
+        """The Yield's continuation resumed (or its submission failed)."""
         ...
 
     def subscribe(self, spot_id: str, topic: str, on: bool) -> None:

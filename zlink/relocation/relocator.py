@@ -3,7 +3,10 @@
 
 The order is the seed's: seal new admission of the Spot and of every member Actor; reach the
 all-lane barrier (a lifecycle turn of the Spot itself: with the shared gate no member turn runs
-either; no Yield in flight, no continuation waiting, no Join or leave queued); capture with the
+either; no Yield in flight, no continuation waiting, no Join or leave queued; a barrier turn
+that finds a handler of the Spot or a member suspended in a Yield ends and comes again once
+every such continuation has resumed and finished its turn on the source, python-api §11, so no
+continuation ever runs on the source after the commit); capture with the
 Spot adapter and each Actor adapter inside that turn; send the payload (states, logical timers
 with their last sequence and next due time, pending ticks, queued messages, per object) in
 chunks of at most ``relocation_payload_chunk_limit_bytes`` straight to the target; restore into
@@ -16,14 +19,26 @@ Nothing accepted is refused, lost, run twice or reordered per sender by a move:
 * a call that meets the seal on the source is parked, in arrival order, and relayed to the
   target before authority is committed (after a failed barrier it runs on the source instead,
   before any call admitted after the reopening);
-* on the target, calls relayed by the source queue behind the moved queue; a call made on the
-  target node itself waits until the commit, since that node's earlier calls went through the
+* on the target, calls relayed by the source queue behind the moved queue, in the order they
+  come, with those from elsewhere (kept in the move's record until it opens); a call made on the
+  target node itself waits for that node's fence, since its earlier calls went through the
   source (the router's route lock makes "sent before the target arrived" and "found it here"
   exclusive).
 
 Failures: a barrier failure aborts the seal of that generation and restores admission exactly; a
 capture failure keeps the source authoritative; a restore failure keeps the target sealed and is
-retried on the same target with the same payload (never another target).
+retried on the same target with the same payload (never another target). Past its retries the
+move is aborted (python-api §11): the target forgets its half-made copy, and the source, which
+kept what it shipped until the commit, serves again with its queue as it was (what was queued
+before the seal, then the calls parked during the move, in order), its timers going on; the
+caller of the move gets the error. A move aborted after its payload left tells the target so
+(``reloc_abort``); calls the target kept for it go on to the source.
+
+Deadlines (python-api §8): a move whose deadline passes (on the node's clock, or the caller's
+wait in real seconds) before its commit is under way is withdrawn the same way, and its caller
+gets ``DeadlineExceeded``, which therefore always means the move did not happen; once the
+commit is under way (the point of no return: parked calls relayed, the store asked) the move
+finishes and its own outcome is the answer.
 
 APPLICATION_SIGNALED: a requested move waits for the Spot's next ``relocation_ready().defer()``
 boundary; then the seal and barrier come first of all, and the Spot is told ``CONTINUED`` on

@@ -5,18 +5,30 @@ Guarantees / assumes:
   admission is closed right after: no producer slips past it.
 * Parked calls are relayed, in arrival order, before the store commits authority; the commit
   (``transfer``) runs on the store thread, its continuation on the infrastructure thread.
+* Until the commit is under way (``Outgoing.relaying``, set under the relocator's lock) the
+  move can be undone (:meth:`Outbound._reopen`): the queue and timers that left are kept and
+  put back, parked calls follow them, nothing accepted is lost or run twice.
 * Lock order (``zlink.lock_order``): route -> relocator -> directory; ``_reopen`` takes route
   first because redelivering a parked call may route it onward.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgument, InvalidOperation, StateIncompatible, Unavailable, ZLinkError
+from ..errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    InvalidOperation,
+    StateIncompatible,
+    Unavailable,
+    ZLinkError,
+)
 from ..executor import Job, Lane, Turn
 from ..mesh import wire
 from ..mesh.location import Location
@@ -42,6 +54,7 @@ from .state import (
     Outgoing,
     RelocatorState,
     capture_one,
+    restore_timers,
     timers_of,
     typed_error,
 )
@@ -52,11 +65,13 @@ _log = logging.getLogger("zlink.relocation")
 class Outbound(RelocatorState):
     """Moves leaving this node."""
 
-    def start(self, act: SpotAct, target: str) -> Completion:
+    def start(self, act: SpotAct, target: str, timeout: float | None = None) -> Completion:
         """Seal ``act`` and its members and queue the barrier turn; done once committed.
 
         An ``APPLICATION_SIGNALED`` Spot is only asked: the move waits for its next
-        ``relocation_ready().defer()`` boundary (see :meth:`signaled`).
+        ``relocation_ready().defer()`` boundary (see :meth:`signaled`). ``timeout``: seconds on
+        the node's clock after which a move that has not reached its commit is withdrawn
+        (:meth:`withdraw`; python-api §8): ``done`` then fails with ``DeadlineExceeded``.
         """
         spec = act.spec
         if act.kind is SpotKind.ENTRY:
@@ -68,19 +83,54 @@ class Outbound(RelocatorState):
         if not self.router.transport.reachable(target):  # before anything is sealed
             raise Unavailable(f"node {target!r} is not reachable from {self.rt.node_id}")
         done = Completion()
-        if spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
+        if timeout is not None:  # cancelled when done completes
+            done.timer = self.rt.infra.call_later(timeout, self._overdue, act.spot_id, done,
+                                                  timeout)  # fmt: skip
+        try:
+            self._begin(act, target, done)
+        except BaseException:  # refused before anything was sealed: no deadline either
+            if done.timer is not None:
+                done.timer.cancel()
+            raise
+        return done
+
+    def _begin(self, act: SpotAct, target: str, done: Completion) -> None:
+        if act.spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
             with self._lock:
                 if act.spot_id in self._wanted:
                     raise Unavailable(f"a move of {act.spot_id!r} already waits for its signal")
                 self._wanted[act.spot_id] = (target, done)
-            return done
+            return
         if act.kind is SpotKind.USER and not act.shared:  # PER_ACTOR: shell, then each Actor
             shell = Completion()
             shell.add_callback(lambda _v, error: self._shell_moved(act, target, done, error))
-            self.seal(act, target, shell, signaled=False)
-            return done
+            self.seal(act, target, shell, signaled=False, caller=done)
+            return
         self.seal(act, target, done, signaled=False)
-        return done
+
+    def _overdue(self, spot_id: str, done: Completion, timeout: float) -> None:
+        """(Infrastructure thread.) The move's deadline passed on the node's clock."""
+        self.withdraw(spot_id, done, DeadlineExceeded(
+            f"the move of {spot_id!r} did not finish within {timeout:g} s; it was withdrawn"
+        ))  # fmt: skip
+
+    def wait_move(self, spot_id: str, done: Completion, seconds: float, grace: float) -> None:
+        """Block the calling thread for the outcome of the move ``done`` stands for: return
+        once it happened, raise why it did not. After ``seconds`` (real time; its deadline on
+        the node's clock withdraws it as well) a move not yet at its commit is withdrawn and
+        this raises ``DeadlineExceeded``, which always means the move did not happen
+        (python-api §8). One past its point of no return is waited for up to ``grace`` more
+        seconds; one that still does not confirm then raises ``Unavailable``."""
+        if not _settles(done, seconds):
+            error = DeadlineExceeded(
+                f"the move of {spot_id!r} did not finish within {seconds:g} s; it was withdrawn"
+            )
+            if not self.withdraw(spot_id, done, error) and not _settles(done, grace):
+                raise Unavailable(
+                    f"the move of {spot_id!r} is past its commit but did not confirm it "
+                    f"within {seconds + grace:g} s"
+                )
+        done.wait(0)  # its outcome: returns, or raises why it did not happen
 
     def _shell_moved(
         self, act: SpotAct, target: str, done: Completion, error: BaseException | None
@@ -132,13 +182,24 @@ class Outbound(RelocatorState):
         except ZLinkError as exc:
             attempt.set(None, exc)
 
-    def withdraw(self, spot_id: str, done: Completion) -> bool:
-        """Give up a move still waiting for its signal; ``False`` if it started meanwhile."""
+    def withdraw(self, spot_id: str, done: Completion, error: ZLinkError) -> bool:
+        """Withdraw the move ``done`` stands for, unless it ended or its commit is under way
+        (python-api §8): one still waiting for its signal is forgotten; a sealed one is undone
+        as a failed one is (:meth:`_reopen`: admission restored, its queue and the calls it
+        parked served here in order, the target told to forget its copy). ``True`` when
+        withdrawn: ``done`` then fails with ``error`` and the move never happens."""
         with self._lock:
             if self._wanted.get(spot_id, (None, None))[1] is done:
                 del self._wanted[spot_id]
-                return True
-            return False
+                out = None
+            else:
+                out = next((o for o in self._out.values() if done in (o.done, o.caller)), None)
+                if out is None:
+                    return False
+        if out is None:
+            done.set(None, error)
+            return True
+        return self._reopen(out, error)
 
     def signaled(self, act: SpotAct) -> bool:
         """The Spot reached a ``relocation_ready()`` boundary: start a waiting move now.
@@ -165,12 +226,14 @@ class Outbound(RelocatorState):
         signaled: bool,
         unit: ActorAct | None = None,
         join: tuple[str, wire.JoinGrant] | None = None,
+        caller: Completion | None = None,
     ) -> None:
         """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
         Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
-        Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn."""
+        Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn.
+        ``caller``: what the caller of the move waits on, when not ``done`` (a PER_ACTOR
+        Spot's shell move is one step of it)."""
         from ..runtime.acts import READY, SEALED
-        from ..runtime.jobs import LifeJob
 
         with self._lock, self.rt.directory.lock:
             members = list(act.members.values())
@@ -189,9 +252,8 @@ class Outbound(RelocatorState):
                     )
             if any(o.state != READY for o in objects):
                 raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
-            out = Outgoing(
-                next(self._ids), unit or act, act, objects, target, done, signaled=signaled
-            )
+            out = Outgoing(next(self._ids), unit or act, act, objects, target, done,
+                           signaled=signaled, caller=caller)  # fmt: skip
             if join is not None:
                 out.into, out.join = join
             for obj in objects:
@@ -206,26 +268,48 @@ class Outbound(RelocatorState):
             except Exception as exc:  # noqa: BLE001 - a capture failure keeps it here
                 self._reopen(out, exc)
                 return
-            self._send(out, states)
+            if states is not None:  # an Actor unit never waits for a barrier
+                self._send(out, states)
             return
+        self._barrier(out, first=signaled)  # the boundary the Spot chose: nothing runs first
+
+    def _barrier(self, out: Outgoing, first: bool) -> None:
+        """Queue the move's barrier turn on its unit's lifecycle lane (``first``: ahead of
+        everything queued)."""
+        from ..runtime.jobs import LifeJob
+
         owner = out.unit.owner
         barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
                           lambda turn: self._ship(out, turn), Lane.UNRESERVED)  # fmt: skip
-        if signaled:  # the boundary the Spot chose: nothing queued runs before it
+        if first:
             owner.put_first(barrier)
         else:
             owner.put_unreserved(barrier)
 
-    def _capture(self, out: Outgoing) -> dict[str, str | None]:
-        """Inside the barrier turn: refuse if anything is in flight, then capture every object."""
+    def _barrier_again(self, out: Outgoing) -> None:
+        """The last suspended continuation of the moving Spot resumed: the barrier turn goes
+        again, first, at the next turn boundary (unless the move was withdrawn meanwhile)."""
+        if self._out.get(out.rid) is out and not out.shipped:
+            self._barrier(out, first=True)
+
+    def _capture(self, out: Outgoing) -> dict[str, str | None] | None:
+        """Inside the barrier turn: capture every object, or ``None`` for nothing to ship
+        (withdrawn, or the barrier is not reached yet). A SpotWide Spot with a handler
+        suspended in a Yield (its own or a member's) is not at the all-lane barrier: the turn
+        ends and comes again once every such continuation has resumed and finished its turn
+        on this node (python-api §11; kotlin-spot-interface: "including all coroutine
+        continuations"); the seal stays, and the move's deadline still withdraws it. Members
+        that changed or lifecycle work queued fail the barrier (admission comes back)."""
         from ..runtime.jobs import LifeJob
 
         act = out.spot
+        if self._out.get(out.rid) is not out:  # withdrawn before its barrier: nothing to do
+            return None
         if out.kind == TargetKind.SPOT and act.shared:
             if set(act.members) != {o.name for o in out.objects if o is not act}:
                 raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
-            if act.yields_out:
-                raise Unavailable(f"{act.spot_id!r}: a Yield is still in flight (barrier failed)")
+            if not self.rt.when_quiet(act, partial(self._barrier_again, out)):
+                return None  # a continuation is still suspended: again once none is
         if out.kind == TargetKind.ACTOR and out.unit.spot is not act:  # type: ignore[union-attr]
             raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
@@ -240,42 +324,56 @@ class Outbound(RelocatorState):
         if turn.error is not None:  # barrier or capture failure: admission back, exactly
             self._reopen(out, turn.error)
             return
-        self._send(out, turn.result)
+        if turn.result is not None:  # None: withdrawn, or waiting for the barrier
+            self._send(out, turn.result)
 
     def _send(self, out: Outgoing, states: dict[str, str | None]) -> None:
-        """Queues, timers and states leave for the target, in chunks."""
-        timers = {}
-        for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
-            # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
-            # is recreated and registers what it needs
-            keep = obj is not out.spot or out.spot.shared or out.spot.kind is not SpotKind.USER
-            timers[obj.name] = list(obj.timers.values()) if keep else []
-            obj.cancel_timers()
-        objects = tuple(
-            wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(obj, out.target),
-                             timers_of(timers[obj.name]))
-            for obj in out.objects
-        )  # fmt: skip
-        blob = codec.dumps(states).decode()
-        size = self.chunk_limit
-        chunks = [blob[i : i + size] for i in range(0, len(blob), size)]
+        """Queues, timers and states leave for the target, in chunks. What leaves is kept
+        here too (``Outgoing.taken``) until the commit: a move that does not happen puts it
+        back (:meth:`_reopen`). Done under the relocator's lock, so a withdrawal comes wholly
+        before (nothing leaves) or wholly after (it is all put back, the target told)."""
         act, me = out.spot, self.rt.node_id
-        try:
-            for n, chunk in enumerate(chunks):
-                self.router.post(out.target, wire.RelocChunkEnvelope(me, out.rid, n, chunk))
-            self.router.post(out.target, wire.RelocEnvelope(
-                me, out.rid, out.into or act.spot_id, act.spec.name, act.ref.object_generation,
-                len(chunks), objects, out.signaled, str(out.kind), out.join,
-            ))  # fmt: skip
-        except Unavailable as exc:  # the target is gone: nothing left; keep it sealed here
-            _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, exc)
-            self._finish(out, exc)
+        with self._lock:
+            if self._out.get(out.rid) is not out:  # withdrawn meanwhile: nothing leaves
+                return
+            out.shipped = True
+            timers = {}
+            for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
+                out.timers[obj.name] = timers_of(list(obj.timers.values()))
+                # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
+                # is recreated and registers what it needs
+                keep = obj is not out.spot or act.shared or act.kind is not SpotKind.USER
+                timers[obj.name] = out.timers[obj.name] if keep else ()
+                obj.cancel_timers()
+            objects = tuple(
+                wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(out, obj),
+                                 timers[obj.name])
+                for obj in out.objects
+            )  # fmt: skip
+            blob = codec.dumps(states).decode()
+            size = self.chunk_limit
+            chunks = [blob[i : i + size] for i in range(0, len(blob), size)]
+            try:
+                for n, chunk in enumerate(chunks):
+                    self.router.post(out.target, wire.RelocChunkEnvelope(me, out.rid, n, chunk))
+                self.router.post(out.target, wire.RelocEnvelope(
+                    me, out.rid, out.into or act.spot_id, act.spec.name,
+                    act.ref.object_generation, len(chunks), objects, out.signaled, str(out.kind),
+                    out.join,
+                ))  # fmt: skip
+                return
+            except Unavailable as exc:  # the target is gone: the move does not happen
+                failed = exc
+        _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, failed)
+        self._reopen(out, failed)
 
-    def _take_jobs(self, obj: SpotAct | ActorAct, target: str) -> tuple[wire.RelocJob, ...]:
-        """Everything queued behind the barrier, in order, as it will be queued on the target."""
+    def _take_jobs(self, out: Outgoing, obj: SpotAct | ActorAct) -> tuple[wire.RelocJob, ...]:
+        """Everything queued behind the barrier, in order, as it will be queued on the target;
+        the items themselves are kept in ``out.taken`` (see :meth:`_put_back`)."""
         from ..runtime.jobs import BatchJob, SendJob
 
         jobs: list[wire.RelocJob] = []
+        taken: list[Any] = []
         for item in obj.owner.drain():
             if isinstance(item, Job) and item.lane != Lane.UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
@@ -283,7 +381,8 @@ class Outbound(RelocatorState):
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us
                     tp = reply_type(type(item.msg))
-                    corr = self.router.register_pending(item.reply, tp, target)
+                    corr = self.router.register_pending(item.reply, tp, out.target)
+                    out.corrs.append(corr)
                 jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic))
             elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
                 jobs += [_message_job(msg, None, item.sender) for msg in item.msgs]
@@ -292,38 +391,79 @@ class Outbound(RelocatorState):
                 jobs.append(wire.RelocTickJob(t.name, t.sequence, t.scheduled_at, t.fired_at,
                                               t.late_ticks))  # fmt: skip
                 item.timer.withdraw()
+            else:
+                continue
+            taken.append(item)
+        out.taken.append((obj, taken))
         return tuple(jobs)
 
-    def _reopen(self, out: Outgoing, error: BaseException) -> None:
-        """The barrier failed: parked calls run here first, then admission reopens."""
+    def _reopen(self, out: Outgoing, error: BaseException) -> bool:
+        """The move does not happen (a failed barrier or capture, a target gone before the
+        commit, a restore that kept failing): the Spot serves here again as it was. What left
+        for the target is queued again first, in its order, with its timers; then the calls
+        parked at the seal, in arrival order; then admission reopens; the target is told to
+        forget its copy, and the caller gets ``error`` (python-api §11). ``False`` (nothing
+        done) once the commit is under way or the move already ended."""
         from ..runtime.acts import READY
 
         # lock order: route -> relocator (redelivery may route a parked call onward)
         with self.router.route_lock, self._lock:
-            for obj in out.objects:
-                obj.owner.lanes.set_closed(False)
+            if self._out.get(out.rid) is not out or out.relaying:
+                return False
             self._forget_out(out)
-            for env in out.parked:  # still sealed: these go first, in arrival order
-                self.router.redeliver(env, force=True)
-            out.parked.clear()
-            for obj in out.objects:
-                obj.state = READY
             if out.signaled:  # told before anything it held back runs
                 self.rt.relocation_ready_completed(
                     out.spot, RelocationReadyStatus.CONTINUED, typed_error(error)
                 )
+            if out.shipped:
+                self._put_back(out)
+            for obj in out.objects:
+                obj.owner.lanes.set_closed(False)
+            for env in out.parked:  # still sealed: these go next, in arrival order
+                self.router.redeliver(env, force=True)
+            out.parked.clear()
+            for obj in out.objects:
+                obj.state = READY
+            if out.shipped:
+                with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
+                    self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
         out.done.set(None, typed_error(error))
+        return True
+
+    def _put_back(self, out: Outgoing) -> None:
+        """(Relocator lock held.) What left for the target is queued here again, as it was:
+        each object's queue in its order (reserved again: it was admitted here once, §7), its
+        timers with the same sequence and next due time; queued requests are answered here."""
+        for corr in out.corrs:  # their callers wait for this node's turns again
+            self.router.forget_pending(corr)
+        for obj, items in out.taken:
+            lanes = obj.owner.lanes
+            timers = {t.name: t for t in restore_timers(obj, out.timers.get(obj.name, ()))}
+            for item in items:
+                if isinstance(item, TimerJob):
+                    timer = timers.get(item.timer.name)
+                    if timer is not None:  # a tick that was pending goes on as it was
+                        timer.moved_in()
+                        lanes.put_app_moved(TimerJob(timer, item.at), 0)
+                else:
+                    lanes.put_app_moved(item, item.size, item.count)
+            for timer in timers.values():
+                timer.arm()
+        out.taken.clear()
+        out.corrs.clear()
 
     def on_restored(self, env: wire.RelocDoneEnvelope) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
         out = self._out.get(env.relocation_id)
         if out is None or out.relaying:  # gone, or a repeat while the commit is under way
             return
-        if env.error is not None:  # the target stays sealed; so does this node (nothing is lost)
-            self._finish(out, StateIncompatible(env.error))
+        if env.error is not None:  # it gave up (and forgot its copy): the Spot stays here
+            self._reopen(out, StateIncompatible(env.error))
             return
         router, rt = self.router, self.rt
         with self._lock:  # before the commit, in arrival order: per-sender order holds
+            if self._out.get(out.rid) is not out or out.relaying:  # withdrawn meanwhile
+                return
             for parked in out.parked:
                 self._relay(out, parked)
             out.parked.clear()
@@ -407,6 +547,13 @@ class Outbound(RelocatorState):
     def _relay(self, out: Outgoing, env: Relayable) -> None:
         """Hand a call or fence that met the move on to the target, as one more hop."""
         self.router.post(out.target, replace(env, hops=env.hops + 1, via=self.rt.node_id))
+
+
+def _settles(done: Completion, seconds: float) -> bool:
+    """Whether ``done`` has its outcome within ``seconds`` of real time."""
+    with contextlib.suppress(Exception):  # its outcome is read by the caller
+        done.wait(seconds)
+    return done.done
 
 
 def _message_job(

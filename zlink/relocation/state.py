@@ -43,11 +43,21 @@ class Outgoing:
     objects: list[SpotAct | ActorAct]
     target: str
     done: Completion
-    relaying: bool = False  # parked calls went to the target; later ones follow at once
+    # the point of no return: parked calls went to the target and the commit is under way
+    # (later calls follow at once); until then the move can still be withdrawn
+    relaying: bool = False
     signaled: bool = False  # APPLICATION_SIGNALED: the Spot gets CONTINUED or RELOCATED
     into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
     join: wire.JoinGrant | None = None  # ... and the accepted join's reply, as sent
     parked: list[Relayable] = field(default_factory=list)
+    caller: Completion | None = None  # what the move's caller waits on, if not ``done``
+    # What left for the target, kept here until the commit so a move that does not happen
+    # puts it back as it was (python-api §11): each object's queue, in order, its timers,
+    # and the correlation ids its queued requests await the target's replies under.
+    shipped: bool = False
+    taken: list[tuple[SpotAct | ActorAct, list[Any]]] = field(default_factory=list)
+    timers: dict[str, tuple[wire.RelocTimer, ...]] = field(default_factory=dict)
+    corrs: list[int] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -67,8 +77,12 @@ class Arriving:
     committed: bool = False
     signaled: bool = False
     fences: set[str] = field(default_factory=set)  # this node's fences still travelling
-    early: list[Held] = field(default_factory=list)  # relayed before the restore finished
     local: list[Held] = field(default_factory=list)  # made here: wait for this node's fences
+    # every call for it that may go in, in the order it came (relayed by the source or not):
+    # queued behind the moved queue when it opens, or, if the move is withdrawn before its
+    # commit, sent on whole to the source (python-api §8)
+    kept: list[Held] = field(default_factory=list)
+    forgotten: bool = False  # withdrawn or given up: what was made of it is dropped
 
     @property
     def members(self) -> list[ActorAct]:
@@ -93,12 +107,11 @@ class RelocatorState:
         self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
 
     def _take_in(self, inc: Arriving, held: Held) -> None:
-        """A call for an arriving target that may go in now: queued (held) if the target is
-        restored, else kept until the moved queue is in (it goes in right after)."""
-        if inc.restored:
-            self._admit(held)
-        else:
-            inc.early.append(held)
+        """A call for an arriving target that may go in: kept, in arrival order, until the
+        target opens (it then queues behind the moved queue, as it would have in the held
+        lanes: a call taken in here, so before any fence this node answered for the target,
+        stays ahead of what comes after that fence through the source)."""
+        inc.kept.append(held)
 
     def _admit(self, held: Held) -> None:
         """Admit a kept call now (force: past the seal); a refusal completes its reply."""

@@ -5,6 +5,12 @@ Guarantees / assumes:
   tables) in one critical section under the route lock, so a call sent before it left goes
   the old way and a call made after finds it here (per-sender order).
 * A moved queue is refilled whole: it was admitted at the source (``put_app_moved``).
+* Until it opens, only the moved queue is in the held lanes; every call that arrives for the
+  objects waits in the move's record, in arrival order, and goes in behind it when the target
+  opens. So a move the source withdraws, or that this node gives up after its restore retries,
+  is forgotten whole (``on_abort``, ``_forget_in``): the objects leave the directory, the kept
+  calls go on to the source in their order, the moved queue is dropped unanswered (the source
+  kept the originals).
 * Lock order (``zlink.lock_order``): route -> relocator -> directory.
 """
 
@@ -17,10 +23,11 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ..errors import Unavailable
+from ..errors import Unavailable, ZLinkError
 from ..executor import Lane, Turn
 from ..mesh import wire
 from ..messaging import codec
+from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Completion
 from ..messaging.message import from_wire
 from ..timers import TimerJob
@@ -105,6 +112,8 @@ class Inbound(RelocatorState):
         act = inc.spot
 
         def run() -> Any:
+            if inc.forgotten:  # withdrawn by the source meanwhile: nothing to restore
+                return None
             for obj in inc.objects:  # a fresh instance for every attempt
                 obj.instance = obj.spec.cls(obj.context)
                 data, adapter = states.get(obj.name), obj.spec.relocation.adapter
@@ -115,13 +124,22 @@ class Inbound(RelocatorState):
             return None
 
         def restored(turn: Turn) -> None:
+            if inc.forgotten:  # withdrawn by the source meanwhile (see on_abort)
+                self._discard(inc)
+                return
             if turn.error is not None:
                 _log.error("restore of %r failed (attempt %d)", act.spot_id, attempt,
                            exc_info=turn.error)  # fmt: skip
                 if attempt < RESTORE_ATTEMPTS:  # same target, same payload
                     self._restore(env, inc, states, attempt + 1)
-                else:  # stays sealed here; the source is told
-                    self._answer(env, f"restore failed {attempt} times: {turn.error}")
+                    return
+                # past its retries the move is aborted (python-api §11): this node forgets
+                # its copy, and the source, told, serves again with its queue as it was
+                with self.router.route_lock, self._lock:
+                    if not inc.forgotten:
+                        self._forget_in(inc)
+                self._discard(inc)
+                self._answer(env, f"restore failed {attempt} times: {turn.error}")
                 return
             if inc.kind == TargetKind.ACTOR:  # born held; the open shell goes on meanwhile
                 self._refill(env, inc)
@@ -131,18 +149,17 @@ class Inbound(RelocatorState):
         act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, Lane.UNRESERVED))
 
     def _refill(self, env: wire.RelocEnvelope, inc: Arriving) -> None:
-        """The restored objects are held: queue their messages and timers, tell the source."""
-        for obj, moved in zip(inc.objects, env.objects, strict=True):
-            timers = restore_timers(obj, moved.timers)
-            self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
-            for timer in timers:
-                timer.arm()
+        """The restored objects are held: queue their messages and timers, tell the source.
+        (Under the relocator's lock: a withdrawal comes wholly before or wholly after.)"""
         with self._lock:
-            for held in inc.early:  # still unrestored: nothing else gets in before these
-                self._admit(held)
-            inc.early.clear()
-            for obj in inc.objects:
-                obj.restored = inc.key[0]  # from now on the source's calls queue (held) here
+            if inc.forgotten:  # withdrawn by the source meanwhile (see on_abort)
+                self._discard(inc)
+                return
+            for obj, moved in zip(inc.objects, env.objects, strict=True):
+                timers = restore_timers(obj, moved.timers)
+                self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
+                for timer in timers:
+                    timer.arm()
             inc.restored = True
         self._answer(env, None)
 
@@ -190,10 +207,12 @@ class Inbound(RelocatorState):
 
         with self._lock:
             self._in.pop(inc.key, None)
+            for held in inc.kept:  # in the order they came, behind the moved queue
+                self._admit(held)
+            inc.kept.clear()
             for obj in inc.objects:
                 if self._in_ids.get(obj.name) is inc:
                     del self._in_ids[obj.name]
-                obj.restored = None
                 obj.state = READY
         act = inc.spot
         if inc.signaled:  # first of all, before the messages and ticks it held back
@@ -209,6 +228,58 @@ class Inbound(RelocatorState):
         self.rt.metrics.add("relocated_in")
         with contextlib.suppress(Unavailable):  # the source is gone: nothing waits there
             self.router.post(inc.key[0], wire.RelocOpenedEnvelope(inc.key[1]))
+
+    def on_abort(self, env: wire.RelocAbortEnvelope) -> None:
+        """The source withdrew the move before its commit (python-api §8, §11): forget what
+        was made of it here. Calls kept for it go on to the source; the moved queue is
+        dropped unanswered (the source kept the originals and runs them)."""
+        with self.router.route_lock, self._lock:
+            inc = self._in.get((env.source_node, env.relocation_id))
+            if inc is None or inc.committed:  # gone already (it gave up), or too late
+                return
+            self._forget_in(inc)
+            if inc.restored:  # held and quiescent; else its restore turn drops it
+                self._discard(inc)
+
+    def _forget_in(self, inc: Arriving) -> None:
+        """(Route and relocator locks held.) The arriving objects leave this node's tables
+        and directory, so calls for them go the way they went before the move (to the
+        source); the calls kept for them here are sent on that way now, in their order."""
+        from ..runtime.acts import GONE
+
+        rt = self.rt
+        inc.forgotten = True
+        self._in.pop(inc.key, None)
+        with rt.directory.lock:
+            for obj in inc.objects:
+                if self._in_ids.get(obj.name) is inc:
+                    del self._in_ids[obj.name]
+                obj.state = GONE
+                table: dict[str, Any] = rt.spots if obj is inc.spot else rt.actors
+                if table.get(obj.name) is obj:
+                    del table[obj.name]
+            for member in inc.members:  # an Actor unit joined an open shell: it never came
+                if inc.spot.members.get(member.actor_id) is member:
+                    del inc.spot.members[member.actor_id]
+        kept = [*inc.kept, *inc.local]  # in the order they were kept
+        inc.kept, inc.local = [], []
+        for call, reply, hops in kept:  # routed as if just made: behind any fence, in order
+            try:
+                rt.submit(call, reply, NO_WAIT, hops)
+            except ZLinkError as exc:
+                if reply is not None:
+                    reply.set(None, exc)
+                else:
+                    rt.metrics.add("remote_sends_refused")
+
+    def _discard(self, inc: Arriving) -> None:
+        """Drop the half-made copy of a move that did not happen: its timers, and its queue
+        unanswered (the source answers those callers). Its objects are quiescent: held, or
+        their restore turn has ended."""
+        for obj in inc.objects:
+            obj.cancel_timers()
+            obj.owner.drain()
+        self.rt.metrics.add("relocations_forgotten")
 
     def _answer(self, env: wire.RelocEnvelope, error: str | None) -> None:
         try:

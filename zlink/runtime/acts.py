@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -61,7 +62,7 @@ class Discarded(Exception):
 class ObjectAct:
     """What Spot and Actor activations share: timers and the last time they did work."""
 
-    __slots__ = ("activity", "authority", "idle_since", "restored", "seen_activity", "timers")
+    __slots__ = ("activity", "authority", "idle_since", "seen_activity", "timers")
     rt: Runtime
     instance: Any
     spec: TypeSpec
@@ -72,8 +73,6 @@ class ObjectAct:
     def _init_object(self) -> None:
         self.timers: dict[str, Timer] = {}
         self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
-        # a relocation target, restored and held until its commit: the source's node id
-        self.restored: str | None = None
         self.activity = self.seen_activity = 0  # handled messages; idle eviction compares them
         self.idle_since = self.rt.clock.now()
         self.context.timers = TimerManager(self)
@@ -125,6 +124,7 @@ class SpotAct(ObjectAct):
 
     __slots__ = (
         "activated",
+        "closing_overdue",
         "closing_turn",
         "context",
         "gate",
@@ -132,6 +132,7 @@ class SpotAct(ObjectAct):
         "kind",
         "members",
         "owner",
+        "quiet",
         "ref",
         "rt",
         "shared",
@@ -139,7 +140,7 @@ class SpotAct(ObjectAct):
         "spot_id",
         "state",
         "yield_ok",
-        "yields_out",
+        "yielded",
     )
 
     def __init__(self, rt: Runtime, spec: TypeSpec, spot_id: str, generation: int) -> None:
@@ -156,7 +157,12 @@ class SpotAct(ObjectAct):
         self.instance: Any = None
         self.state = ACTIVATING
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
-        self.yields_out = 0  # Yields whose completion has not arrived (relocation barrier)
+        self.closing_overdue = False  # the close's deadline passed: suspensions end at once
+        # turns of this Spot and its members suspended in a Yield whose continuation has not
+        # resumed yet: the all-lane barrier of a move or a close waits until there are none
+        # (python-api §11); ``quiet`` runs then (both under the runtime's Yield lock)
+        self.yielded: set[Turn] = set()
+        self.quiet: list[Callable[[], None]] = []
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
         # set when on_create / on_initialize have finished, then dropped (idle Spots keep none)

@@ -3,6 +3,13 @@
 Guarantees / assumes:
 * A closing Spot admits nothing new, stops its timers and sends its members home before
   ``on_closing`` runs; the store's release runs on the store thread.
+* ``on_closing`` runs only at the all-lane barrier (python-api §11 "Close or move while a
+  SpotWide handler is suspended"): every continuation suspended in a Yield has resumed and
+  finished its turn first. The close has one deadline, taken when it is asked for: past it,
+  what is still suspended (a Yield, a plain await, ``on_closing`` itself) is cancelled with
+  ``Cancelled`` at its ``await`` (its ``finally`` runs on the gate), then ``on_closing`` runs.
+  No continuation runs after ``on_closing``: the Spot's queue is discarded after it, and a
+  Yield's late completion meets a turn that already ended.
 * Lock order (``zlink.lock_order``): the directory lock, alone; the local counter lock of
   ``close_spot`` is a leaf taken with nothing else held.
 """
@@ -67,16 +74,18 @@ class Closing:
             self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
 
     def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
-        """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane)."""
+        """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane) at
+        the all-lane barrier; the close's deadline runs from now."""
         with self.rt.directory.lock:
             if act.state in PAST_READY:
                 raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
             act.state = CLOSING
         act.owner.lanes.end_waits()  # who waits for room is refused as a new call now is
         act.cancel_timers()
+        deadline = self._deadline(act, 0)
         members = list(act.members)
         if not members:
-            self.queue_closing(act, reason)
+            self.queue_closing(act, reason, deadline=deadline)
             return
         left = [len(members)]
         lock = threading.Lock()
@@ -86,28 +95,74 @@ class Closing:
                 left[0] -= 1
                 last = left[0] == 0
             if last:
-                self.queue_closing(act, reason)
+                self.queue_closing(act, reason, deadline=deadline)
 
         for actor_id in members:
             self.rt.leave(actor_id, act.spot_id, one_left)
 
-    def queue_closing(self, act: SpotAct, reason: SpotCloseReason, budget: float = 0) -> None:
+    def _deadline(self, act: SpotAct, budget: float) -> float:
+        """The close's deadline, ``budget`` (or the closing timeout) from now, armed."""
         deadline = self.rt.clock.now() + (budget or self.rt.closing_timeout)
-        closing = SpotClosingContext(reason, deadline)
+        self.rt.infra.call_at(deadline, self._closing_overdue, act)
+        return deadline
+
+    def queue_closing(
+        self, act: SpotAct, reason: SpotCloseReason, budget: float = 0,
+        deadline: float | None = None,
+    ) -> None:  # fmt: skip
+        """Queue ``on_closing``; it runs once no continuation of ``act`` is suspended."""
+        if deadline is None:
+            deadline = self._deadline(act, budget)
+        self._on_closing(act, SpotClosingContext(reason, deadline), first=False)
+
+    def _on_closing(self, act: SpotAct, closing: SpotClosingContext, first: bool) -> None:
+        """The ``on_closing`` turn, on the lifecycle lane (``first``: at its head). If a
+        handler of the Spot or of a member is still suspended in a Yield, the turn ends at
+        once and is queued again, first, when the last such continuation has resumed."""
+        ran = [False]
 
         def run() -> Any:
-            act.closing_turn = current_turn()
+            if not self.rt.when_quiet(act, partial(self._on_closing, act, closing, True)):
+                return None  # not at the barrier yet: a continuation must finish first
+            ran[0] = True
+            turn = act.closing_turn = current_turn()
+            if act.closing_overdue and turn is not None:  # past its deadline already
+                turn.cancel(Cancelled(f"on_closing of {act.spot_id!r} passed its deadline"))
             return None if act.instance is None else act.instance.on_closing(closing)
 
-        act.owner.put_unreserved(
-            LifeJob(act, "on_closing", run, partial(self._closed, act), Lane.UNRESERVED)
-        )
-        self.rt.infra.call_at(deadline, self._closing_overdue, act)
+        def done(turn: Turn) -> None:
+            if ran[0] or turn.owner is None:  # it ran, or it never will (discarded unrun)
+                self._closed(act, turn)
+
+        job = LifeJob(act, "on_closing", run, done, Lane.UNRESERVED)
+        if first:
+            act.owner.put_first(job)
+        else:
+            act.owner.put_unreserved(job)
 
     def _closing_overdue(self, act: SpotAct) -> None:
-        turn = act.closing_turn
-        if act.state == CLOSING and turn is not None and turn.waker is not None:
-            turn.waker(None, Cancelled(f"on_closing of {act.spot_id!r} passed its deadline"))
+        """(Infrastructure thread.) The close's deadline passed: every turn of the Spot (and
+        of its members) still suspended, in a Yield or a plain await, and ``on_closing``
+        itself, is cancelled; ``on_closing`` runs once the cancelled continuations have
+        finished (python-api §11)."""
+        if act.state != CLOSING:
+            return
+        act.closing_overdue = True
+        error = Cancelled(f"the close of {act.spot_id!r} passed its deadline")
+        turns = self.rt.suspended_yields(act)
+        for gate in {act.gate, *(m.owner.gate for m in list(act.members.values()))}:
+            if gate.running is not None:  # a plain await keeps the gate (or a turn runs)
+                turns.append(gate.running)
+        if act.closing_turn is not None:
+            turns.append(act.closing_turn)
+        for turn in turns:
+            turn.cancel(error)
+
+    def cancel_suspended(self) -> None:
+        """Shutdown, past its budget: what the closing deadlines would do, for every Spot
+        still closing (its deadlines left the infrastructure heap with the node's calls)."""
+        for act in list(self.rt.spots.values()):
+            self._closing_overdue(act)
 
     def _closed(self, act: SpotAct, turn: Turn) -> None:
         if turn.error is not None and not isinstance(turn.error, Cancelled):
@@ -156,7 +211,8 @@ class Closing:
             self.rt.infra.call_later(self.rt.idle_timeout / 4, self.sweep_idle)
 
     def close_all(self, budget: float) -> None:
-        """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)``; members stay put."""
+        """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)`` (at its barrier, as a close
+        does); members stay put."""
         for act in list(self.rt.spots.values()):
             with self.rt.directory.lock:
                 if act.state in (CLOSING, GONE):

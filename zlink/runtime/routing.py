@@ -512,6 +512,11 @@ class MeshRouter:
         completion.add_callback(lambda _v, _e: self._forget(corr))
         return corr
 
+    def forget_pending(self, corr: int) -> None:
+        """Stop awaiting a reply under ``corr``; one that still comes is dropped and counted
+        (a queued request that a withdrawn move answers here after all)."""
+        self._forget(corr)
+
     def _forget(self, corr: int) -> None:
         with self._lock:
             self._pending.pop(corr, None)

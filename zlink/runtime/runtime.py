@@ -26,10 +26,12 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    Cancelled,
     DeadlineExceeded,
     InvalidArgument,
     InvalidOperation,
@@ -195,6 +197,7 @@ class Runtime:
         self.stop_admission = closing.stop_admission
         self.owners = closing.owners
         self.discard_queued = closing.discard_queued
+        self.cancel_suspended = closing.cancel_suspended
 
     def new_gate(self, name: str) -> Gate:
         return Gate(self.pool, self.clock, self.budget, name)
@@ -307,7 +310,7 @@ class Runtime:
                 if self.router is not None:
                     return self._remote(call, reply, mode, hops, room)
                 raise NotFound(f"no actor {call.target!r}")
-            if act.state in PAST_READY and not force and not _restored_for(act, call):
+            if act.state in PAST_READY and not force:
                 return self._not_ready(act, call, reply, mode, hops)
         else:
             act = self.spots.get(call.target)
@@ -316,7 +319,7 @@ class Runtime:
                     return self._remote(call, reply, mode, hops, room)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
-            elif act.state in PAST_READY and not force and not _restored_for(act, call):
+            elif act.state in PAST_READY and not force:
                 return self._not_ready(act, call, reply, mode, hops)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
@@ -633,24 +636,49 @@ class Runtime:
                 "claim even across Yield"
             )
 
-    def yield_begin(self) -> SpotAct | None:
-        """Count a Spot turn's Yield from before its call is submitted (relocation barrier);
-        a member Actor's Yield counts on its Spot, whose barrier covers it."""
+    def yield_begin(self) -> tuple[SpotAct, Turn] | None:
+        """Count a Spot turn's Yield from before its call is submitted, until its continuation
+        resumes (the all-lane barrier of a move or a close waits for none to be left, python-
+        api §11); a member Actor's Yield counts on its Spot, whose barrier covers it."""
         turn = current_turn()
         act = turn.owner.ref if turn is not None and turn.owner is not None else None
         if isinstance(act, ActorAct):
             act = act.spot
-        if not isinstance(act, SpotAct):
+        if turn is None or not isinstance(act, SpotAct):
             return None
         with self._yield_lock:
-            act.yields_out += 1
-        return act
+            act.yielded.add(turn)
+        if act.closing_overdue:  # a close past its deadline waits for no new suspension
+            turn.cancel(Cancelled(f"the close of {act.spot_id!r} passed its deadline"))
+        return act, turn
 
-    def yield_end(self, act: SpotAct | None) -> None:
-        """The Yield's completion arrived (or its submission failed)."""
-        if act is not None:
-            with self._yield_lock:
-                act.yields_out -= 1
+    def yield_end(self, token: tuple[SpotAct, Turn] | None) -> None:
+        """The Yield's continuation resumed, on the gate (or its submission failed); the last
+        one of its Spot runs what waits for the Spot to be quiet (``when_quiet``)."""
+        if token is None:
+            return
+        act, turn = token
+        with self._yield_lock:
+            act.yielded.discard(turn)
+            if act.yielded or not act.quiet:
+                return
+            quiet, act.quiet = act.quiet, []
+        for then in quiet:
+            then()
+
+    def when_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
+        """Whether no turn of ``act`` or its members is suspended in a Yield; if one is,
+        ``then()`` runs once none is (on the thread whose continuation resumed last)."""
+        with self._yield_lock:
+            if not act.yielded:
+                return True
+            act.quiet.append(then)
+            return False
+
+    def suspended_yields(self, act: SpotAct) -> list[Turn]:
+        """The turns of ``act`` and its members suspended in a Yield now."""
+        with self._yield_lock:
+            return list(act.yielded)
 
     def check_yield(self, call: Any) -> None:
         """§3, §16: Yield only in SpotWide User Spot / Instance Spot owner turns."""
@@ -743,8 +771,3 @@ class Runtime:
         for actor in list(self.actors.values()):
             add(actor.owner, "actor", actor.spec.name, actor.state, sorted(actor.timers))
         return out
-
-
-def _restored_for(act: SpotAct | ActorAct, call: MessageCall) -> bool:
-    """A call the relocation source relays to a restored, still sealed target: it queues."""
-    return bool(act.restored) and call.via == act.restored
