@@ -259,6 +259,7 @@ def test_a_restore_failure_keeps_the_target_sealed_and_picks_no_other_target(clu
     with pytest.raises(zlink.StateIncompatible, match="restore failed 3 times"):
         n1.relocate_spot("stuck", "node-2", timeout=WAIT)
     assert len(RESTORES) == 3  # retried on the same target with the same payload
+    assert n2.counters()["relocation_restore_errors"] == 3  # each failure counted once
     assert n2._runtime.spots["stuck"].state.value == "sealed"  # not authoritative, admits nothing
     assert "stuck" not in n3._runtime.spots
     assert cluster.store.lookup("stuck").owner_node == "node-1"  # no commit happened

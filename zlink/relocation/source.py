@@ -210,7 +210,8 @@ class Outbound(RelocatorState):
             return
         owner = out.unit.owner
         barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
-                          lambda turn: self._ship(out, turn), Lane.UNRESERVED)  # fmt: skip
+                          lambda turn: self._ship(out, turn), Lane.UNRESERVED,
+                          callback=False)  # fmt: skip
         if signaled:  # the boundary the Spot chose: nothing queued runs before it
             owner.put_first(barrier)
         else:

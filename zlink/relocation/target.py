@@ -116,6 +116,7 @@ class Inbound(RelocatorState):
 
         def restored(turn: Turn) -> None:
             if turn.error is not None:
+                self.rt.metrics.add("relocation_restore_errors")  # each attempt, once
                 _log.error("restore of %r failed (attempt %d)", act.spot_id, attempt,
                            exc_info=turn.error)  # fmt: skip
                 if attempt < RESTORE_ATTEMPTS:  # same target, same payload
@@ -128,7 +129,9 @@ class Inbound(RelocatorState):
             else:
                 act.owner.hold(after=lambda: self._refill(env, inc))
 
-        act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, Lane.UNRESERVED))
+        act.owner.put_unreserved(
+            LifeJob(act, "relocation restore", run, restored, Lane.UNRESERVED, callback=False)
+        )
 
     def _refill(self, env: wire.RelocEnvelope, inc: Arriving) -> None:
         """The restored objects are held: queue their messages and timers, tell the source."""

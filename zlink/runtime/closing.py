@@ -23,13 +23,13 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Job, Lane, Owner, Turn, current_turn
+from ..executor import Lane, Owner, Turn, current_turn
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct
-from .jobs import LifeJob
+from .jobs import LifeJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
 
@@ -107,12 +107,13 @@ class Closing:
     def _closing_overdue(self, act: SpotAct) -> None:
         turn = act.closing_turn
         if act.state == CLOSING and turn is not None and turn.waker is not None:
+            if isinstance(turn.job, LifeJob):
+                turn.job.overdue = True  # its Cancelled is this, not a fault of its own
+            self.rt.metrics.add("closing_overdue")
             turn.waker(None, Cancelled(f"on_closing of {act.spot_id!r} passed its deadline"))
 
     def _closed(self, act: SpotAct, turn: Turn) -> None:
-        if turn.error is not None and not isinstance(turn.error, Cancelled):
-            self.rt.metrics.add("handler_errors")
-            _log.error("on_closing of %r failed", act.spot_id, exc_info=turn.error)
+        """``on_closing`` ended (a failure was counted by its job) or was discarded unrun."""
         act.state = GONE
         act.closing_turn = None
         with self.rt.directory.lock:
@@ -126,14 +127,14 @@ class Closing:
             router.store_worker.call(
                 router.store.release, act.spot_id, self.rt.node_id, act.authority
             )
+        stopping = self.rt.stopping
         error: ZLinkError = (
             Unavailable(f"node {self.rt.node_id} shut down before it ran")
-            if self.rt.stopping
+            if stopping
             else NotFound(f"spot {act.spot_id!r} was closed")
         )
-        for item in act.owner.drain():
-            if isinstance(item, Job):
-                item.discard(error)
+        reason = "at_shutdown" if stopping else "spot_closed"
+        discard_jobs(self.rt, act.owner.drain(), error, reason)
         self.rt.metrics.add("spots_closed")
 
     def sweep_idle(self) -> None:
@@ -179,13 +180,12 @@ class Closing:
         return out
 
     def discard_queued(self) -> int:
-        """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers)."""
+        """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers);
+        each counted (``messages_discarded_at_shutdown``, ``lifecycle_skipped_<step>``).
+        Returns how many messages were discarded."""
         n = 0
         error = Unavailable(f"node {self.rt.node_id} shut down before it ran")
         for owner in self.owners():
             owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
-            for item in owner.drain():
-                if isinstance(item, Job):
-                    item.discard(error)
-                    n += 1
+            n += discard_jobs(self.rt, owner.drain(), error, "at_shutdown")
         return n

@@ -693,6 +693,7 @@ class Runtime:
                 return
         self.close_scope(turn, False)
         if isinstance(err, Discarded):
+            self.metrics.add("messages_discarded_at_shutdown")
             if reply is not None:
                 reply.set(None, Unavailable(f"node {self.node_id} shut down before it ran"))
             return
