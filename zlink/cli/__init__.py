@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import json
 import logging
@@ -48,6 +50,21 @@ def load(target: str, factory: bool = False) -> Any:
     return obj() if factory else obj
 
 
+def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
+    """SIGINT/SIGTERM under ``zlink run``: the first starts the graceful stop (drain, then
+    shutdown); another while it goes on exits at once, with 128 + the signal's number (130
+    for SIGINT), skipping what is left of the stop."""
+    if not stop.is_set():
+        stop.set()
+        return
+    with contextlib.suppress(OSError):  # os.write: print() may be mid-write on this thread
+        os.write(2, f"signal {signum} again: exiting now, the stop unfinished\n".encode())
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # (a flush interrupted mid-write raises)
+            stream.flush()
+    os._exit(128 + signum)
+
+
 @cli.command()
 def run(
     target: Annotated[str, typer.Argument(help="MODULE:ATTR of a zlink.App or a main()")],
@@ -62,8 +79,8 @@ def run(
     ] = False,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
-    """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown); a callable
-    ATTR is just run."""
+    """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown; a second
+    signal exits at once, with 130 for SIGINT); a callable ATTR is just run."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -75,7 +92,7 @@ def run(
         raise typer.BadParameter(f"{target} is neither a zlink.App nor callable")
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, functools.partial(_on_stop_signal, stop))
     server = None
     with Node(obj, NodeConfig(node_id=node_id, workers=workers)) as node:
         if admin is not None:
@@ -88,7 +105,10 @@ def run(
         stop.wait()
         drained = node.drain()  # Spots that can move go to the other nodes first
         typer.echo(f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed")
-        typer.echo("stopping: refusing new work, finishing running turns")
+        typer.echo(
+            "stopping: refusing new work, finishing running turns "
+            "(SIGINT or SIGTERM again exits at once)"
+        )
         if server is not None:
             server.stop()
     typer.echo("stopped")
