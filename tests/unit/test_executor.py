@@ -377,13 +377,11 @@ def test_run_turns_makes_each_call_a_current_turn_and_puts_the_callers_back():
 
 
 def test_a_daemon_pool_is_bounded_starts_threads_on_demand_and_survives_a_failing_call(caplog):
-    pool = ex.DaemonPool(2, "t-pool")
+    pool, one = ex.DaemonPool(2, "t-pool"), ex.DaemonPool(1, "t-pool-one")
     assert pool.threads == 0
-    gate, done = threading.Event(), threading.Event()
-    names: list[str] = []
+    gate, done, after = threading.Event(), threading.Event(), threading.Event()
 
     def hold() -> None:
-        names.append(threading.current_thread().name)
         assert gate.wait(WAIT)
 
     def boom() -> None:
@@ -392,17 +390,21 @@ def test_a_daemon_pool_is_bounded_starts_threads_on_demand_and_survives_a_failin
     try:
         pool.submit(hold)
         pool.submit(hold)
-        pool.submit(boom)  # both threads are busy: it waits for one, no third thread
-        pool.submit(done.set)
+        pool.submit(done.set)  # both threads are busy: it waits for one, no third thread
         assert pool.threads == 2
         gate.set()
-        assert done.wait(WAIT)  # after the failing call: the thread went on
+        assert done.wait(WAIT)
         assert pool.threads == 2
+        one.submit(boom)
+        one.submit(after.set)  # the same thread, after the failing call: it went on
+        assert after.wait(WAIT)
+        assert one.threads == 1
+        assert "a call on pool t-pool-one failed" in caplog.text
         assert all(t.daemon for t in threading.enumerate() if t.name.startswith("t-pool"))
-        assert "a call on pool t-pool failed" in caplog.text
     finally:
         gate.set()
         pool.shutdown()
+        one.shutdown()
 
 
 def test_a_daemon_pool_shutdown_returns_what_never_started_and_joins_nothing():
