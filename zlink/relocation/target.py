@@ -116,7 +116,9 @@ class Inbound(RelocatorState):
 
         def restored(turn: Turn) -> None:
             if turn.error is not None:
-                self.rt.metrics.add("relocation_restore_errors")  # each attempt, once
+                # a restore discarded unrun (shutdown) is counted as lifecycle_skipped_ instead
+                if not (isinstance(turn.job, LifeJob) and turn.job.skipped):
+                    self.rt.metrics.add("relocation_restore_errors")
                 _log.error("restore of %r failed (attempt %d)", act.spot_id, attempt,
                            exc_info=turn.error)  # fmt: skip
                 if attempt < RESTORE_ATTEMPTS:  # same target, same payload
