@@ -151,6 +151,7 @@ class Runtime:
         self.worker_slots = threading.BoundedSemaphore(worker_limit)
         self.workers_in_flight = 0
         self.worker_runs: set[WorkerRun] = set()  # in flight: guarded by workers_idle
+        self.workers_closed = False  # (shutdown) guarded by workers_idle
         self.workers_idle = threading.Condition(threading.Lock())
         self.metrics = Metrics()
         directory = self.directory = Directory(app)
@@ -599,9 +600,6 @@ class Runtime:
             raise ResourceExhausted(f"{self.worker_limit} worker calls are already in flight")
         completion = Completion()
         run = WorkerRun(self, call.fn, call.args, call.kwargs, completion)
-        with self.workers_idle:
-            self.workers_in_flight += 1
-            self.worker_runs.add(run)
         if call.deadline is not None:
             completion.timer = self.infra.call_later(
                 call.deadline,
@@ -609,15 +607,16 @@ class Runtime:
                 completion,
                 "the worker call took longer than its timeout",
             )
-        try:
-            pool.submit(run)
-        except RuntimeError:  # the pool stopped meanwhile: the node is stopping
-            self.worker_slots.release()
-            self.worker_done(run)
-            if completion.timer is not None:
-                completion.timer.cancel()
-            raise Unavailable(f"node {self.node_id} is shutting down") from None
-        return completion
+        with self.workers_idle:  # (then the pool's lock: abandon_workers never nests them)
+            if not self.workers_closed:
+                self.workers_in_flight += 1
+                self.worker_runs.add(run)
+                pool.submit(run)  # open: abandon_workers closes it only after workers_closed
+                return completion
+        self.worker_slots.release()  # the node stopped since the check above: nothing runs
+        if completion.timer is not None:
+            completion.timer.cancel()
+        raise Unavailable(f"node {self.node_id} is shutting down")
 
     def worker_done(self, run: WorkerRun) -> None:
         """``run`` is over (or will never run): it is no longer in flight."""
@@ -639,6 +638,8 @@ class Runtime:
         its daemon thread, its result dropped when it ends (``worker_calls_abandoned_at_
         shutdown``). A call whose waiter had given up already (its own timeout) is not counted
         again."""
+        with self.workers_idle:
+            self.workers_closed = True  # no call is submitted from now on (submit_worker)
         never = [*self.io_pool.shutdown(), *self.cpu_pool.shutdown()]
         for run in never:
             if isinstance(run, WorkerRun):
