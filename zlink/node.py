@@ -340,7 +340,8 @@ class Node:
         ``worker_calls_discarded_at_shutdown``). The rest of the time is for the turns these
         failures resume; queued work that never ran then fails with ``Unavailable``, counted
         (``messages_discarded_at_shutdown``, ``lifecycle_skipped_<step>``). Returns within
-        ``timeout``, after which no thread of the node holds up the interpreter's exit.
+        ``timeout`` (a mesh node's leave from the store takes at least half a second), and no
+        thread of the node holds up the interpreter's exit afterwards.
         Safe to call twice. ``timeout``: ``None`` (``NodeConfig.shutdown_timeout``) or
         ``1e-3 .. 1e7`` real seconds, checked before anything stops (python-api §9).
         """
