@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -31,7 +30,7 @@ from .errors import (
     Unavailable,
     ZLinkError,
 )
-from .executor import Clock, InfraExecutor, MonotonicClock, WorkerPool
+from .executor import Clock, DaemonPool, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh import wire
 from .mesh.location import LocationStore
 from .mesh.membership import NodeMembership
@@ -99,9 +98,9 @@ class Node:
             clock=self.clock,
             pool=self._pool,
             infra=self._infra,
-            io_pool=ThreadPoolExecutor(self.config.io_workers, thread_name_prefix="zlink-io"),
-            cpu_pool=ThreadPoolExecutor(
-                self.config.cpu_workers or default_workers(), thread_name_prefix="zlink-cpu"
+            io_pool=DaemonPool(self.config.io_workers, f"zlink-io-{self.config.node_id}"),
+            cpu_pool=DaemonPool(
+                self.config.cpu_workers or default_workers(), f"zlink-cpu-{self.config.node_id}"
             ),
             worker_limit=self.config.worker_calls_in_flight,
         )
@@ -339,9 +338,19 @@ class Node:
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop gracefully: refuse new work, finish running turns, fail what waits.
 
-        Queued work and calls still waiting fail with ``Unavailable``. Safe to call twice.
-        ``timeout``: ``None`` (``NodeConfig.shutdown_timeout``) or ``1e-3 .. 1e7`` real seconds,
-        checked before anything stops (python-api §9).
+        Turns that can run, and worker calls (``context.workers.io`` / ``.cpu``) in flight,
+        are waited for during the first nine tenths of ``timeout`` (all of it but one second
+        at most). Then what still waits fails with ``Unavailable``: calls awaiting a reply or a
+        deadline, and worker calls still running, which are abandoned (their threads are
+        daemon threads: the interpreter's exit does not wait for them) and counted as
+        ``worker_calls_abandoned_at_shutdown`` (never started:
+        ``worker_calls_discarded_at_shutdown``). The rest of the time is for the turns these
+        failures resume; queued work that never ran then fails with ``Unavailable``, counted
+        (``messages_discarded_at_shutdown``, ``lifecycle_skipped_<step>``). Returns within
+        ``timeout`` (a mesh node's leave from the store takes at least half a second), and no
+        thread of the node holds up the interpreter's exit afterwards.
+        Safe to call twice. ``timeout``: ``None`` (``NodeConfig.shutdown_timeout``) or
+        ``1e-3 .. 1e7`` real seconds, checked before anything stops (python-api §9).
         """
         timeout = check_timeout(timeout, "a shutdown timeout")
         with self._state_lock:
@@ -354,9 +363,11 @@ class Node:
             return
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         end = time.monotonic() + timeout
+        graceful = end - min(1.0, timeout / 10)  # the rest: for what the forced stop wakes
         self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
-        self._pool.wait_idle(max(0.0, end - time.monotonic()))
+        self._settle(graceful)
+        self._rt.abandon_workers()  # their waiters get Unavailable; the calls run on, unjoined
         error = Unavailable(f"node {self.node_id} shut down")
         for handle in self._infra.take_pending():
             if handle.fn is expire:
@@ -367,10 +378,8 @@ class Node:
         self._pool.wait_idle(max(0.0, end - time.monotonic()))
         discarded = self._rt.discard_queued()
         if discarded:
-            _log.info("node %s failed %d queued items at shutdown", self.node_id, discarded)
+            _log.info("node %s failed %d queued messages at shutdown", self.node_id, discarded)
         self._pool.shutdown(max(0.0, end - time.monotonic()))
-        self._rt.io_pool.shutdown(wait=False, cancel_futures=True)
-        self._rt.cpu_pool.shutdown(wait=False, cancel_futures=True)
         if self._membership is not None:
             self._membership.leave(max(0.5, end - time.monotonic()))
         if self._transport is not None:  # before the infrastructure thread stops: peers hear
@@ -380,6 +389,18 @@ class Node:
             sub.close()
         self._state = "stopped"
         _log.info("node %s stopped", self.node_id)
+
+    def _settle(self, until: float) -> None:
+        """(Shutdown.) Wait, until ``until`` at most, for no turn to be runnable and no worker
+        call to be in flight (a worker call that ends resumes its turn)."""
+        rt = self._rt
+        while True:
+            if not self._pool.wait_idle(max(0.0, until - time.monotonic())):
+                return
+            if not rt.wait_workers(max(0.0, until - time.monotonic())):
+                return
+            if self._pool.pending == 0 or time.monotonic() >= until:
+                return
 
     def __enter__(self) -> Node:
         if self._state == "new":

@@ -266,6 +266,7 @@ def test_a_restore_failure_is_retried_on_the_same_target_then_the_move_is_aborte
     with pytest.raises(zlink.StateIncompatible, match="restore failed 3 times"):
         n1.relocate_spot("stuck", "node-2", timeout=WAIT)
     assert len(RESTORES) == 3  # retried on the same target with the same payload
+    assert n2.counters()["relocation_restore_errors"] == 3  # each failure counted once
     assert "stuck" not in n2._runtime.spots  # the half-made copy is forgotten
     assert "stuck" not in n3._runtime.spots
     assert cluster.store.lookup("stuck").owner_node == "node-1"  # no commit happened

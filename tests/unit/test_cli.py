@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import pathlib
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
 
+import pytest
 from typer.testing import CliRunner
 
 from zlink.cli import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+WAIT_LINES = 10.0  # real seconds to wait for a line of a subprocess's output
 runner = CliRunner()
 
 
@@ -56,3 +62,64 @@ def test_the_real_command_plays_bingo_in_a_subprocess():
     )
     assert done.returncode == 0, done.stderr
     assert "games finished" in done.stdout
+
+
+def _lines(proc: subprocess.Popen[str]) -> tuple[queue.Queue[str], threading.Thread]:
+    """The process's output, line by line, read on a thread of its own ("" at the end)."""
+    out: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.put(line)
+        out.put("")
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    return out, reader
+
+
+def _until(lines: queue.Queue[str], text: str, timeout: float) -> list[str]:
+    """The lines up to the first that holds ``text``; fails after ``timeout`` or at the end."""
+    end = time.monotonic() + timeout
+    seen: list[str] = []
+    while True:
+        try:
+            line = lines.get(timeout=max(0.0, end - time.monotonic()))
+        except queue.Empty:
+            raise AssertionError(f"no {text!r} within {timeout} s: {seen}") from None
+        if not line:
+            raise AssertionError(f"the output ended before {text!r}: {seen}")
+        seen.append(line)
+        if text in line:
+            return seen
+
+
+@pytest.mark.timeout(60)
+def test_run_stops_gracefully_on_sigint_and_at_once_on_a_second_one():
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.unit.slow_stop_app:app", "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        _until(lines, "holding a worker call", 30)  # its worker call outlives any stop
+        proc.send_signal(signal.SIGINT)
+        _until(lines, "stopping:", 5)  # the graceful stop began: it waits for the call
+        assert proc.poll() is None
+        began = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        # at once, not after the stop (which would take 9 s: shutdown_timeout's nine tenths)
+        assert proc.wait(timeout=3) == 128 + signal.SIGINT
+        assert time.monotonic() - began < 3
+        rest = []
+        while (line := lines.get(timeout=WAIT_LINES)) != "":
+            rest.append(line)
+        assert not any(line.strip() == "stopped" for line in rest), rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        reader.join(WAIT_LINES)  # it ends at the end of the output
+        assert proc.stdout is not None
+        proc.stdout.close()

@@ -7,6 +7,8 @@ import pathlib
 import threading
 from collections.abc import Callable
 
+import pytest
+
 import zlink.executor as ex
 from zlink.executor import Admission
 from zlink.executor.lanes import APPLICATION, LIFECYCLE, LaneLimits, OwnerLanes
@@ -359,11 +361,72 @@ def test_run_turns_makes_each_call_a_current_turn_and_puts_the_callers_back():
             after_saw.append((type(turn.error).__name__, ex.current_turn()))
 
         args = ["a", "boom", "b", "halt", "never"]
-        ex.run_turns(ex.CallJob(lambda: None), None, [(call, a) for a in args], None, after, halt)
+        calls = iter([(call, a) for a in args])
+        assert ex.run_turns(ex.CallJob(lambda: None), None, calls, None, after, halt) is True
         assert [a for a, _ in seen] == ["a", "boom", "b", "halt"]  # halted before "never"
+        assert list(calls) == []  # "never" was taken, not run: the caller counts it
         turns = [t for _, t in seen]
         assert len({id(t) for t in turns}) == 4 and outer not in turns  # a turn each
         assert after_saw == [("ValueError", outer)]  # post-processing as the caller's turn
         assert ex.current_turn() is outer
+        halt.stopping = False
+        halted = ex.run_turns(ex.CallJob(lambda: None), None, [(call, "c")], None, after, halt)
+        assert halted is False  # every call ran
     finally:
         CURRENT_TURN.reset(token)
+
+
+def test_a_daemon_pool_is_bounded_starts_threads_on_demand_and_survives_a_failing_call(caplog):
+    pool, one = ex.DaemonPool(2, "t-pool"), ex.DaemonPool(1, "t-pool-one")
+    assert pool.threads == 0
+    gate, done, after = threading.Event(), threading.Event(), threading.Event()
+
+    def hold() -> None:
+        assert gate.wait(WAIT)
+
+    def boom() -> None:
+        raise ValueError("boom")
+
+    try:
+        pool.submit(hold)
+        pool.submit(hold)
+        pool.submit(done.set)  # both threads are busy: it waits for one, no third thread
+        assert pool.threads == 2
+        gate.set()
+        assert done.wait(WAIT)
+        assert pool.threads == 2
+        one.submit(boom)
+        one.submit(after.set)  # the same thread, after the failing call: it went on
+        assert after.wait(WAIT)
+        assert one.threads == 1
+        assert "a call on pool t-pool-one failed" in caplog.text
+        assert all(t.daemon for t in threading.enumerate() if t.name.startswith("t-pool"))
+    finally:
+        gate.set()
+        pool.shutdown()
+        one.shutdown()
+
+
+def test_a_daemon_pool_shutdown_returns_what_never_started_and_joins_nothing():
+    pool = ex.DaemonPool(1, "t-pool-stop")
+    gate, started = threading.Event(), threading.Event()
+    ran: list[str] = []
+
+    def hold() -> None:
+        started.set()
+        assert gate.wait(WAIT)
+
+    def queued() -> None:
+        ran.append("queued")
+
+    try:
+        pool.submit(hold)
+        assert started.wait(WAIT)
+        pool.submit(queued)
+        assert pool.shutdown() == [queued]  # returns at once: the running call goes on
+        with pytest.raises(RuntimeError):
+            pool.submit(queued)
+        assert pool.threads == 1
+    finally:
+        gate.set()
+    assert ran == []

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import json
 import logging
 import os
+import select
 import signal
+import socket
 import sys
 import threading
 import urllib.request
@@ -48,6 +52,21 @@ def load(target: str, factory: bool = False) -> Any:
     return obj() if factory else obj
 
 
+def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
+    """SIGINT/SIGTERM under ``zlink run``: the first starts the graceful stop (drain, then
+    shutdown); another while it goes on exits at once, with 128 + the signal's number (130
+    for SIGINT), skipping what is left of the stop."""
+    if not stop.is_set():
+        stop.set()
+        return
+    with contextlib.suppress(OSError):  # os.write: print() may be mid-write on this thread
+        os.write(2, f"signal {signum} again: exiting now, the stop unfinished\n".encode())
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # (a flush interrupted mid-write raises)
+            stream.flush()
+    os._exit(128 + signum)
+
+
 @cli.command()
 def run(
     target: Annotated[str, typer.Argument(help="MODULE:ATTR of a zlink.App or a main()")],
@@ -62,8 +81,8 @@ def run(
     ] = False,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
 ) -> None:
-    """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown); a callable
-    ATTR is just run."""
+    """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown; a second
+    signal exits at once, with 130 for SIGINT); a callable ATTR is just run."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -74,24 +93,93 @@ def run(
             return
         raise typer.BadParameter(f"{target} is neither a zlink.App nor callable")
     stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
-    server = None
-    with Node(obj, NodeConfig(node_id=node_id, workers=workers)) as node:
-        if admin is not None:
-            host, port = parse_address(admin)
-            server = AdminServer(node, host, port, allow_remote=admin_allow_remote).start()
-            bound = server.address
-            typer.echo(f"admin on http://{bound[0]}:{bound[1]}", err=False)
-        typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
-        sys.stdout.flush()
-        stop.wait()
-        drained = node.drain()  # Spots that can move go to the other nodes first
-        typer.echo(f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed")
-        typer.echo("stopping: refusing new work, finishing running turns")
-        if server is not None:
-            server.stop()
+    with _SignalWaker() as waker:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, functools.partial(_on_stop_signal, stop))
+        server = None
+        with Node(obj, NodeConfig(node_id=node_id, workers=workers)) as node:
+            if admin is not None:
+                host, port = parse_address(admin)
+                server = AdminServer(node, host, port, allow_remote=admin_allow_remote).start()
+                bound = server.address
+                typer.echo(f"admin on http://{bound[0]}:{bound[1]}", err=False)
+            typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
+            sys.stdout.flush()
+            waker.wait(stop)
+
+            def graceful() -> None:
+                drained = node.drain()  # Spots that can move go to the other nodes first
+                typer.echo(
+                    f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
+                )
+                typer.echo(
+                    "stopping: refusing new work, finishing running turns "
+                    "(SIGINT or SIGTERM again exits at once)"
+                )
+                if server is not None:
+                    server.stop()
+                node.shutdown()
+
+            # on a thread of its own: this (main) thread stays free for a second signal
+            waker.run(graceful, "zlink-graceful-stop")
     typer.echo("stopped")
+
+
+class _SignalWaker:
+    """Lets the main thread wait so that a signal's Python handler runs at once.
+
+    CPython runs handlers on the main thread only, and a signal the OS hands to another
+    thread does not interrupt a lock wait of the main thread: the handler then runs only
+    when that wait ends (seen on the free-threaded build: a SIGINT noticed only when a 9 s
+    wait ran out, or never while ``Event.wait()`` had no timeout). With
+    ``signal.set_wakeup_fd`` every signal writes a byte the main thread's ``select`` sees;
+    its handler runs as soon as ``select`` returns.
+    """
+
+    def __enter__(self) -> _SignalWaker:
+        self._read, self._write = socket.socketpair()
+        self._read.setblocking(False)
+        self._write.setblocking(False)
+        self._old = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        signal.set_wakeup_fd(self._old)
+        self._read.close()
+        self._write.close()
+
+    def wake(self) -> None:
+        """(Any thread.) Make ``wait`` look at its event again."""
+        with contextlib.suppress(OSError):  # full: a wake-up is on its way already
+            self._write.send(b"\0")
+
+    def wait(self, event: threading.Event) -> None:
+        """(Main thread.) Block until ``event`` is set, by a signal handler or by a thread
+        that then calls ``wake``; signal handlers run meanwhile, at once."""
+        while not event.is_set():
+            select.select([self._read], [], [])
+            with contextlib.suppress(OSError):
+                self._read.recv(4096)
+
+    def run(self, fn: Callable[[], None], name: str) -> None:
+        """(Main thread.) Run ``fn`` on a daemon thread and wait for it as ``wait`` does;
+        what it raises is raised here."""
+        done = threading.Event()
+        failed: list[BaseException] = []
+
+        def body() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+                failed.append(exc)
+            finally:
+                done.set()
+                self.wake()
+
+        threading.Thread(target=body, name=name, daemon=True).start()
+        self.wait(done)
+        if failed:
+            raise failed[0]
 
 
 def _fetch(admin: str) -> NodeStatus:

@@ -8,6 +8,8 @@ one way, ``node -> objects/messaging -> executor``). It offers:
   §13): its own thread and one deadline heap; it progresses while every worker is blocked.
 * :class:`WorkerPool` (``pool.py``): the application domain's worker threads, one shared run
   queue of runnable gates, sized by cores and never by the number of owners (§10).
+* :class:`DaemonPool` (``offload.py``): bounded daemon threads for the io and cpu worker calls;
+  never joined at exit, so a call that outlives its node's shutdown cannot hold the process.
 * :class:`OwnerLanes` (``lanes.py``): the application and lifecycle FIFOs of one serial
   execution object, with count/byte admission, lifecycle streak and yield debt (§7).
 * :class:`Gate` and :class:`Owner` (``gate.py``): the execution right and the serial objects that
@@ -31,6 +33,7 @@ from .lanes import LaneLimits as LaneLimits
 from .lanes import OwnerLanes as OwnerLanes
 from .lanes import RoomWaiter as RoomWaiter
 from .lockorder import ranked_lock as ranked_lock
+from .offload import DaemonPool as DaemonPool
 from .pool import WorkerPool as WorkerPool
 from .turn import CLOSED as CLOSED
 from .turn import CallJob as CallJob
@@ -46,6 +49,7 @@ __all__ = [
     "Admission",
     "CallJob",
     "Clock",
+    "DaemonPool",
     "DeadlineHandle",
     "Gate",
     "InfraExecutor",

@@ -248,13 +248,14 @@ def run_turns(
     first: Any,
     after: Callable[[Turn], None],
     halt: Halting,
-) -> None:
+) -> bool:
     """Run ``fn(first, arg)`` for each ``(fn, arg)`` of ``calls``, back to back, each as a turn
     of its own (current while it runs, with its own Defer() scope and outcome), unless
-    ``halt.stopping`` (read before each). A turn that ends normally with no Defer() barrier is
-    closed here; ``after(turn)`` gets one that failed or registered barriers. For a job that
-    stands for several (a batch); the caller's turn is current again afterwards. Only plain
-    functions belong here (the caller checks).
+    ``halt.stopping`` (read before each): then it returns ``True`` at once, the pair it took
+    from ``calls`` not run (nor the rest); ``False`` once every call ran. A turn that ends
+    normally with no Defer() barrier is closed here; ``after(turn)`` gets one that failed or
+    registered barriers. For a job that stands for several (a batch); the caller's turn is
+    current again afterwards. Only plain functions belong here (the caller checks).
 
     Each turn is made current by replacing the value of the previous one: a ``ContextVar``
     ``set`` alone costs half a ``set`` and ``reset`` pair, and the caller's value is put back
@@ -267,7 +268,7 @@ def run_turns(
     try:
         for fn, arg in calls:
             if halt.stopping:
-                return
+                return True
             turn = new(Turn)
             turn.job, turn.owner, turn.barriers = job, owner, None
             set_current(turn)
@@ -282,3 +283,4 @@ def run_turns(
                 after(turn)
     finally:
         CURRENT_TURN.reset(token)
+    return False

@@ -280,7 +280,8 @@ class Outbound(RelocatorState):
 
         owner = out.unit.owner
         barrier = LifeJob(out.unit, "relocation barrier", lambda: self._capture(out),
-                          lambda turn: self._ship(out, turn), Lane.UNRESERVED)  # fmt: skip
+                          lambda turn: self._ship(out, turn), Lane.UNRESERVED,
+                          callback=False)  # fmt: skip
         if first:
             owner.put_first(barrier)
         else:

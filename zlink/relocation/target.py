@@ -128,6 +128,9 @@ class Inbound(RelocatorState):
                 self._discard(inc)
                 return
             if turn.error is not None:
+                # a restore discarded unrun (shutdown) is counted as lifecycle_skipped_ instead
+                if not (isinstance(turn.job, LifeJob) and turn.job.skipped):
+                    self.rt.metrics.add("relocation_restore_errors")
                 _log.error("restore of %r failed (attempt %d)", act.spot_id, attempt,
                            exc_info=turn.error)  # fmt: skip
                 if attempt < RESTORE_ATTEMPTS:  # same target, same payload
@@ -146,7 +149,9 @@ class Inbound(RelocatorState):
             else:
                 act.owner.hold(after=lambda: self._refill(env, inc))
 
-        act.owner.put_unreserved(LifeJob(act, "relocation restore", run, restored, Lane.UNRESERVED))
+        act.owner.put_unreserved(
+            LifeJob(act, "relocation restore", run, restored, Lane.UNRESERVED, callback=False)
+        )
 
     def _refill(self, env: wire.RelocEnvelope, inc: Arriving) -> None:
         """The restored objects are held: queue their messages and timers, tell the source.

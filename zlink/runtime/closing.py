@@ -30,13 +30,13 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Job, Lane, Owner, Turn, current_turn
+from ..executor import Lane, Owner, Turn, current_turn
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct
-from .jobs import LifeJob
+from .jobs import LifeJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
 
@@ -155,6 +155,10 @@ class Closing:
                 turns.append(gate.running)
         if act.closing_turn is not None:
             turns.append(act.closing_turn)
+        closing = act.closing_turn  # an on_closing that started and now waits: cancelled
+        if closing is not None and isinstance(closing.job, LifeJob) and not closing.job.overdue:
+            closing.job.overdue = True  # its Cancelled is this, not a fault of its own
+            self.rt.metrics.add("closing_overdue")
         for turn in turns:
             turn.cancel(error)
 
@@ -165,9 +169,7 @@ class Closing:
             self._closing_overdue(act)
 
     def _closed(self, act: SpotAct, turn: Turn) -> None:
-        if turn.error is not None and not isinstance(turn.error, Cancelled):
-            self.rt.metrics.add("handler_errors")
-            _log.error("on_closing of %r failed", act.spot_id, exc_info=turn.error)
+        """``on_closing`` ended (a failure was counted by its job) or was discarded unrun."""
         act.state = GONE
         act.closing_turn = None
         with self.rt.directory.lock:
@@ -181,14 +183,14 @@ class Closing:
             router.store_worker.call(
                 router.store.release, act.spot_id, self.rt.node_id, act.authority
             )
+        stopping = self.rt.stopping
         error: ZLinkError = (
             Unavailable(f"node {self.rt.node_id} shut down before it ran")
-            if self.rt.stopping
+            if stopping
             else NotFound(f"spot {act.spot_id!r} was closed")
         )
-        for item in act.owner.drain():
-            if isinstance(item, Job):
-                item.discard(error)
+        reason = "at_shutdown" if stopping else "spot_closed"
+        discard_jobs(self.rt, act.owner.drain(), error, reason)
         self.rt.metrics.add("spots_closed")
 
     def sweep_idle(self) -> None:
@@ -235,13 +237,12 @@ class Closing:
         return out
 
     def discard_queued(self) -> int:
-        """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers)."""
+        """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers);
+        each counted (``messages_discarded_at_shutdown``, ``lifecycle_skipped_<step>``).
+        Returns how many messages were discarded."""
         n = 0
         error = Unavailable(f"node {self.rt.node_id} shut down before it ran")
         for owner in self.owners():
             owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
-            for item in owner.drain():
-                if isinstance(item, Job):
-                    item.discard(error)
-                    n += 1
+            n += discard_jobs(self.rt, owner.drain(), error, "at_shutdown")
         return n

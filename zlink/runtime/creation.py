@@ -23,7 +23,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Admission, Job, Lane, RoomWaiter, Turn, current_turn
+from ..executor import Admission, Lane, RoomWaiter, Turn, current_turn
 from ..mesh.location import Location, Reservation
 from ..types import TargetKind
 
@@ -44,7 +44,7 @@ from ..types import (
     SpotKind,
 )
 from .acts import GONE, READY, ActorAct, SpotAct
-from .jobs import LifeJob, handler_error, run_steps
+from .jobs import LifeJob, discard_jobs, failure, lifecycle_error, run_steps
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -96,14 +96,14 @@ class Creation:
         def construct() -> None:
             act.instance = act.spec.cls(act.context)
 
-        steps: list[Callable[[], Any]] = [construct]
+        steps: list[tuple[str, Callable[[], Any]]] = [("constructor", construct)]
         if act.kind is SpotKind.USER:
-            steps.append(lambda: act.instance.on_create(request))
-        steps.append(lambda: act.instance.on_initialize())
+            steps.append(("on_create", lambda: act.instance.on_create(request)))
+        steps.append(("on_initialize", lambda: act.instance.on_initialize()))
 
         def done(turn: Turn) -> None:
-            if turn.error is not None:
-                self.deactivate(act, handler_error(turn.error))
+            if turn.error is not None:  # (counted and logged by the job, by the step that failed)
+                self.deactivate(act, failure(turn))
                 return
             act.state = READY
             reply = turn.result.reply if isinstance(turn.result, SpotCreateResponse) else None
@@ -112,20 +112,26 @@ class Creation:
             assert activated is not None
             activated.set(result, None)
 
-        job = LifeJob(act, "activation", lambda: run_steps(*steps), done, Lane.UNRESERVED)
+        job = LifeJob(act, "activation", lambda: run_steps(job, *steps), done, Lane.UNRESERVED)
         act.owner.put_unreserved(job)
 
     def deactivate(self, act: SpotAct, error: Exception) -> None:
-        _log.error("activation of %r failed", act.spot_id, exc_info=error)
+        """An activation failed (or never ran): the Spot goes, its creator gets ``error``, and
+        what was queued for it is discarded (``messages_discarded_not_created``)."""
         act.state = GONE
         with self.rt.directory.lock:
             if self.rt.spots.get(act.spot_id) is act:
                 del self.rt.spots[act.spot_id]
         if act.activated is not None:
             act.activated.set(None, error)
-        for item in act.owner.drain():
-            if isinstance(item, Job):
-                item.discard(NotFound(f"spot {act.spot_id!r} failed to activate"))
+        self._discard_queued(act, NotFound(f"spot {act.spot_id!r} failed to activate"))
+
+    def _discard_queued(self, act: SpotAct | ActorAct, error: ZLinkError) -> None:
+        """Discard what waits for ``act``, which was never made (or the node stops)."""
+        if self.rt.stopping:
+            error = Unavailable(f"node {self.rt.node_id} shut down before it ran")
+        reason = "at_shutdown" if self.rt.stopping else "not_created"
+        discard_jobs(self.rt, act.owner.drain(), error, reason)
 
     # -- create ----------------------------------------------------------------------------------
     def _claim(
@@ -317,15 +323,18 @@ class Creation:
         request = call.request_msg
 
         def approve() -> Any:
+            job.step = "constructor"
             act.instance = spec.cls(act.context)
+            job.step = "on_create_actor"
             return entry.instance.on_create_actor(act.instance, request)
 
         def decided(turn: Turn) -> None:
             res = turn.result if turn.result is not None else ActorCreateResponse()
-            if turn.error is not None:
-                error: Exception = handler_error(turn.error)
+            if turn.error is not None:  # (counted and logged by the job)
+                error: Exception = failure(turn)
             elif not isinstance(res, ActorCreateResponse):
                 error = InvalidArgument(f"on_create_actor must return ActorCreateResponse: {res!r}")
+                lifecycle_error(entry, "on_create_actor", error)
             elif not res.accept:
                 error = InvalidOperation(f"{entry.spot_id!r} refused to create {actor_id!r}")
             else:
@@ -341,13 +350,11 @@ class Creation:
                     del self.rt.actors[actor_id]
             if act.activated is not None:
                 act.activated.set(None, error)
-            for item in act.owner.drain():
-                if isinstance(item, Job):
-                    item.discard(NotFound(f"actor {actor_id!r} was not created"))
+            self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))
 
         assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
-        job = LifeJob(entry, "on_create_actor", approve, decided)
+        job = LifeJob(entry, "on_create_actor", approve, decided)  # approve() marks its step
         lanes = entry.owner.lanes
 
         def forget(error: BaseException) -> None:

@@ -8,7 +8,9 @@ from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    Cancelled,
     HandlerError,
+    ZLinkError,
 )
 from ..executor import CLOSED, Job, Lane, Turn, current_turn, run_turns
 
@@ -133,10 +135,11 @@ class BatchJob(Job):
         else:
             calls = zip(repeat(self._bound(handlers)), self.msgs)  # type: ignore[arg-type]
         act.activity += self.count
-        run_turns(self, outer.owner if outer is not None else None, calls, act.instance,
-                  self._after, rt)  # fmt: skip
-        if rt.stopping:
-            raise Discarded  # the rest never ran
+        calls = iter(calls)
+        if run_turns(self, outer.owner if outer is not None else None, calls, act.instance,
+                     self._after, rt):  # fmt: skip
+            # the node stopped: the message in hand and the rest never ran
+            rt.metrics.add("messages_discarded_at_shutdown", 1 + sum(1 for _ in calls))
         return None
 
     def _bound(self, h: HandlerSpec) -> Callable[[Any, Any], Any]:
@@ -159,9 +162,18 @@ class BatchJob(Job):
 
 
 class LifeJob(Job):
-    """A lifecycle callback (or a framework step) on an owner's lifecycle lane (§7)."""
+    """A lifecycle callback (or a framework step) on an owner's lifecycle lane (§7).
 
-    __slots__ = ("act", "done", "fn", "lane", "what")
+    ``what`` names it: the application callback it runs (``on_closing``), or a framework step
+    (``callback=False``: a Join's hold, a relocation barrier). A callback that raises is
+    logged and counted here, once, as ``lifecycle_errors_<step>`` before ``done`` decides what
+    follows; ``step`` is the callback that raised (an activation runs several: ``constructor``,
+    ``on_create``, ``on_initialize``). A framework step reports its failures through ``done``.
+    A job discarded unrun is counted by ``discard_jobs`` (``lifecycle_skipped_<what>``), never
+    as an error: ``done`` then sees ``skipped`` set and the discard's own error (``failure``).
+    """
+
+    __slots__ = ("act", "callback", "done", "fn", "lane", "overdue", "skipped", "step", "what")
 
     def __init__(
         self,
@@ -170,32 +182,76 @@ class LifeJob(Job):
         fn: Callable[[], Any],
         done: Callable[[Turn], None] | None = None,
         lane: Lane = Lane.LIFECYCLE,
+        callback: bool = True,
     ) -> None:
         self.lane = lane
         self.size = 0
         self.at = 0.0
         self.act = act
         self.what = what
+        self.step = what
         self.fn = fn
         self.done = done
+        self.callback = callback
+        self.skipped = False
+        self.overdue = False  # on_closing cancelled at its deadline (counted as closing_overdue)
 
     def invoke(self) -> Any:
         return self.fn()
 
     def finish(self, turn: Turn) -> None:
         rt = self.act.rt
-        rt.close_scope(turn, turn.error is None)
+        error = turn.error
+        rt.close_scope(turn, error is None)
+        overdue = self.overdue and isinstance(error, Cancelled)  # counted as closing_overdue
+        if error is not None and self.callback and not overdue:
+            lifecycle_error(self.act, self.step, error)
         if self.done is not None:
             self.done(turn)
-        elif turn.error is not None:
-            rt.metrics.add("handler_errors")
-            _log.error("%s of %s failed", self.what, self.act.name, exc_info=turn.error)
 
     def discard(self, error: BaseException) -> None:
+        self.skipped = True
         if self.done is not None:
             fake = Turn(self, None)
             fake.error = error
             self.done(fake)
+
+
+def lifecycle_error(act: Act, step: str, error: BaseException) -> None:
+    """A lifecycle callback of ``act`` failed (raised, or gave what it must not): logged and
+    counted once, as ``lifecycle_errors_<step>``."""
+    act.rt.metrics.add(f"lifecycle_errors_{step}")
+    _log.error("%s of %s failed", step, act.name, exc_info=error)
+
+
+def failure(turn: Turn) -> ZLinkError:
+    """What a lifecycle step's ``done`` passes on for a failed ``turn``: the discard's own
+    error for a job that never ran (``Unavailable`` at shutdown), else a ``HandlerError``."""
+    job = turn.job
+    error = turn.error
+    assert error is not None
+    if isinstance(job, LifeJob) and job.skipped and isinstance(error, ZLinkError):
+        return error
+    return handler_error(error)
+
+
+def discard_jobs(rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: str) -> int:
+    """Fail every job of ``items`` (drained from an owner) that will never run, each counted
+    once: its messages as ``messages_discarded_<reason>`` (a batch counts each), a lifecycle
+    step as ``lifecycle_skipped_<what>``. A timer tick only gives its place back: its timer
+    was cancelled first (closing, shutdown). Returns how many messages were discarded."""
+    messages = 0
+    for item in items:
+        if not isinstance(item, Job):
+            continue  # a Yield continuation: its turn is abandoned with its owner
+        item.discard(error)
+        if isinstance(item, (SendJob, BatchJob)):
+            messages += item.count
+        elif isinstance(item, LifeJob):
+            rt.metrics.add("lifecycle_skipped_" + item.what.replace(" ", "_"))
+    if messages:
+        rt.metrics.add(f"messages_discarded_{reason}", messages)
+    return messages
 
 
 class ReadyBoundary:
@@ -214,10 +270,12 @@ class ReadyBoundary:
             self.rt.relocation_ready_completed(self.act, RelocationReadyStatus.CONTINUED)
 
 
-async def run_steps(*steps: Callable[[], Any]) -> Any:
-    """Run callbacks in order within one turn, awaiting those that are coroutines."""
+async def run_steps(job: LifeJob, *steps: tuple[str, Callable[[], Any]]) -> Any:
+    """Run named callbacks in order within one turn, awaiting those that are coroutines;
+    ``job.step`` names the one running (what a failure is counted as)."""
     out: Any = None
-    for step in steps:
+    for name, step in steps:
+        job.step = name
         out = step()
         if isinstance(out, Coroutine):
             out = await out

@@ -32,7 +32,7 @@ from ..types import (
     SpotRelocationReadyCompletion,
 )
 from .acts import GONE, READY, SEALED, ActorAct, SpotAct
-from .jobs import LifeJob, ReadyBoundary, handler_error
+from .jobs import LifeJob, ReadyBoundary, failure, lifecycle_error
 
 if TYPE_CHECKING:
     from ..messaging.message import Message
@@ -111,7 +111,9 @@ class Membership:
         """The barrier: hold the Actor at its next turn boundary, then ask the target."""
         ask = partial(self._join_ask, actor, target_id, request)
         actor.owner.put_unreserved(
-            LifeJob(actor, "join", lambda: actor.owner.hold(ask), lane=Lane.UNRESERVED)
+            LifeJob(
+                actor, "join", lambda: actor.owner.hold(ask), None, Lane.UNRESERVED, callback=False
+            )
         )
 
     def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
@@ -141,10 +143,11 @@ class Membership:
 
     def _join_decided(self, actor: ActorAct, target: SpotAct, turn: Turn) -> None:
         res = turn.result if turn.result is not None else ActorJoinResult()
-        if turn.error is not None:
-            done = ActorJoinCompletion(False, target.spot_id, error=handler_error(turn.error))
+        if turn.error is not None:  # (counted and logged by the job)
+            done = ActorJoinCompletion(False, target.spot_id, error=failure(turn))
         elif not isinstance(res, ActorJoinResult):
             error: ZLinkError = InvalidArgument(f"on_actor_join gave {res!r}: not a JoinResult")
+            lifecycle_error(target, "on_actor_join", error)
             done = ActorJoinCompletion(False, target.spot_id, error=error)
         elif not res.accept:
             error = InvalidOperation(f"{target.spot_id!r} rejected the join: {res.reason}")
@@ -211,7 +214,9 @@ class Membership:
             raise Unavailable(f"{actor.spot.spot_id!r} is moving; leave after the move")
         go = partial(self._leave_go, actor, then)
         actor.owner.put_unreserved(
-            LifeJob(actor, "leave", lambda: actor.owner.hold(go), lane=Lane.UNRESERVED)
+            LifeJob(
+                actor, "leave", lambda: actor.owner.hold(go), None, Lane.UNRESERVED, callback=False
+            )
         )
 
     def _leave_go(self, actor: ActorAct, then: Callable[[], None] | None) -> None:
@@ -236,7 +241,9 @@ class Membership:
                 )
             )
 
-        source.owner.put_unreserved(LifeJob(source, "leave", lambda: None, back, Lane.UNRESERVED))
+        source.owner.put_unreserved(
+            LifeJob(source, "leave", lambda: None, back, Lane.UNRESERVED, callback=False)
+        )
 
     def actor_spot_id(self, actor_id: str) -> str:
         actor = self.rt.actors.get(actor_id)

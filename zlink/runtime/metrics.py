@@ -1,4 +1,21 @@
-"""Node counters: late replies, handler errors, rejected admissions (python-api §5)."""
+"""Node counters: late replies, handler errors, rejected admissions (python-api §5).
+
+Every fault and every discard is counted once, under a name that says what it was:
+
+* ``handler_errors``: a message or timer handler raised;
+* ``lifecycle_errors_<callback>``: a lifecycle callback raised or returned what it must not
+  (``constructor``, ``on_create``, ``on_initialize``, ``on_create_actor``, ``on_actor_join``,
+  ``on_joined_actor``, ``on_closing``, ...); ``closing_overdue``: an ``on_closing`` cancelled
+  at its deadline;
+* ``lifecycle_skipped_<step>``: a lifecycle step discarded unrun (``on_closing``,
+  ``activation``, ``on_create_actor``, ...: the node stopped first);
+* ``messages_discarded_<reason>``: messages that never reached their handler
+  (``at_shutdown``, ``spot_closed``, ``not_created``), each message of a batch counted;
+* ``worker_calls_abandoned_at_shutdown`` / ``worker_calls_discarded_at_shutdown``: a
+  ``context.workers`` call still running when shutdown's timeout ran out (left on its daemon
+  thread, its waiter failed with ``Unavailable``) / still queued (never run);
+* ``relocation_restore_errors``: a restore attempt of an arriving Spot failed.
+"""
 
 from __future__ import annotations
 

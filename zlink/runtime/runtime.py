@@ -27,7 +27,6 @@ import functools
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -42,6 +41,7 @@ from ..errors import (
 )
 from ..executor import (
     Admission,
+    DaemonPool,
     Gate,
     Job,
     LaneLimits,
@@ -129,8 +129,8 @@ class Runtime:
         infra: InfraExecutor,
         closing_timeout: float = 5.0,
         idle_timeout: float | None = None,
-        io_pool: ThreadPoolExecutor | None = None,
-        cpu_pool: ThreadPoolExecutor | None = None,
+        io_pool: DaemonPool | None = None,
+        cpu_pool: DaemonPool | None = None,
         worker_limit: int = 1024,
     ) -> None:
         self.app = app
@@ -146,11 +146,13 @@ class Runtime:
         self._now = clock.now
         self.pool = pool
         self.infra = infra
-        self.io_pool = io_pool or ThreadPoolExecutor(16, thread_name_prefix="zlink-io")
-        self.cpu_pool = cpu_pool or ThreadPoolExecutor(pool.size, thread_name_prefix="zlink-cpu")
+        self.io_pool = io_pool or DaemonPool(16, "zlink-io")
+        self.cpu_pool = cpu_pool or DaemonPool(pool.size, "zlink-cpu")
         self.worker_limit = worker_limit
         self.worker_slots = threading.BoundedSemaphore(worker_limit)
         self.workers_in_flight = 0
+        self.worker_runs: set[WorkerRun] = set()  # in flight: guarded by workers_idle
+        self.workers_closed = False  # (shutdown) guarded by workers_idle
         self.workers_idle = threading.Condition(threading.Lock())
         self.metrics = Metrics()
         directory = self.directory = Directory(app)
@@ -591,9 +593,8 @@ class Runtime:
         if not self.worker_slots.acquire(False):
             self.metrics.add("rejected_admissions")
             raise ResourceExhausted(f"{self.worker_limit} worker calls are already in flight")
-        with self.workers_idle:
-            self.workers_in_flight += 1
         completion = Completion()
+        run = WorkerRun(self, call.fn, call.args, call.kwargs, completion)
         if call.deadline is not None:
             completion.timer = self.infra.call_later(
                 call.deadline,
@@ -601,25 +602,55 @@ class Runtime:
                 completion,
                 "the worker call took longer than its timeout",
             )
-        fn, args, kwargs = call.fn, call.args, call.kwargs
+        with self.workers_idle:  # (then the pool's lock: abandon_workers never nests them)
+            if not self.workers_closed:
+                self.workers_in_flight += 1
+                self.worker_runs.add(run)
+                pool.submit(run)  # open: abandon_workers closes it only after workers_closed
+                return completion
+        self.worker_slots.release()  # the node stopped since the check above: nothing runs
+        if completion.timer is not None:
+            completion.timer.cancel()
+        raise Unavailable(f"node {self.node_id} is shutting down")
 
-        def run() -> None:
-            try:
-                result, error = fn(*args, **kwargs), None
-            except BaseException as exc:  # noqa: BLE001 - the caller receives it as is
-                result, error = None, exc
-            # the slot first: whoever sees the result may start the next call at once
-            self.worker_slots.release()
-            try:
-                completion.set(result, error)
-            finally:
-                with self.workers_idle:
-                    self.workers_in_flight -= 1
-                    if not self.workers_in_flight:
-                        self.workers_idle.notify_all()
+    def worker_done(self, run: WorkerRun) -> None:
+        """``run`` is over (or will never run): it is no longer in flight."""
+        with self.workers_idle:
+            self.worker_runs.discard(run)
+            self.workers_in_flight -= 1
+            if not self.workers_in_flight:
+                self.workers_idle.notify_all()
 
-        pool.submit(run)
-        return completion
+    def wait_workers(self, timeout: float) -> bool:
+        """Block until no worker call is in flight; ``False`` if ``timeout`` passed first."""
+        with self.workers_idle:
+            return self.workers_idle.wait_for(lambda: self.workers_in_flight == 0, timeout)
+
+    def abandon_workers(self) -> None:
+        """(Shutdown.) The io and cpu pools take nothing more, and every worker call still in
+        flight fails at its waiter with ``Unavailable``, counted once: one never started is
+        dropped (``worker_calls_discarded_at_shutdown``); one still running is abandoned to
+        its daemon thread, its result dropped when it ends (``worker_calls_abandoned_at_
+        shutdown``). A call whose waiter had given up already (its own timeout) is not counted
+        again."""
+        with self.workers_idle:
+            self.workers_closed = True  # no call is submitted from now on (submit_worker)
+        never = [*self.io_pool.shutdown(), *self.cpu_pool.shutdown()]
+        for run in never:
+            if isinstance(run, WorkerRun):
+                self.worker_slots.release()
+                if run.completion.set(None, Unavailable(
+                    f"node {self.node_id} shut down before the worker call ran"
+                )):  # fmt: skip
+                    self.metrics.add("worker_calls_discarded_at_shutdown")
+                self.worker_done(run)
+        with self.workers_idle:
+            running = list(self.worker_runs)
+        for run in running:
+            if run.completion.set(None, Unavailable(
+                f"node {self.node_id} shut down; the worker call was abandoned still running"
+            )):  # fmt: skip
+                self.metrics.add("worker_calls_abandoned_at_shutdown")
 
     def _check_wait(self, turn: Turn | None, target: Act, mode: WaitMode) -> None:
         """§6: refuse a wait that needs the caller's own gate or its own Actor claim."""
@@ -713,6 +744,7 @@ class Runtime:
                 return
         self.close_scope(turn, False)
         if isinstance(err, Discarded):
+            self.metrics.add("messages_discarded_at_shutdown")
             if reply is not None:
                 reply.set(None, Unavailable(f"node {self.node_id} shut down before it ran"))
             return
@@ -771,3 +803,33 @@ class Runtime:
         for actor in list(self.actors.values()):
             add(actor.owner, "actor", actor.spec.name, actor.state, sorted(actor.timers))
         return out
+
+
+class WorkerRun:
+    """One worker call in flight: run once on its pool thread (``__call__``), or failed at
+    shutdown by ``Runtime.abandon_workers`` (never started, or left running)."""
+
+    __slots__ = ("args", "completion", "fn", "kwargs", "rt")
+
+    def __init__(
+        self, rt: Runtime, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+        completion: Completion,
+    ) -> None:  # fmt: skip
+        self.rt = rt
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+        self.completion = completion
+
+    def __call__(self) -> None:
+        rt = self.rt
+        try:
+            result, error = self.fn(*self.args, **self.kwargs), None
+        except BaseException as exc:  # noqa: BLE001 - the caller receives it as is
+            result, error = None, exc
+        # the slot first: whoever sees the result may start the next call at once
+        rt.worker_slots.release()
+        try:
+            self.completion.set(result, error)  # False once shutdown abandoned it: dropped
+        finally:
+            rt.worker_done(self)
