@@ -329,3 +329,66 @@ def test_messages_queued_for_a_spot_that_fails_to_activate_are_counted_as_discar
         "messages_discarded_not_created": 4,
     }
     assert probe.seen == []
+
+
+# -- a Yield continuation still queued at shutdown (a finding of the shutdown work) ----------
+class _Ask(zlink.Request[str], type_name="t.fc.yask"):
+    pass
+
+
+class _Answer(zlink.Request[str], type_name="t.fc.yanswer"):
+    pass
+
+
+class _Hold(zlink.Message, type_name="t.fc.yhold"):
+    pass
+
+
+def test_a_yield_continuation_still_queued_at_shutdown_is_closed_failed_and_counted(
+    clock: ManualClock,
+):
+    started, release, finals = threading.Event(), threading.Event(), []
+    answering = threading.Event()
+    app = zlink.App("continuations")
+
+    @app.user_spot("t.fc.asker")
+    class Asker(zlink.UserSpot):
+        @zlink.handler
+        async def ask(self, req: _Ask) -> str:
+            try:
+                await self.context.outbound.request_to_spot("b", _Answer()).yield_()
+                return "resumed"
+            finally:
+                finals.append("finally")
+
+        @zlink.handler
+        def hold(self, msg: _Hold) -> None:
+            started.set()
+            assert release.wait(WAIT)
+
+    @app.user_spot("t.fc.answerer")
+    class Answerer(zlink.UserSpot):
+        @zlink.handler
+        def answer(self, req: _Answer) -> str:
+            answering.set()
+            assert started.wait(WAIT)  # answers once "a"'s gate is held by hold()
+            return "x"
+
+    node = zlink.Node(app, zlink.NodeConfig(workers=2), clock=clock).start()
+    try:
+        client = node.client()
+        client.spots.get_or_create("a", "t.fc.asker").wait(WAIT)
+        client.spots.get_or_create("b", "t.fc.answerer").wait(WAIT)
+        asked = client.request_to_spot("a", _Ask()).future()
+        assert answering.wait(WAIT)  # ask() is suspended in its Yield; b waits for hold()
+        client.send_to_spot("a", _Hold()).submit()
+        assert started.wait(WAIT)
+        assert node.wait_idle(WAIT, busy=1)  # b answered: ask()'s continuation waits in line
+        node.shutdown(timeout=0.3)  # hold() keeps the gate: the continuation never runs
+        with pytest.raises(zlink.Unavailable):
+            asked.result(WAIT)
+        assert finals == ["finally"]  # its coroutine was closed
+        assert node.counters()["continuations_discarded_at_shutdown"] == 1
+    finally:
+        release.set()
+        node.shutdown(timeout=WAIT)

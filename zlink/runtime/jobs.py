@@ -238,12 +238,19 @@ def failure(turn: Turn) -> ZLinkError:
 def discard_jobs(rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: str) -> int:
     """Fail every job of ``items`` (drained from an owner) that will never run, each counted
     once: its messages as ``messages_discarded_<reason>`` (a batch counts each), a lifecycle
-    step as ``lifecycle_skipped_<what>``. A timer tick only gives its place back: its timer
-    was cancelled first (closing, shutdown). Returns how many messages were discarded."""
-    messages = 0
+    step as ``lifecycle_skipped_<what>``, a Yield continuation (its coroutine closed, its
+    caller failed) as ``continuations_discarded_<reason>``. A timer tick only gives its place
+    back: its timer was cancelled first (closing, shutdown). Returns how many messages were
+    discarded."""
+    messages = continuations = 0
     for item in items:
         if not isinstance(item, Job):
-            continue  # a Yield continuation: its turn is abandoned with its owner
+            turn = getattr(item, "turn", None)
+            if isinstance(turn, Turn):  # a Yield continuation that will never run: its
+                turn.close()  # coroutine is closed (its ``finally`` runs, here) and its
+                turn.job.discard(error)  # caller told, as for a message never run
+                continuations += 1
+            continue
         item.discard(error)
         if isinstance(item, (SendJob, BatchJob)):
             messages += item.count
@@ -251,6 +258,8 @@ def discard_jobs(rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: s
             rt.metrics.add("lifecycle_skipped_" + item.what.replace(" ", "_"))
     if messages:
         rt.metrics.add(f"messages_discarded_{reason}", messages)
+    if continuations:
+        rt.metrics.add(f"continuations_discarded_{reason}", continuations)
     return messages
 
 
