@@ -367,3 +367,20 @@ def test_a_forward_reference_reply_type_resolves_and_any_bad_reply_is_a_handler_
     assert client.request_to_spot("r", Later()).wait(WAIT) == LaterReply(value=7)
     with pytest.raises(zlink.HandlerError):
         client.request_to_spot("r", Odd()).wait(WAIT)
+
+
+def test_a_message_json_cannot_carry_is_invalid_argument_and_nothing_is_queued(node):
+    """python-api §1: a str with a lone surrogate has no JSON form; refused at the call site
+    with a typed error (it was an untyped PydanticSerializationError), on every send path."""
+    client = node.client()
+    bad = Blob(data="\ud800")
+    with pytest.raises(zlink.InvalidArgument, match="no JSON form"):
+        client.send_to_spot("box", bad).submit()  # the fast path
+    with pytest.raises(zlink.InvalidArgument, match="no JSON form"):
+        client.send_to_spot("box", bad).metadata("k", "v").submit()  # the general path
+    with pytest.raises(zlink.InvalidArgument, match="no JSON form"):
+        client.send_many_to_spot("box", [Blob(data="ok"), bad]).submit()
+    with pytest.raises(zlink.InvalidArgument, match="no JSON form"):
+        client.send_many_to_spot("box", [bad, bad]).submit()
+    assert node.wait_idle(WAIT)
+    assert node._runtime.spots["box"].owner.lanes.reserved()[0] == 0

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, ForwardRef, Generic, TypeVar
 from weakref import ref
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from ..errors import InvalidArgument, InvalidOperation, NotFound
 from . import codec
@@ -116,8 +117,12 @@ def is_request(cls: type[Message]) -> bool:
 
 
 def wire_bytes(msg: Message) -> bytes:
-    """The wire form of ``msg``: JSON bytes."""
-    return msg.__pydantic_serializer__.to_json(msg)
+    """The wire form of ``msg``: JSON bytes. ``InvalidArgument`` for a message JSON cannot
+    carry (a lone surrogate in a str, say), before anything is queued (python-api §1)."""
+    try:
+        return msg.__pydantic_serializer__.to_json(msg)
+    except PydanticSerializationError as exc:
+        raise InvalidArgument(f"{type(msg).__qualname__} has no JSON form: {exc}") from None
 
 
 def _dead() -> None:
@@ -156,7 +161,10 @@ def wire_size_many(msgs: list[Message], tp: type[Message] | None) -> int:
     """
     if tp is None or len(msgs) == 1:
         return sum(map(wire_size, msgs))
-    return len(_list_adapter(tp).dump_json(msgs)) - len(msgs) - 1
+    try:
+        return len(_list_adapter(tp).dump_json(msgs)) - len(msgs) - 1
+    except PydanticSerializationError as exc:
+        raise InvalidArgument(f"a {tp.__qualname__} of the batch has no JSON form: {exc}") from None
 
 
 @cache
