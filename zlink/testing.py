@@ -6,12 +6,14 @@ futures or :func:`run_until_idle`, each with a timeout.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from .app import App
 from .config import NodeConfig
+from .errors import InvalidArgument
 from .mesh.location import InMemoryLocationStore
 from .mesh.transport import InProcessTransport
 from .node import Node
@@ -37,8 +39,8 @@ class ManualClock:
 
     def advance(self, seconds: float) -> None:
         """Move time forward by ``seconds`` and let due deadlines fire."""
-        if seconds < 0:
-            raise ValueError("a clock never goes backwards")
+        if not math.isfinite(seconds) or seconds < 0:  # inf or nan would break the node clock
+            raise InvalidArgument(f"a clock moves forward a finite number of seconds: {seconds!r}")
         with self._lock:
             self._now += seconds
             listeners = list(self._listeners)

@@ -384,3 +384,14 @@ def test_a_message_json_cannot_carry_is_invalid_argument_and_nothing_is_queued(n
         client.send_many_to_spot("box", [bad, bad]).submit()
     assert node.wait_idle(WAIT)
     assert node._runtime.spots["box"].owner.lanes.reserved()[0] == 0
+
+
+@pytest.mark.parametrize("seconds", [-1.0, float("inf"), float("nan")])
+def test_a_manual_clock_moves_forward_by_finite_seconds_only(seconds):
+    from zlink.testing import ManualClock
+
+    clock = ManualClock()
+    start = clock.now()
+    with pytest.raises(zlink.InvalidArgument):
+        clock.advance(seconds)
+    assert clock.now() == start
