@@ -418,3 +418,22 @@ def test_shutdown_ends_a_wait_for_room_in_the_outbox(clock):
             with contextlib.suppress(zlink.Unavailable):  # sent before, or refused by the stop
                 f.result(WAIT)
         GATE.set()
+
+
+def test_a_send_waiting_for_room_keeps_its_place_when_its_spot_is_sealed_for_a_move(clock):
+    """A fresh-eyes review's finding: a waiter ended by the seal was routed again from the
+    infrastructure thread, behind a later send of the same sender parked at once."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        client = _blocked(n1)
+        _fill(client)
+        waiting = client.send_to_spot("hot", Bump(sender=5, n=0)).future()
+        done = n1._relocator.start(n1._runtime.spots["hot"], "node-2", WAIT)  # sealed now
+        client.send_to_spot("hot", Bump(sender=5, n=1)).submit()  # parked for the move
+        GATE.set()
+        n1._relocator.wait_move("hot", done, WAIT, WAIT)
+        assert waiting.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = n2.client().request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 5] == [0, 1]  # per-sender order across the seal
+        assert not [k for k in n2.counters() if "refused" in k or "dropped" in k]

@@ -255,7 +255,11 @@ class _OneWay(_Call):
             return None
         room = self._waiting(None, KEEP_TURN)
         if not room.done:
-            yield Suspension(False, room.add_callback)
+            try:
+                yield Suspension(False, room.add_callback)
+            except BaseException as exc:  # cancelled (a close past its deadline): the wait
+                room.abandon(exc)  # is withdrawn first, so nothing is queued after all
+                raise
         room.wait(0)  # raises the wait's error, if it ended with one
         return None
 

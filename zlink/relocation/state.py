@@ -14,7 +14,7 @@ from ..lock_order import LockRank
 from ..mesh import wire
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT
-from ..messaging.completion import Completion
+from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, from_wire, to_wire
 from ..timers import Timer, TimerOptions
 from ..types import TargetKind
@@ -114,15 +114,27 @@ class RelocatorState:
         inc.kept.append(held)
 
     def _admit(self, held: Held) -> None:
-        """Admit a kept call now (force: past the seal); a refusal completes its reply."""
+        """Admit a kept call now (force: past the seal). It was accepted before the move, so
+        a full lane is waited for, as long as it takes (python-api §9: nothing accepted is
+        lost); a refusal completes its reply, or counts the dropped send."""
         call, reply, hops = held
+        room = Admitted(peer=call.via or self.rt.node_id)  # bounded by the move, not a timer
         try:
-            self.rt.submit(call, reply, NO_WAIT, hops, force=True)
+            self.rt.submit(call, reply, NO_WAIT, hops, force=True, room=room)
         except ZLinkError as exc:
             if reply is not None:
                 reply.set(None, exc)
             else:
                 self.rt.metrics.add("remote_sends_refused")
+            return
+        if reply is None:
+            metrics = self.rt.metrics
+
+            def refused(_value: Any, error: BaseException | None) -> None:
+                if error is not None:  # the Spot was sealed again, or closed, meanwhile
+                    metrics.add("remote_sends_refused")
+
+            room.add_callback(refused)
 
 
 def capture_one(obj: ObjectAct) -> str | None:

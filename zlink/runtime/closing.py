@@ -190,6 +190,7 @@ class Closing:
             else NotFound(f"spot {act.spot_id!r} was closed")
         )
         reason = "at_shutdown" if stopping else "spot_closed"
+        act.owner.lanes.end_waits()  # one that queued after the close began: refused now
         discard_jobs(self.rt, act.owner.drain(), error, reason)
         self.rt.metrics.add("spots_closed")
 

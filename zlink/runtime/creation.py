@@ -357,11 +357,15 @@ class Creation:
         job = LifeJob(entry, "on_create_actor", approve, decided)  # approve() marks its step
         lanes = entry.owner.lanes
 
-        def forget(error: BaseException) -> None:
+        def forget(error: BaseException) -> None:  # as a refused on_create_actor does
+            act.state = GONE
             with self.rt.directory.lock:
                 if self.rt.actors.get(actor_id) is act:
                     del self.rt.actors[actor_id]
+            if act.activated is not None:  # who get_or_create'd it meanwhile hears it too
+                act.activated.set(None, error)
             completion.set(None, error)
+            self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))
 
         def notify(verdict: Admission) -> None:  # waited for room in the Entry Spot's lane
             if verdict != Admission.ADMITTED:

@@ -266,23 +266,27 @@ class MeshRouter:
             return True
 
     def _outbox_room(
-        self, call: MessageCall, reply: Completion | None, room: Admitted | None, peer: str
-    ) -> bool:
+        self, call: MessageCall, reply: Completion | None, room: Admitted | None, peer: str,
+        accepted: bool = False,
+    ) -> bool:  # fmt: skip
         """Whether ``call`` may go into the outbox to ``peer`` now; else it waits for room
-        there (``False``), or, a plain send, is refused at the source."""
+        there (``False``), or, a plain send, is refused at the source. ``accepted``: a plain
+        send its caller was told is accepted (it waited for the store): it waits, in order,
+        as long as it takes, never refused."""
         outbox = self.outbox
         if outbox.has_room(peer):
             return True
-        if reply is None and room is None:
+        if reply is None and room is None and not accepted:
             self.rt.metrics.add("rejected_admissions")
             raise ResourceExhausted(
                 f"the outbound queue to node {peer!r} is full ({outbox.limit:,} bytes); "
                 "nothing was queued"
             )
-        if room is None:  # a request: its own deadline ends the wait
+        timed = room is not None
+        if room is None:  # a request (its own deadline ends the wait), or accepted already
             room = Admitted()
-            assert reply is not None
-            reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
+            if reply is not None:
+                reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
 
         def go() -> None:  # (infrastructure thread) there is room now
             if room.done:
@@ -301,7 +305,7 @@ class MeshRouter:
             return True
         room.withdraw = functools.partial(outbox.cancel_wait, peer, go)
         self.rt.metrics.add("admission_waits")
-        if reply is None and room.timer is None:
+        if reply is None and timed and room.timer is None:
             self.rt.arm_room(room, f"the outbound queue to node {peer!r}")
         return False
 
@@ -326,9 +330,8 @@ class MeshRouter:
             room.withdraw = in_progress  # from now on its outcome is on its way
         fault: ZLinkError
         try:
-            if route is not None:
-                waits = hops == 0 and (room is not None or reply is not None)
-                if waits and not self._outbox_room(call, reply, room, route.node):
+            if route is not None:  # a call made here takes its turn in the outbox (§9)
+                if not hops and not self._outbox_room(call, reply, room, route.node, True):
                     return  # it waits for room in the outbox now
                 self._post_call(call, reply, hops, route)
                 if room is not None:
@@ -556,7 +559,6 @@ class MeshRouter:
         self.outbox.peer_down(peer)
         with self._lock:
             self._backlog.pop(peer, None)
-        if peer in self._paused:
             self._paused.discard(peer)
         with self._lock:
             lost = [corr for corr, entry in self._pending.items() if entry[2] == peer]
@@ -641,16 +643,24 @@ class MeshRouter:
         if not room.done:  # waiting for room: part of this peer's backlog until it gets in
             self._backlog_add(peer, 1)
             room.add_callback(lambda _v, error: self._backlog_done(peer, env, error))
+        elif isinstance(env, wire.SendEnvelope):  # failed at once, yet after submit returned
+            send = env
+
+            def failed(_value: Any, error: BaseException | None) -> None:
+                if error is not None:
+                    self._dropped(send, error)
+
+            room.add_callback(failed)
 
     def _backlog_add(self, peer: str, n: int) -> None:
-        with self._lock:
+        with self._lock:  # the transport is told under it: a pause and a resume never cross
             count = self._backlog[peer] = self._backlog.get(peer, 0) + n
             pause = count >= self.backlog_limit and peer not in self._paused
-            if pause:
+            if pause:  # stop taking DATA from it; replies still flow (§9, seed §16)
                 self._paused.add(peer)
-        if pause:  # stop taking DATA from it; replies and fences still flow (§9, seed §16)
+                self.transport.pause(self.rt.node_id, peer)
+        if pause:
             self.rt.metrics.add("peers_paused")
-            self.transport.pause(self.rt.node_id, peer)
 
     def _backlog_done(self, peer: str, env: CallEnvelope, error: BaseException | None) -> None:
         """A call from ``peer`` that waited for room got in (or failed: a send is dropped)."""
@@ -662,11 +672,9 @@ class MeshRouter:
                 self._backlog[peer] = count
             else:
                 self._backlog.pop(peer, None)
-            resume = peer in self._paused and count <= self.backlog_limit // 2
-            if resume:
+            if peer in self._paused and count <= self.backlog_limit // 2:
                 self._paused.discard(peer)
-        if resume:
-            self.transport.resume(self.rt.node_id, peer)
+                self.transport.resume(self.rt.node_id, peer)
 
     def backlog(self) -> dict[str, int]:
         """Calls from each peer waiting for room on this node (status)."""

@@ -313,7 +313,7 @@ class Runtime:
                     return self._remote(call, reply, mode, hops, room)
                 raise NotFound(f"no actor {call.target!r}")
             if act.state in PAST_READY and not force:
-                return self._not_ready(act, call, reply, mode, hops)
+                return self._not_ready(act, call, reply, mode, hops, room)
         else:
             act = self.spots.get(call.target)
             if act is None:
@@ -322,7 +322,7 @@ class Runtime:
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
             elif act.state in PAST_READY and not force:
-                return self._not_ready(act, call, reply, mode, hops)
+                return self._not_ready(act, call, reply, mode, hops, room)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
         spec = act.spec if act is not None else self.instance_spec(call)
@@ -350,17 +350,17 @@ class Runtime:
             assert not isinstance(act, ChannelAct)  # a Channel has no lanes
             if verdict != ADMISSION_CLOSED and (reply is not None or room is not None):
                 return self._wait_for_room(act, job, call, reply, mode, hops, room)
-            return self._refused(act, call, reply, mode, hops, force, verdict)
+            return self._refused(act, call, reply, mode, hops, force, verdict, room)
         return reply  # type: ignore[return-value]
 
     def _refused(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
-        hops: int, force: bool, verdict: Admission,
+        hops: int, force: bool, verdict: Admission, room: Admitted | None = None,
     ) -> Completion:  # fmt: skip
         """A lane did not admit the call: a seal met after the state check keeps it for the
         move (its deadline stands); otherwise a typed refusal, with nothing queued."""
         if verdict == ADMISSION_CLOSED and not force:
-            return self._not_ready(act, call, reply, mode, hops)
+            return self._not_ready(act, call, reply, mode, hops, room)
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         if verdict == ADMISSION_CLOSED:
@@ -389,12 +389,13 @@ class Runtime:
         def notify(verdict: Admission) -> None:
             if verdict == ADMITTED:
                 room.set(None, None)
-            else:  # sealed while waiting (a move or a close): routed again, from infra
-                self.infra.submit(self._room_sealed, call, reply, room, hops)
+            else:  # sealed while waiting (a move or a close): routed again, now, in the
+                self._room_sealed(call, reply, room, hops)  # order the waiters queued
 
         waiter = RoomWaiter(job, job.size, job.count, notify, bounded=room.peer is None)
         verdict = lanes.wait_room(waiter)
         if verdict == ADMITTED:
+            room.set(None, None)  # room came back meanwhile: admitted, nothing to wait for
             return reply  # type: ignore[return-value]
         if verdict == WAITING:
             room.withdraw = functools.partial(lanes.cancel_wait, waiter)
@@ -409,7 +410,7 @@ class Runtime:
                 self._one_by_one(call)  # the moving path, in order
                 room.set(None, None)
                 return reply  # type: ignore[return-value]
-            return self._refused(act, call, reply, mode, hops, False, verdict)
+            return self._refused(act, call, reply, mode, hops, False, verdict, room)
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         self.metrics.add("rejected_admissions")  # (wait_room counted it for the target)
@@ -433,8 +434,9 @@ class Runtime:
         room: Admitted,
         hops: int,
     ) -> None:
-        """(Infrastructure thread.) A call waiting for room met a seal: route it again (kept
-        for the move, or refused as the close refuses it), its deadline unchanged."""
+        """A call waiting for room met a seal (on the sealing thread, no runtime lock held):
+        route it again (kept for the move, or refused as the close refuses it), its deadline
+        unchanged."""
         room.withdraw = in_progress  # routed again now: its outcome is on its way
         try:
             if self.stopping:
@@ -443,7 +445,7 @@ class Runtime:
                 self.submit_many(call, room)
             else:
                 self.submit(call, reply, NO_WAIT, hops, room=room)
-        except ZLinkError as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever it is, its waiter must hear it
             room.set(None, exc)
             if reply is not None:
                 reply.set(None, exc)
@@ -513,17 +515,21 @@ class Runtime:
 
     def _not_ready(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
-        hops: int,
+        hops: int, room: Admitted | None = None,
     ) -> Completion:  # fmt: skip
         """A sealed, moving or restoring target: the relocator keeps the call, or it is gone
-        (routed on), or it is closing (refused before any queue change)."""
+        (routed on), or it is closing (refused before any queue change). Calls still waiting
+        for room in its lanes came first: they are routed the same way before this one."""
+        lanes = act.owner.lanes
+        if lanes.app_waiters or lanes.life_waiters:
+            lanes.end_waits()  # each routed again now, in its order (_room_sealed)
         if reply is not None and reply.timer is None:  # its deadline runs from now on
             self.arm(reply, call.deadline, "no reply in time")
         relocator = self.relocator
         if relocator is not None and relocator.divert(call, reply, hops):
             return reply  # type: ignore[return-value]
         if act.state == GONE or act.state not in PAST_READY:  # moved or reopened: go again
-            return self.submit(call, reply, mode, hops)  # armed: the same deadline goes on
+            return self.submit(call, reply, mode, hops, room=room)  # the same deadline
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
