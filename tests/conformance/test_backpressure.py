@@ -437,3 +437,33 @@ def test_a_send_waiting_for_room_keeps_its_place_when_its_spot_is_sealed_for_a_m
         seen = n2.client().request_to_spot("hot", Seen()).wait(WAIT)
         assert [n for s, n in seen if s == 5] == [0, 1]  # per-sender order across the seal
         assert not [k for k in n2.counters() if "refused" in k or "dropped" in k]
+
+
+def test_a_send_waiting_in_the_outbox_stays_ahead_of_calls_kept_behind_a_later_fence(clock):
+    """A fresh-eyes review's finding: calls waiting for outbox room were appended behind calls
+    kept by a route fence that started after them (per-sender order, python-api §9)."""
+    from zlink.mesh import wire
+    from zlink.mesh.transport import Channel
+
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, data_limit=1) as cluster:
+        n1, _n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+        c3 = n3.client()
+        c3.send_to_spot("hot", Bump(sender=3, n=0)).wait(WAIT)  # node-3 learns the route
+        cluster.wait_idle(WAIT)
+        router3 = n3._runtime.router
+        cluster.transport.pause("node-1", "node-3")  # DATA from node-3 is held
+        router3.outbox.limit = 1  # and node-3's outbox to node-1 is full with one frame
+        sent = [c3.send_to_spot("hot", Bump(sender=3, n=n)).future() for n in (1, 2, 3, 4)]
+        assert n3.wait_idle(WAIT) and router3.outbox.waiting("node-1") == 2  # 3 and 4 wait
+        hint = wire.RouteEnvelope("hot", "node-2", 999, 999)  # "it moved": a fence starts
+        n3._infra.submit(router3.received, "node-2", Channel.COMPLETION, wire.encode(hint))
+        assert n3.wait_idle(WAIT) and n3.counters()["route_fences"] == 1
+        late = c3.send_to_spot("hot", Bump(sender=3, n=5)).future()  # kept behind the fence
+        router3.outbox.limit = 4 * 1024 * 1024
+        cluster.transport.resume("node-1", "node-3")
+        for f in [*sent, late]:
+            assert f.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = c3.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 3] == [0, 1, 2, 3, 4, 5]

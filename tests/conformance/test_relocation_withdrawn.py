@@ -306,6 +306,7 @@ def test_a_move_whose_deadline_passes_behind_a_running_handler_is_withdrawn(clus
     cluster.wait_idle(WAIT)
     beats = c1.request_to_spot("room", Beats()).wait(WAIT)
     assert beats and {b.split(":")[0] for b in beats} == {"node-1"}
+    cluster.wait_idle(WAIT)  # the reply is set before its turn gives its reservation back
     assert act.owner.lanes.reserved() == (0, 0, 0, 0)
 
 
@@ -346,6 +347,7 @@ def test_a_move_whose_deadline_passes_while_the_target_restores_is_withdrawn(clu
     cluster.wait_idle(WAIT)
     beats = c1.request_to_spot("slow", Beats()).wait(WAIT)
     assert beats[0] == "node-1:1" and beats[-1].startswith("node-1:") and len(beats) >= 3
+    cluster.wait_idle(WAIT)  # the reply is set before its turn gives its reservation back
     assert act.owner.lanes.reserved() == (0, 0, 0, 0)
 
 
@@ -402,4 +404,5 @@ def test_a_move_whose_deadline_passes_while_a_handler_is_suspended_is_withdrawn(
     assert LOG == ["slow:start@node-1", "slow:resumed@node-1:ready"]
     senders.check_handled_once_in_order_on("node-1")
     assert "room" not in n2._runtime.spots and cluster.store.lookup("room").owner_node == "node-1"
+    cluster.wait_idle(WAIT)
     assert n1._runtime.spots["room"].owner.lanes.reserved() == (0, 0, 0, 0)

@@ -99,6 +99,7 @@ class MeshRouter:
         self._routes: dict[str, Route] = {}  # target -> where this node sends it
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
         self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
+        self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
         # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
@@ -242,7 +243,12 @@ class MeshRouter:
         target = call.target
         kept = self._switching.get(target)
         if kept is not None:
-            kept.append(self.envelope(call, reply, hops))
+            if admitted:  # it waited in the outbox since before this fence: ahead of what
+                at = self._ahead.get(target, 0)  # the fence kept, behind others like it
+                kept.insert(at, self.envelope(call, reply, hops))
+                self._ahead[target] = at + 1
+            else:
+                kept.append(self.envelope(call, reply, hops))
             return
         route = self._known(target)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
@@ -454,6 +460,7 @@ class MeshRouter:
         with self.route_lock:
             kept = self._switching.pop(target, None)
             learned = self._learned.pop(target, None)
+            self._ahead.pop(target, None)
             if kept is None:
                 return
             self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
