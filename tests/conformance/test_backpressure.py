@@ -467,3 +467,31 @@ def test_a_send_waiting_in_the_outbox_stays_ahead_of_calls_kept_behind_a_later_f
         cluster.wait_idle(WAIT)
         seen = c3.request_to_spot("hot", Seen()).wait(WAIT)
         assert [n for s, n in seen if s == 3] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_batch_to_another_node_is_all_or_none_there_and_waits_for_room(clock):
+    """A batch to a Spot on another node travels as one envelope: admitted all or none
+    where the Spot lives (python-api §8), and it waits for room there (§9); a plain batch
+    that finds the outbox full is refused at the source with nothing sent."""
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        _blocked(n1)
+        c2 = n2.client()
+        c2.send_to_spot("hot", Bump(sender=9, n=-1)).wait(WAIT)  # node-2 learns the route
+        batches = [
+            c2.send_many_to_spot("hot", [Bump(sender=2, n=3 * b + i) for i in range(3)]).future()
+            for b in range(40)
+        ]
+        assert _until_paused(cluster)
+        assert not batches[-1].done()
+        with pytest.raises(zlink.ResourceExhausted, match="outbound"):  # all or none: none
+            c2.send_many_to_spot("hot", [Bump(sender=4, n=0), Bump(sender=4, n=1)]).submit()
+        GATE.set()
+        for f in batches:
+            assert f.result(WAIT) is None
+        assert n2.counters()["batches_sent"] == 40  # one envelope each
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 2] == list(range(120))  # once each, in order
+        assert not [n for s, n in seen if s == 4]  # the refused batch: nothing of it
+        assert not [k for node in cluster.nodes for k in node.counters() if "dropped" in k]

@@ -15,6 +15,7 @@ from zlink.mesh import wire
 from zlink.mesh.wire import (
     MAX_FRAME_BYTES,
     WIRE_VERSION,
+    BatchEnvelope,
     CreateEnvelope,
     DroppedEnvelope,
     EncodedError,
@@ -110,6 +111,16 @@ SAMPLES: dict[str, Envelope] = {
         target="room-1", route_node="n3", object_generation=12, authority_generation=4
     ),
     "dropped": DroppedEnvelope(target="room-1", message_type="t.w.ping", reason="lane_full"),
+    "batch": BatchEnvelope(
+        target_kind="spot",
+        target="room-1",
+        message_types=("t.w.ping", "t.w.ping"),
+        payloads=("{}", '{"n":1}'),
+        origin_node="n1",
+        first_origin="n1",
+        via="n1",
+        hops=0,
+    ),
     "fence": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2),
     "fenced-owner": FencedEnvelope(target="room-1", owner_node="n3"),
     "fenced-gone": FencedEnvelope(target="room-1", owner_node=None),

@@ -57,7 +57,8 @@ WIRE_VERSION: Final = 2
 """The version every envelope carries; a node decodes its own version only.
 
 2: ``reloc_abort`` (a move withdrawn before its commit: the target forgets what it restored).
-``dropped`` (a one-way message a node could not deliver, told to its origin).
+``dropped`` (a one-way message a node could not deliver, told to its origin), ``batch`` (a
+batch send, admitted all or none where its target lives).
 """
 
 MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
@@ -88,6 +89,7 @@ class EnvelopeKind(StrEnum):
     RELOC_ABORT = "reloc_abort"
     JOIN_ASK = "join_ask"
     DROPPED = "dropped"
+    BATCH = "batch"
 
 
 class WireError(InvalidArgument):
@@ -274,6 +276,32 @@ class SendEnvelope:
     """Whether it addresses an Instance Spot (activated on its first message)."""
     instance_type: str | None
     """The Instance Spot's stable type, when ``instance`` names one."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchEnvelope:
+    """The one-way messages of one batch send for a Spot or Actor, in order: admitted all or
+    none where the target lives (python-api §8), each still its own turn. A node that only
+    relays it relays its messages one by one."""
+
+    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.BATCH
+
+    target_kind: str
+    """What ``target`` names: ``"spot"`` or ``"actor"``."""
+    target: str
+    """The Spot id or Actor id."""
+    message_types: tuple[str, ...]
+    """Each message's wire type name (``to_wire``), in order."""
+    payloads: tuple[str, ...]
+    """Each message's JSON text (``to_wire``), in order."""
+    origin_node: str
+    """The node that sent this envelope."""
+    first_origin: str
+    """The node the batch started on; drops are told there."""
+    via: str
+    """The node that handed it over last."""
+    hops: int
+    """How often it was relayed before this send."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,6 +572,7 @@ Envelope = (
     | RelocAbortEnvelope
     | JoinAskEnvelope
     | DroppedEnvelope
+    | BatchEnvelope
 )
 """Any envelope; ``match`` on the class, or read ``KIND``."""
 
@@ -789,7 +818,7 @@ def _converters(tp: Any) -> tuple[_Check, _Encode | None]:
             return tuple(out)
 
         if each_enc is None:
-            return check_tuple, None
+            return check_tuple, list  # plain items: the array is the tuple as a list
         enc_each = each_enc
 
         def encode_tuple(value: Any) -> Any:
@@ -910,6 +939,7 @@ for _cls in (EncodedError, EncodedValue, RelocMessageJob, RelocTickJob, RelocTim
 _CHOICES: dict[type[Any], dict[str, frozenset[str]]] = {
     SendEnvelope: {"target_kind": TARGET_KINDS},
     RequestEnvelope: {"target_kind": TARGET_KINDS},
+    BatchEnvelope: {"target_kind": RELOC_UNITS},  # a Spot or an Actor
     RelocEnvelope: {"unit": RELOC_UNITS},
 }
 _BY_KIND: dict[str, tuple[EnvelopeKind, _Record]] = {}
@@ -1052,6 +1082,7 @@ __all__ = [
     "TARGET_KINDS",
     "VERSION_KEY",
     "WIRE_VERSION",
+    "BatchEnvelope",
     "CreateEnvelope",
     "DroppedEnvelope",
     "EncodedError",

@@ -56,10 +56,18 @@ from ..mesh.outbox import Outbox
 from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
 from ..mesh.transport import Channel, Transport
-from ..messaging.calls import NO_WAIT, CreateCall, MessageCall, RequestCall, SendCall
+from ..messaging.calls import (
+    NO_WAIT,
+    BatchSendCall,
+    CreateCall,
+    MessageCall,
+    RequestCall,
+    SendCall,
+)
 from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, TargetKind
+from .acts import READY
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -116,6 +124,7 @@ class MeshRouter:
             wire.FencedEnvelope: self._on_fenced,
             wire.CreateEnvelope: self._on_create,
             wire.DroppedEnvelope: self._on_dropped,
+            wire.BatchEnvelope: self._on_batch,
         }
 
     def handle(self, kind: type[Any], handler: EnvelopeHandler) -> None:
@@ -271,9 +280,41 @@ class MeshRouter:
             waiting.remove(waiter)
             return True
 
+    def send_batch(
+        self, call: BatchSendCall, room: Admitted | None, admitted: bool = False
+    ) -> bool:
+        """Send a batch for a remote target as one envelope, admitted all or none where the
+        target lives (python-api §8), after waiting for room in the outbox as one call does
+        (§9). ``False`` (nothing done) when the target's path is not settled (a store question
+        or a fence under way, or no route): the caller then sends it message by message, which
+        keeps its order behind what waits. Any thread; takes ``route_lock``."""
+        with self.route_lock:
+            target = call.target
+            if target in self._switching or target in self._locating:
+                if admitted:  # it waited in the outbox: its messages go on, in order
+                    for msg in call.msgs:
+                        self.send_call(SendCall(self.rt, call.kind, target, msg), None, 0,
+                                       admitted=True)  # fmt: skip
+                    return True
+                return False
+            route = self._known(target)
+            if route is None or route.node == self.rt.node_id:
+                return False
+            if not admitted and not self._outbox_room(call, None, room, route.node):
+                return True  # it waits for room in the outbox (``room`` tells its caller)
+            me = self.rt.node_id
+            wires = [to_wire(m) for m in call.msgs]
+            envelope = wire.BatchEnvelope(
+                str(call.kind), target, tuple(t for t, _ in wires), tuple(p for _, p in wires),
+                me, me, me, 0,
+            )  # fmt: skip
+            self.post(route.node, envelope)
+            self.rt.metrics.add("batches_sent")
+            return True
+
     def _outbox_room(
-        self, call: MessageCall, reply: Completion | None, room: Admitted | None, peer: str,
-        accepted: bool = False,
+        self, call: MessageCall | BatchSendCall, reply: Completion | None,
+        room: Admitted | None, peer: str, accepted: bool = False,
     ) -> bool:  # fmt: skip
         """Whether ``call`` may go into the outbox to ``peer`` now; else it waits for room
         there (``False``), or, a plain send, is refused at the source. ``accepted``: a plain
@@ -299,7 +340,10 @@ class MeshRouter:
                 return  # it gave up meanwhile
             try:
                 with self.route_lock:
-                    self.send_call(call, reply, 0, admitted=True)
+                    if isinstance(call, BatchSendCall):
+                        self.send_batch(call, None, admitted=True)
+                    else:
+                        self.send_call(call, reply, 0, admitted=True)
             except ZLinkError as exc:
                 if reply is not None:
                     reply.set(None, exc)
@@ -659,6 +703,48 @@ class MeshRouter:
 
             room.add_callback(failed)
 
+    def _on_batch(self, env: wire.BatchEnvelope) -> None:
+        """A batch for a target here: admitted all or none (waiting for room as a call from
+        a peer does); for a target elsewhere, or not ready here, its messages go on one by
+        one, each as a send that arrived (relayed, parked or refused as such)."""
+        try:
+            msgs = [from_wire(t, p) for t, p in zip(env.message_types, env.payloads, strict=True)]
+        except Exception:  # noqa: BLE001 - a bad payload drops the batch, counted at both ends
+            self.rt.metrics.add("bad_wire_payloads")
+            for message_type in env.message_types:
+                self._count_drop(env.target, message_type, env.first_origin, "bad_payload")
+            return
+        kind = TargetKind(env.target_kind)
+        act = (self.rt.actors if kind == TargetKind.ACTOR else self.rt.spots).get(env.target)
+        if act is None or act.state is not READY:
+            for message_type, payload in zip(env.message_types, env.payloads, strict=True):
+                self._on_call(wire.SendEnvelope(
+                    env.target_kind, env.target, message_type, payload, None, env.origin_node,
+                    env.first_origin, env.via, env.hops, False, None,
+                ))  # fmt: skip
+            return
+        peer = env.via
+        room = Admitted(peer=peer)
+        try:
+            self.rt.submit_many(BatchSendCall(self.rt, kind, env.target, msgs), room)
+        except ZLinkError as exc:
+            self._batch_dropped(env, exc)
+            return
+        if not room.done:  # waiting for room: one item of this peer's backlog
+            self._backlog_add(peer, 1)
+
+        def done(_value: Any, error: BaseException | None) -> None:
+            if error is not None:
+                self._batch_dropped(env, error)
+
+        room.add_callback(done)
+        if not room.done:
+            room.add_callback(lambda _v, _e: self._backlog_release(peer))
+
+    def _batch_dropped(self, env: wire.BatchEnvelope, error: BaseException) -> None:
+        for message_type in env.message_types:
+            self._count_drop(env.target, message_type, env.first_origin, _drop_reason(error))
+
     def _backlog_add(self, peer: str, n: int) -> None:
         with self._lock:  # the transport is told under it: a pause and a resume never cross
             count = self._backlog[peer] = self._backlog.get(peer, 0) + n
@@ -673,6 +759,10 @@ class MeshRouter:
         """A call from ``peer`` that waited for room got in (or failed: a send is dropped)."""
         if error is not None and isinstance(env, wire.SendEnvelope):
             self._dropped(env, error)
+        self._backlog_release(peer)
+
+    def _backlog_release(self, peer: str) -> None:
+        """One call of ``peer``'s backlog is done waiting: resume it at half the limit."""
         with self._lock:
             count = self._backlog.get(peer, 0) - 1
             if count > 0:

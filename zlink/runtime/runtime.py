@@ -461,6 +461,12 @@ class Runtime:
             raise Unavailable(f"node {self.node_id} is shutting down")
         act = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
         if act is None or act.state in PAST_READY:
+            before = None if room is None else room.withdraw
+            router = self.router
+            if act is None and router is not None and router.send_batch(call, room):
+                if room is not None and room.withdraw is before:  # no wait began: sent
+                    room.set(None, None)
+                return  # one envelope, all or none where the target lives
             self._one_by_one(call)
             if room is not None:
                 room.set(None, None)
