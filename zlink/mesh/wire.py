@@ -3,8 +3,9 @@
 What crosses the boundary
     Everything one node sends another is an *envelope*: one frozen, slotted dataclass per kind
     (:class:`EnvelopeKind`), encoded as one JSON object (``zlink.messaging.codec``: orjson
-    where it is installed, else the standard ``json``). Calls (``send``/``request``) and their
-    ``reply``; route hints (``route``) and route fences (``fence``/``fenced``); forwarded
+    where it is installed, else the standard ``json``). Calls (``send``/``request``, and a
+    ``batch`` of sends) and their ``reply``; the notice of a send that could not be delivered
+    (``dropped``); route hints (``route``) and route fences (``fence``/``fenced``); forwarded
     creates (``create``); the relocation protocol (``reloc_chunk``, ``reloc``, ``reloc_done``,
     ``reloc_commit``, ``reloc_opened``, ``reloc_abort``) with its nested records
     (:class:`RelocObject`, :class:`RelocMessageJob`, :class:`RelocTickJob`,
