@@ -267,7 +267,8 @@ class MeshRouter:
         waiter = functools.partial(self._send_located, call, reply, hops, room)
         if room is not None and not room.done:  # its caller waits until it is really queued
             room.withdraw = functools.partial(self._cancel_locate, target, waiter)
-            self.rt.arm_room(room, f"a route to {target!r}")
+            if room.peer is None and reply is None:  # a request has its own deadline; a call
+                self.rt.arm_room(room, f"a route to {target!r}")  # from a peer just waits
         self.locate(target, waiter, self.rt.instance_spec(call) if call.instance else None)
 
     def _cancel_locate(self, target: str, waiter: Located) -> bool:
