@@ -89,7 +89,9 @@ def build_app() -> zlink.App:
 
     @app.actor("t.bp.player")
     class Player(zlink.Actor):
-        pass
+        @zlink.handler
+        def bump(self, msg: Bump) -> None:
+            pass
 
     return app
 
@@ -284,6 +286,27 @@ def test_thousands_of_actor_creates_at_once_wait_instead_of_failing(make_node):
     GATE.set()
     ids = {f.result(WAIT).actor_id for f in [first, *creates]}
     assert len(ids) == 501
+
+
+def test_a_create_whose_wait_for_room_times_out_leaves_no_half_made_actor(make_node, clock):
+    """A review's finding: the Actor was left in the directory, half made, and what was sent
+    to it meanwhile was neither run nor counted."""
+    node = make_node(build_app(), lifecycle_lane_items=1)
+    client = node.client()
+    first = client.actors.create("t.bp.player").request(Block()).future()
+    assert BLOCKING.wait(WAIT)  # the lobby is held; its lifecycle lane (1) is full
+    late = client.actors.create("t.bp.player", actor_id="p").timeout(1.0).future()
+    client.send_to_actor("p", Bump(sender=1, n=0)).submit()  # queued for the Actor being made
+    again = client.actors.get_or_create("p", "t.bp.player").timeout(60).future()
+    clock.advance(1.0)
+    with pytest.raises(zlink.DeadlineExceeded):
+        late.result(WAIT)
+    with pytest.raises(zlink.DeadlineExceeded):  # it waited on the same Actor: told at once
+        again.result(WAIT)
+    assert "p" not in node._runtime.actors
+    assert node.counters()["messages_discarded_not_created"] == 1
+    GATE.set()
+    assert first.result(WAIT).created
 
 
 def test_a_send_waiting_at_a_moving_spot_follows_it(clock: ManualClock):
