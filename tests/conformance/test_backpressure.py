@@ -518,3 +518,30 @@ def test_a_batch_to_another_node_is_all_or_none_there_and_waits_for_room(clock):
         assert [n for s, n in seen if s == 2] == list(range(120))  # once each, in order
         assert not [n for s, n in seen if s == 4]  # the refused batch: nothing of it
         assert not [k for node in cluster.nodes for k in node.counters() if "dropped" in k]
+
+
+def test_a_plain_send_that_waited_for_the_store_keeps_its_place_in_the_outbox(clock):
+    """A review's finding: after the store answered, a plain send (accepted already) went
+    straight into the outbox, ahead of an earlier send of the same sender still waiting there
+    for room."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, data_limit=1) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+        answer, lookup = threading.Event(), cluster.store.lookup
+        cluster.store.lookup = lambda target: (answer.wait(WAIT), lookup(target))[1]  # type: ignore[method-assign]
+        cluster.transport.pause("node-1", "node-2")
+        n2._runtime.router.outbox.limit = 1  # one frame fills it
+        c2 = n2.client()
+        first = c2.send_to_spot("hot", Bump(sender=2, n=0)).future()  # all wait for the store
+        second = c2.send_to_spot("hot", Bump(sender=2, n=1)).future()
+        c2.send_to_spot("hot", Bump(sender=2, n=2)).submit()  # accepted: it waits in line
+        fourth = c2.send_to_spot("hot", Bump(sender=2, n=3)).future()
+        answer.set()
+        assert n2.wait_idle(WAIT) and n1.wait_idle(WAIT)
+        n2._runtime.router.outbox.limit = 4 * 1024 * 1024
+        cluster.transport.resume("node-1", "node-2")
+        for f in (first, second, fourth):
+            assert f.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 2] == [0, 1, 2, 3]
