@@ -545,3 +545,23 @@ def test_a_plain_send_that_waited_for_the_store_keeps_its_place_in_the_outbox(cl
         cluster.wait_idle(WAIT)
         seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
         assert [n for s, n in seen if s == 2] == [0, 1, 2, 3]
+
+
+def test_an_await_send_cancelled_by_an_overdue_close_withdraws_its_wait(make_node, clock):
+    """A review's finding: a handler waiting for room in ``await send`` and cancelled by its
+    Spot's overdue close left its waiter queued, so the message went in after all."""
+    node = make_node(build_app(), app_lane_items=4, closing_timeout=1.0)
+    client = _blocked(node)
+    _fill(client)
+    ref = client.spots.get_or_create("relay", "t.bp.hot").wait(WAIT).spot_ref
+    answer = client.request_to_spot("relay", Forward(target="hot", n=1)).future()
+    assert node.wait_idle(WAIT, busy=1)  # relay's turn waits for room in "hot" (suspended)
+    assert node._runtime.spots["hot"].owner.lanes.waiting() == 1
+    client.spots.close(ref)
+    clock.advance(1.0)  # the close is overdue: the waiting turn is cancelled
+    with pytest.raises(zlink.ZLinkError):
+        answer.result(WAIT)
+    assert node._runtime.spots["hot"].owner.lanes.waiting() == 0  # withdrawn, not admitted
+    GATE.set()
+    assert node.wait_idle(WAIT)
+    assert [7, 1] not in client.request_to_spot("hot", Seen()).wait(WAIT)
