@@ -565,3 +565,22 @@ def test_an_await_send_cancelled_by_an_overdue_close_withdraws_its_wait(make_nod
     GATE.set()
     assert node.wait_idle(WAIT)
     assert [7, 1] not in client.request_to_spot("hot", Seen()).wait(WAIT)
+
+
+def test_a_wait_for_room_that_finds_room_at_its_second_try_completes_at_once(make_node):
+    """A review's finding: when room came back between the refused put and the wait (a race
+    a test cannot schedule), a batch's wait never completed. Driven here directly: the lane has
+    room when the wait is asked for, so it must complete at once."""
+    from zlink.executor import CallJob
+    from zlink.messaging.calls import NO_WAIT, BatchSendCall
+    from zlink.messaging.completion import Admitted
+    from zlink.types import TargetKind
+
+    node = make_node(build_app())
+    client = node.client()
+    client.spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+    rt = node._runtime
+    room = Admitted()
+    call = BatchSendCall(rt, TargetKind.SPOT, "hot", [Bump(sender=1, n=0)])
+    rt._wait_for_room(rt.spots["hot"], CallJob(lambda: None), call, None, NO_WAIT, 0, room)
+    assert room.done and room.wait(0) is None
