@@ -584,3 +584,35 @@ def test_a_wait_for_room_that_finds_room_at_its_second_try_completes_at_once(mak
     call = BatchSendCall(rt, TargetKind.SPOT, "hot", [Bump(sender=1, n=0)])
     rt._wait_for_room(rt.spots["hot"], CallJob(lambda: None), call, None, NO_WAIT, 0, room)
     assert room.done and room.wait(0) is None
+
+
+def test_a_peer_is_paused_and_resumed_under_the_routers_lock(clock):
+    """A review's finding: the pause was told to the transport after the router's lock was let
+    go, so a resume decided meanwhile could come first and leave the peer paused for good. The
+    transport now hears both under that lock, in the order they were decided."""
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        router = n1._runtime.router
+        told: list[tuple[str, bool]] = []
+        pause, resume = cluster.transport.pause, cluster.transport.resume
+
+        def spy(name: str, real: Any) -> Any:
+            def call(node_id: str, peer: str) -> None:
+                if node_id == "node-1":
+                    told.append((name, router._lock.locked()))
+                real(node_id, peer)
+
+            return call
+
+        cluster.transport.pause = spy("pause", pause)  # type: ignore[method-assign]
+        cluster.transport.resume = spy("resume", resume)  # type: ignore[method-assign]
+        _blocked(n1)
+        futures = [n2.client().send_to_spot("hot", Bump(sender=2, n=n)).future() for n in range(60)]
+        assert _until_paused(cluster)
+        GATE.set()
+        for f in futures:
+            assert f.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        assert told and told[0] == ("pause", True) and ("resume", True) in told
+        assert all(held for _, held in told)
+        assert not cluster.transport.paused("node-1", "node-2")
