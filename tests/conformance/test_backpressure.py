@@ -616,3 +616,31 @@ def test_a_peer_is_paused_and_resumed_under_the_routers_lock(clock):
         assert told and told[0] == ("pause", True) and ("resume", True) in told
         assert all(held for _, held in told)
         assert not cluster.transport.paused("node-1", "node-2")
+
+
+def test_a_relayed_request_waiting_for_the_store_is_not_withdrawn_by_a_send_timer(clock):
+    """A review's finding: a request that reached a node which had to ask the store got a
+    send's admission deadline there; when it passed, the request was dropped unanswered."""
+    from zlink.mesh import wire
+    from zlink.mesh.transport import Channel
+
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, admission_timeout=1.0) as c:
+        n1, n2, _n3 = c.nodes
+        n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+        hint = wire.RouteEnvelope("hot", "node-3", 999, 999)  # node-2 believes node-3 has it
+        n2._infra.submit(n2._runtime.router.received, "node-3", Channel.COMPLETION,
+                         wire.encode(hint))  # fmt: skip
+        assert n2.wait_idle(WAIT)
+        asking, answer, lookup = threading.Event(), threading.Event(), c.store.lookup
+
+        def held_lookup(target: str) -> Any:
+            asking.set()
+            assert answer.wait(WAIT)
+            return lookup(target)
+
+        c.store.lookup = held_lookup  # type: ignore[method-assign]
+        asked = n2.client().request_to_spot("hot", Seen()).future()  # relayed by node-3
+        assert asking.wait(WAIT)  # node-3 asks the store where "hot" is; the request waits
+        clock.advance(1.0)  # a send's admission deadline: not this request's
+        answer.set()
+        assert asked.result(WAIT) == []
