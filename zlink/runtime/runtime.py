@@ -407,8 +407,7 @@ class Runtime:
             return reply  # type: ignore[return-value]
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile
             if isinstance(call, BatchSendCall):
-                self._one_by_one(call)  # the moving path, in order
-                room.set(None, None)
+                self._one_by_one(call)  # the moving path, in order (submit_many tells room)
                 return reply  # type: ignore[return-value]
             return self._refused(act, call, reply, mode, hops, False, verdict, room)
         if reply is not None and reply.timer is not None:
@@ -456,20 +455,26 @@ class Runtime:
         """The batch send path: a local, ready target admits every message behind one lock
         (all or none) and is woken once; each message is still its own turn, in order.
         Anything else (remote, moving, a Channel) goes one by one through ``submit``.
-        Given ``room``, a full lane is waited for (all the batch at once, python-api §9)."""
+        Given ``room``, a full lane is waited for (all the batch at once, python-api §9), and
+        ``room`` completes once the batch is accepted, as in ``submit``."""
+        if room is None:
+            self._route_many(call, None, mode)
+            return
+        before = room.withdraw
+        self._route_many(call, room, mode)
+        if room.withdraw is before:  # no wait for room began: accepted already
+            room.set(None, None)
+
+    def _route_many(self, call: BatchSendCall, room: Admitted | None, mode: WaitMode) -> None:
+        """``submit_many``'s body: admit, send to the target's node, go one by one, or wait."""
         if self.stopping or self.draining:
             raise Unavailable(f"node {self.node_id} is shutting down")
         act = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
         if act is None or act.state in PAST_READY:
-            before = None if room is None else room.withdraw
             router = self.router
             if act is None and router is not None and router.send_batch(call, room):
-                if room is not None and room.withdraw is before:  # no wait began: sent
-                    room.set(None, None)
                 return  # one envelope, all or none where the target lives
             self._one_by_one(call)
-            if room is not None:
-                room.set(None, None)
             return
         turn = current_turn()
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
@@ -487,8 +492,6 @@ class Runtime:
             found[tp] = handler
         if any(h.is_async for h in found.values()):
             self._one_by_one(call)  # an async handler suspends: its message is a turn alone
-            if room is not None:
-                room.set(None, None)
             return
         one = next(iter(types)) if len(types) == 1 else None
         handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
@@ -497,13 +500,9 @@ class Runtime:
         job.at = self._now()
         verdict = act.owner.put_app(job)
         if verdict == ADMITTED:
-            if room is not None:
-                room.set(None, None)
             return
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile: the moving path, in order
             self._one_by_one(call)
-            if room is not None:
-                room.set(None, None)
             return
         if room is not None:
             self._wait_for_room(act, job, call, None, mode, 0, room)
