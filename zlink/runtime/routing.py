@@ -689,20 +689,14 @@ class MeshRouter:
             else:
                 self._dropped(env, exc)
             return
-        if isinstance(env, wire.RequestEnvelope) and done is not None:
-            origin, corr = env.origin_node, env.correlation
-            done.add_callback(lambda value, error: self.reply(origin, corr, value, error))
-        if not room.done:  # waiting for room: part of this peer's backlog until it gets in
-            self._backlog_add(peer, 1)
-            room.add_callback(lambda _v, error: self._backlog_done(peer, env, error))
-        elif isinstance(env, wire.SendEnvelope):  # failed at once, yet after submit returned
+        if isinstance(env, wire.RequestEnvelope):
+            if done is not None:
+                origin, corr = env.origin_node, env.correlation
+                done.add_callback(lambda value, error: self.reply(origin, corr, value, error))
+            self._follow(peer, room, None)  # (its reply carries a failure back)
+        else:
             send = env
-
-            def failed(_value: Any, error: BaseException | None) -> None:
-                if error is not None:
-                    self._dropped(send, error)
-
-            room.add_callback(failed)
+            self._follow(peer, room, lambda error: self._dropped(send, error))
 
     def _on_batch(self, env: wire.BatchEnvelope) -> None:
         """A batch for a target here: admitted all or none (waiting for room as a call from
@@ -731,16 +725,24 @@ class MeshRouter:
         except ZLinkError as exc:
             self._batch_dropped(env, exc)
             return
-        if not room.done:  # waiting for room: one item of this peer's backlog
+        self._follow(peer, room, lambda error: self._batch_dropped(env, error))
+
+    def _follow(
+        self, peer: str, room: Admitted, dropped: Callable[[BaseException], None] | None
+    ) -> None:
+        """After a call from ``peer`` was submitted: while it waits for room it is one item of
+        that peer's backlog; if it fails (now or later), ``dropped`` counts it."""
+        waiting = not room.done
+        if waiting:
             self._backlog_add(peer, 1)
 
         def done(_value: Any, error: BaseException | None) -> None:
-            if error is not None:
-                self._batch_dropped(env, error)
+            if error is not None and dropped is not None:
+                dropped(error)
+            if waiting:
+                self._backlog_release(peer)
 
         room.add_callback(done)
-        if not room.done:
-            room.add_callback(lambda _v, _e: self._backlog_release(peer))
 
     def _batch_dropped(self, env: wire.BatchEnvelope, error: BaseException) -> None:
         for message_type in env.message_types:
@@ -755,12 +757,6 @@ class MeshRouter:
                 self.transport.pause(self.rt.node_id, peer)
         if pause:
             self.rt.metrics.add("peers_paused")
-
-    def _backlog_done(self, peer: str, env: CallEnvelope, error: BaseException | None) -> None:
-        """A call from ``peer`` that waited for room got in (or failed: a send is dropped)."""
-        if error is not None and isinstance(env, wire.SendEnvelope):
-            self._dropped(env, error)
-        self._backlog_release(peer)
 
     def _backlog_release(self, peer: str) -> None:
         """One call of ``peer``'s backlog is done waiting: resume it at half the limit."""
