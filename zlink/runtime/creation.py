@@ -136,16 +136,18 @@ class Creation:
     # -- create ----------------------------------------------------------------------------------
     def _claim(
         self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
-        completion: Completion, then: Callable[[Reservation | None], None],
+        completion: Completion, then: Callable[[Reservation | None], bool],
     ) -> None:  # fmt: skip
         """Call ``then(reservation)``: at once with ``None`` when ``object_id`` lives here or
         there is no store; else once the store has reserved it (or said who owns it), on the
         infrastructure thread, the store asked on its own thread with no lock held (python-api
-        §10). ``then`` holds the directory lock while it decides; what it raises later, or a
-        store failure, completes ``completion``."""
+        §10). ``then`` holds the directory lock while it decides, and returns ``False`` when
+        the object it was told lives here went away meanwhile: the store is asked after all.
+        What ``then`` raises later, or a store failure, completes ``completion``."""
         router = self.rt.router
         if router is None or object_id in table:
-            then(None)
+            if not then(None):
+                self._claim(table, object_id, kind, type_name, completion, then)
             return
 
         def reserved(held: Reservation | None, error: BaseException | None) -> None:
@@ -155,7 +157,7 @@ class Creation:
                         f"the location store could not reserve {object_id!r}: {error}"
                     )
                 assert held is not None
-                then(held)
+                then(held)  # (a reservation is never a "went away")
             except ZLinkError as exc:  # refused: as it would have been at the call site
                 if completion.timer is not None:
                     completion.timer.cancel()
@@ -187,28 +189,21 @@ class Creation:
     def _create_spot(
         self, call: CreateCall[Any], spec: TypeSpec, spot_id: str, completion: Completion,
         held: Reservation | None,
-    ) -> None:  # fmt: skip
+    ) -> bool:  # fmt: skip
+        """(``_claim``'s ``then``.) ``False``: it went away since it was found here."""
         remote: Location | None = None
         with self.rt.directory.lock:
             existing = self.rt.spots.get(spot_id)
             if existing is None and held is None and self.rt.router is not None:
-                gone = True  # it went away since it was found here: ask the store after all
-            else:
-                gone = False
-                if existing is None:
-                    generation = None
-                    if held is not None:
-                        if held.location.owner_node != self.rt.node_id:
-                            remote = held.location
-                        generation = held.location.object_generation
-                    if remote is None:
-                        act = self.register_spot(spec, spot_id, generation)
-        if gone:
-            self._claim(
-                self.rt.spots, spot_id, TargetKind.SPOT, spec.name, completion,
-                lambda held: self._create_spot(call, spec, spot_id, completion, held),
-            )  # fmt: skip
-            return
+                return False
+            if existing is None:
+                generation = None
+                if held is not None:
+                    if held.location.owner_node != self.rt.node_id:
+                        remote = held.location
+                    generation = held.location.object_generation
+                if remote is None:
+                    act = self.register_spot(spec, spot_id, generation)
         if remote is not None:
             assert self.rt.router is not None
             if not call.get or remote.type_name != spec.name:
@@ -219,13 +214,14 @@ class Creation:
                     f"{spot_id!r} {what} on node {remote.owner_node}"
                 )
             self.rt.router.forward_create(call, completion, remote)
-            return
+            return True
         if existing is not None:
             self._existing(existing, spec, call, completion)
-            return
+            return True
         assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
         self.activate(act, call.request_msg)
+        return True
 
     def _timed(self, call: CreateCall[Any]) -> Completion:
         completion = Completion()
@@ -289,13 +285,14 @@ class Creation:
     def _create_actor_claimed(
         self, call: CreateCall[Any], spec: TypeSpec, entry: SpotAct, actor_id: str,
         completion: Completion, held: Reservation | None,
-    ) -> None:  # fmt: skip
+    ) -> bool:  # fmt: skip
+        """(``_claim``'s ``then``.) ``False``: it went away since it was found here."""
         with self.rt.directory.lock:
             existing = self.rt.actors.get(actor_id)
-            gone = existing is None and held is None and self.rt.router is not None
+            if existing is None and held is None and self.rt.router is not None:
+                return False
             if (
-                not gone
-                and existing is None
+                existing is None
                 and held is not None
                 and (
                     held.location.owner_node != self.rt.node_id  # it lives on another node
@@ -306,20 +303,13 @@ class Creation:
                 if not call.get:
                     raise InvalidOperation(f"{actor_id!r} exists already on another node")
                 completion.set(ActorCreateResult(actor_id, False), None)
-                return
-            if not gone and existing is None:
+                return True
+            if existing is None:
                 act = ActorAct(self.rt, spec, actor_id, entry)
                 self.rt.actors[actor_id] = act
-        if gone:  # it went away since it was found here: ask the store after all
-            self._claim(
-                self.rt.actors, actor_id, TargetKind.ACTOR, spec.name, completion,
-                lambda held: self._create_actor_claimed(call, spec, entry, actor_id, completion,
-                                                        held),
-            )  # fmt: skip
-            return
         if existing is not None:
             self._existing(existing, spec, call, completion)
-            return
+            return True
         request = call.request_msg
 
         def approve() -> Any:
@@ -327,6 +317,17 @@ class Creation:
             act.instance = spec.cls(act.context)
             job.step = "on_create_actor"
             return entry.instance.on_create_actor(act.instance, request)
+
+        def not_made(error: BaseException) -> None:
+            """The Actor will not be: it leaves, its creators hear ``error`` (``activated``
+            tells ``completion`` too), and what was sent to it is discarded and counted."""
+            act.state = GONE
+            with self.rt.directory.lock:
+                if self.rt.actors.get(actor_id) is act:
+                    del self.rt.actors[actor_id]
+            if act.activated is not None:
+                act.activated.set(None, error)
+            self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))
 
         def decided(turn: Turn) -> None:
             res = turn.result if turn.result is not None else ActorCreateResponse()
@@ -344,32 +345,16 @@ class Creation:
                 activated.set(ActorCreateResult(actor_id, True, res.reply), None)
                 act.owner.unhold()
                 return
-            act.state = GONE
-            with self.rt.directory.lock:
-                if self.rt.actors.get(actor_id) is act:
-                    del self.rt.actors[actor_id]
-            if act.activated is not None:
-                act.activated.set(None, error)
-            self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))
+            not_made(error)
 
         assert act.activated is not None  # just made
         act.activated.add_callback(completion.set)
         job = LifeJob(entry, "on_create_actor", approve, decided)  # approve() marks its step
         lanes = entry.owner.lanes
 
-        def forget(error: BaseException) -> None:  # as a refused on_create_actor does
-            act.state = GONE
-            with self.rt.directory.lock:
-                if self.rt.actors.get(actor_id) is act:
-                    del self.rt.actors[actor_id]
-            if act.activated is not None:  # who get_or_create'd it meanwhile hears it too
-                act.activated.set(None, error)
-            completion.set(None, error)
-            self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))
-
         def notify(verdict: Admission) -> None:  # waited for room in the Entry Spot's lane
             if verdict != Admission.ADMITTED:
-                forget(Unavailable(f"{entry.spot_id!r} closed before {actor_id!r} was made"))
+                not_made(Unavailable(f"{entry.spot_id!r} closed before {actor_id!r} was made"))
 
         # Many creates at once wait for room in the Entry Spot's lifecycle lane (python-api
         # §9), within the create's own deadline; only past the waiter limit is one refused.
@@ -380,7 +365,7 @@ class Creation:
 
             def timed_out(_value: Any, error: BaseException | None) -> None:
                 if error is not None and lanes.cancel_wait(waiter):  # nothing was queued
-                    forget(error)
+                    not_made(error)
 
             completion.add_callback(timed_out)
         elif verdict != Admission.ADMITTED:
@@ -394,3 +379,4 @@ class Creation:
                 f"the lifecycle lane of {entry.spot_id!r} is full and "
                 f"{self.rt.limits.waiters} creates already wait for room"
             )
+        return True
