@@ -201,11 +201,7 @@ class OwnerLanes:
                 self._app_in - self._app_out > self._app_items
                 or self._app_in_bytes - self._app_out_bytes > self._app_bytes
             )
-        owner = self.owner
-        if owner is not None:  # ready, as after put_app
-            flag = owner._flag
-            if not flag.locked() and flag.acquire(False):
-                owner.gate.push(owner)
+        self._ready()
         return over
 
     def put_life(self, item: Any, payload_bytes: int) -> Admission:
@@ -366,7 +362,7 @@ class OwnerLanes:
             self.life.append(waiter.item)
 
     def _ready(self) -> None:
-        """Make the owner ready after an admission (as ``put_app`` does)."""
+        """Make the owner ready after an admission (``put_app`` inlines it: the hot path)."""
         owner = self.owner
         if owner is not None:
             flag = owner._flag

@@ -97,19 +97,23 @@ class Outbox:
     def has_room(self, peer: str) -> bool:
         """Whether application DATA for ``peer`` may be put now without waiting."""
         with self._lock:
-            return (
-                self._bytes.get(peer, 0) < self.limit
-                and not self._waiters.get(peer)
-                and not self._going.get(peer)
-            )
+            return self._free(peer)
+
+    def _free(self, peer: str) -> bool:
+        """(Under ``_lock``.) Room for ``peer``, and nobody waiting or let go before it."""
+        return (
+            self._bytes.get(peer, 0) < self.limit
+            and not self._waiters.get(peer)
+            and not self._going.get(peer)
+        )
 
     def wait_room(self, peer: str, go: Go) -> bool:
         """``True``: there is room now (``go`` is not kept). ``False``: ``go`` waits, behind
         whoever waits already, until DATA for ``peer`` is under ``limit`` again."""
         with self._lock:
-            waiters = self._waiters.get(peer)
-            if not waiters and not self._going.get(peer) and self._bytes.get(peer, 0) < self.limit:
+            if self._free(peer):
                 return True
+            waiters = self._waiters.get(peer)
             if waiters is None:
                 waiters = self._waiters[peer] = deque()
             waiters.append(go)
