@@ -128,11 +128,6 @@ class Outbox:
             waiters.remove(go)
             return True
 
-    def queued_bytes(self, peer: str) -> int:
-        """Estimated bytes of DATA queued for ``peer`` (status)."""
-        with self._lock:
-            return self._bytes.get(peer, 0)
-
     def waiting(self, peer: str) -> int:
         """Callers waiting for room to ``peer`` (status)."""
         with self._lock:
