@@ -80,6 +80,16 @@ class LocationStore(Protocol):
     def nodes(self) -> list[NodeRecord]: ...
 
 
+def check_fence(found: Location, node: str, authority_generation: int) -> None:
+    """Refuse a write by anyone but the current owner at the current authority generation
+    (the one fence error of every store: ``Unavailable``)."""
+    if found.owner_node != node or found.authority_generation != authority_generation:
+        raise Unavailable(
+            f"stale owner: {node!r} at authority {authority_generation} may not write "
+            f"{found.spot_id!r} (owner {found.owner_node!r} at {found.authority_generation})"
+        )
+
+
 class InMemoryLocationStore:
     """The embedded store: one dict under one lock, shared by the nodes of one process."""
 
@@ -156,7 +166,7 @@ class InMemoryLocationStore:
             found = self._locations.get(spot_id)
             if found is None:
                 return False
-            self._fence(found, node, authority_generation)
+            check_fence(found, node, authority_generation)
             del self._locations[spot_id]
             return True
 
@@ -168,7 +178,7 @@ class InMemoryLocationStore:
             found = self._locations.get(spot_id)
             if found is None:
                 raise Unavailable(f"{spot_id!r} has no location to transfer")
-            self._fence(found, node, authority_generation)
+            check_fence(found, node, authority_generation)
             moved = replace(
                 found,
                 owner_node=target,
@@ -177,11 +187,3 @@ class InMemoryLocationStore:
             )
             self._locations[spot_id] = moved
             return moved
-
-    @staticmethod
-    def _fence(found: Location, node: str, authority_generation: int) -> None:
-        if found.owner_node != node or found.authority_generation != authority_generation:
-            raise Unavailable(
-                f"stale owner: {node!r} at authority {authority_generation} may not write "
-                f"{found.spot_id!r} (owner {found.owner_node!r} at {found.authority_generation})"
-            )
