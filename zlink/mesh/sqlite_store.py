@@ -1,0 +1,496 @@
+"""The Location Store in one SQLite file: the store of several node processes on one machine.
+
+``SqliteLocationStore`` keeps exactly the semantics of ``InMemoryLocationStore`` (``location.py``,
+execution-model §14) in a file that several processes open at once, with no server
+(``store="sqlite:///PATH"``, python-api §10).
+
+Guarantees / assumes:
+* Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the file's write lock before it
+  reads, so the check and the change it guards cannot be split by another process or thread.
+  Fenced writes compare-and-set on the owner node and the authority generation (node rows: on
+  the incarnation), and refuse a stale writer with the same ``Unavailable`` as the in-memory
+  store. A transaction that fails is rolled back: nothing is ever half-applied.
+* ``object_generation`` (store-wide) and the node ``incarnation`` come from counters kept in the
+  file and advanced inside the claiming transaction, never from the live rows, so a released
+  Spot's generation or a departed node's incarnation is never handed out again, also across
+  closing and reopening the file.
+* ``reserve`` of a Spot that already has an owner answers from a plain read, without the write
+  lock; only a claim takes it (and looks again under it).
+* Leases are measured on the store's clock. The file is shared by processes and outlives them,
+  so the default clock is the wall clock (``time.time``); a test may inject a manual clock.
+* The file is in WAL mode (readers never wait for the writer), ``synchronous=NORMAL`` (a commit
+  survives a crash of the process; a power loss may lose the last ones, never corrupt the file).
+  A write that cannot get the lock within ``busy_timeout`` seconds, and any other SQLite
+  failure (disk full, I/O error), is ``Unavailable`` raised from the original error.
+* The file is checked at construction, never later: a folder that does not exist, a file that
+  is not a SQLite database, a database that is not a ZLink store or has another schema version
+  are ``InvalidArgument``. An empty or missing file gets the schema (one transaction).
+* Calls come from several threads of one process (a node's store thread, its start and stop,
+  status readers): each thread has its own connection (``threading.local``). ``close()`` closes
+  every one of them (one in use is closed by its thread as its call ends); after it, every call
+  is ``Unavailable``. A process that forks must open its own store in the child.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..errors import InvalidArgument, Unavailable
+from ..executor import Clock
+from .location import Location, NodeRecord, Reservation, check_fence
+
+SCHEMA_VERSION = 1  # the ``meta`` row ``schema_version``; a file with another is refused
+
+_T = TypeVar("_T")
+
+_TABLES = frozenset({"meta", "counters", "locations", "nodes"})
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    # counters whose values are never handed out twice: object_generation, incarnation
+    "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS locations (spot_id TEXT PRIMARY KEY, kind TEXT NOT NULL,"
+    " type_name TEXT NOT NULL, owner_node TEXT NOT NULL, authority_generation INTEGER NOT NULL,"
+    " object_generation INTEGER NOT NULL UNIQUE, lease_until REAL NOT NULL) WITHOUT ROWID",
+    "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, endpoint TEXT NOT NULL,"
+    " incarnation INTEGER NOT NULL, lease_until REAL NOT NULL) WITHOUT ROWID",
+)
+
+_LOCATION = (
+    "spot_id, kind, type_name, owner_node, authority_generation, object_generation, lease_until"
+)
+_NODE = "node_id, endpoint, incarnation, lease_until"
+_SELECT_LOCATION = f"SELECT {_LOCATION} FROM locations WHERE spot_id = ?"
+_NEXT = "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value"
+
+# SQLite's primary result codes that mean "this path is not a store we can use": refused at
+# construction with InvalidArgument; every other failure is Unavailable (it may pass).
+_NOT_A_STORE = {
+    sqlite3.SQLITE_NOTADB: "is not a SQLite database",
+    sqlite3.SQLITE_CORRUPT: "is a damaged SQLite database",
+    sqlite3.SQLITE_CANTOPEN: "cannot be opened",
+    sqlite3.SQLITE_READONLY: "cannot be written",
+}
+
+
+class _Connection(sqlite3.Connection):
+    """A connection that can be referenced weakly (a thread's ends with the thread) and says
+    whether a call is using it (``close()`` leaves that one to its thread)."""
+
+    busy = False
+
+
+def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
+    # fetchall steps every statement to its end, so none is left holding a read snapshot
+    return conn.execute(sql, args).fetchall()
+
+
+def _one(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> Any:
+    rows = _rows(conn, sql, args)
+    return rows[0] if rows else None
+
+
+class SqliteLocationStore:
+    """The Location Store in a SQLite file (see the module docstring)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        clock: Clock | None = None,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        if not (math.isfinite(busy_timeout) and busy_timeout >= 0):
+            raise InvalidArgument(f"busy_timeout is a finite number of seconds: {busy_timeout!r}")
+        given = os.fspath(path)
+        if given in ("", ":memory:"):
+            raise InvalidArgument(
+                f"a SQLite location store needs a file that processes share, not {given!r}"
+                " (one process: use the in-memory store)"
+            )
+        # absolute now: connections are opened later, per thread, whatever the cwd is then
+        self._path = os.path.abspath(given)
+        folder = os.path.dirname(self._path)
+        if not os.path.isdir(folder):
+            raise InvalidArgument(
+                f"the folder of the location store {self._path!r} does not exist: {folder!r}"
+            )
+        if os.path.isdir(self._path):
+            raise InvalidArgument(f"the location store {self._path!r} is a folder, not a file")
+        self._busy_timeout = busy_timeout
+        self._now: Callable[[], float] = time.time if clock is None else clock.now
+        self._local = threading.local()
+        self._lock = threading.Lock()  # a leaf: guards _closed, _connections and .busy
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._closed = False
+        conn = self._open_checked()
+        self._connections.add(conn)
+        self._local.conn = conn
+
+    @property
+    def path(self) -> str:
+        """The absolute path of the file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"SqliteLocationStore({self._path!r})"
+
+    # -- membership -----------------------------------------------------------------------------
+    def register_node(self, node_id: str, endpoint: str, lease_seconds: float) -> NodeRecord:
+        """Register ``node_id`` with a new incarnation (a restarted node gets a higher one)."""
+
+        def register(conn: sqlite3.Connection) -> NodeRecord:
+            incarnation = _one(conn, _NEXT, ("incarnation",))[0]
+            record = NodeRecord(node_id, endpoint, incarnation, self._now() + lease_seconds)
+            conn.execute(
+                f"INSERT OR REPLACE INTO nodes ({_NODE}) VALUES (?, ?, ?, ?)", _record_row(record)
+            )
+            return record
+
+        return self._write(register)
+
+    def renew_node(self, node_id: str, incarnation: int, lease_seconds: float) -> NodeRecord:
+        """Extend the lease of ``node_id`` at ``incarnation``; refused if it is not the
+        current incarnation or its lease lapsed (the node must register again)."""
+
+        def renew(conn: sqlite3.Connection) -> NodeRecord:
+            now = self._now()
+            row = _one(
+                conn,
+                "UPDATE nodes SET lease_until = ?"
+                " WHERE node_id = ? AND incarnation = ? AND lease_until >= ?"
+                f" RETURNING {_NODE}",
+                (now + lease_seconds, node_id, incarnation, now),
+            )
+            if row is None:
+                raise Unavailable(f"node {node_id!r} at incarnation {incarnation} holds no lease")
+            return _record(row)
+
+        return self._write(renew)
+
+    def unregister_node(self, node_id: str, incarnation: int) -> bool:
+        """Remove ``node_id`` (it stopped); only its current incarnation may."""
+
+        def unregister(conn: sqlite3.Connection) -> bool:
+            done = conn.execute(
+                "DELETE FROM nodes WHERE node_id = ? AND incarnation = ?", (node_id, incarnation)
+            )
+            return done.rowcount == 1
+
+        return self._write(unregister)
+
+    def nodes(self) -> list[NodeRecord]:
+        """The members: registered nodes whose lease has not lapsed, by id."""
+
+        def members(conn: sqlite3.Connection) -> list[NodeRecord]:
+            # ORDER BY compares UTF-8 bytes: the same order as Python's str comparison
+            rows = _rows(
+                conn,
+                f"SELECT {_NODE} FROM nodes WHERE lease_until >= ? ORDER BY node_id",
+                (self._now(),),
+            )
+            return [_record(row) for row in rows]
+
+        return self._read(members)
+
+    # -- locations ------------------------------------------------------------------------------
+    def reserve(
+        self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float
+    ) -> Reservation:
+        """Claim ``spot_id`` for ``node`` if nobody owns it; else say who does."""
+        found = self.lookup(spot_id)  # the usual answer: no write lock needed to give it
+        if found is not None:
+            return Reservation(found, created=False)
+
+        def claim(conn: sqlite3.Connection) -> Reservation:
+            row = _one(conn, _SELECT_LOCATION, (spot_id,))  # again, under the write lock
+            if row is not None:
+                return Reservation(_location(row), created=False)
+            generation = _one(conn, _NEXT, ("object_generation",))[0]
+            location = Location(spot_id, kind, type_name, node, 1, generation, lease_until)
+            conn.execute(
+                f"INSERT INTO locations ({_LOCATION}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                _location_row(location),
+            )
+            return Reservation(location, created=True)
+
+        return self._write(claim)
+
+    def lookup(self, spot_id: str) -> Location | None:
+        """The current location of ``spot_id``, or ``None``."""
+
+        def find(conn: sqlite3.Connection) -> Location | None:
+            row = _one(conn, _SELECT_LOCATION, (spot_id,))
+            return None if row is None else _location(row)
+
+        return self._read(find)
+
+    def release(self, spot_id: str, node: str, authority_generation: int) -> bool:
+        """Forget ``spot_id`` (it closed); refused for anyone but its current owner."""
+
+        def forget(conn: sqlite3.Connection) -> bool:
+            done = conn.execute(
+                "DELETE FROM locations"
+                " WHERE spot_id = ? AND owner_node = ? AND authority_generation = ?",
+                (spot_id, node, authority_generation),
+            )
+            if done.rowcount == 1:
+                return True
+            row = _one(conn, _SELECT_LOCATION, (spot_id,))
+            if row is None:
+                return False
+            check_fence(_location(row), node, authority_generation)  # raises: it is fenced
+            raise AssertionError("a location that passes the fence was not deleted")
+
+        return self._write(forget)
+
+    def transfer(
+        self, spot_id: str, node: str, authority_generation: int, target: str, lease_until: float
+    ) -> Location:
+        """Move authority to ``target`` (relocation); the new authority generation is +1."""
+
+        def move(conn: sqlite3.Connection) -> Location:
+            row = _one(
+                conn,
+                "UPDATE locations"
+                " SET owner_node = ?, authority_generation = authority_generation + 1,"
+                " lease_until = ?"
+                " WHERE spot_id = ? AND owner_node = ? AND authority_generation = ?"
+                f" RETURNING {_LOCATION}",
+                (target, lease_until, spot_id, node, authority_generation),
+            )
+            if row is not None:
+                return _location(row)
+            row = _one(conn, _SELECT_LOCATION, (spot_id,))
+            if row is None:
+                raise Unavailable(f"{spot_id!r} has no location to transfer")
+            check_fence(_location(row), node, authority_generation)  # raises: it is fenced
+            raise AssertionError("a location that passes the fence was not moved")
+
+        return self._write(move)
+
+    # -- the file -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every thread's connection; later calls are ``Unavailable`` (idempotent)."""
+        with self._lock:
+            self._closed = True
+            idle = [conn for conn in self._connections if not conn.busy]
+            for conn in idle:
+                self._connections.discard(conn)
+        for conn in idle:
+            conn.close()
+
+    def __enter__(self) -> SqliteLocationStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``body`` in one ``BEGIN IMMEDIATE`` transaction: committed whole, or rolled
+        back whole (whatever it raised is raised; a SQLite failure as ``Unavailable``)."""
+        conn = self._enter()
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # the write lock, or busy_timeout, then an error
+            try:
+                result = body(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    try:
+                        conn.execute("ROLLBACK")
+                    except sqlite3.Error:
+                        self._discard(conn)  # closing it rolls back and frees the lock
+                raise
+            return result
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+        finally:
+            self._leave(conn)
+
+    def _read(self, body: Callable[[sqlite3.Connection], _T]) -> _T:
+        """Run ``body``, one statement in its own snapshot (WAL: it never waits for a writer)."""
+        conn = self._enter()
+        try:
+            return body(conn)
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+        finally:
+            self._leave(conn)
+
+    def _enter(self) -> _Connection:
+        """This thread's connection, marked in use; ``Unavailable`` once closed."""
+        conn: _Connection | None = getattr(self._local, "conn", None)
+        with self._lock:
+            if self._closed:
+                raise Unavailable(f"the location store {self._path!r} is closed")
+            if conn is not None:
+                conn.busy = True
+                return conn
+        try:
+            conn = self._connect()  # this thread's first call: outside the lock
+        except sqlite3.Error as exc:
+            raise self._failed(exc) from exc
+        with self._lock:
+            if self._closed:
+                conn.close()
+                raise Unavailable(f"the location store {self._path!r} is closed")
+            conn.busy = True
+            self._connections.add(conn)
+        self._local.conn = conn
+        return conn
+
+    def _leave(self, conn: _Connection) -> None:
+        with self._lock:
+            conn.busy = False
+            closing = self._closed and conn in self._connections
+            if closing:
+                self._connections.discard(conn)
+        if closing:  # close() came while this call ran: the connection ends with it
+            conn.close()
+
+    def _discard(self, conn: _Connection) -> None:
+        """Close this thread's connection (it is in a state no call should meet); the
+        thread's next call opens a new one."""
+        self._local.conn = None
+        with self._lock:
+            self._connections.discard(conn)
+        conn.close()
+
+    def _connect(self) -> _Connection:
+        conn = sqlite3.connect(
+            self._path,
+            timeout=self._busy_timeout,  # SQLite's busy timeout: how long a write waits
+            isolation_level=None,  # no implicit transactions: BEGIN IMMEDIATE is ours
+            check_same_thread=False,  # close() may come from another thread (never a call)
+            factory=_Connection,
+        )
+        assert isinstance(conn, _Connection)
+        try:
+            conn.execute("PRAGMA synchronous=NORMAL")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_checked(self) -> _Connection:
+        """The first connection: WAL mode, and the schema created or checked."""
+        try:
+            conn = self._connect()
+        except sqlite3.Error as exc:
+            raise self._refused(exc) from exc
+        try:
+            mode = _one(conn, "PRAGMA journal_mode=WAL")[0]
+            if str(mode).lower() != "wal":
+                raise InvalidArgument(
+                    f"the location store {self._path!r} cannot use WAL mode (it stays {mode!r})"
+                )
+            self._prepare(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._refused(exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """Create the schema in an empty file, or check the one there (one transaction)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            tables = {
+                row[0]
+                for row in _rows(
+                    conn, "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                )
+            }
+            if "meta" not in tables:
+                if tables:
+                    raise InvalidArgument(
+                        f"{self._path!r} is a SQLite database but not a ZLink location store"
+                        f" (it has {', '.join(sorted(tables))})"
+                    )
+                for statement in _SCHEMA:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
+                    (str(SCHEMA_VERSION),),
+                )
+                conn.executemany(
+                    "INSERT INTO counters (name, value) VALUES (?, 0)",
+                    [("object_generation",), ("incarnation",)],
+                )
+            else:
+                self._check_version(conn, tables)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _check_version(self, conn: sqlite3.Connection, tables: set[str]) -> None:
+        try:
+            row = _one(conn, "SELECT value FROM meta WHERE key = 'schema_version'")
+        except sqlite3.OperationalError as exc:  # a "meta" table of some other shape
+            raise InvalidArgument(
+                f"{self._path!r} is a SQLite database but not a ZLink location store ({exc})"
+            ) from exc
+        if row is None:
+            raise InvalidArgument(
+                f"{self._path!r} is a SQLite database but not a ZLink location store"
+                " (no schema_version)"
+            )
+        if row[0] != str(SCHEMA_VERSION):
+            raise InvalidArgument(
+                f"the location store {self._path!r} has schema version {row[0]!r}; this ZLink"
+                f" reads version {SCHEMA_VERSION} only"
+            )
+        missing = _TABLES - tables
+        if missing:
+            raise InvalidArgument(
+                f"the location store {self._path!r} lacks the tables {', '.join(sorted(missing))}"
+            )
+
+    def _refused(self, exc: sqlite3.Error) -> InvalidArgument | Unavailable:
+        """A failure while opening: a path that can never work is InvalidArgument."""
+        reason = _NOT_A_STORE.get(getattr(exc, "sqlite_errorcode", -1) & 0xFF)
+        if reason is None:
+            return self._failed(exc)
+        return InvalidArgument(f"the location store {self._path!r} {reason} ({exc})")
+
+    def _failed(self, exc: sqlite3.Error) -> Unavailable:
+        return Unavailable(f"the location store {self._path!r} failed: {exc}")
+
+
+def _location(row: Any) -> Location:
+    # a REAL column hands back an int through RETURNING when the value is whole: float() it
+    spot_id, kind, type_name, owner, authority, generation, lease_until = row
+    return Location(spot_id, kind, type_name, owner, authority, generation, float(lease_until))
+
+
+def _record(row: Any) -> NodeRecord:
+    node_id, endpoint, incarnation, lease_until = row
+    return NodeRecord(node_id, endpoint, incarnation, float(lease_until))
+
+
+def _location_row(location: Location) -> tuple[Any, ...]:
+    """The ``locations`` columns of ``location``, in ``_LOCATION`` order."""
+    return (
+        location.spot_id,
+        location.kind,
+        location.type_name,
+        location.owner_node,
+        location.authority_generation,
+        location.object_generation,
+        location.lease_until,
+    )
+
+
+def _record_row(record: NodeRecord) -> tuple[Any, ...]:
+    """The ``nodes`` columns of ``record``, in ``_NODE`` order."""
+    return (record.node_id, record.endpoint, record.incarnation, record.lease_until)
