@@ -1,0 +1,539 @@
+"""The Location Stores: one behaviour, in memory and in a SQLite file (python-api §10,
+execution-model §14); the file's own promises; several threads and processes racing to claim;
+``open_store`` URLs."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import selectors
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from zlink.errors import InvalidArgument, Unavailable
+from zlink.mesh.location import InMemoryLocationStore, LocationStore
+from zlink.mesh.sqlite_store import SCHEMA_VERSION, SqliteLocationStore
+from zlink.mesh.stores import open_store
+from zlink.testing import ManualClock
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WAIT = 60.0  # real seconds a racing thread or process may take before the test fails
+SPOTS = 200  # spot ids every racer claims
+LEASE = 3.0
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def store(
+    request: pytest.FixtureRequest, clock: ManualClock, tmp_path: pathlib.Path
+) -> Iterator[LocationStore]:
+    if request.param == "memory":
+        yield InMemoryLocationStore(clock)
+        return
+    opened = SqliteLocationStore(tmp_path / "store.db", clock)
+    yield opened
+    opened.close()
+
+
+def _reserve(store: LocationStore, spot: str, node: str, lease_until: float = 50.0) -> Any:
+    return store.reserve(spot, "spot", "game.room", node, lease_until)
+
+
+# -- one behaviour, both stores -----------------------------------------------------------------
+
+
+def test_reserve_claims_once_and_then_names_the_owner(store: Any) -> None:
+    first = _reserve(store, "room-1", "n1", 50.0)
+    assert first.created
+    loc = first.location
+    assert (loc.spot_id, loc.kind, loc.type_name) == ("room-1", "spot", "game.room")
+    assert (loc.owner_node, loc.authority_generation, loc.lease_until) == ("n1", 1, 50.0)
+    again = _reserve(store, "room-1", "n2", 99.0)
+    assert not again.created
+    assert again.location == loc  # n2 is told n1 owns it, nothing about n2 was written
+
+
+def test_lookup_follows_reserve_and_release(store: Any) -> None:
+    assert store.lookup("room-1") is None
+    loc = _reserve(store, "room-1", "n1").location
+    assert store.lookup("room-1") == loc
+    assert store.release("room-1", "n1", 1)
+    assert store.lookup("room-1") is None
+    assert not store.release("room-1", "n1", 1)  # nothing left to release
+
+
+def test_release_is_fenced_by_owner_and_authority(store: Any) -> None:
+    loc = _reserve(store, "room-1", "n1").location
+    with pytest.raises(Unavailable, match="stale owner: 'n2' at authority 1"):
+        store.release("room-1", "n2", 1)
+    with pytest.raises(Unavailable, match="stale owner: 'n1' at authority 7"):
+        store.release("room-1", "n1", 7)
+    assert store.lookup("room-1") == loc  # refused, not applied
+    assert store.release("room-1", "n1", 1)
+
+
+def test_transfer_bumps_authority_and_fences_the_old_owner(store: Any) -> None:
+    loc = _reserve(store, "room-1", "n1", 50.0).location
+    moved = store.transfer("room-1", "n1", 1, "n2", 80.0)
+    assert (moved.owner_node, moved.authority_generation, moved.lease_until) == ("n2", 2, 80.0)
+    assert moved.object_generation == loc.object_generation  # same incarnation, new owner
+    assert store.lookup("room-1") == moved
+    with pytest.raises(Unavailable, match="stale owner"):
+        store.transfer("room-1", "n1", 1, "n3", 90.0)  # the old owner, at the old authority
+    with pytest.raises(Unavailable, match="stale owner"):
+        store.transfer("room-1", "n2", 1, "n3", 90.0)  # the new owner, at the old authority
+    with pytest.raises(Unavailable, match="stale owner"):
+        store.release("room-1", "n1", 1)
+    assert store.lookup("room-1") == moved
+    again = store.transfer("room-1", "n2", 2, "n1", 90.0)
+    assert (again.owner_node, again.authority_generation) == ("n1", 3)
+    with pytest.raises(Unavailable, match="no location to transfer"):
+        store.transfer("room-9", "n1", 1, "n2", 90.0)
+
+
+def test_object_generations_are_unique_and_never_reused(store: Any) -> None:
+    seen = [_reserve(store, f"room-{i}", "n1").location.object_generation for i in range(5)]
+    assert len(set(seen)) == 5
+    top = max(seen)
+    assert store.release("room-4", "n1", 1)  # the highest one goes away
+    assert store.release("room-2", "n1", 1)
+    back = _reserve(store, "room-4", "n2").location.object_generation
+    fresh = _reserve(store, "room-9", "n2").location.object_generation
+    assert back > top and fresh > back  # neither a released nor a live one came back
+
+
+def test_incarnations_increase_on_every_registration(store: Any, clock: ManualClock) -> None:
+    first = store.register_node("n1", "inproc://n1", LEASE)
+    assert (first.node_id, first.endpoint, first.lease_until) == ("n1", "inproc://n1", 1003.0)
+    other = store.register_node("n2", "inproc://n2", LEASE)
+    clock.advance(1.0)
+    again = store.register_node("n1", "inproc://n1-b", LEASE)
+    assert first.incarnation < other.incarnation < again.incarnation  # store-wide, never reused
+    assert (again.endpoint, again.lease_until) == ("inproc://n1-b", 1004.0)
+    assert [r.incarnation for r in store.nodes()] == [again.incarnation, other.incarnation]
+
+
+def test_renew_extends_the_current_incarnation_only(store: Any, clock: ManualClock) -> None:
+    old = store.register_node("n1", "inproc://n1", LEASE)
+    new = store.register_node("n1", "inproc://n1", LEASE)
+    with pytest.raises(Unavailable, match=f"'n1' at incarnation {old.incarnation} holds no"):
+        store.renew_node("n1", old.incarnation, LEASE)
+    clock.advance(2.0)
+    renewed = store.renew_node("n1", new.incarnation, LEASE)
+    assert (renewed.incarnation, renewed.lease_until) == (new.incarnation, 1005.0)
+    with pytest.raises(Unavailable, match="holds no lease"):
+        store.renew_node("n9", 1, LEASE)  # never registered
+
+
+def test_renew_is_refused_once_the_lease_lapsed(store: Any, clock: ManualClock) -> None:
+    rec = store.register_node("n1", "inproc://n1", LEASE)
+    clock.advance(LEASE)  # exactly at the end: still held
+    rec = store.renew_node("n1", rec.incarnation, LEASE)
+    assert rec.lease_until == 1006.0
+    clock.advance(LEASE + 0.5)
+    with pytest.raises(Unavailable, match="holds no lease"):
+        store.renew_node("n1", rec.incarnation, LEASE)
+    assert store.nodes() == []  # the refused renewal wrote nothing
+    back = store.register_node("n1", "inproc://n1", LEASE)  # the way back: a new incarnation
+    assert back.incarnation > rec.incarnation
+    assert store.renew_node("n1", back.incarnation, LEASE).lease_until == 1009.5
+
+
+def test_nodes_lists_unlapsed_leases_by_id(store: Any, clock: ManualClock) -> None:
+    store.register_node("c", "inproc://c", 10.0)
+    store.register_node("a", "inproc://a", 2.0)
+    store.register_node("b", "inproc://b", 5.0)
+    assert [r.node_id for r in store.nodes()] == ["a", "b", "c"]
+    clock.advance(3.0)
+    assert [r.node_id for r in store.nodes()] == ["b", "c"]
+    clock.advance(7.0)
+    assert [r.node_id for r in store.nodes()] == ["c"]  # lease_until == now still holds
+    clock.advance(0.5)
+    assert store.nodes() == []
+
+
+def test_unregister_only_by_the_current_incarnation(store: Any) -> None:
+    old = store.register_node("n1", "inproc://n1", LEASE)
+    new = store.register_node("n1", "inproc://n1", LEASE)
+    assert not store.unregister_node("n1", old.incarnation)
+    assert store.nodes() == [new]
+    assert store.unregister_node("n1", new.incarnation)
+    assert store.nodes() == []
+    assert not store.unregister_node("n1", new.incarnation)
+    assert not store.unregister_node("n9", 1)
+    # no live row remembers the departed incarnations; the next one is still higher
+    assert store.register_node("n1", "inproc://n1", LEASE).incarnation > new.incarnation
+
+
+# -- the SQLite file ----------------------------------------------------------------------------
+
+
+def test_the_file_survives_closing_and_reopening(tmp_path: pathlib.Path) -> None:
+    clock = ManualClock()
+    path = tmp_path / "store.db"
+    with SqliteLocationStore(path, clock) as store:
+        assert _reserve(store, "room-1", "n1").created
+        kept = store.transfer("room-1", "n1", 1, "n2", 80.0)
+        gone = _reserve(store, "room-2", "n1").location
+        assert store.release("room-2", "n1", 1)
+        node = store.register_node("n1", "inproc://n1", LEASE)
+    with SqliteLocationStore(path, clock) as store:
+        assert store.lookup("room-1") == kept
+        assert store.lookup("room-2") is None
+        assert store.nodes() == [node]
+        assert store.renew_node("n1", node.incarnation, LEASE).incarnation == node.incarnation
+        # the counters were kept too: neither the released generation nor an incarnation returns
+        assert _reserve(store, "room-2", "n3").location.object_generation > gone.object_generation
+        assert store.register_node("n2", "inproc://n2", LEASE).incarnation > node.incarnation
+
+
+def test_the_default_clock_is_the_wall_clock(tmp_path: pathlib.Path) -> None:
+    with SqliteLocationStore(tmp_path / "store.db") as store:
+        before = time.time()
+        rec = store.register_node("n1", "inproc://n1", LEASE)
+        after = time.time()
+    assert before + LEASE <= rec.lease_until <= after + LEASE
+
+
+def test_a_file_that_is_not_a_sqlite_database_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "notes.db"
+    text = "these are my notes, not a database\n" * 50
+    path.write_text(text)
+    with pytest.raises(InvalidArgument, match="is not a SQLite database"):
+        SqliteLocationStore(path)
+    assert path.read_text() == text  # left as it was
+
+
+def test_a_sqlite_database_of_something_else_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "other.db"
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+    raw.commit()
+    raw.close()
+    with pytest.raises(InvalidArgument, match="not a ZLink location store"):
+        SqliteLocationStore(path)
+    raw = sqlite3.connect(path)  # nothing of ours was added
+    names = {row[0] for row in raw.execute("SELECT name FROM sqlite_master")}
+    raw.close()
+    assert names == {"invoices"}
+
+
+def test_another_schema_version_is_refused(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "store.db"
+    SqliteLocationStore(path).close()
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    raw.commit()
+    raw.close()
+    with pytest.raises(InvalidArgument, match=f"schema version '99'.*version {SCHEMA_VERSION}"):
+        SqliteLocationStore(path)
+
+
+def test_a_path_that_cannot_hold_a_store_is_refused(tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "no-such-folder" / "store.db"
+    with pytest.raises(InvalidArgument, match="does not exist"):
+        SqliteLocationStore(missing)
+    assert not missing.parent.exists()  # nothing was created
+    with pytest.raises(InvalidArgument, match="is a folder"):
+        SqliteLocationStore(tmp_path)
+    for shared_by_nobody in (":memory:", ""):
+        with pytest.raises(InvalidArgument, match="needs a file"):
+            SqliteLocationStore(shared_by_nobody)
+    with pytest.raises(InvalidArgument, match="busy_timeout"):
+        SqliteLocationStore(tmp_path / "store.db", busy_timeout=-1.0)
+
+
+def test_calls_after_close_are_unavailable(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "store.db"
+    store = SqliteLocationStore(path, ManualClock())
+    _reserve(store, "room-1", "n1")
+    used, closed, finished = threading.Event(), threading.Event(), threading.Event()
+    after: list[BaseException] = []
+
+    def other_thread() -> None:  # a thread with a connection of its own, alive across close()
+        store.lookup("room-1")
+        used.set()
+        closed.wait(WAIT)
+        try:
+            store.lookup("room-1")
+        except Unavailable as exc:
+            after.append(exc)
+        finished.set()
+
+    thread = threading.Thread(target=other_thread)
+    thread.start()
+    try:
+        assert used.wait(WAIT)
+        store.close()
+        # every connection is closed, the other thread's too: the file can leave WAL mode
+        raw = sqlite3.connect(path, timeout=0)
+        assert raw.execute("PRAGMA journal_mode=DELETE").fetchone() == ("delete",)
+        raw.close()
+    finally:
+        closed.set()
+        thread.join(WAIT)
+    assert finished.is_set() and len(after) == 1
+    calls = [
+        lambda: store.lookup("room-1"),
+        lambda: _reserve(store, "room-2", "n1"),
+        lambda: store.release("room-1", "n1", 1),
+        lambda: store.transfer("room-1", "n1", 1, "n2", 9.0),
+        lambda: store.register_node("n1", "e", LEASE),
+        lambda: store.renew_node("n1", 1, LEASE),
+        lambda: store.unregister_node("n1", 1),
+        store.nodes,
+    ]
+    for call in calls:
+        with pytest.raises(Unavailable, match="is closed"):
+            call()
+    store.close()  # again: nothing happens
+
+
+def test_a_write_that_waits_past_the_busy_timeout_is_unavailable(
+    tmp_path: pathlib.Path,
+) -> None:
+    path = tmp_path / "store.db"
+    store = SqliteLocationStore(path, ManualClock(), busy_timeout=0.05)
+    held = _reserve(store, "room-1", "n1").location
+    node = store.register_node("n1", "inproc://n1", LEASE)
+    raw = sqlite3.connect(path, isolation_level=None)
+    try:
+        raw.execute("BEGIN IMMEDIATE")  # another writer holds the lock past the busy timeout
+        writes = [
+            lambda: _reserve(store, "room-2", "n1"),
+            lambda: store.transfer("room-1", "n1", 1, "n2", 9.0),
+            lambda: store.release("room-1", "n1", 1),
+            lambda: store.register_node("n2", "inproc://n2", LEASE),
+            lambda: store.renew_node("n1", node.incarnation, LEASE),
+            lambda: store.unregister_node("n1", node.incarnation),
+        ]
+        for write in writes:
+            with pytest.raises(Unavailable, match="database is locked") as caught:
+                write()
+            assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+        assert store.lookup("room-1") == held  # readers do not wait for a writer (WAL)
+        assert store.nodes() == [node]
+    finally:
+        raw.execute("ROLLBACK")
+        raw.close()
+    assert store.lookup("room-1") == held and store.lookup("room-2") is None
+    assert store.nodes() == [node]
+    # nothing was taken from the counters either
+    assert _reserve(store, "room-2", "n1").location.object_generation == held.object_generation + 1
+    assert store.register_node("n2", "e", LEASE).incarnation == node.incarnation + 1
+    store.close()
+
+
+def test_a_write_that_fails_halfway_is_rolled_back_whole(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "store.db"
+    store = SqliteLocationStore(path, ManualClock())
+    first = _reserve(store, "room-1", "n1").location
+    raw = sqlite3.connect(path)
+    # the claim takes a generation from the counter, then its INSERT fails
+    raw.execute(
+        "CREATE TRIGGER fail BEFORE INSERT ON locations BEGIN SELECT RAISE(ABORT, 'disk on fire');"
+        " END"
+    )
+    raw.commit()
+    try:
+        with pytest.raises(Unavailable, match="disk on fire") as caught:
+            _reserve(store, "room-2", "n1")
+        assert isinstance(caught.value.__cause__, sqlite3.Error)
+        assert store.lookup("room-2") is None
+    finally:
+        raw.execute("DROP TRIGGER fail")
+        raw.commit()
+        raw.close()
+    # the same thread writes again (its transaction was ended), and the counter step was undone
+    second = _reserve(store, "room-2", "n1")
+    assert second.created and second.location.object_generation == first.object_generation + 1
+    store.close()
+
+
+# -- racing claims ------------------------------------------------------------------------------
+
+
+def _check_race(results: dict[str, dict[str, list[Any]]]) -> None:
+    """``results[racer][spot] = [created, owner, object_generation]``: each spot created once,
+    every racer told the same owner and generation, all generations distinct."""
+    spots = [f"spot-{i}" for i in range(SPOTS)]
+    generations = set()
+    for spot in spots:
+        answers = [results[racer][spot] for racer in results]
+        creators = [racer for racer in results if results[racer][spot][0]]
+        assert len(creators) == 1, (spot, creators)
+        assert {(owner, gen) for _, owner, gen in answers} == {(creators[0], answers[0][2])}
+        generations.add(answers[0][2])
+    assert len(generations) == SPOTS
+
+
+def test_threads_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
+    store = SqliteLocationStore(tmp_path / "store.db", ManualClock())
+    racers = 8
+    start = threading.Barrier(racers, timeout=WAIT)
+    results: dict[str, dict[str, list[Any]]] = {}
+    errors: list[BaseException] = []
+
+    def race(name: str) -> None:
+        try:
+            start.wait()
+            mine = {}
+            for i in range(SPOTS):
+                r = _reserve(store, f"spot-{i}", name)
+                mine[f"spot-{i}"] = [r.created, r.location.owner_node, r.location.object_generation]
+            results[name] = mine
+        except BaseException as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=race, args=(f"t{k}",)) for k in range(racers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    store.close()
+    assert not errors, errors
+    assert len(results) == racers
+    _check_race(results)
+
+
+_RACER = """
+import json, sys
+from zlink.mesh.sqlite_store import SqliteLocationStore
+path, name, spots = sys.argv[1], sys.argv[2], int(sys.argv[3])
+store = SqliteLocationStore(path, busy_timeout=30.0)
+print("ready", flush=True)
+sys.stdin.readline()  # the start signal: every racer has opened the file by now
+mine = {}
+for i in range(spots):
+    r = store.reserve(f"spot-{i}", "spot", "game.room", name, 0.0)
+    mine[f"spot-{i}"] = [r.created, r.location.owner_node, r.location.object_generation]
+store.close()
+print(json.dumps(mine), flush=True)
+"""
+
+
+def _line(proc: subprocess.Popen[str], deadline: float) -> str:
+    """One line of ``proc``'s output, or fail at ``deadline`` (real seconds, monotonic)."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(max(0.0, deadline - time.monotonic())):
+            raise AssertionError(f"racer {proc.args!r} said nothing in time")
+    return proc.stdout.readline()
+
+
+def test_processes_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "store.db"
+    SqliteLocationStore(path).close()  # the schema exists before anyone races
+    deadline = time.monotonic() + WAIT
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for k in range(4):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _RACER, str(path), f"p{k}", str(SPOTS)],
+                    cwd=ROOT,  # this checkout's zlink comes first on sys.path
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env={**os.environ, "PYTHONPATH": str(ROOT)},
+                )
+            )
+        for proc in procs:
+            assert _line(proc, deadline) == "ready\n"
+        for proc in procs:  # go, all at once
+            assert proc.stdin is not None
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        results = {}
+        for k, proc in enumerate(procs):
+            line = _line(proc, deadline)
+            assert proc.wait(max(0.0, deadline - time.monotonic())) == 0
+            results[f"p{k}"] = json.loads(line)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(WAIT)
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
+    _check_race(results)
+
+
+# -- open_store ---------------------------------------------------------------------------------
+
+
+def test_open_store_memory(clock: ManualClock) -> None:
+    store = open_store("memory", clock)
+    assert isinstance(store, InMemoryLocationStore)
+    assert store.register_node("n1", "inproc://n1", LEASE).lease_until == 1003.0  # its clock
+
+
+def test_open_store_sqlite_relative_and_absolute(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    relative = open_store("sqlite:///data/main.db", clock)
+    assert isinstance(relative, SqliteLocationStore)
+    assert relative.path == str(tmp_path / "data" / "main.db")
+    assert relative.register_node("n1", "e", LEASE).lease_until == 1003.0  # its clock
+    monkeypatch.chdir(ROOT)  # a thread that opens its connection later finds the same file
+    seen: list[Any] = []
+    thread = threading.Thread(target=lambda: seen.append(relative.nodes()))
+    thread.start()
+    thread.join(WAIT)
+    assert [r.node_id for r in seen[0]] == ["n1"]
+    relative.close()
+    absolute = open_store(f"sqlite:///{tmp_path / 'data' / 'main.db'}", clock)
+    assert str(tmp_path).startswith("/")  # so the URL had four slashes
+    assert isinstance(absolute, SqliteLocationStore)
+    assert absolute.path == relative.path
+    assert [r.node_id for r in absolute.nodes()] == ["n1"]  # the same file
+    absolute.close()
+    assert not (ROOT / "data" / "main.db").exists()
+
+
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/0", "rediss://cache:6380/1"])
+def test_open_store_redis_is_not_built_yet(url: str) -> None:
+    with pytest.raises(InvalidArgument, match="Redis location store is not built yet"):
+        open_store(url)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "",
+        "Memory",
+        "memory://",
+        "main.db",
+        "/var/lib/zlink/main.db",
+        "sqlite://",
+        "sqlite:///",
+        "sqlite://host/main.db",
+        "sqlite:main.db",
+        "sqlite:///:memory:",
+        "sqlite:///main.db?timeout=5",
+        "postgresql://localhost/zlink",
+    ],
+)
+def test_open_store_refuses_other_urls(url: str) -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        open_store(url)
+    assert "sqlite:///" in str(caught.value) or "memory" in str(caught.value)
+
+
+def test_open_store_names_the_accepted_forms() -> None:
+    with pytest.raises(InvalidArgument) as caught:
+        open_store("etcd://cluster")
+    message = str(caught.value)
+    assert "'etcd://cluster'" in message
+    assert all(form in message for form in ('"memory"', "sqlite:///relative", "sqlite:////"))
