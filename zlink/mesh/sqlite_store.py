@@ -28,7 +28,10 @@ Guarantees / assumes:
 * Calls come from several threads of one process (a node's store thread, its start and stop,
   status readers): each thread has its own connection (``threading.local``). ``close()`` closes
   every one of them (one in use is closed by its thread as its call ends); after it, every call
-  is ``Unavailable``. A process that forks must open its own store in the child.
+  is ``Unavailable``. The connection of a thread that ended is closed when another thread opens
+  one, so short-lived threads do not pile up open files. Every connection is closed explicitly,
+  never left to the garbage collector (Python 3.13 warns of that). A process that forks must
+  open its own store in the child.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ import os
 import sqlite3
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -80,10 +82,15 @@ _NOT_A_STORE = {
 
 
 class _Connection(sqlite3.Connection):
-    """A connection that can be referenced weakly (a thread's ends with the thread) and says
-    whether a call is using it (``close()`` leaves that one to its thread)."""
+    """One thread's connection: which thread, and whether a call is using it (``close()``
+    leaves that one to its thread)."""
 
     busy = False
+    thread: threading.Thread | None = None
+
+    def idle_and_orphaned(self) -> bool:
+        """Whether its thread has ended (no call can be using it then)."""
+        return not self.busy and self.thread is not None and not self.thread.is_alive()
 
 
 def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -126,7 +133,9 @@ class SqliteLocationStore:
         self._now: Callable[[], float] = time.time if clock is None else clock.now
         self._local = threading.local()
         self._lock = threading.Lock()  # a leaf: guards _closed, _connections and .busy
-        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        # every open connection, held here so that each is closed explicitly: by close(), or
+        # once its thread has ended, when another thread opens one
+        self._connections: set[_Connection] = set()
         self._closed = False
         conn = self._open_checked()
         self._connections.add(conn)
@@ -341,7 +350,11 @@ class SqliteLocationStore:
                 conn.close()
                 raise Unavailable(f"the location store {self._path!r} is closed")
             conn.busy = True
+            orphans = [c for c in self._connections if c.idle_and_orphaned()]
+            self._connections.difference_update(orphans)
             self._connections.add(conn)
+        for orphan in orphans:  # left by threads that ended (short-lived status readers)
+            orphan.close()
         self._local.conn = conn
         return conn
 
@@ -371,6 +384,7 @@ class SqliteLocationStore:
             factory=_Connection,
         )
         assert isinstance(conn, _Connection)
+        conn.thread = threading.current_thread()
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
