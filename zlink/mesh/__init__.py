@@ -2,5 +2,6 @@
 
 The in-memory store and the in-process transport are the embedded defaults; both sit behind
 interfaces so a shared store and a network transport can replace them without touching the
-object model (execution-model §14).
+object model (execution-model §14). ``sqlite_store.py`` is the shared store of the processes
+of one machine; ``stores.open_store(url)`` picks a store from its URL (python-api §10).
 """
