@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .addresses import check_listen, is_loopback
 from .errors import InvalidArgument
 from .executor import LaneLimits
 
@@ -62,6 +63,23 @@ class NodeConfig(BaseModel):
     lease_seconds: float = Field(
         3.0, ge=1e-3, le=1e7, description="node lease in the Location Store; renewed ~3x per lease"
     )
+    listen: str | None = Field(
+        None,
+        description="tcp://HOST:PORT this node serves peers and clients on; None: in-process "
+        "only (python-api §10). Loopback unless insecure=True",
+    )
+    store: str = Field(
+        "memory", description='Location Store: "memory" (one process) or "sqlite:///PATH"'
+    )
+    insecure: bool = Field(
+        False, description="allow a non-loopback listen address without CURVE keys (logged)"
+    )
+    data_frames_in_flight: int = Field(
+        256, ge=1, description="DATA frames sent to one peer and not yet taken there"
+    )
+    max_frame_bytes: int = Field(
+        64 * MiB, ge=1024, description="largest frame taken from a peer or a client"
+    )
     idle_timeout: float | None = Field(
         None, ge=1e-3, le=1e7, description="close User/Instance Spots idle this long; None: never"
     )
@@ -71,6 +89,25 @@ class NodeConfig(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise InvalidArgument(f"invalid NodeConfig: {exc}") from exc
+
+    @field_validator("listen")
+    @classmethod
+    def _check_listen(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_listen(value)
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
+
+    @model_validator(mode="after")
+    def _loopback_or_insecure(self) -> NodeConfig:
+        if self.listen is not None and not is_loopback(self.listen) and not self.insecure:
+            raise ValueError(
+                f"listen {self.listen!r} is not a loopback address: a mesh on a network needs "
+                "CURVE keys, or insecure=True (python-api §10)"
+            )
+        return self
 
     def lane_limits(self) -> LaneLimits:
         """The per-owner lane limits these settings give."""

@@ -20,6 +20,7 @@ from typing import Any
 
 import psutil
 
+from .addresses import is_loopback
 from .app import App
 from .config import NodeConfig
 from .durations import check_seconds, check_timeout
@@ -32,10 +33,12 @@ from .errors import (
 )
 from .executor import Clock, DaemonPool, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh import wire
-from .mesh.location import LocationStore
+from .mesh.location import LocationStore, NodeRecord
 from .mesh.membership import NodeMembership
 from .mesh.store_worker import StoreWorker
+from .mesh.stores import open_store
 from .mesh.transport import Transport
+from .mesh.zmq_transport import ZmqTransport
 from .messaging.completion import Admitted, expire
 from .messaging.context import Client
 from .relocation.relocator import Relocator
@@ -106,6 +109,22 @@ class Node:
         )
         if (store is None) != (transport is None):
             raise InvalidArgument("a mesh node needs both a LocationStore and a Transport")
+        self._owned_store: Any = None  # a store this node opened, closed at its shutdown
+        if store is None and transport is None and self.config.listen is not None:
+            store = self._owned_store = open_store(self.config.store)
+            transport = ZmqTransport(
+                self.config.listen, mesh=self.config.mesh,
+                data_limit=self.config.data_frames_in_flight,
+                max_frame_bytes=self.config.max_frame_bytes, count=self._rt.metrics.add,
+            )  # fmt: skip
+            if self.config.insecure and not is_loopback(self.config.listen):
+                _log.warning(
+                    "node %s listens on %s WITHOUT encryption or authentication (insecure=True):"
+                    " anyone who can reach it can send to every Spot", self.node_id,
+                    self.config.listen,
+                )  # fmt: skip
+        elif self.config.store != "memory" and store is None:
+            raise InvalidArgument("a Location Store URL needs listen= (a mesh of processes)")
         self._transport = transport
         self._relocator: Relocator | None = None
         self._membership: NodeMembership | None = None
@@ -113,7 +132,7 @@ class Node:
             worker = StoreWorker(f"zlink-store-{self.node_id}", self._infra.submit)
             self._membership = NodeMembership(
                 self.node_id, f"inproc://{self.node_id}", store, worker, self._infra,
-                self.config.lease_seconds, self._rt.metrics.add,
+                self.config.lease_seconds, self._rt.metrics.add, self._members,
             )  # fmt: skip
             self._rt.membership_lease = self._membership
             router = self._rt.router = MeshRouter(
@@ -138,6 +157,11 @@ class Node:
                 router.handle(kind, handler)
         self._client = Client(self._rt)
         self._subscribers: list[StatusSubscription] = []
+
+    def _members(self, records: list[NodeRecord]) -> None:
+        """The store's members, for the transport to connect to (any thread)."""
+        if self._transport is not None:
+            self._transport.learn([(r.node_id, r.incarnation, r.endpoint) for r in records])
 
     def _infra_failed(self, exc: BaseException) -> None:
         """A failure the infrastructure thread survived (python-api §9): counted once."""
@@ -165,12 +189,16 @@ class Node:
             self._state = "starting"
         self._infra.start()
         self._pool.start()
+        incarnation = 0
         if self._membership is not None:  # a new incarnation, and a lease renewed from now on
-            assert self._rt.router is not None
+            assert self._rt.router is not None and self._transport is not None
             self._rt.router.store_worker.start()
-            self._membership.register()
+            endpoint = self._transport.endpoint(self.node_id)
+            incarnation = self._membership.register(endpoint).incarnation
         if self._transport is not None and self._rt.router is not None:
-            self._transport.attach(self.node_id, self._rt.router, self._infra.submit)
+            self._transport.attach(self.node_id, self._rt.router, self._infra.submit, incarnation)
+        if self._membership is not None:
+            self._membership.announce()
         for activated in self._rt.start():
             activated.wait(self.config.request_timeout)
         self._state = "running"
@@ -385,6 +413,9 @@ class Node:
         if self._transport is not None:  # before the infrastructure thread stops: peers hear
             self._transport.detach(self.node_id)
         self._infra.stop(max(0.0, end - time.monotonic()))
+        close = getattr(self._owned_store, "close", None)
+        if close is not None:
+            close()
         for sub in self._subscribers:
             sub.close()
         self._state = "stopped"

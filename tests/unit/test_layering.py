@@ -47,13 +47,16 @@ ALLOWED: dict[str, frozenset[str]] = {
     "zlink.adapters": frozenset({"zlink.errors", "zlink.messaging"}),
     # the base classes applications subclass
     "zlink.bases": frozenset({"zlink.types", "zlink.messaging"}),
+    # network addresses: checked text, no sockets
+    "zlink.addresses": frozenset({"zlink.errors"}),
     # the node configuration
-    "zlink.config": frozenset({"zlink.errors", "zlink.executor"}),
+    "zlink.config": frozenset({"zlink.errors", "zlink.executor", "zlink.addresses"}),
     # the status snapshots a node reports
     "zlink.status": frozenset({"zlink.errors", "zlink.types"}),
     # the mesh: transport, wire, membership, location, store
     "zlink.mesh": frozenset(
         {
+            "zlink.addresses",
             "zlink.errors",
             "zlink.types",
             "zlink.durations",
@@ -120,6 +123,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "zlink.adapters",
             "zlink.bases",
             "zlink.config",
+            "zlink.addresses",
             "zlink.status",
             "zlink.mesh",
             "zlink.app",

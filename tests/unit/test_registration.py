@@ -137,7 +137,7 @@ def test_two_message_classes_cannot_share_a_wire_name():
 def test_the_public_surface_is_exactly_all():
     modules = {"app", "cli", "config", "executor", "handlers", "messaging", "node", "runtime"}
     modules |= {"timers", "status", "admin", "mesh", "relocation", "lock_order", "types"}
-    modules |= {"adapters", "bases", "durations", "samples"}
+    modules |= {"adapters", "bases", "durations", "samples", "addresses"}
     public = {n for n in dir(zlink) if not n.startswith("_")} - modules - {"testing"}
     assert public == set(zlink.__all__)
     for name in zlink.__all__:

@@ -34,6 +34,7 @@ class NodeMembership:
     def __init__(
         self, node_id: str, endpoint: str, store: LocationStore, worker: StoreWorker,
         infra: InfraExecutor, lease_seconds: float, count: Callable[[str], None],
+        on_members: Callable[[list[NodeRecord]], None] | None = None,
     ) -> None:  # fmt: skip
         self.node_id = node_id
         self.endpoint = endpoint
@@ -42,6 +43,7 @@ class NodeMembership:
         self._infra = infra
         self._count = count
         self._worker = worker
+        self._on_members = on_members  # told the members at start and after each renewal
         self.record: NodeRecord | None = None
         self._stopped = False
 
@@ -50,11 +52,18 @@ class NodeMembership:
         """When the last confirmed lease ends, on the store's clock (``None``: not yet)."""
         return None if self.record is None else self.record.lease_until
 
-    def register(self) -> NodeRecord:
+    def register(self, endpoint: str | None = None) -> NodeRecord:
         """Register with a new incarnation and start renewing (the node's start; blocks)."""
+        if endpoint is not None:
+            self.endpoint = endpoint
         self.record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds)
         self._schedule(self.lease_seconds / 3)
         return self.record
+
+    def announce(self) -> None:
+        """Tell ``on_members`` who the members are now (the node's start; blocks)."""
+        if self._on_members is not None:
+            self._on_members(self.store.nodes())
 
     def members(self) -> list[NodeRecord]:
         """The nodes whose lease holds in the store, this one included."""
@@ -78,10 +87,19 @@ class NodeMembership:
         """On the infrastructure thread: ask the store thread to renew the lease."""
         if self._stopped or self.record is None:
             return
-        done = self._worker.call(
-            self.store.renew_node, self.node_id, self.record.incarnation, self.lease_seconds
-        )
+        done = self._worker.call(self._renew_and_list, self.record.incarnation)
         done.add_callback(self._renewed)
+
+    def _renew_and_list(self, incarnation: int) -> NodeRecord:
+        """(Store thread.) Renew, then read the members for ``on_members`` (a member list
+        that fails to read is only a missed hint: peers also greet this node themselves)."""
+        record = self.store.renew_node(self.node_id, incarnation, self.lease_seconds)
+        if self._on_members is not None:
+            try:
+                self._on_members(self.store.nodes())
+            except Exception:  # noqa: BLE001 - the renewal itself succeeded
+                _log.debug("node %s could not list the members", self.node_id, exc_info=True)
+        return record
 
     def _renewed(self, record: Any, error: BaseException | None) -> None:
         # the next attempt is on the heap before the outcome is counted (what watches the

@@ -70,8 +70,21 @@ class NodeLink(Protocol):
 class Transport(Protocol):
     """Carries envelopes between the nodes of one mesh (see the module docstring)."""
 
-    def attach(self, node_id: str, link: NodeLink, submit: Callable[..., None]) -> None:
-        """Make ``node_id`` reachable; ``submit(fn, *args)`` runs on its infrastructure thread."""
+    def endpoint(self, node_id: str) -> str:
+        """Where peers reach ``node_id`` (registered in the Location Store); binds what a
+        network transport listens on."""
+        ...
+
+    def attach(
+        self, node_id: str, link: NodeLink, submit: Callable[..., None], incarnation: int = 0
+    ) -> None:
+        """Make ``node_id`` (at ``incarnation``, from the store) reachable; ``submit(fn,
+        *args)`` runs on its infrastructure thread."""
+        ...
+
+    def learn(self, members: list[tuple[str, int, str]]) -> None:
+        """The store's members (node id, incarnation, endpoint): a network transport connects
+        to the ones it does not know (any thread, never blocks)."""
         ...
 
     def detach(self, node_id: str) -> None: ...
@@ -134,7 +147,15 @@ class InProcessTransport:
         self.sent = 0
         self.dropped = 0  # DATA in flight to or from nodes that detached
 
-    def attach(self, node_id: str, link: NodeLink, submit: Callable[..., None]) -> None:
+    def endpoint(self, node_id: str) -> str:
+        return f"inproc://{node_id}"
+
+    def learn(self, members: list[tuple[str, int, str]]) -> None:
+        """Nothing to do: every node of this process is attached here."""
+
+    def attach(
+        self, node_id: str, link: NodeLink, submit: Callable[..., None], incarnation: int = 0
+    ) -> None:
         with self._lock:
             others = list(self._nodes.items())
             self._nodes[node_id] = _Attached(link, submit)

@@ -1,0 +1,34 @@
+"""Network addresses a node listens on or connects to (python-api §10): checked once, here.
+
+Guarantees / assumes: pure functions of their text; nothing here opens a socket.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from .errors import InvalidArgument
+
+
+def is_loopback(endpoint: str) -> bool:
+    """Whether a ``tcp://host:port`` endpoint names this machine only (python-api §10)."""
+    host = urlsplit(endpoint).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_listen(endpoint: str) -> str:
+    """A ``tcp://host:port`` to bind (port ``0`` or ``*``: any free one); ``InvalidArgument``
+    otherwise."""
+    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+        raise InvalidArgument(f"listen must be tcp://HOST:PORT, got {endpoint!r}")
+    rest = endpoint[len("tcp://") :]
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not (port == "*" or (port.isdigit() and int(port) < 65536)):
+        raise InvalidArgument(f"listen must be tcp://HOST:PORT, got {endpoint!r}")
+    return endpoint

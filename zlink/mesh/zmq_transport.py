@@ -1,0 +1,733 @@
+"""``ZmqTransport``: the mesh between node processes over ZeroMQ (execution-model §4, §13, §16;
+python-api §10).
+
+Sockets, all owned by one transport thread per node (pyzmq sockets are not thread-safe):
+
+* For each channel (``Channel.DATA``, ``Channel.COMPLETION``) an *in* ROUTER, bound, that
+  announces this node's identity, and an *out* ROUTER connected to the in socket of every peer.
+  So each pair of nodes has, per channel and per direction, a ROUTER-ROUTER connection of its
+  own: a peer whose DATA is paused never holds a reply, a fence or a credit back.
+* The client ROUTER, bound at ``listen`` (the node's address): ``zlink.connect`` DEALERs.
+* An inproc PAIR: other threads hand work over with one append under ``_lock`` and, when the
+  thread may be asleep, one wake-up frame. Nothing they call ever blocks on a socket.
+
+Identity (python-api §10): a node's routing id names its node id *and* its incarnation (from
+the Location Store). Out sockets use ``IMMEDIATE`` and ``ROUTER_MANDATORY``: a pipe exists only
+once the handshake is done and is named by the identity the peer announces, so a send to a dead
+or restarted peer fails at once (``EHOSTUNREACH``) instead of being queued for seconds and then
+handed to its successor; ZMTP heartbeats find a peer that vanished without closing. Every frame
+also names the incarnation it is for: one for another incarnation of this node, or from an old
+incarnation of a peer, is dropped and counted (``frames_wrong_incarnation``).
+
+Flow control (python-api §9), the same contract as ``InProcessTransport``: at most
+``data_limit`` DATA frames from one node to another are in flight (sent, not yet taken by the
+receiving node's infrastructure thread). The receiver returns credit on COMPLETION as it takes
+them; a paused receiver holds what arrives (at most ``data_limit`` frames, since the sender has
+no more credit) and takes none, so the sender's ``send`` returns ``False`` and its senders wait
+at the source. ZeroMQ's own high-water marks count messages, not bytes; the byte bound is the
+sender's ``Outbox``.
+
+Peers: a node connects to every member the store lists (``learn``) and greets it (HELLO, with
+its endpoints, on both channels); a node greeted by one it did not know connects back. A peer is
+*up* (``NodeLink.peer_up``) once both of this node's HELLOs to it went through; frames sent
+while it connects wait, in order. It is *down* (``peer_down``) when a send to it finds no pipe,
+when it says goodbye, or when it does not come up within ``connect_timeout``; its pending calls
+then fail with ``Unavailable`` at once (the router's part). Pings on both channels every
+``ping_interval`` find a dead peer that nothing else was sent to. Whether a node is a member is
+the store's word, never a connection's (issue "Node leases").
+
+Bad input never stops the thread: a frame with the wrong shape, version or kind, a HELLO that
+does not parse or names another mesh, a frame over ``max_frame_bytes`` are dropped and counted
+(``bad_frames``, ``peers_refused``, ``oversized_frames``); the thread survives any exception of
+its own loop and counts it (``transport_errors``).
+
+Lock order: ``_lock`` is a leaf: under it only the infrastructure ``submit`` (a non-blocking
+append) and the wake-up are called, never a socket operation of the thread or a callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import secrets
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from typing import Any, Protocol
+
+import zmq
+
+from ..addresses import check_listen
+from ..errors import InvalidArgument, Unavailable
+from .transport import Channel, NodeLink
+
+_log = logging.getLogger("zlink.mesh.zmq")
+
+VERSION = 1
+_HEADER = struct.Struct("!BBQ")  # version, kind, the receiver's incarnation (0: any)
+_COUNT = struct.Struct("!Q")
+_RECV_BATCH = 256  # frames read from one socket before the others get a turn
+_STRANGER_FRAMES = 64  # frames kept from an unknown sender until its HELLO arrives
+
+
+class _Kind(IntEnum):
+    """What a frame between nodes carries (its header's second byte)."""
+
+    HELLO = 1
+    DATA = 2
+    COMPLETION = 3
+    CREDIT = 4
+    PING = 5
+    BYE = 6
+
+
+class _State(Enum):
+    CONNECTING = "connecting"
+    UP = "up"
+    DOWN = "down"
+
+
+class ClientLink(Protocol):
+    """What the node's client server gives the transport (python-api §10 ClientServer)."""
+
+    def client_frame(self, client: bytes, data: bytes) -> None:
+        """A frame from the client ``client`` (on the infrastructure thread)."""
+        ...
+
+
+@dataclass(frozen=True)
+class MeshEndpoint:
+    """Where a node is reached: its client address and its two in sockets. Kept in the
+    Location Store's node registry as one string (``encode`` / ``parse``)."""
+
+    client: str
+    data: str
+    completion: str
+    token: str  # new at every start of a transport: names its in sockets (see ``identity``)
+
+    def encode(self) -> str:
+        return f"{self.client} data={self.data} completion={self.completion} token={self.token}"
+
+    @staticmethod
+    def parse(text: str) -> MeshEndpoint:
+        """The endpoint a node registered; ``InvalidArgument`` if it is not one."""
+        parts = text.split()
+        fields = dict(p.split("=", 1) for p in parts[1:] if "=" in p)
+        if not parts or not {"data", "completion", "token"} <= fields.keys():
+            raise InvalidArgument(f"not a mesh endpoint: {text!r}")
+        return MeshEndpoint(parts[0], fields["data"], fields["completion"], fields["token"])
+
+
+def identity(node_id: str, instance: str) -> bytes:
+    """A routing id: ``node_id`` and which instance of it (``#<incarnation>`` for what it
+    sends, ``@<token>`` for the in sockets it is reached at); readable when short, else a
+    digest (ZeroMQ routing ids are 1..255 bytes and may not start with a zero byte).
+
+    Why two: an in socket announces its routing id at ``bind``, before the store has given
+    the node its incarnation (the store needs the bound endpoint first), so it announces a
+    token new at every start instead, registered with the endpoint; a restarted node thus
+    never answers to its predecessor's name, which is what ``IMMEDIATE`` relies on."""
+    raw = f"z:{node_id}{instance}".encode()
+    if len(raw) <= 255:
+        return raw
+    digest = hashlib.blake2b(node_id.encode(), digest_size=20).hexdigest()
+    return f"z:{digest}{instance}".encode()
+
+
+@dataclass(eq=False)
+class _Peer:
+    """One incarnation of another node, as this node's transport sees it."""
+
+    node_id: str
+    incarnation: int
+    ident: bytes  # its in sockets' routing id: where this node sends to it
+    sender: bytes  # its out sockets' routing id: how what it sends is recognized
+    endpoint: MeshEndpoint
+    since: float  # monotonic: when connecting began
+    state: _State = _State.CONNECTING
+    greeted: set[Channel] = field(default_factory=set)  # our HELLOs that went through
+    waiting: deque[tuple[_Kind, bytes]] = field(default_factory=deque)  # sent while connecting
+    in_flight: int = 0  # DATA sent to it and not yet credited back
+    blocked: bool = False  # a send was refused: ``writable`` is owed
+    paused: bool = False  # this node takes no DATA from it now
+    held: deque[bytes] = field(default_factory=deque)  # its DATA that arrived while paused
+    credit_due: int = 0  # DATA of its taken here and not yet credited back
+
+
+class ZmqTransport:
+    """One node's transport over ZeroMQ (see the module docstring)."""
+
+    def __init__(
+        self,
+        listen: str,
+        *,
+        mesh: str = "main",
+        data_limit: int = 256,
+        max_frame_bytes: int = 64 * 1024 * 1024,
+        ping_interval: float = 0.2,
+        connect_timeout: float = 5.0,
+        client_backlog: int = 1024,
+        count: Callable[..., None] | None = None,
+    ) -> None:
+        if data_limit < 1:
+            raise InvalidArgument("data_limit is at least 1")
+        self._listen = check_listen(listen)
+        self._mesh = mesh
+        self._limit = data_limit
+        self._credit_step = max(1, data_limit // 4)
+        self._max_frame = max_frame_bytes
+        self._ping_interval = ping_interval
+        self._connect_timeout = connect_timeout
+        self._client_backlog_limit = client_backlog
+        self._count: Callable[..., None] = count or (lambda name, n=1: None)
+        self._ctx = zmq.Context()
+        self._token = secrets.token_hex(8)
+        self._lock = threading.Lock()
+        self._node_id = ""
+        self._incarnation = 0
+        self._ident = b""
+        self._link: NodeLink | None = None
+        self._client_link: ClientLink | None = None
+        self._submit: Callable[..., None] = lambda fn, *args: None
+        self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
+        self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
+        self._strangers: dict[bytes, list[tuple[Channel, bytes, bytes]]] = {}
+        self._outq: deque[tuple[_Peer | bytes, _Kind, bytes]] = deque()  # under _lock
+        self._credits: list[_Peer] = []  # peers owed credit (under _lock)
+        self._learned: list[list[tuple[str, int, str]]] = []  # member lists (under _lock)
+        self._client_backlog = 0  # client frames handed on and not yet taken (under _lock)
+        self._signalled = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._endpoint: MeshEndpoint | None = None
+        self._connected: dict[Channel, dict[str, int]] = {Channel.DATA: {}, Channel.COMPLETION: {}}
+        self._wake_lock = threading.Lock()  # guards the wake-up socket's sending side (leaf)
+        self.sent = 0
+
+    # -- start and stop -----------------------------------------------------------------------
+    def endpoint(self, node_id: str) -> str:
+        """Bind the client and both in sockets; the endpoint the node registers in the store."""
+        if self._endpoint is None:
+            ctx = self._ctx
+            self._client = self._socket(zmq.ROUTER)
+            self._client.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            self._client.bind(self._bind_any(self._listen))
+            client = self._client.getsockopt_string(zmq.LAST_ENDPOINT)
+            host = client.rsplit(":", 1)[0]
+            self._ins: dict[Channel, zmq.Socket[Any]] = {}
+            bound = {}
+            for channel in Channel:
+                sock = self._socket(zmq.ROUTER)
+                sock.setsockopt(zmq.ROUTING_ID, identity(node_id, "@" + self._token))
+                sock.bind(f"{host}:*")
+                bound[channel] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+                self._ins[channel] = sock
+            self._wake_r = ctx.socket(zmq.PAIR)
+            self._wake_w = ctx.socket(zmq.PAIR)
+            name = f"inproc://zlink-wake-{id(self)}"
+            self._wake_r.bind(name)
+            self._wake_w.connect(name)
+            self._endpoint = MeshEndpoint(
+                client, bound[Channel.DATA], bound[Channel.COMPLETION], self._token
+            )
+        return self._endpoint.encode()
+
+    @staticmethod
+    def _bind_any(listen: str) -> str:
+        host, _, port = listen.rpartition(":")
+        return f"{host}:*" if port in ("0", "*") else listen
+
+    def _socket(self, kind: int) -> zmq.Socket[Any]:
+        sock = self._ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_frame * 2)  # past it: the connection drops
+        return sock
+
+    @property
+    def address(self) -> str:
+        """The client address (``listen`` with its port resolved)."""
+        if self._endpoint is None:
+            raise Unavailable("the transport is not bound yet")
+        return self._endpoint.client
+
+    def attach(
+        self, node_id: str, link: NodeLink, submit: Callable[..., None], incarnation: int = 0
+    ) -> None:
+        """Announce ``node_id`` at ``incarnation`` and start the transport thread."""
+        self.endpoint(node_id)
+        self._node_id, self._incarnation = node_id, incarnation
+        self._ident = identity(node_id, f"#{incarnation}")
+        self._link, self._submit = link, submit
+        self._outs: dict[Channel, zmq.Socket[Any]] = {}
+        for channel in self._ins:
+            out = self._socket(zmq.ROUTER)
+            out.setsockopt(zmq.ROUTING_ID, self._ident)
+            out.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            out.setsockopt(zmq.IMMEDIATE, 1)
+            out.setsockopt(zmq.SNDHWM, 0)  # DATA is bounded by credit, the rest is small
+            ivl = max(1, int(self._ping_interval * 1000))
+            out.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+            out.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 5)
+            self._outs[channel] = out
+        self._thread = threading.Thread(
+            target=self._run, name=f"zlink-transport-{node_id}", daemon=True
+        )
+        self._thread.start()
+
+    def serve_clients(self, link: ClientLink) -> None:
+        """Hand frames from clients to ``link`` (the node's client server)."""
+        self._client_link = link
+
+    def detach(self, node_id: str) -> None:
+        """Say goodbye to every peer, then stop the thread and close the sockets."""
+        with self._lock:
+            for peer in self._peers.values():
+                if peer.state is _State.UP:
+                    self._outq.append((peer, _Kind.BYE, b""))
+            self._stopping = True
+        self._wake()
+        if self._thread is not None:
+            self._thread.join(5.0)
+        self._ctx.destroy(linger=200)  # the goodbyes get out
+
+    # -- what other threads call --------------------------------------------------------------
+    def learn(self, members: list[tuple[str, int, str]]) -> None:
+        """The store's members (node id, incarnation, endpoint): connect to the new ones."""
+        with self._lock:
+            self._learned.append(members)
+        self._wake()
+
+    def reachable(self, peer: str) -> bool:
+        found = self._peers.get(peer)
+        return found is not None and found.state is not _State.DOWN
+
+    def peers(self) -> list[str]:
+        with self._lock:
+            return sorted(p.node_id for p in self._peers.values() if p.state is _State.UP)
+
+    def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> bool:
+        """Hand ``data`` to the transport thread (see the ``Transport`` protocol)."""
+        with self._lock:
+            target = self._peers.get(peer)
+            if target is None or target.state is _State.DOWN:
+                raise Unavailable(f"node {peer!r} is not reachable")
+            if channel is Channel.DATA:
+                if target.in_flight >= self._limit:
+                    target.blocked = True
+                    return False
+                target.in_flight += 1
+                kind = _Kind.DATA
+            else:
+                kind = _Kind.COMPLETION
+            self.sent += 1
+            if target.state is _State.CONNECTING:
+                target.waiting.append((kind, data))
+                return True
+            self._outq.append((target, kind, data))
+            wake = not self._signalled
+            self._signalled = True
+        if wake:
+            self._wake_now()
+        return True
+
+    def send_client(self, client: bytes, data: bytes) -> None:
+        """Send ``data`` to a connected client (any thread; never blocks)."""
+        with self._lock:
+            self._outq.append((client, _Kind.DATA, data))
+            wake = not self._signalled
+            self._signalled = True
+        if wake:
+            self._wake_now()
+
+    def client_taken(self) -> None:
+        """(The client server, infrastructure thread.) One client frame was handled."""
+        with self._lock:
+            self._client_backlog -= 1
+            wake = self._client_backlog == self._client_backlog_limit // 2
+        if wake:
+            self._wake()
+
+    def pause(self, node_id: str, peer: str) -> None:
+        with self._lock:
+            found = self._peers.get(peer)
+            if found is not None:
+                found.paused = True
+
+    def resume(self, node_id: str, peer: str) -> None:
+        with self._lock:  # what waited goes first, before anything that arrives after
+            found = self._peers.get(peer)
+            if found is None or not found.paused:
+                return
+            found.paused = False
+            while found.held:
+                self._submit(self._deliver, found, found.held.popleft())
+
+    def paused(self, node_id: str, peer: str) -> bool:
+        found = self._peers.get(peer)
+        return found is not None and found.paused
+
+    def _deliver(self, peer: _Peer, data: bytes) -> None:
+        """(Infrastructure thread.) Hand a DATA frame to the node; then it is credited back."""
+        try:
+            assert self._link is not None
+            self._link.received(peer.node_id, Channel.DATA, data)
+        finally:
+            with self._lock:
+                peer.credit_due += 1
+                owe = peer.credit_due >= self._credit_step and peer not in self._credits
+                if owe:
+                    self._credits.append(peer)
+            if owe:
+                self._wake()
+
+    def _wake(self) -> None:
+        with self._lock:
+            if self._signalled:
+                return
+            self._signalled = True
+        self._wake_now()
+
+    def _wake_now(self) -> None:
+        with self._wake_lock, contextlib.suppress(zmq.ZMQError):  # closed at shutdown
+            self._wake_w.send(b"", zmq.NOBLOCK)
+
+    # -- the transport thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._wake_r, zmq.POLLIN)
+        for sock in self._ins.values():
+            poller.register(sock, zmq.POLLIN)
+        client_polled = True
+        poller.register(self._client, zmq.POLLIN)
+        next_ping = time.monotonic() + self._ping_interval
+        while True:
+            try:
+                connecting = any(p.state is _State.CONNECTING for p in self._peers.values())
+                wait = 2 if connecting else max(0, int((next_ping - time.monotonic()) * 1000))
+                ready = dict(poller.poll(wait))
+                if self._wake_r in ready:
+                    self._drain_wake()
+                for channel, sock in self._ins.items():
+                    if sock in ready:
+                        self._read_peer(channel, sock)
+                if self._client in ready:
+                    self._read_clients()
+                with self._lock:
+                    full = self._client_backlog >= self._client_backlog_limit
+                if full and client_polled:
+                    poller.unregister(self._client)
+                    client_polled = False
+                elif not full and not client_polled:
+                    poller.register(self._client, zmq.POLLIN)
+                    client_polled = True
+                self._take_learned()
+                self._greet()
+                self._flush()
+                now = time.monotonic()
+                if now >= next_ping:
+                    next_ping = now + self._ping_interval
+                    self._ping()
+                if self._stopping:
+                    self._flush()
+                    return
+            except Exception:  # noqa: BLE001 - the thread never dies of one frame
+                self._count("transport_errors")
+                _log.exception("transport of node %s: error in its loop", self._node_id)
+
+    def _drain_wake(self) -> None:
+        with self._lock:
+            self._signalled = False
+        while True:
+            try:
+                self._wake_r.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _flush(self) -> None:
+        """Send what other threads handed over, and the credit owed, in order."""
+        with self._lock:
+            out, self._outq = self._outq, deque()
+            owed, self._credits = self._credits, []
+            credits = []
+            for peer in owed:
+                credits.append((peer, peer.credit_due))
+                peer.credit_due = 0
+        for peer, n in credits:
+            if peer.state is _State.UP:
+                self._frame(peer, _Kind.CREDIT, _COUNT.pack(n))
+        for target, kind, data in out:
+            if isinstance(target, bytes):
+                self._to_client(target, data)
+            elif target.state is _State.UP:
+                self._frame(target, kind, data)
+            elif target.state is _State.DOWN and kind is not _Kind.BYE:
+                self._count("frames_dropped_peer_down")
+
+    def _frame(self, peer: _Peer, kind: _Kind, data: bytes, channel: Channel | None = None) -> bool:
+        """Send one frame to ``peer`` (DATA on the DATA pipe, the rest on COMPLETION unless
+        ``channel`` says); a peer with no pipe is down."""
+        if channel is None:
+            channel = Channel.DATA if kind is _Kind.DATA else Channel.COMPLETION
+        try:
+            self._outs[channel].send_multipart(
+                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation), data], zmq.NOBLOCK
+            )
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            self._down(peer, f"no connection ({exc.strerror})")
+            if kind is not _Kind.PING:
+                self._count("frames_dropped_peer_down")
+            return False
+
+    def _to_client(self, client: bytes, data: bytes) -> None:
+        try:
+            self._client.send_multipart([client, data], zmq.NOBLOCK)
+        except zmq.ZMQError as exc:
+            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            self._count("client_frames_undeliverable")
+
+    def _ping(self) -> None:
+        """A ping on both pipes of every peer that is up: a pipe that is gone means it is
+        down, found even when nothing else is sent to it."""
+        for peer in list(self._peers.values()):
+            if peer.state is _State.UP and self._frame(peer, _Kind.PING, b"", Channel.DATA):
+                self._frame(peer, _Kind.PING, b"", Channel.COMPLETION)
+
+    def _probe(self, peer: _Peer, channel: Channel) -> bool:
+        """Send this node's HELLO to ``peer`` on ``channel``; ``False`` if no pipe yet."""
+        assert self._endpoint is not None
+        hello = json.dumps(
+            {
+                "node": self._node_id,
+                "incarnation": self._incarnation,
+                "mesh": self._mesh,
+                "endpoint": self._endpoint.encode(),
+            }
+        ).encode()
+        try:
+            self._outs[channel].send_multipart(
+                [peer.ident, _HEADER.pack(VERSION, _Kind.HELLO, peer.incarnation), hello],
+                zmq.NOBLOCK,
+            )
+            return True
+        except zmq.ZMQError as exc:
+            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            if peer.state is _State.UP:
+                self._down(peer, "no connection")
+            return False
+
+    def _greet(self) -> None:
+        """Try the HELLOs of peers still connecting; up once both went through."""
+        now = time.monotonic()
+        for peer in list(self._peers.values()):
+            if peer.state is not _State.CONNECTING:
+                continue
+            for channel in Channel:
+                if channel not in peer.greeted and self._probe(peer, channel):
+                    peer.greeted.add(channel)
+            if len(peer.greeted) == len(Channel):
+                self._up(peer)
+            elif now - peer.since > self._connect_timeout:
+                self._down(peer, f"did not answer within {self._connect_timeout} s")
+
+    def _up(self, peer: _Peer) -> None:
+        with self._lock:
+            peer.state = _State.UP
+            self._outq.extendleft(
+                (peer, kind, data) for kind, data in reversed(peer.waiting)
+            )  # ahead of anything handed over since (it was all kept in ``waiting``)
+            peer.waiting.clear()
+        link = self._link
+        assert link is not None
+        self._count("peers_connected")
+        self._submit(link.peer_up, peer.node_id)
+        self._flush()
+
+    def _down(self, peer: _Peer, why: str) -> None:
+        with self._lock:
+            if peer.state is _State.DOWN:
+                return
+            peer.state = _State.DOWN
+            lost = len(peer.waiting) + len(peer.held)
+            peer.waiting.clear()
+            peer.held.clear()
+            peer.in_flight = 0
+            if self._peers.get(peer.node_id) is peer:
+                del self._peers[peer.node_id]
+        if lost:
+            self._count("frames_dropped_peer_down", lost)
+        self._release(peer)
+        self._count("peers_lost")
+        _log.info("node %s: peer %s (incarnation %d) is down: %s", self._node_id,
+                  peer.node_id, peer.incarnation, why)  # fmt: skip
+        link = self._link
+        assert link is not None
+        self._submit(link.peer_down, peer.node_id)
+
+    def _release(self, peer: _Peer) -> None:
+        """Stop reconnecting to a peer's endpoints once no live peer uses them."""
+        for channel, ep in ((Channel.DATA, peer.endpoint.data),
+                            (Channel.COMPLETION, peer.endpoint.completion)):  # fmt: skip
+            users = self._connected[channel]
+            users[ep] = users.get(ep, 1) - 1
+            if users[ep] <= 0:
+                del users[ep]
+                with contextlib.suppress(zmq.ZMQError):
+                    self._outs[channel].disconnect(ep)
+
+    def _meet(self, node_id: str, incarnation: int, endpoint: MeshEndpoint) -> _Peer | None:
+        """A node at ``incarnation``: the peer to talk to (connecting if new), or ``None``
+        if it is this node or an incarnation older than the one known."""
+        if node_id == self._node_id:
+            return None
+        known = self._peers.get(node_id)
+        if known is not None:
+            if known.incarnation == incarnation:
+                return known
+            if known.incarnation > incarnation:
+                return None
+            self._down(known, f"restarted as incarnation {incarnation}")
+        peer = _Peer(node_id, incarnation, identity(node_id, "@" + endpoint.token),
+                     identity(node_id, f"#{incarnation}"), endpoint, time.monotonic())  # fmt: skip
+        for channel, ep in ((Channel.DATA, endpoint.data),
+                            (Channel.COMPLETION, endpoint.completion)):  # fmt: skip
+            users = self._connected[channel]
+            if ep not in users:
+                self._outs[channel].connect(ep)
+            users[ep] = users.get(ep, 0) + 1
+        with self._lock:
+            self._peers[node_id] = peer
+        self._by_ident[peer.sender] = peer
+        return peer
+
+    def _take_learned(self) -> None:
+        with self._lock:
+            lists, self._learned = self._learned, []
+        for members in lists:
+            for node_id, incarnation, text in members:
+                try:
+                    endpoint = MeshEndpoint.parse(text)
+                except InvalidArgument:
+                    continue  # a member of the in-process kind: not reachable from here
+                self._meet(node_id, incarnation, endpoint)
+
+    def _read_peer(self, channel: Channel, sock: zmq.Socket[Any]) -> None:
+        for _ in range(_RECV_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._on_frame(channel, frames)
+
+    def _on_frame(self, channel: Channel, frames: list[bytes]) -> None:
+        if len(frames) != 3 or len(frames[1]) != _HEADER.size:
+            self._count("bad_frames")
+            return
+        ident, header, body = frames
+        version, kind_value, incarnation = _HEADER.unpack(header)
+        if version != VERSION or kind_value not in _KINDS:
+            self._count("bad_frames")
+            return
+        kind = _Kind(kind_value)
+        if len(body) > self._max_frame:
+            self._count("oversized_frames")
+            return
+        if incarnation not in (0, self._incarnation):
+            self._count("frames_wrong_incarnation")
+            return
+        if kind is _Kind.HELLO:
+            self._on_hello(ident, body)
+            return
+        peer = self._by_ident.get(ident)
+        if peer is None:  # its HELLO is on the other channel, not read yet: keep a few
+            kept = self._strangers.setdefault(ident, [])
+            if len(kept) < _STRANGER_FRAMES and len(self._strangers) <= 1024:
+                kept.append((channel, header, body))
+            else:
+                self._count("bad_frames")
+            return
+        if peer.state is _State.DOWN:
+            self._count("frames_wrong_incarnation")
+            return
+        self._handle(peer, kind, body)
+
+    def _handle(self, peer: _Peer, kind: _Kind, body: bytes) -> None:
+        link = self._link
+        assert link is not None
+        if kind is _Kind.DATA:
+            with self._lock:
+                if peer.paused:
+                    peer.held.append(body)
+                else:
+                    self._submit(self._deliver, peer, body)
+        elif kind is _Kind.COMPLETION:
+            self._submit(link.received, peer.node_id, Channel.COMPLETION, body)
+        elif kind is _Kind.CREDIT:
+            if len(body) != _COUNT.size:
+                self._count("bad_frames")
+                return
+            (n,) = _COUNT.unpack(body)
+            with self._lock:
+                peer.in_flight = max(0, peer.in_flight - n)
+                wake = peer.blocked and peer.in_flight <= self._limit // 2
+                if wake:
+                    peer.blocked = False
+            if wake:
+                self._submit(link.writable, peer.node_id)
+        elif kind is _Kind.BYE:
+            self._down(peer, "it left")
+
+    def _on_hello(self, ident: bytes, body: bytes) -> None:
+        try:
+            hello = json.loads(body)
+            node_id, incarnation = hello["node"], hello["incarnation"]
+            mesh, endpoint = hello["mesh"], MeshEndpoint.parse(hello["endpoint"])
+            if not isinstance(node_id, str) or type(incarnation) is not int:
+                raise TypeError("node or incarnation")
+        except (ValueError, KeyError, TypeError, InvalidArgument):
+            self._count("bad_frames")
+            return
+        if mesh != self._mesh or ident != identity(node_id, f"#{incarnation}"):
+            self._count("peers_refused")
+            _log.warning("node %s refused a HELLO from %r of mesh %r", self._node_id,
+                         node_id, mesh)  # fmt: skip
+            return
+        peer = self._meet(node_id, incarnation, endpoint)
+        if peer is None:
+            return
+        for _channel, header, kept in self._strangers.pop(ident, []):
+            _, kind_value, _ = _HEADER.unpack(header)
+            self._handle(peer, _Kind(kind_value), kept)
+
+    def _read_clients(self) -> None:
+        link = self._client_link
+        for _ in range(_RECV_BATCH):
+            try:
+                frames = self._client.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if link is None or len(frames) != 2:
+                self._count("bad_client_frames")
+                continue
+            if len(frames[1]) > self._max_frame:
+                self._count("oversized_frames")
+                continue
+            with self._lock:
+                self._client_backlog += 1
+                full = self._client_backlog >= self._client_backlog_limit
+            self._submit(link.client_frame, frames[0], frames[1])
+            if full:
+                return
+
+
+_KINDS = frozenset(k.value for k in _Kind)
