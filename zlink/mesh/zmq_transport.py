@@ -197,7 +197,9 @@ class ZmqTransport:
         self._submit: Callable[..., None] = lambda fn, *args: None
         self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
-        self._strangers: dict[bytes, list[tuple[Channel, bytes, bytes]]] = {}
+        # frames from senders not greeted yet (their HELLO may come on the other pipe): kept
+        # until it does, or dropped and counted after ``connect_timeout`` (``_sweep``)
+        self._strangers: dict[bytes, tuple[float, list[tuple[bytes, bytes]]]] = {}
         self._outq: deque[tuple[_Peer | bytes, _Kind, bytes]] = deque()  # under _lock
         self._credits: list[_Peer] = []  # peers owed credit (under _lock)
         self._learned: list[list[tuple[str, int, str]]] = []  # member lists (under _lock)
@@ -433,6 +435,7 @@ class ZmqTransport:
                 if now >= next_ping:
                     next_ping = now + self._ping_interval
                     self._ping()
+                    self._sweep(now)
                 if self._stopping:
                     self._flush()
                     return
@@ -501,6 +504,13 @@ class ZmqTransport:
         for peer in list(self._peers.values()):
             if peer.state is _State.UP and self._frame(peer, _Kind.PING, b"", Channel.DATA):
                 self._frame(peer, _Kind.PING, b"", Channel.COMPLETION)
+
+    def _sweep(self, now: float) -> None:
+        """Drop, and count, what senders that never said HELLO sent."""
+        for ident, (since, kept) in list(self._strangers.items()):
+            if now - since > self._connect_timeout:
+                del self._strangers[ident]
+                self._count("frames_from_strangers", len(kept))
 
     def _probe(self, peer: _Peer, channel: Channel) -> bool:
         """Send this node's HELLO to ``peer`` on ``channel``; ``False`` if no pipe yet."""
@@ -650,11 +660,13 @@ class ZmqTransport:
             return
         peer = self._by_ident.get(ident)
         if peer is None:  # its HELLO is on the other channel, not read yet: keep a few
-            kept = self._strangers.setdefault(ident, [])
-            if len(kept) < _STRANGER_FRAMES and len(self._strangers) <= 1024:
-                kept.append((channel, header, body))
+            if ident not in self._strangers and len(self._strangers) < 1024:
+                self._strangers[ident] = (time.monotonic(), [])
+            kept = self._strangers.get(ident)
+            if kept is not None and len(kept[1]) < _STRANGER_FRAMES:
+                kept[1].append((header, body))
             else:
-                self._count("bad_frames")
+                self._count("frames_from_strangers")
             return
         if peer.state is _State.DOWN:
             self._count("frames_wrong_incarnation")
@@ -705,7 +717,7 @@ class ZmqTransport:
         peer = self._meet(node_id, incarnation, endpoint)
         if peer is None:
             return
-        for _channel, header, kept in self._strangers.pop(ident, []):
+        for header, kept in self._strangers.pop(ident, (0.0, []))[1]:
             _, kind_value, _ = _HEADER.unpack(header)
             self._handle(peer, _Kind(kind_value), kept)
 

@@ -1,0 +1,265 @@
+"""A mesh of OS processes over ZeroMQ with a SQLite Location Store (python-api §10;
+execution-model §4, §13, §14, §16).
+
+Every node here is a real process (``tests/procs/node_main.py``) on 127.0.0.1, started with
+``subprocess`` and stopped by the test (killed if it must be), sharing one SQLite file. The test
+process drives them with JSON commands and reads the store itself. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+from tests.procs.harness import CommandFailed, NodeProcess, mesh, start
+from zlink.mesh.sqlite_store import SqliteLocationStore
+from zlink.mesh.zmq_transport import MeshEndpoint, identity
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _until(check: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+    """Ask ``check`` again (each ask a round trip to a process) until it is truthy."""
+    end = time.monotonic() + timeout
+    for _ in range(10_000):
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > end:
+            break
+        time.sleep(0.02)  # polling another process: there is no event to wait on
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def _store(tmp_path: Path) -> SqliteLocationStore:
+    return SqliteLocationStore(tmp_path / "mesh.db")
+
+
+def _owner(tmp_path: Path, spot: str) -> str:
+    store = _store(tmp_path)
+    try:
+        found = store.lookup(spot)
+        assert found is not None
+        return found.owner_node
+    finally:
+        store.close()
+
+
+def _meshed(nodes: dict[str, NodeProcess]) -> None:
+    ids = sorted(nodes)
+    for node in nodes.values():
+        others = [i for i in ids if i != node.node_id]
+        _until(lambda n=node, o=others: n.ask("peers") == o, f"{node.node_id} sees {others}")
+
+
+def test_creation_is_placed_once_across_processes(tmp_path: Path) -> None:
+    """§14: a Spot asked for on three processes at once is created once, on one node, and all
+    three agree on its generation (the store's fenced reserve decides)."""
+    spots = [f"room-{i}" for i in range(30)]
+    with mesh(tmp_path, ["n1", "n2", "n3"]) as nodes:
+        _meshed(nodes)
+        for node in nodes.values():  # all three ask at once
+            node.send_line({"id": 10_000, "op": "create_many", "spots": spots, "type": "mp.room"})
+        answers = {}
+        for node in nodes.values():
+            reply = node.wait_answer(10_000, timeout=60)
+            assert reply["ok"], reply
+            answers[node.node_id] = reply["value"]
+        for i, spot in enumerate(spots):
+            created = [n for n in answers if answers[n][i][0]]
+            generations = {answers[n][i][1] for n in answers}
+            assert len(created) <= 1, (spot, created)
+            assert len(generations) == 1, (spot, generations)
+        store = _store(tmp_path)
+        try:
+            owners = {s: store.lookup(s).owner_node for s in spots}  # type: ignore[union-attr]
+        finally:
+            store.close()
+        assert set(owners.values()) <= {"n1", "n2", "n3"}
+
+
+def test_sends_and_requests_cross_processes_exactly_once_in_order(tmp_path: Path) -> None:
+    """Sends from two other processes reach a Spot exactly once, each sender in order."""
+    with mesh(tmp_path, ["n1", "n2", "n3"]) as nodes:
+        _meshed(nodes)
+        nodes["n1"].ask("create", spot="r", type="mp.room")
+        nodes["n2"].ask("send", spot="r", sender="from-n2", count=3000)
+        nodes["n3"].ask("send", spot="r", sender="from-n3", count=3000)
+        _until(lambda: nodes["n2"].ask("total", spot="r") == 6000, "all 6000 handled")
+        log = nodes["n3"].ask("log", spot="r")
+        assert log == {"from-n2": list(range(3000)), "from-n3": list(range(3000))}
+
+
+def test_a_room_moved_50_times_across_processes_under_4_senders(tmp_path: Path) -> None:
+    """Relocation between processes, unchanged: 50 moves while 4 sender threads of another
+    process wait()-send numbered messages; every message handled exactly once, per-sender
+    order kept (kotlin-spot-interface, relocation; §4)."""
+    ids = ["n1", "n2", "n3"]
+    with mesh(tmp_path, ids) as nodes:
+        _meshed(nodes)
+        nodes["n1"].ask("create", spot="room", type="mp.room")
+        nodes["n3"].ask("pump", name="p", spot="room", senders=4, count=400)
+        moves = 0
+        for i in range(50):
+            here = _owner(tmp_path, "room")
+            there = ids[(ids.index(here) + 1 + i % 2) % 3]
+            nodes[here].ask("relocate", spot="room", to=there, move_timeout=10)
+            moves += 1
+        pumped = nodes["n3"].ask("pump_wait", name="p", timeout=70)
+        assert pumped == {"sent": 1600, "errors": [], "done": True}
+        _until(lambda: nodes["n2"].ask("total", spot="room") == 1600, "all 1600 handled")
+        log = nodes["n2"].ask("log", spot="room")
+        assert sorted(log) == [f"n3-p-{i}" for i in range(4)]
+        for sender, seqs in log.items():
+            assert seqs == list(range(400)), sender
+        assert moves == 50
+
+
+def test_a_reply_arrives_over_completion_while_data_from_that_peer_is_paused(
+    tmp_path: Path,
+) -> None:
+    """§4, §16 with real connections: n2 awaits a reply from n1 while n2 pauses application
+    DATA from n1 (n1 floods a Spot of n2 that is stuck); the reply still reaches n2, over
+    COMPLETION, and n2 keeps n1's DATA paused meanwhile."""
+    with mesh(tmp_path, ["n1", "n2"], workers=2, peer_backlog=4, lane_items=4) as nodes:
+        _meshed(nodes)
+        n1, n2 = nodes["n1"], nodes["n2"]
+        n1.ask("create", spot="held", type="mp.gate")
+        n2.ask("create", spot="stuck", type="mp.gate")
+        n2.send_line({"id": 20_000, "op": "hold", "spot": "held", "timeout": 60})
+        _until(lambda: n1.ask("busy") == 1, "the held request runs on n1")
+        n1.ask("send_gate", spot="stuck", count=40)  # 1 runs, 4 in the lane, 4 wait, pause
+        _until(lambda: n2.ask("paused", peer="n1"), "n2 paused DATA from n1")
+        n1.ask("release", which="hold")
+        answer = n2.wait_answer(20_000, timeout=20)
+        assert answer == {"id": 20_000, "ok": True, "value": "released"}
+        assert n2.ask("paused", peer="n1")  # the reply came while DATA stayed paused
+        n2.ask("release")
+        _until(lambda: not n2.ask("paused", peer="n1"), "n2 resumed n1 once it drained")
+
+
+def test_a_node_that_goes_away_fails_its_pending_calls_at_once(tmp_path: Path) -> None:
+    """python-api §10: calls in flight to a node that went away complete with ``Unavailable``
+    at once, not at their deadline (30 s here)."""
+    with mesh(tmp_path, ["n1", "n2"]) as nodes:
+        _meshed(nodes)
+        nodes["n1"].ask("create", spot="held", type="mp.gate")
+        nodes["n2"].send_line({"id": 30_000, "op": "hold", "spot": "held", "timeout": 30})
+        _until(lambda: nodes["n1"].ask("busy") == 1, "the request runs on n1")
+        killed = time.monotonic()
+        nodes["n1"].kill()
+        answer = nodes["n2"].wait_answer(30_000, timeout=20)
+        assert time.monotonic() - killed < 5.0
+        assert not answer["ok"] and answer["error"].startswith("Unavailable"), answer
+        assert nodes["n2"].ask("counters")["calls_failed_peer_down"] == 1
+
+
+def test_a_new_peer_is_accepted_and_served_while_every_worker_is_blocked(
+    tmp_path: Path,
+) -> None:
+    """§16: accepting a peer is infrastructure work: with both workers of n1 held, a node
+    that starts now is greeted and its calls are taken (credited, not stalled); they are
+    handled once a worker is free."""
+    with mesh(tmp_path, ["n1", "n2"], workers=2) as nodes:
+        _meshed(nodes)
+        n1 = nodes["n1"]
+        for spot in ("g1", "g2", "room"):
+            n1.ask("create", spot=spot, type="mp.gate" if spot != "room" else "mp.room")
+        n1.ask("hold_one", spot="g1")
+        n1.ask("hold_one", spot="g2")
+        _until(lambda: n1.ask("busy") == 2, "both workers of n1 held")
+        n3 = start(tmp_path, "n3")
+        try:
+            _until(lambda: "n3" in n1.ask("peers"), "n1 accepted n3 while its workers are held")
+            n3.ask("send", spot="room", sender="n3", count=500)
+            _until(lambda: n3.ask("counters").get("peers_connected", 0) >= 2, "n3 is up with both")
+            assert n1.ask("busy") == 2
+            n1.ask("release")
+            assert n3.ask("total", spot="room") == 500
+        finally:
+            n3.stop()
+            n3.kill()
+
+
+def test_bad_frames_on_the_mesh_sockets_are_counted_and_never_stop_the_node(
+    tmp_path: Path,
+) -> None:
+    """Garbage, a truncated header, an unknown version or kind, a frame for another
+    incarnation, an oversized frame, a HELLO of another mesh or that does not parse, and a
+    greeted sender's envelope that does not decode: each dropped and counted; n1 serves on."""
+    with mesh(tmp_path, ["n1", "n2"], max_frame=65536) as nodes:
+        _meshed(nodes)
+        n1, n2 = nodes["n1"], nodes["n2"]
+        n1.ask("create", spot="room", type="mp.room")
+        store = _store(tmp_path)
+        try:
+            record = next(r for r in store.nodes() if r.node_id == "n1")
+        finally:
+            store.close()
+        endpoint = MeshEndpoint.parse(record.endpoint)
+        target = identity("n1", "@" + endpoint.token)
+        header = struct.Struct("!BBQ")
+        ctx = zmq.Context()
+        try:
+            sock = ctx.socket(zmq.ROUTER)
+            sock.setsockopt(zmq.ROUTING_ID, identity("evil", "#1"))
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint.data)
+
+            def send(*frames: bytes) -> None:
+                for _ in range(1000):
+                    try:
+                        sock.send_multipart([target, *frames], zmq.NOBLOCK)
+                        return
+                    except zmq.ZMQError:
+                        time.sleep(0.005)  # the handshake is not done yet
+                raise AssertionError("could not reach n1")
+
+            send(b"garbage")  # one frame, no header
+            send(b"\x01\x02", b"truncated header")
+            send(header.pack(9, 2, 0), b"unknown version")
+            send(header.pack(1, 77, 0), b"unknown kind")
+            send(header.pack(1, 1, 0), b"{not json")  # a HELLO that does not parse
+            _until(lambda: n1.ask("counters").get("bad_frames", 0) >= 5, "5 bad frames")
+            send(header.pack(1, 2, record.incarnation + 5), b"for another incarnation")
+            _until(
+                lambda: n1.ask("counters").get("frames_wrong_incarnation", 0) >= 1,
+                "the frame for another incarnation",
+            )
+            send(header.pack(1, 2, 0), b"x" * 100_000)  # over max_frame_bytes (64 KiB)
+            _until(lambda: n1.ask("counters").get("oversized_frames", 0) >= 1, "oversized")
+            other = (
+                b'{"node": "evil", "incarnation": 1, "mesh": "other", "endpoint": '
+                + f'"{record.endpoint}"'.encode()
+                + b"}"
+            )
+            send(header.pack(1, 1, 0), other)
+            _until(lambda: n1.ask("counters").get("peers_refused", 0) >= 1, "other mesh")
+            hello = other.replace(b'"other"', b'"main"')
+            send(header.pack(1, 1, 0), hello)  # greeted now (its endpoint is n1's own)
+            send(header.pack(1, 2, 0), b'{"v": 99, "kind": "send"}')  # unknown version
+            send(header.pack(1, 2, 0), b'{"v": 2, "kind": "sen')  # truncated envelope
+            _until(lambda: n1.ask("counters").get("bad_envelopes", 0) >= 2, "bad envelopes")
+        finally:
+            ctx.destroy(linger=0)
+        n2.ask("send", spot="room", sender="n2", count=10)
+        _until(lambda: n2.ask("total", spot="room") == 10, "n1 still serves")
+
+
+def test_a_stopped_node_says_goodbye_and_its_peers_see_it_go(tmp_path: Path) -> None:
+    """A node's graceful stop tells its peers at once (BYE): they drop it from their peers
+    and a new call to it fails with ``Unavailable``, never waits for a deadline."""
+    with mesh(tmp_path, ["n1", "n2"]) as nodes:
+        _meshed(nodes)
+        nodes["n1"].ask("create", spot="room", type="mp.room")
+        nodes["n1"].stop()
+        _until(lambda: nodes["n2"].ask("peers") == [], "n2 saw n1 leave")
+        with pytest.raises(CommandFailed, match="NotFound"):
+            nodes["n2"].ask("total", spot="room")

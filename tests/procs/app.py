@@ -1,0 +1,72 @@
+"""The app that the node processes of the mesh tests run (tests/procs/node_main.py).
+
+A room records, per sender, the sequence numbers it got (exactly-once and per-sender order are
+checked from it); a gate Spot holds its handler until the test releases it (blocked workers,
+a request in flight, a paused peer).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import zlink
+
+RELEASE = threading.Event()  # set by the node process's "release" command (HoldOne)
+RELEASE_HOLD = threading.Event()  # set by "release" with which="hold" (Hold)
+
+
+class Bump(zlink.Message, type_name="mp.bump"):
+    sender: str
+    seq: int
+
+
+class Log(zlink.Request[dict[str, list[int]]], type_name="mp.log"):
+    pass
+
+
+class Total(zlink.Request[int], type_name="mp.total"):
+    pass
+
+
+class Hold(zlink.Request[str], type_name="mp.hold"):
+    pass
+
+
+class HoldOne(zlink.Message, type_name="mp.hold_one"):
+    pass
+
+
+app = zlink.App("mp")
+
+
+@app.user_spot("mp.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+class Room(zlink.UserSpot):
+    def __init__(self, context: zlink.SpotContext) -> None:
+        super().__init__(context)
+        self.seen: dict[str, list[int]] = {}
+
+    @zlink.handler
+    def bump(self, msg: Bump) -> None:
+        self.seen.setdefault(msg.sender, []).append(msg.seq)
+
+    @zlink.handler
+    def log(self, req: Log) -> dict[str, list[int]]:
+        return self.seen
+
+    @zlink.handler
+    def total(self, req: Total) -> int:
+        return sum(len(v) for v in self.seen.values())
+
+
+@app.user_spot("mp.gate")
+class Gate(zlink.UserSpot):
+    """Its handlers wait for ``RELEASE`` (bounded: 30 s), holding a worker meanwhile."""
+
+    @zlink.handler
+    def hold(self, req: Hold) -> str:
+        RELEASE_HOLD.wait(30)
+        return "released"
+
+    @zlink.handler
+    def hold_one(self, msg: HoldOne) -> None:
+        RELEASE.wait(30)
