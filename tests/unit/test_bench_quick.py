@@ -48,3 +48,12 @@ def test_the_backpressure_benchmark_runs_in_quick_mode(capsys):
     assert backpressure.main(["--quick"]) == 0  # exactly once, in order, nothing refused
     out = capsys.readouterr().out
     assert "one node: median senders/drain" in out and "two nodes: median" in out
+
+
+@pytest.mark.timeout(120)
+def test_the_mesh_benchmark_runs_in_quick_mode(capsys):
+    from bench import mesh
+
+    assert mesh.main(["--quick", "--zlink-only"]) == 0  # two node processes, every count checked
+    out = capsys.readouterr().out
+    assert "zlink one-way msg/s" in out and "rtt vs pyzmq echo" in out

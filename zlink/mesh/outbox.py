@@ -201,7 +201,7 @@ class Outbox:
                 return True  # (nothing to hold: it failed)
         try:
             taken = self._transport.send(self._node_id, peer, channel_of(envelope), data)
-        except Unavailable as exc:
+        except ZLinkError as exc:  # not reachable, or a frame the transport will not carry
             error: ZLinkError = exc
         except Exception as exc:  # noqa: BLE001 - a transport fault fails this one only
             error = Unavailable(f"transport failed: {exc!r}")

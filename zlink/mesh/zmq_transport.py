@@ -64,7 +64,7 @@ from typing import Any, Protocol
 import zmq
 
 from ..addresses import check_listen
-from ..errors import InvalidArgument, Unavailable
+from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .transport import Channel, NodeLink
 
 _log = logging.getLogger("zlink.mesh.zmq")
@@ -73,6 +73,7 @@ VERSION = 1
 _HEADER = struct.Struct("!BBQ")  # version, kind, the receiver's incarnation (0: any)
 _COUNT = struct.Struct("!Q")
 _RECV_BATCH = 256  # frames read from one socket before the others get a turn
+_BATCH_BODIES = 256  # frames of one kind to one peer sent as one ZeroMQ message at most
 _STRANGER_FRAMES = 64  # frames kept from an unknown sender until its HELLO arrives
 
 
@@ -199,7 +200,7 @@ class ZmqTransport:
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
         # frames from senders not greeted yet (their HELLO may come on the other pipe): kept
         # until it does, or dropped and counted after ``connect_timeout`` (``_sweep``)
-        self._strangers: dict[bytes, tuple[float, list[tuple[bytes, bytes]]]] = {}
+        self._strangers: dict[bytes, tuple[float, list[tuple[bytes, list[bytes]]]]] = {}
         self._outq: deque[tuple[_Peer | bytes, _Kind, bytes]] = deque()  # under _lock
         self._credits: list[_Peer] = []  # peers owed credit (under _lock)
         self._learned: list[list[tuple[str, int, str]]] = []  # member lists (under _lock)
@@ -319,6 +320,10 @@ class ZmqTransport:
             target = self._peers.get(peer)
             if target is None or target.state is _State.DOWN:
                 raise Unavailable(f"node {peer!r} is not reachable")
+            if len(data) > self._max_frame:
+                raise ResourceExhausted(
+                    f"an envelope of {len(data)} bytes is over max_frame_bytes ({self._max_frame})"
+                )
             if channel is Channel.DATA:
                 if target.in_flight >= self._limit:
                     target.blocked = True
@@ -367,26 +372,47 @@ class ZmqTransport:
             if found is None or not found.paused:
                 return
             found.paused = False
-            while found.held:
-                self._submit(self._deliver, found, found.held.popleft())
+            if found.held:
+                self._submit(self._deliver, found, list(found.held))
+                found.held.clear()
 
     def paused(self, node_id: str, peer: str) -> bool:
         found = self._peers.get(peer)
         return found is not None and found.paused
 
-    def _deliver(self, peer: _Peer, data: bytes) -> None:
-        """(Infrastructure thread.) Hand a DATA frame to the node; then it is credited back."""
-        try:
-            assert self._link is not None
-            self._link.received(peer.node_id, Channel.DATA, data)
-        finally:
-            with self._lock:
-                peer.credit_due += 1
-                owe = peer.credit_due >= self._credit_step and peer not in self._credits
-                if owe:
-                    self._credits.append(peer)
+    def _complete(self, peer: _Peer, bodies: list[bytes]) -> None:
+        """(Infrastructure thread.) Hand COMPLETION frames to the node, in order."""
+        link = self._link
+        assert link is not None
+        for body in bodies:
+            try:
+                link.received(peer.node_id, Channel.COMPLETION, body)
+            except Exception:  # noqa: BLE001 - the frames after it are still handed on
+                self._count("receive_errors")
+                _log.exception("node %s: a COMPLETION frame failed", self._node_id)
+
+    def _deliver(self, peer: _Peer, bodies: list[bytes]) -> None:
+        """(Infrastructure thread.) Hand DATA frames to the node, in order; then they are
+        credited back."""
+        link = self._link
+        assert link is not None
+        for body in bodies:
+            try:
+                link.received(peer.node_id, Channel.DATA, body)
+            except Exception:  # noqa: BLE001 - the frames after it are still handed on
+                self._count("receive_errors")
+                _log.exception("node %s: a DATA frame failed", self._node_id)
+        self._credit(peer, len(bodies))
+
+    def _credit(self, peer: _Peer, n: int) -> None:
+        """``n`` DATA frames of ``peer`` were taken: credit them back (in steps)."""
+        with self._lock:
+            peer.credit_due += n
+            owe = peer.credit_due >= self._credit_step and peer not in self._credits
             if owe:
-                self._wake()
+                self._credits.append(peer)
+        if owe:
+            self._wake()
 
     def _wake(self) -> None:
         with self._lock:
@@ -464,13 +490,44 @@ class ZmqTransport:
         for peer, n in credits:
             if peer.state is _State.UP:
                 self._frame(peer, _Kind.CREDIT, _COUNT.pack(n))
+        # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
+        # the order it was handed over (the two channels are separate connections: there is
+        # no order between them to keep)
+        runs: dict[tuple[int, _Kind], list[bytes]] = {}
+        peers: dict[int, _Peer] = {}
         for target, kind, data in out:
             if isinstance(target, bytes):
                 self._to_client(target, data)
             elif target.state is _State.UP:
-                self._frame(target, kind, data)
+                if kind is _Kind.DATA or kind is _Kind.COMPLETION:
+                    run = runs.setdefault((id(target), kind), [])
+                    run.append(data)
+                    peers[id(target)] = target
+                    if len(run) >= _BATCH_BODIES:
+                        self._frames(target, kind, run)
+                        del runs[(id(target), kind)]
+                else:
+                    self._frame(target, kind, data)
             elif target.state is _State.DOWN and kind is not _Kind.BYE:
                 self._count("frames_dropped_peer_down")
+        for (key, kind), run in runs.items():
+            self._frames(peers[key], kind, run)
+
+    def _frames(self, peer: _Peer, kind: _Kind, bodies: list[bytes]) -> None:
+        """Send ``bodies`` of one kind to ``peer`` in one message."""
+        if peer.state is not _State.UP:
+            self._count("frames_dropped_peer_down", len(bodies))
+            return
+        channel = Channel.DATA if kind is _Kind.DATA else Channel.COMPLETION
+        try:
+            self._outs[channel].send_multipart(
+                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation), *bodies], zmq.NOBLOCK
+            )
+        except zmq.ZMQError as exc:
+            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+                raise
+            self._down(peer, f"no connection ({exc.strerror})")
+            self._count("frames_dropped_peer_down", len(bodies))
 
     def _frame(self, peer: _Peer, kind: _Kind, data: bytes, channel: Channel | None = None) -> bool:
         """Send one frame to ``peer`` (DATA on the DATA pipe, the rest on COMPLETION unless
@@ -640,17 +697,25 @@ class ZmqTransport:
             self._on_frame(channel, frames)
 
     def _on_frame(self, channel: Channel, frames: list[bytes]) -> None:
-        if len(frames) != 3 or len(frames[1]) != _HEADER.size:
+        if len(frames) < 3 or len(frames[1]) != _HEADER.size:
             self._count("bad_frames")
             return
-        ident, header, body = frames
+        ident, header = frames[0], frames[1]
         version, kind_value, incarnation = _HEADER.unpack(header)
         if version != VERSION or kind_value not in _KINDS:
             self._count("bad_frames")
             return
         kind = _Kind(kind_value)
-        if len(body) > self._max_frame:
-            self._count("oversized_frames")
+        bodies = frames[2:]
+        if len(bodies) > 1 and kind is not _Kind.DATA and kind is not _Kind.COMPLETION:
+            self._count("bad_frames")
+            return
+        body = bodies[0]
+        if any(len(b) > self._max_frame for b in bodies):  # a sender past its own limit
+            self._count("oversized_frames", len(bodies))
+            peer = self._by_ident.get(ident)
+            if kind is _Kind.DATA and peer is not None and peer.state is not _State.DOWN:
+                self._credit(peer, len(bodies))  # dropped, yet taken: the sender goes on
             return
         if incarnation not in (0, self._incarnation):
             self._count("frames_wrong_incarnation")
@@ -664,26 +729,27 @@ class ZmqTransport:
                 self._strangers[ident] = (time.monotonic(), [])
             kept = self._strangers.get(ident)
             if kept is not None and len(kept[1]) < _STRANGER_FRAMES:
-                kept[1].append((header, body))
+                kept[1].append((header, bodies))
             else:
-                self._count("frames_from_strangers")
+                self._count("frames_from_strangers", len(bodies))
             return
         if peer.state is _State.DOWN:
-            self._count("frames_wrong_incarnation")
+            self._count("frames_wrong_incarnation", len(bodies))
             return
-        self._handle(peer, kind, body)
+        self._handle(peer, kind, bodies)
 
-    def _handle(self, peer: _Peer, kind: _Kind, body: bytes) -> None:
+    def _handle(self, peer: _Peer, kind: _Kind, bodies: list[bytes]) -> None:
         link = self._link
         assert link is not None
+        body = bodies[0]
         if kind is _Kind.DATA:
             with self._lock:
                 if peer.paused:
-                    peer.held.append(body)
+                    peer.held.extend(bodies)
                 else:
-                    self._submit(self._deliver, peer, body)
+                    self._submit(self._deliver, peer, bodies)
         elif kind is _Kind.COMPLETION:
-            self._submit(link.received, peer.node_id, Channel.COMPLETION, body)
+            self._submit(self._complete, peer, bodies)
         elif kind is _Kind.CREDIT:
             if len(body) != _COUNT.size:
                 self._count("bad_frames")
