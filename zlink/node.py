@@ -173,6 +173,14 @@ class Node:
         return self.config.node_id
 
     @property
+    def address(self) -> str | None:
+        """Where peers and clients reach this node (``listen`` with its port resolved, after
+        ``start()``); ``None`` for a node that does not listen."""
+        if isinstance(self._transport, ZmqTransport) and self._state != "new":
+            return self._transport.address
+        return None
+
+    @property
     def workers(self) -> int:
         """How many application worker threads this node runs."""
         return self._pool.size

@@ -157,6 +157,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "zlink.node",
             "zlink.status",
             "zlink.samples",
+            "zlink.mesh",  # zlink mesh reads the Location Store (downward: no cycle)
         }
     ),
     # the package __init__: every unit except the ones above it (cli, admin, testing, samples

@@ -80,12 +80,39 @@ def run(
         bool, typer.Option(help="allow a non-loopback admin address")
     ] = False,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    listen: Annotated[
+        str | None,
+        typer.Option(help="tcp://HOST:PORT for peers and clients (port 0: any free one)"),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help='Location Store: "memory" or "sqlite:///PATH" (shared by the mesh)'),
+    ] = None,
+    mesh: Annotated[str, typer.Option(help="the mesh's name")] = "main",
+    insecure: Annotated[
+        bool, typer.Option(help="allow a non-loopback --listen without CURVE keys (logged)")
+    ] = False,
+    nodes: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="start this many node processes here, stopped together"),
+    ] = None,
+    drain: Annotated[
+        bool, typer.Option(help="at SIGINT/SIGTERM move Spots to other nodes before stopping")
+    ] = True,
 ) -> None:
     """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown; a second
-    signal exits at once, with 130 for SIGINT); a callable ATTR is just run."""
+    signal exits at once, with 130 for SIGINT); a callable ATTR is just run.
+
+    With --listen the node joins a mesh of processes through the Location Store (--store,
+    python-api §10); with --nodes K, K node processes start on this machine (ports from
+    --listen's on, or free ones; the store a SQLite file in a fresh temporary folder unless
+    --store says), and SIGINT/SIGTERM stops them all."""
     logging.basicConfig(
         level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if nodes is not None:
+        sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
+                           insecure, log_level))  # fmt: skip
     obj = load(target, factory)
     if not isinstance(obj, App):
         if callable(obj):
@@ -97,21 +124,28 @@ def run(
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, functools.partial(_on_stop_signal, stop))
         server = None
-        with Node(obj, NodeConfig(node_id=node_id, workers=workers)) as node:
+        config = NodeConfig(
+            node_id=node_id, workers=workers, listen=listen, mesh=mesh, insecure=insecure,
+            **({} if store is None else {"store": store}),
+        )  # fmt: skip
+        with Node(obj, config) as node:
             if admin is not None:
                 host, port = parse_address(admin)
                 server = AdminServer(node, host, port, allow_remote=admin_allow_remote).start()
                 bound = server.address
                 typer.echo(f"admin on http://{bound[0]}:{bound[1]}", err=False)
+            if listen is not None:
+                typer.echo(f"node {node.node_id} listening on {node.address} ({config.store})")
             typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
             sys.stdout.flush()
             waker.wait(stop)
 
             def graceful() -> None:
-                drained = node.drain()  # Spots that can move go to the other nodes first
-                typer.echo(
-                    f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
-                )
+                if drain:
+                    drained = node.drain()  # Spots that can move go to the other nodes first
+                    typer.echo(
+                        f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
+                    )
                 typer.echo(
                     "stopping: refusing new work, finishing running turns "
                     "(SIGINT or SIGTERM again exits at once)"
@@ -123,6 +157,114 @@ def run(
             # on a thread of its own: this (main) thread stays free for a second signal
             waker.run(graceful, "zlink-graceful-stop")
     typer.echo("stopped")
+
+
+def _run_many(
+    target: str, factory: bool, node_id: str, count: int, workers: int | None,
+    listen: str | None, store: str | None, mesh: str, insecure: bool, log_level: str,
+) -> int:  # fmt: skip
+    """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
+    SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
+    them. Returns the worst exit status."""
+    import subprocess
+    import tempfile
+
+    if store is None:
+        folder = tempfile.mkdtemp(prefix="zlink-mesh-")
+        store = f"sqlite:///{folder}/mesh.db"
+        typer.echo(f"Location Store: {store}")
+    base = listen or "tcp://127.0.0.1:0"
+    host, _, port = base.rpartition(":")
+    procs: list[subprocess.Popen[bytes]] = []
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        if stop.is_set():  # a second signal: kill them, then exit at once
+            for proc in procs:
+                with contextlib.suppress(OSError):
+                    proc.kill()
+        _on_stop_signal(stop, signum, frame)
+
+    with _SignalWaker() as waker:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, on_signal)
+        try:
+            for i in range(1, count + 1):
+                address = base if port in ("0", "*") else f"{host}:{int(port) + i - 1}"
+                args = [sys.executable, "-m", "zlink", "run", target, "--node-id",
+                        f"{node_id}-{i}", "--listen", address, "--store", store, "--mesh", mesh,
+                        "--no-drain", "--log-level", log_level]  # fmt: skip
+                args += ["--factory"] if factory else []
+                args += ["--insecure"] if insecure else []
+                args += [] if workers is None else ["--workers", str(workers)]
+                procs.append(subprocess.Popen(args, start_new_session=True))
+            typer.echo(f"{count} node processes started; SIGINT or SIGTERM stops them all")
+            sys.stdout.flush()
+
+            def watch() -> None:  # one that ends by itself stops the rest
+                while not stop.is_set() and all(p.poll() is None for p in procs):
+                    stop.wait(0.2)
+                stop.set()
+                waker.wake()
+
+            threading.Thread(target=watch, name="zlink-nodes-watch", daemon=True).start()
+            waker.wait(stop)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(10)
+    typer.echo("all nodes stopped")
+    return max((abs(p.returncode or 0) for p in procs), default=0)
+
+
+@cli.command("mesh")
+def mesh_cmd(
+    store: Annotated[str, typer.Option(help='the Location Store: "sqlite:///PATH"')],
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
+) -> None:
+    """List the nodes the Location Store knows: id, address, incarnation, lease left, and how
+    many Spots and Actors each owns (python-api §10)."""
+    import time as _time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..mesh.stores import open_store
+    from ..mesh.zmq_transport import MeshEndpoint
+
+    opened = open_store(store)
+    try:
+        records = opened.nodes()
+        owned = opened.owned()
+    finally:
+        close = getattr(opened, "close", None)
+        if close is not None:
+            close()
+    now = _time.time()
+    rows = []
+    for r in records:
+        try:
+            address = MeshEndpoint.parse(r.endpoint).client
+        except InvalidArgument:
+            address = r.endpoint
+        rows.append({"node_id": r.node_id, "address": address, "incarnation": r.incarnation,
+                     "lease_left": round(r.lease_until - now, 1),
+                     "owned": owned.get(r.node_id, 0)})  # fmt: skip
+    if json_out:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"mesh in {store}")
+    for column in ("node", "address", "incarnation", "lease left (s)", "owns"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    Console().print(table)
 
 
 class _SignalWaker:

@@ -79,6 +79,8 @@ class LocationStore(Protocol):
 
     def nodes(self) -> list[NodeRecord]: ...
 
+    def owned(self) -> dict[str, int]: ...
+
 
 def check_fence(found: Location, node: str, authority_generation: int) -> None:
     """Refuse a write by anyone but the current owner at the current authority generation
@@ -139,6 +141,14 @@ class InMemoryLocationStore:
             return sorted(
                 (r for r in self._nodes.values() if r.lease_until >= now), key=lambda r: r.node_id
             )
+
+    def owned(self) -> dict[str, int]:
+        """How many Spots and Actors each node owns (``zlink mesh``)."""
+        with self._lock:
+            counts: dict[str, int] = {}
+            for location in self._locations.values():
+                counts[location.owner_node] = counts.get(location.owner_node, 0) + 1
+            return counts
 
     # -- locations ------------------------------------------------------------------------------
 

@@ -207,6 +207,17 @@ class SqliteLocationStore:
 
         return self._read(members)
 
+    def owned(self) -> dict[str, int]:
+        """How many Spots and Actors each node owns (``zlink mesh``)."""
+
+        def count(conn: sqlite3.Connection) -> dict[str, int]:
+            rows = conn.execute(
+                "SELECT owner_node, COUNT(*) FROM locations GROUP BY owner_node"
+            ).fetchall()
+            return {str(node): int(n) for node, n in rows}
+
+        return self._read(count)
+
     # -- locations ------------------------------------------------------------------------------
     def reserve(
         self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float

@@ -1,0 +1,97 @@
+"""``zlink run --listen/--store``, ``zlink run --nodes K`` and ``zlink mesh`` (python-api §10):
+real subprocesses on 127.0.0.1, each stopped by the test."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.unit.test_cli import ROOT, _lines, _until
+from zlink.cli import cli
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _mesh(store: str) -> list[dict[str, object]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "zlink", "mesh", "--store", store, "--json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def _stop(proc: subprocess.Popen[str], reader: object) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+    reader.join(10)  # type: ignore[attr-defined]
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def test_a_node_process_listens_registers_in_the_store_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--node-id", "solo",
+         "--listen", "tcp://127.0.0.1:0", "--store", store, "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        seen = _until(lines, "listening on tcp://127.0.0.1:", 30)
+        address = seen[-1].split("listening on ")[1].split()[0]
+        (row,) = _mesh(store)
+        assert row["node_id"] == "solo" and row["address"] == address
+        assert row["incarnation"] == 1 and 0 < float(row["lease_left"]) <= 3.0  # type: ignore[arg-type]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert _mesh(store) == []  # it unregistered on its way out
+    finally:
+        _stop(proc, reader)
+
+
+def test_run_nodes_starts_a_mesh_of_processes_and_stops_them_all(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--nodes", "3",
+         "--node-id", "w", "--store", store, "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        for _ in range(3):
+            _until(lines, "listening on", 45)
+        assert sorted(str(r["node_id"]) for r in _mesh(store)) == ["w-1", "w-2", "w-3"]
+        proc.send_signal(signal.SIGTERM)
+        _until(lines, "all nodes stopped", 45)
+        assert proc.wait(timeout=30) == 0
+        assert _mesh(store) == []
+    finally:
+        _stop(proc, reader)
+
+
+def test_a_non_loopback_listen_needs_keys_or_insecure() -> None:
+    """python-api §10: refused before anything binds; nothing here binds a non-loopback
+    address."""
+    result = CliRunner().invoke(
+        cli, ["run", "tests.procs.app:app", "--listen", "tcp://10.1.2.3:7000"]
+    )
+    assert result.exit_code != 0
+    assert "not a loopback address" in str(result.exception) + result.output
+
+
+def test_a_bad_store_url_is_refused() -> None:
+    result = CliRunner().invoke(
+        cli, ["run", "tests.procs.app:app", "--listen", "tcp://127.0.0.1:0", "--store", "ftp://x"]
+    )
+    assert result.exit_code != 0
+    assert "sqlite" in str(result.exception) + result.output
