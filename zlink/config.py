@@ -71,6 +71,9 @@ class NodeConfig(BaseModel):
     store: str = Field(
         "memory", description='Location Store: "memory" (one process) or "sqlite:///PATH"'
     )
+    keys: str | None = Field(
+        None, description="a keys folder (zlink keys generate): CURVE on every mesh socket"
+    )
     insecure: bool = Field(
         False, description="allow a non-loopback listen address without CURVE keys (logged)"
     )
@@ -102,10 +105,12 @@ class NodeConfig(BaseModel):
 
     @model_validator(mode="after")
     def _loopback_or_insecure(self) -> NodeConfig:
-        if self.listen is not None and not is_loopback(self.listen) and not self.insecure:
+        remote = self.listen is not None and not is_loopback(self.listen)
+        if remote and self.keys is None and not self.insecure:
             raise ValueError(
                 f"listen {self.listen!r} is not a loopback address: a mesh on a network needs "
-                "CURVE keys, or insecure=True (python-api §10)"
+                "CURVE keys (keys=DIR, made by `zlink keys generate DIR`), or insecure=True "
+                "(python-api §10)"
             )
         return self
 

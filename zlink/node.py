@@ -33,6 +33,7 @@ from .errors import (
 )
 from .executor import Clock, DaemonPool, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh import wire
+from .mesh.keys import MeshKeys
 from .mesh.location import LocationStore, NodeRecord
 from .mesh.membership import NodeMembership
 from .mesh.store_worker import StoreWorker
@@ -111,13 +112,15 @@ class Node:
             raise InvalidArgument("a mesh node needs both a LocationStore and a Transport")
         self._owned_store: Any = None  # a store this node opened, closed at its shutdown
         if store is None and transport is None and self.config.listen is not None:
+            keys = None if self.config.keys is None else MeshKeys.load(self.config.keys)
             store = self._owned_store = open_store(self.config.store)
             transport = ZmqTransport(
                 self.config.listen, mesh=self.config.mesh,
                 data_limit=self.config.data_frames_in_flight,
                 max_frame_bytes=self.config.max_frame_bytes, count=self._rt.metrics.add,
+                keys=keys,
             )  # fmt: skip
-            if self.config.insecure and not is_loopback(self.config.listen):
+            if keys is None and not is_loopback(self.config.listen):
                 _log.warning(
                     "node %s listens on %s WITHOUT encryption or authentication (insecure=True):"
                     " anyone who can reach it can send to every Spot", self.node_id,

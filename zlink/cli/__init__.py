@@ -92,6 +92,9 @@ def run(
     insecure: Annotated[
         bool, typer.Option(help="allow a non-loopback --listen without CURVE keys (logged)")
     ] = False,
+    keys: Annotated[
+        str | None, typer.Option(help="keys folder (zlink keys generate): CURVE on the mesh")
+    ] = None,
     nodes: Annotated[
         int | None,
         typer.Option(min=1, max=64, help="start this many node processes here, stopped together"),
@@ -112,7 +115,7 @@ def run(
     )
     if nodes is not None:
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
-                           insecure, log_level))  # fmt: skip
+                           insecure, keys, log_level))  # fmt: skip
     obj = load(target, factory)
     if not isinstance(obj, App):
         if callable(obj):
@@ -126,7 +129,7 @@ def run(
         server = None
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, mesh=mesh, insecure=insecure,
-            **({} if store is None else {"store": store}),
+            keys=keys, **({} if store is None else {"store": store}),
         )  # fmt: skip
         with Node(obj, config) as node:
             if admin is not None:
@@ -161,7 +164,8 @@ def run(
 
 def _run_many(
     target: str, factory: bool, node_id: str, count: int, workers: int | None,
-    listen: str | None, store: str | None, mesh: str, insecure: bool, log_level: str,
+    listen: str | None, store: str | None, mesh: str, insecure: bool, keys: str | None,
+    log_level: str,
 ) -> int:  # fmt: skip
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
@@ -196,6 +200,7 @@ def _run_many(
                         "--no-drain", "--log-level", log_level]  # fmt: skip
                 args += ["--factory"] if factory else []
                 args += ["--insecure"] if insecure else []
+                args += [] if keys is None else ["--keys", keys]
                 args += [] if workers is None else ["--workers", str(workers)]
                 procs.append(subprocess.Popen(args, start_new_session=True))
             typer.echo(f"{count} node processes started; SIGINT or SIGTERM stops them all")
@@ -221,6 +226,25 @@ def _run_many(
                     proc.wait(10)
     typer.echo("all nodes stopped")
     return max((abs(p.returncode or 0) for p in procs), default=0)
+
+
+keys_cli = typer.Typer(add_completion=False, help="CURVE keys of a mesh (python-api §10).")
+cli.add_typer(keys_cli, name="keys")
+
+
+@keys_cli.command("generate")
+def keys_generate(
+    folder: Annotated[str, typer.Argument(help="where to write them (made if missing)")],
+    client: Annotated[
+        list[str] | None, typer.Option(help="a client key pair to make (repeatable)")
+    ] = None,
+) -> None:
+    """Write the mesh's key pair (every node uses it) and client key pairs (default: one,
+    "client"); give the folder to nodes (--keys) and clients (zlink.connect(keys=...))."""
+    from ..mesh.keys import generate
+
+    for path in generate(folder, client):
+        typer.echo(str(path))
 
 
 @cli.command("mesh")

@@ -65,6 +65,7 @@ import zmq
 
 from ..addresses import check_listen
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
+from .keys import MeshKeys
 from .transport import Channel, NodeLink
 
 _log = logging.getLogger("zlink.mesh.zmq")
@@ -73,6 +74,11 @@ VERSION = 1
 _HEADER = struct.Struct("!BBQ")  # version, kind, the receiver's incarnation (0: any)
 _COUNT = struct.Struct("!Q")
 _RECV_BATCH = 256  # frames read from one socket before the others get a turn
+_REFUSED_EVENTS = (
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
 _BATCH_BODIES = 256  # frames of one kind to one peer sent as one ZeroMQ message at most
 _STRANGER_FRAMES = 64  # frames kept from an unknown sender until its HELLO arrives
 
@@ -175,6 +181,7 @@ class ZmqTransport:
         connect_timeout: float = 5.0,
         client_backlog: int = 1024,
         count: Callable[..., None] | None = None,
+        keys: MeshKeys | None = None,
     ) -> None:
         if data_limit < 1:
             raise InvalidArgument("data_limit is at least 1")
@@ -187,7 +194,10 @@ class ZmqTransport:
         self._connect_timeout = connect_timeout
         self._client_backlog_limit = client_backlog
         self._count: Callable[..., None] = count or (lambda name, n=1: None)
+        self._keys = keys
         self._ctx = zmq.Context()
+        self._auth: Any = None  # the ZAP handler (a thread of pyzmq's) when keys are given
+        self._monitors: list[zmq.Socket[Any]] = []  # handshake failures on bound sockets
         self._token = secrets.token_hex(8)
         self._lock = threading.Lock()
         self._node_id = ""
@@ -218,7 +228,9 @@ class ZmqTransport:
         """Bind the client and both in sockets; the endpoint the node registers in the store."""
         if self._endpoint is None:
             ctx = self._ctx
-            self._client = self._socket(zmq.ROUTER)
+            if self._keys is not None:
+                self._start_auth(self._keys)
+            self._client = self._socket(zmq.ROUTER, serve=True)
             self._client.setsockopt(zmq.ROUTER_MANDATORY, 1)
             self._client.bind(self._bind_any(self._listen))
             client = self._client.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -226,7 +238,7 @@ class ZmqTransport:
             self._ins: dict[Channel, zmq.Socket[Any]] = {}
             bound = {}
             for channel in Channel:
-                sock = self._socket(zmq.ROUTER)
+                sock = self._socket(zmq.ROUTER, serve=True)
                 sock.setsockopt(zmq.ROUTING_ID, identity(node_id, "@" + self._token))
                 sock.bind(f"{host}:*")
                 bound[channel] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
@@ -246,11 +258,47 @@ class ZmqTransport:
         host, _, port = listen.rpartition(":")
         return f"{host}:*" if port in ("0", "*") else listen
 
-    def _socket(self, kind: int) -> zmq.Socket[Any]:
+    def _socket(self, kind: int, serve: bool = False) -> zmq.Socket[Any]:
+        """A socket with this transport's options; ``serve``: it will be bound (with keys:
+        a CURVE server whose handshake failures are watched and counted)."""
         sock = self._ctx.socket(kind)
         sock.setsockopt(zmq.LINGER, 0)
         sock.setsockopt(zmq.MAXMSGSIZE, self._max_frame * 2)  # past it: the connection drops
+        keys = self._keys
+        if keys is not None:
+            if serve:
+                sock.setsockopt(zmq.CURVE_SERVER, 1)
+            else:  # a connecting side: every node serves with the mesh's key pair
+                sock.setsockopt(zmq.CURVE_SERVERKEY, keys.public)
+            sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.public)
+            sock.setsockopt(zmq.CURVE_SECRETKEY, keys.secret)
+            if serve:
+                self._monitors.append(sock.get_monitor_socket(_REFUSED_EVENTS))
         return sock
+
+    def _start_auth(self, keys: MeshKeys) -> None:
+        """Start pyzmq's ZAP handler: a CURVE handshake presenting a key the mesh does not
+        know is refused (and counted from the socket monitors, ``handshakes_refused``)."""
+        from zmq.auth.thread import ThreadAuthenticator
+
+        class _Allowed:
+            def callback(self, domain: str, key: bytes) -> bool:
+                return key in keys.allowed
+
+        self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("zlink.mesh.auth"))
+        self._auth.start()
+        self._auth.configure_curve_callback(domain="*", credentials_provider=_Allowed())
+
+    def _read_monitor(self, sock: zmq.Socket[Any]) -> None:
+        for _ in range(_RECV_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) == 2 and len(frames[0]) >= 2:
+                self._count("handshakes_refused")
+                _log.warning("node %s refused a connection: it failed the CURVE handshake",
+                             self._node_id)  # fmt: skip
 
     @property
     def address(self) -> str:
@@ -297,6 +345,8 @@ class ZmqTransport:
         self._wake()
         if self._thread is not None:
             self._thread.join(5.0)
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.destroy(linger=200)  # the goodbyes get out
 
     # -- what other threads call --------------------------------------------------------------
@@ -433,6 +483,8 @@ class ZmqTransport:
             poller.register(sock, zmq.POLLIN)
         client_polled = True
         poller.register(self._client, zmq.POLLIN)
+        for monitor in self._monitors:
+            poller.register(monitor, zmq.POLLIN)
         next_ping = time.monotonic() + self._ping_interval
         while True:
             try:
@@ -446,6 +498,9 @@ class ZmqTransport:
                         self._read_peer(channel, sock)
                 if self._client in ready:
                     self._read_clients()
+                for monitor in self._monitors:
+                    if monitor in ready:
+                        self._read_monitor(monitor)
                 with self._lock:
                     full = self._client_backlog >= self._client_backlog_limit
                 if full and client_polled:

@@ -1,0 +1,112 @@
+"""CURVE on the mesh (python-api §10): nodes that share a keys folder talk; a peer or client
+without the mesh's keys, or with a key the mesh does not know, is refused at the handshake,
+counted (``handshakes_refused``), and nothing it sent reaches a Spot."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+import zmq.auth
+
+import zlink
+from tests.procs.app import Bump, Total, app
+from zlink.mesh import keys as mesh_keys
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _until(check: Callable[[], Any], what: str, timeout: float = 15.0) -> Any:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.01)  # a handshake on another thread: nothing to wait on but its effect
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def _node(node_id: str, store: str, folder: Path | None, **extra: Any) -> zlink.Node:
+    config = zlink.NodeConfig(
+        node_id=node_id, listen="tcp://127.0.0.1:0", store=store, workers=1,
+        keys=None if folder is None else str(folder), **extra,
+    )  # fmt: skip
+    return zlink.Node(app, config).start()
+
+
+def _peers(node: zlink.Node) -> list[str]:
+    return node._runtime.router.transport.peers()  # type: ignore[no-any-return]
+
+
+def test_nodes_with_the_mesh_keys_talk_over_curve(tmp_path: Path) -> None:
+    mesh_keys.generate(tmp_path / "keys")
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, tmp_path / "keys") as n1, _node("n2", store, tmp_path / "keys") as n2:
+        _until(lambda: _peers(n1) == ["n2"] and _peers(n2) == ["n1"], "both up")
+        n1.client().spots.get_or_create("room", "mp.room").wait(10)
+        for seq in range(20):
+            n2.client().send_to_spot("room", Bump(sender="n2", seq=seq)).wait(10)
+        assert n2.client().request_to_spot("room", Total()).wait(10) == 20
+        assert n1.counters().get("handshakes_refused", 0) == 0
+
+
+def test_a_peer_without_the_mesh_keys_is_refused(tmp_path: Path) -> None:
+    mesh_keys.generate(tmp_path / "keys")
+    mesh_keys.generate(tmp_path / "other")  # a key pair of another mesh
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, tmp_path / "keys") as n1:
+        with _node("plain", store, None) as plain:  # no CURVE at all
+            _until(lambda: n1.counters().get("handshakes_refused", 0) >= 1, "plain refused")
+            assert _peers(n1) == [] and _peers(plain) == []
+        before = n1.counters().get("handshakes_refused", 0)
+        with _node("stranger", store, tmp_path / "other") as stranger:  # CURVE, wrong key
+            _until(lambda: n1.counters().get("handshakes_refused", 0) > before, "stranger refused")
+            assert _peers(n1) == [] and _peers(stranger) == []
+
+
+def test_a_client_without_a_known_key_reaches_no_spot(tmp_path: Path) -> None:
+    """Frames sent to the client port by a DEALER without keys, or with a client key the
+    mesh does not know, never reach the node: refused at the handshake and counted."""
+    mesh_keys.generate(tmp_path / "keys")
+    mesh_keys.generate(tmp_path / "other")
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, tmp_path / "keys") as n1:
+        n1.client().spots.get_or_create("room", "mp.room").wait(10)
+        assert n1.address is not None
+        ctx = zmq.Context()
+        try:
+            plain = ctx.socket(zmq.DEALER)
+            plain.setsockopt(zmq.LINGER, 0)
+            plain.connect(n1.address)
+            plain.send(b"anything at all", zmq.NOBLOCK)
+            _until(lambda: n1.counters().get("handshakes_refused", 0) >= 1, "plain refused")
+            server, _ = zmq.auth.load_certificate(tmp_path / "keys" / "mesh.key")
+            public, secret = zmq.auth.load_certificate(
+                tmp_path / "other" / "clients" / "client.key_secret"
+            )
+            unknown = ctx.socket(zmq.DEALER)
+            unknown.setsockopt(zmq.LINGER, 0)
+            unknown.setsockopt(zmq.CURVE_SERVERKEY, server)
+            unknown.setsockopt(zmq.CURVE_PUBLICKEY, public)
+            assert secret is not None
+            unknown.setsockopt(zmq.CURVE_SECRETKEY, secret)
+            unknown.connect(n1.address)
+            unknown.send(b"anything at all", zmq.NOBLOCK)
+            _until(lambda: n1.counters().get("handshakes_refused", 0) >= 2, "unknown refused")
+        finally:
+            ctx.destroy(linger=0)
+        counters = n1.counters()
+        assert counters.get("bad_client_frames", 0) == 0  # nothing got as far as the node
+        assert n1.client().request_to_spot("room", Total()).wait(10) == 0
+
+
+def test_a_keys_folder_that_is_not_one_is_refused_when_the_node_is_built(
+    tmp_path: Path,
+) -> None:
+    config = zlink.NodeConfig(listen="tcp://127.0.0.1:0", keys=str(tmp_path / "missing"))
+    with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
+        zlink.Node(app, config)
