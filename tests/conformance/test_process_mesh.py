@@ -263,3 +263,61 @@ def test_a_stopped_node_says_goodbye_and_its_peers_see_it_go(tmp_path: Path) -> 
         _until(lambda: nodes["n2"].ask("peers") == [], "n2 saw n1 leave")
         with pytest.raises(CommandFailed, match="NotFound"):
             nodes["n2"].ask("total", spot="room")
+
+
+def test_an_instance_spot_is_cold_activated_once_across_processes(tmp_path: Path) -> None:
+    """execution-model §14: three processes call one Instance Spot at once; one node
+    activates it and every call reaches that one."""
+    with mesh(tmp_path, ["n1", "n2", "n3"]) as nodes:
+        _meshed(nodes)
+        for n, node in enumerate(nodes.values()):
+            node.send_line({"id": 40_000 + n, "op": "where", "spot": "counter-1"})
+        answers = [node.wait_answer(40_000 + n, timeout=30) for n, node in
+                   enumerate(nodes.values())]  # fmt: skip
+        assert all(a["ok"] for a in answers), answers
+        assert len({a["value"] for a in answers}) == 1
+        assert answers[0]["value"] == _owner(tmp_path, "counter-1")
+
+
+def test_batches_cross_processes_all_or_none_in_order(tmp_path: Path) -> None:
+    with mesh(tmp_path, ["n1", "n2"]) as nodes:
+        _meshed(nodes)
+        nodes["n1"].ask("create", spot="room", type="mp.room")
+        nodes["n2"].ask("batch", spot="room", sender="b", count=1000, size=50)
+        assert nodes["n2"].ask("log", spot="room") == {"b": list(range(1000))}
+
+
+def test_an_actor_joins_a_spot_in_another_process_and_moves_there(tmp_path: Path) -> None:
+    """A cross-node Join between processes: the Actor, made in n1's lobby, joins a room of
+    n2 and moves there with its state (execution-model §5)."""
+    with mesh(tmp_path, ["n1", "n2"]) as nodes:
+        _meshed(nodes)
+        nodes["n2"].ask("create", spot="room", type="mp.room")
+        actor = nodes["n1"].ask("player")
+        assert _owner(tmp_path, actor) == "n1"
+        nodes["n1"].ask("enter", actor=actor, room="room")
+        _until(lambda: _owner(tmp_path, actor) == "n2", "the actor moved to n2")
+        assert nodes["n1"].ask("player_where", actor=actor) == "n2:room:['room']"
+
+
+def test_drain_moves_a_process_s_spots_to_the_others(tmp_path: Path) -> None:
+    """``node.drain()`` between processes: every room moves to a member, keeps its state,
+    and calls made after the drain reach it where it went."""
+    rooms = [f"room-{i}" for i in range(6)]
+    with mesh(tmp_path, ["n1", "n2", "n3"]) as nodes:
+        _meshed(nodes)
+        for room in rooms:
+            nodes["n1"].ask("create", spot=room, type="mp.room")
+            nodes["n2"].ask("send", spot=room, sender="before", count=10)
+        _until(lambda: all(nodes["n2"].ask("total", spot=r) == 10 for r in rooms), "sends handled")
+        drained = nodes["n1"].ask("drain")
+        assert sorted(drained["moved"]) == rooms
+        assert list(drained["stayed"]) == ["mp.lobby@n1"]  # an Entry Spot never moves
+        assert {_owner(tmp_path, r) for r in rooms} == {"n2", "n3"}
+        for room in rooms:
+            nodes["n3"].ask("send", spot=room, sender="after", count=5)
+        _until(lambda: all(nodes["n3"].ask("total", spot=r) == 15 for r in rooms), "all handled")
+        assert nodes["n2"].ask("log", spot=rooms[0]) == {
+            "before": list(range(10)),
+            "after": list(range(5)),
+        }

@@ -70,3 +70,46 @@ class Gate(zlink.UserSpot):
     @zlink.handler
     def hold_one(self, msg: HoldOne) -> None:
         RELEASE.wait(30)
+
+
+class Where(zlink.Request[str], type_name="mp.where"):
+    pass
+
+
+class Enter(zlink.Message, type_name="mp.enter"):
+    room: str
+
+
+def _node(context: object) -> str:
+    return context._rt.node_id  # type: ignore[attr-defined, no-any-return]
+
+
+@app.instance_spot("mp.counter")
+class Counter(zlink.InstanceSpot):
+    @zlink.handler
+    def where(self, req: Where) -> str:
+        return _node(self.context)
+
+
+@app.entry_spot("mp.lobby", actor="mp.player")
+class Lobby(zlink.EntrySpot):
+    pass
+
+
+@app.actor("mp.player", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+class Player(zlink.Actor):
+    def __init__(self, context: zlink.ActorContext) -> None:
+        super().__init__(context)
+        self.joined: list[str] = []
+
+    @zlink.handler
+    def enter(self, msg: Enter) -> None:
+        self.context.join(msg.room).defer()
+
+    @zlink.handler
+    def where(self, req: Where) -> str:
+        return f"{_node(self.context)}:{self.context.spot_id}:{self.joined}"
+
+    def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
+        if completion.joined:
+            self.joined.append(completion.spot_id)

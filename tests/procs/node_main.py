@@ -16,7 +16,18 @@ import time
 from typing import Any
 
 import zlink
-from tests.procs.app import RELEASE, RELEASE_HOLD, Bump, Hold, HoldOne, Log, Total, app
+from tests.procs.app import (
+    RELEASE,
+    RELEASE_HOLD,
+    Bump,
+    Enter,
+    Hold,
+    HoldOne,
+    Log,
+    Total,
+    Where,
+    app,
+)
 
 _out = threading.Lock()
 _pumps: dict[str, dict[str, Any]] = {}
@@ -87,6 +98,24 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
         for _ in range(cmd["count"]):
             client.send_to_spot(cmd["spot"], HoldOne()).submit()
         return None
+    if op == "where":  # an Instance Spot, cold-activated on its first call
+        return client.request_to_spot(cmd["spot"], Where()).instance_spot().wait(15)
+    if op == "batch":
+        size = cmd["size"]
+        for start in range(0, cmd["count"], size):
+            msgs = [Bump(sender=cmd["sender"], seq=s) for s in range(start, start + size)]
+            client.send_many_to_spot(cmd["spot"], msgs).wait(15)
+        return None
+    if op == "player":
+        return client.actors.create("mp.player").wait(15).actor_id
+    if op == "enter":
+        client.send_to_actor(cmd["actor"], Enter(room=cmd["room"])).wait(15)
+        return None
+    if op == "player_where":
+        return client.request_to_actor(cmd["actor"], Where()).wait(15)
+    if op == "drain":
+        result = node.drain(cmd.get("move_timeout", 15))
+        return {"moved": result.moved, "stayed": result.stayed}
     if op == "release":
         (RELEASE if cmd.get("which", "all") == "all" else RELEASE_HOLD).set()
         return None
