@@ -33,6 +33,7 @@ from .errors import (
 )
 from .executor import Clock, DaemonPool, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh import wire
+from .mesh.client_server import ClientServer, ClientSettings
 from .mesh.location import LocationStore, NodeRecord
 from .mesh.membership import NodeMembership
 from .mesh.store_worker import StoreWorker
@@ -156,6 +157,18 @@ class Node:
             ):
                 router.handle(kind, handler)
         self._client = Client(self._rt)
+        self._client_server: ClientServer | None = None
+        if isinstance(transport, ZmqTransport):  # zlink.connect clients (python-api §10)
+            c = self.config
+            settings = ClientSettings(
+                c.node_id, c.mesh, c.client_window_items, c.client_window_bytes,
+                c.client_calls_in_flight, c.admission_timeout, c.request_timeout,
+                c.max_frame_bytes,
+            )  # fmt: skip
+            self._client_server = ClientServer(
+                self._rt, transport, self._infra.submit, self._rt.metrics.add, settings
+            )
+            transport.serve_clients(self._client_server)
         self._subscribers: list[StatusSubscription] = []
 
     def _members(self, records: list[NodeRecord]) -> None:
@@ -410,6 +423,8 @@ class Node:
         self._pool.shutdown(max(0.0, end - time.monotonic()))
         if self._membership is not None:
             self._membership.leave(max(0.5, end - time.monotonic()))
+        if self._client_server is not None:  # after the last replies: clients hear goodbye
+            self._client_server.close()
         if self._transport is not None:  # before the infrastructure thread stops: peers hear
             self._transport.detach(self.node_id)
         self._infra.stop(max(0.0, end - time.monotonic()))

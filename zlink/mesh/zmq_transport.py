@@ -721,6 +721,7 @@ class ZmqTransport:
                 continue
             if len(frames[1]) > self._max_frame:
                 self._count("oversized_frames")
+                self._count("bad_client_frames")  # a client's, counted as its bad frames too
                 continue
             with self._lock:
                 self._client_backlog += 1
