@@ -218,6 +218,14 @@ class Node:
         _log.info("node %s started with %d workers", self.node_id, self._pool.size)
         return self
 
+    @property
+    def address(self) -> str | None:
+        """Where ``zlink.connect`` reaches this node: ``listen`` with its port resolved (a
+        port ``0`` becomes the one bound); ``None`` for a node without a network transport."""
+        if isinstance(self._transport, ZmqTransport):
+            return self._transport.address
+        return None
+
     def client(self) -> Client:
         """The route client and managers for code outside the runtime (python-api §6)."""
         return self._client
