@@ -420,18 +420,27 @@ def _welcome(router: zmq.Socket[Any]) -> bytes:
 def test_a_connection_that_drops_without_goodbye_fails_pending_calls_at_once():
     router, endpoint = _fake_node()
     result: dict[str, Any] = {}
-    opened = threading.Thread(target=lambda: result.update(client=zlink.connect(endpoint)))
+    opened = threading.Thread(
+        target=lambda: result.update(client=zlink.connect(endpoint, window=1))
+    )
     opened.start()
     _welcome(router)
     opened.join(WAIT)
     client = result["client"]
     try:
         pending = client.request_to_spot("r", Echo(text="x")).timeout(60).future()
-        assert router.poll(WAIT * 1000)  # the request arrived; the node now vanishes
+        sent = client.send_to_spot("r", Note(n=1)).future()  # on the wire: no verdict comes
+        waiting = client.send_to_spot("r", Note(n=2)).future()  # waits for room in the window
+        for _ in range(2):  # the request and the send arrived; the node now vanishes
+            assert router.poll(WAIT * 1000)
+            router.recv_multipart()
         router.close(0)
-        with pytest.raises(zlink.Unavailable):
-            pending.result(WAIT)
-        assert client.counters()["calls_failed_connection_lost"] == 1
+        for call in (pending, sent, waiting):
+            with pytest.raises(zlink.Unavailable):
+                call.result(WAIT)
+        counters = client.counters()
+        assert counters["calls_failed_connection_lost"] == 1
+        assert counters["sends_unconfirmed_connection_lost"] == 1
     finally:
         router.close(0)
         client.close()
