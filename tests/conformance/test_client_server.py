@@ -32,6 +32,7 @@ from zlink.types import TargetKind
 
 ROOT = Path(__file__).resolve().parents[2]
 
+
 def _label(msg: Note) -> str:
     return f"{msg.who}:{msg.n}" if msg.who else str(msg.n)
 
@@ -328,9 +329,7 @@ def test_wait_and_future_wait_for_room_in_the_window_in_order(serve, connect):
     assert client.counters()["window_waits"] == 2
 
 
-def test_a_send_the_node_has_no_room_for_in_time_fails_and_is_counted_at_both_ends(
-    serve, connect
-):
+def test_a_send_with_no_room_at_the_node_in_time_fails_and_is_counted_at_both_ends(serve, connect):
     node = serve(app_lane_items=2)
     client = connect(node)
     _room(client)
