@@ -419,12 +419,13 @@ class _Field:
     check: _Check
     encode: _Encode | None  # None: the value is its own JSON value
     tail: _Tail
+    inline: str = ""  # a simple check the generated fast path writes out (see _generate)
 
 
 def _field(name: str, tp: Any) -> _Field:
     """The check and encoder of one field, from its type (so the table cannot drift)."""
     if name in ("seq", "correlation"):
-        return _Field(name, _check_id, None, _Tail.NONE)
+        return _Field(name, _check_id, None, _Tail.NONE, "id")
     simple: dict[Any, tuple[_Check, _Encode | None]] = {
         int: (_check_int, None),
         float: (_check_float, None),
@@ -450,15 +451,98 @@ def _field(name: str, tp: Any) -> _Field:
         check, enc = simple[tp]
     except (KeyError, TypeError):
         raise TypeError(f"no client wire form for {name}: {tp!r}") from None
-    return _Field(name, check, enc, _Tail.NONE)
+    inline = {int: "int", bool: "bool", str: "str", str | None: "opt_str", TargetKind: "target",
+              float: "float", float | None: "opt_float"}.get(tp, "")  # fmt: skip
+    return _Field(name, check, enc, _Tail.NONE, inline)
 
 
-@dataclass(frozen=True, slots=True)
+def _cut(data: bytes, start: int, sizes: Any) -> tuple[bytes, ...]:
+    """The tail from ``start``, cut at ``sizes`` (which must add up to all of it)."""
+    if type(sizes) is not list or not all(type(n) is int and n >= 0 for n in sizes):
+        raise _Bad("expected an array of sizes")
+    if start + sum(sizes) != len(data):
+        raise _Bad(f"the sizes add up to {sum(sizes)} bytes; the tail has {len(data) - start}")
+    out = []
+    at = start
+    for n in sizes:
+        out.append(data[at : at + n])
+        at += n
+    return tuple(out)
+
+
+class _Slow(Exception):
+    """The generated fast path refuses a frame: the precise path decides, and says why."""
+
+
+@dataclass(slots=True)
 class _Table:
     cls: type[Any]
     fields: tuple[_Field, ...]
     head_len: int  # how many values the head array holds
     tail: _Tail
+    fast_decode: Callable[[list[Any], bytes, int], Any] = lambda head, data, end: None
+    fast_encode: Callable[[Any], tuple[list[Any], bytes]] = lambda frame: ([], b"")
+
+
+_INLINE = {  # (guard refusing a value, the value kept) of each inline check, on ``v``
+    "id": ("type(v) is not int or v < 0 or v > _MAX_ID", "v"),
+    "int": ("type(v) is not int", "v"),
+    "bool": ("type(v) is not bool", "v"),
+    "str": ("type(v) is not str", "v"),
+    "opt_str": ("v is not None and type(v) is not str", "v"),
+    "target": ("type(v) is not str or v not in _TARGETS", "_TARGETS[v]"),
+    "float": ("type(v) is not float or v - v != 0.0", "v"),
+    "opt_float": ("v is not None and (type(v) is not float or v - v != 0.0)", "v"),
+}
+
+
+def _generate(table: _Table) -> None:
+    """Write ``table``'s fast paths: straight-line code per kind, the simple checks inlined,
+    the frozen instance filled through its slots (as ``zlink.mesh.wire`` does). A frame the
+    fast path refuses (``_Slow``, or any error) is judged again by the precise path."""
+    cls = table.cls
+    env: dict[str, Any] = {
+        "_Slow": _Slow, "_new": object.__new__, "_C": cls, "_MAX_ID": _MAX_ID,
+        "_TARGETS": _TARGETS, "_cut": _cut, "type": type, "len": len,
+    }  # fmt: skip
+    dec = [
+        "def fast_decode(head, data, end):",
+        f"    if len(head) != {table.head_len}: raise _Slow",
+    ]
+    build = ["    o = _new(_C)"]
+    enc_items: list[str] = []
+    tail_expr = 'b""'
+    for n, f in enumerate(table.fields):
+        env[f"_set{n}"] = cls.__dict__[f.name].__set__
+        env[f"_check{n}"] = f.check
+        if f.tail is _Tail.ONE:
+            dec.append(f"    v{n} = data[end:]")
+            tail_expr = f"o.{f.name}"
+        elif f.tail is _Tail.MANY:
+            dec.append(f"    v{n} = _cut(data, end, head[{n}])")
+            enc_items.append(f"[len(p) for p in o.{f.name}]")
+            tail_expr = f'b"".join(o.{f.name})'
+        elif f.inline:
+            guard, keep = _INLINE[f.inline]
+            dec += [f"    v = head[{n}]", f"    if {guard}: raise _Slow", f"    v{n} = {keep}"]
+        else:
+            dec.append(f"    v{n} = _check{n}(head[{n}])")
+        if f.tail is _Tail.NONE:
+            if f.encode is None:
+                enc_items.append(f"o.{f.name}")
+            else:
+                env[f"_enc{n}"] = f.encode
+                enc_items.append(f"_enc{n}(o.{f.name})")
+        build.append(f"    _set{n}(o, v{n})")
+    if table.tail is _Tail.NONE:
+        dec.append("    if end != len(data): raise _Slow")
+    source = "\n".join([
+        *dec, *build, "    return o",
+        "def fast_encode(o):", f"    return [{', '.join(enc_items)}], {tail_expr}",
+    ])  # fmt: skip
+    exec(compile(source, f"<zlink.mesh.client_wire {cls.__name__}>", "exec"), env)
+    table.fast_decode = env["fast_decode"]
+    table.fast_encode = env["fast_encode"]
 
 
 _TABLES: dict[int, _Table] = {}
@@ -468,13 +552,14 @@ for _cls in FRAME_CLASSES:
     _tails = [f for f in _fields if f.tail is not _Tail.NONE]
     if len(_tails) > 1 or (_tails and _fields[-1] is not _tails[0]):  # pragma: no cover
         raise TypeError(f"{_cls.__name__}: at most one tail field, and last")
-    _TABLES[_cls.KIND] = _Table(
+    _TABLES[_cls.KIND] = _table = _Table(
         _cls,
         _fields,
         len(_fields) - (1 if _tails and _tails[0].tail is _Tail.ONE else 0),
         _tails[0].tail if _tails else _Tail.NONE,
     )
-del _cls, _hints, _fields, _tails
+    _generate(_table)
+del _cls, _hints, _fields, _tails, _table
 
 
 # -- the codec ------------------------------------------------------------------------------------
@@ -483,31 +568,12 @@ del _cls, _hints, _fields, _tails
 def encode(frame: ClientFrame) -> bytes:
     """``frame`` as the bytes of one ZeroMQ frame. ``InvalidArgument`` for a value JSON
     cannot hold (the fields are typed by their builders: nothing else can fail)."""
-    table = _TABLES[frame.KIND]
-    head: list[Any] = []
-    tail = b""
-    for f in table.fields:
-        value = getattr(frame, f.name)
-        if f.tail is _Tail.ONE:
-            tail = value
-        elif f.tail is _Tail.MANY:
-            head.append([len(p) for p in value])
-            tail = b"".join(value)
-        else:
-            head.append(value if f.encode is None else f.encode(value))
+    head, tail = _TABLES[frame.KIND].fast_encode(frame)
     try:
         data = codec.dumps(head)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidArgument(f"a {frame.KIND.name} frame does not encode: {exc}") from None
     return HEADER.pack(CLIENT_VERSION, frame.KIND, len(data)) + data + tail
-
-
-def peek(data: bytes) -> tuple[int, int] | None:
-    """``(version, kind)`` of a frame, read from its header alone; ``None`` if too short."""
-    if len(data) < HEADER.size:
-        return None
-    version, kind, _ = HEADER.unpack_from(data)
-    return version, kind
 
 
 def decode(data: bytes) -> ClientFrame:
@@ -540,6 +606,10 @@ def decode(data: bytes) -> ClientFrame:
         ) from None
     if type(head) is not list:
         raise FrameError(f"a {kind.name} frame's head is not an array", BadFrame.GARBAGE, kind)
+    try:
+        return table.fast_decode(head, data, end)  # type: ignore[no-any-return]
+    except Exception:  # noqa: BLE001 - refused: the precise path below says where and why
+        pass
     first = head[0] if head and type(head[0]) is int and 0 <= head[0] <= _MAX_ID else None
     if len(head) != table.head_len:
         raise FrameError(
@@ -567,20 +637,6 @@ def decode(data: bytes) -> ClientFrame:
         raise FrameError(f"{kind.name}.{name}: {bad}", BadFrame.FIELD, kind, first) from None
 
 
-def _cut(data: bytes, start: int, sizes: Any) -> tuple[bytes, ...]:
-    """The tail from ``start``, cut at ``sizes`` (which must add up to all of it)."""
-    if type(sizes) is not list or not all(type(n) is int and n >= 0 for n in sizes):
-        raise _Bad("expected an array of sizes")
-    if start + sum(sizes) != len(data):
-        raise _Bad(f"the sizes add up to {sum(sizes)} bytes; the tail has {len(data) - start}")
-    out = []
-    at = start
-    for n in sizes:
-        out.append(data[at : at + n])
-        at += n
-    return tuple(out)
-
-
 __all__ = [
     "CALL_KINDS",
     "CLIENT_VERSION",
@@ -605,5 +661,4 @@ __all__ = [
     "Welcome",
     "decode",
     "encode",
-    "peek",
 ]
