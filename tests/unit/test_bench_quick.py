@@ -48,3 +48,12 @@ def test_the_backpressure_benchmark_runs_in_quick_mode(capsys):
     assert backpressure.main(["--quick"]) == 0  # exactly once, in order, nothing refused
     out = capsys.readouterr().out
     assert "one node: median senders/drain" in out and "two nodes: median" in out
+
+
+@pytest.mark.timeout(120)
+def test_the_client_benchmark_runs_in_quick_mode(capsys):
+    from bench import client
+
+    assert client.main(["--quick"]) == 0  # a node process and a client, exactly once
+    out = capsys.readouterr().out
+    assert "round trip p50" in out and "one-way submit" in out and "batch" in out

@@ -262,9 +262,10 @@ class _Connection:
             if self._state is not _State.UP:
                 raise Unavailable(f"node at {self.endpoint} did not take the client: {self._why}")
 
-    def close(self, state: _State = _State.CLOSED) -> None:
+    def close(self) -> None:
         """Leave: what was handed over goes out (a ``BYE`` last); every call still pending
-        fails with ``Cancelled``; the threads end."""
+        fails with ``Cancelled`` (a send on its way may still be admitted); the threads
+        end."""
         with self._lock:
             if self._state is _State.CLOSED:
                 return
@@ -275,7 +276,9 @@ class _Connection:
                 self._linger = _CLOSE_LINGER_MS
             lost = self._take_all()
             self._stop_io = True
-        self._fail_all(lost, Cancelled("the client was closed before the call completed"))
+        self._fail_all(
+            lost, Cancelled("the client was closed before the call completed"), "client_closed"
+        )
         self._wake_now()
         if self._io.ident is None:  # never started: its sockets are closed here
             self._close_sockets()
@@ -292,14 +295,19 @@ class _Connection:
         return calls, sends, waiting
 
     def _fail_all(
-        self, lost: tuple[list[_Pending], list[_InFlight], list[_Waiting]], error: Exception
+        self,
+        lost: tuple[list[_Pending], list[_InFlight], list[_Waiting]],
+        error: Exception,
+        why: str,
     ) -> None:
+        """Fail what ``_take_all`` took; counted as ``calls_failed_<why>`` and
+        ``sends_unconfirmed_<why>`` (sends on their way: they may have been admitted)."""
         calls, sends, waiting = lost
         if calls:
-            self.counters.add("calls_failed_connection_lost", len(calls))
+            self.counters.add(f"calls_failed_{why}", len(calls))
         unconfirmed = sum(s.items for s in sends)
         if unconfirmed:
-            self.counters.add("sends_unconfirmed_connection_lost", unconfirmed)
+            self.counters.add(f"sends_unconfirmed_{why}", unconfirmed)
         for pending in calls:
             pending.completion.set(None, error)
         for send in sends:
@@ -328,6 +336,7 @@ class _Connection:
             Unavailable(
                 f"the connection to node {self.node_id} at {self.endpoint} was lost: {why}"
             ),
+            "connection_lost",
         )
         self._wake_now()
 
