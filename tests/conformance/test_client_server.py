@@ -430,9 +430,11 @@ def test_a_connection_that_drops_without_goodbye_fails_pending_calls_at_once():
         pending = client.request_to_spot("r", Echo(text="x")).timeout(60).future()
         sent = client.send_to_spot("r", Note(n=1)).future()  # on the wire: no verdict comes
         waiting = client.send_to_spot("r", Note(n=2)).future()  # waits for room in the window
-        for _ in range(2):  # the request and the send arrived; the node now vanishes
+        arrived = 0
+        while arrived < 2:  # the request and the send arrived; the node now vanishes
             assert router.poll(WAIT * 1000)
-            router.recv_multipart()
+            frame = cw.decode(router.recv_multipart()[1])
+            arrived += len(frame.frames) if isinstance(frame, cw.Pack) else 1
         router.close(0)
         for call in (pending, sent, waiting):
             with pytest.raises(zlink.Unavailable):
@@ -521,16 +523,18 @@ def test_bad_frames_are_counted_and_the_node_keeps_serving(serve, connect):
         acks = _answer(raw)
         assert isinstance(acks, cw.Acks) and acks.failed[0].seq == 5
         assert acks.failed[0].reason is cw.DropReason.BAD_PAYLOAD
-        raw.send(cw.encode(cw.Hello(3, "raw")))  # after all of them, in order
-        welcome = _answer(raw)
+        # a pack: each frame handled alone, in order; a bad one (or a pack in it) counted
+        nested = cw.encode(cw.Pack((cw.encode(cw.Hello(9, "nested")),)))
+        raw.send(cw.encode(cw.Pack((b"\x01", nested, cw.encode(cw.Hello(3, "raw"))))))
+        welcome = _answer(raw)  # after all of them, in order
         assert isinstance(welcome, cw.Welcome) and welcome.correlation == 3
     finally:
         raw.close(0)
     counters = node.counters()
-    assert counters["bad_client_frames"] == 7
-    assert counters["bad_client_frames_truncated"] == 2
+    assert counters["bad_client_frames"] == 9
+    assert counters["bad_client_frames_truncated"] == 3
     assert counters["bad_client_frames_garbage"] == 1
-    assert counters["bad_client_frames_kind"] == 1
+    assert counters["bad_client_frames_kind"] == 2
     assert counters["bad_client_frames_version"] == 1
     assert counters["bad_client_frames_field"] == 1
     assert counters["oversized_frames"] == 1

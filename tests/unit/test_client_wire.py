@@ -28,6 +28,7 @@ FRAMES: list[cw.ClientFrame] = [
     cw.Acks(((1, 4), (6, 6)), (cw.Failure(5, cw.DropReason.LANE_FULL, ERR),)),
     cw.Acks((), ()),
     cw.Bye("the node shuts down"),
+    cw.Pack((cw.encode(cw.Hello(1, "a")), cw.encode(cw.Bye("b")))),
 ]
 
 

@@ -89,6 +89,8 @@ _log = logging.getLogger("zlink.client")
 
 _RECV_BATCH = 256  # frames read at once before they go to the completion thread
 _CLOSE_LINGER_MS = 1000  # how long close() lets queued frames get out
+_PACK_BYTES = 64 * 1024  # frames queued together go as one PACK of at most this many bytes
+_PACK_FRAMES = 256  # ... and at most this many frames
 _LOST_EVENTS = (
     zmq.EVENT_DISCONNECTED
     | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -829,22 +831,32 @@ class _Connection:
             self._infra.submit(self._on_frames, frames)
 
     def _write(self) -> bool:
-        """Send what callers handed over, in order; ``True`` if ZeroMQ took not all of it."""
+        """Send what callers handed over, in order, several frames found queued together as
+        one ``PACK`` (one frame for the node's transport to read and hand on); ``True`` if
+        ZeroMQ took not all of it."""
         with self._lock:
             self._signalled = False  # first: a frame handed over after the swap wakes again
             out, self._out = self._out, deque()
+            limits = self._limits
+        most = _PACK_BYTES if limits is None else min(_PACK_BYTES, limits.max_frame_bytes // 2)
         sent = 0
         try:
             while out:
+                group = [out.popleft()]
+                size = len(group[0])
+                while out and len(group) < _PACK_FRAMES and size + len(out[0]) <= most:
+                    size += len(out[0])
+                    group.append(out.popleft())
+                data = group[0] if len(group) == 1 else cw.encode(cw.Pack(tuple(group)))
                 try:
-                    self._dealer.send(out[0], zmq.NOBLOCK)
+                    self._dealer.send(data, zmq.NOBLOCK)
                 except zmq.Again:
+                    out.extendleft(reversed(group))
                     with self._lock:
                         out.extend(self._out)
                         self._out = out
                     return True
-                out.popleft()
-                sent += 1
+                sent += len(group)
         finally:
             if sent:
                 self.counters.add("frames_sent", sent)

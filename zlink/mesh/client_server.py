@@ -2,9 +2,10 @@
 §16 "ClientServer").
 
 Frames from clients (``zlink.mesh.client_wire``) arrive on the node's infrastructure thread
-(``ClientLink.client_frame``, from the ``ZmqTransport``'s client ROUTER). Each is decoded and
-its call submitted to the node's runtime through ``RuntimePort``, exactly as ``node.client()``
-would submit it; outcomes go back on the same connection (``send_client``).
+(``ClientLink.client_frame``, from the ``ZmqTransport``'s client ROUTER); a ``PACK`` of them
+is taken apart there, in order. Each is decoded and its call submitted to the node's runtime
+through ``RuntimePort``, exactly as ``node.client()`` would submit it; outcomes go back on the
+same connection (``send_client``).
 
 Guarantees / assumes:
 * Same admission as ``node.client()`` (python-api §9): a send waits for room in a full lane,
@@ -183,13 +184,16 @@ class ClientServer:
         for client in known:
             self._transport.send_client(client, bye)
 
-    def _on_frame(self, client: bytes, data: bytes) -> None:
+    def _on_frame(self, client: bytes, data: bytes, packed: bool = False) -> None:
         try:
             frame = cw.decode(data)
         except cw.FrameError as exc:
             self._bad(client, exc)
             return
         match frame:
+            case cw.Pack() if not packed:  # each in order, as if it had come alone
+                for inner in frame.frames:
+                    self._on_frame(client, inner, True)
             case cw.Send():
                 self._on_send(client, frame)
             case cw.Request():
@@ -205,6 +209,8 @@ class ClientServer:
             case cw.Bye():
                 with self._lock:
                     self._known.pop(client, None)
+            case cw.Pack():
+                self._bad(client, cw.FrameError("a pack holds no pack", cw.BadFrame.KIND))
             case _:  # a kind only a node sends
                 self._bad(
                     client,

@@ -12,7 +12,8 @@ What crosses
 
     Client to node: ``HELLO`` (the handshake's question), ``SEND`` and ``BATCH`` (one-way,
     numbered by ``seq``), ``REQUEST``, ``CREATE`` and ``CLOSE`` (awaiting a ``REPLY`` under
-    their ``correlation``), ``BYE``. Node to client: ``WELCOME`` (the limits the client
+    their ``correlation``), ``BYE``, and ``PACK``: several of those in one ZeroMQ frame (what
+    the client found queued at once). Node to client: ``WELCOME`` (the limits the client
     keeps), ``REPLY``, ``ACKS`` (the verdicts of sends, coalesced: ranges of ``seq`` admitted,
     and each send that failed, with its reason and typed error), ``BYE`` (the node leaves, or
     does not speak the client's version).
@@ -63,6 +64,7 @@ class ClientKind(IntEnum):
     REPLY = 8
     ACKS = 9
     BYE = 10
+    PACK = 11
 
 
 class BadFrame(StrEnum):
@@ -271,7 +273,18 @@ class Bye:
     reason: str
 
 
-ClientFrame = Hello | Welcome | Send | Batch | Request | Create | Close | Reply | Acks | Bye
+@dataclass(frozen=True, slots=True)
+class Pack:
+    """Client to node: frames handed over together, in order, as one ZeroMQ frame (what a
+    client's I/O thread found queued at once); each is handled as if it came alone. A pack
+    holds no pack."""
+
+    KIND: ClassVar[ClientKind] = ClientKind.PACK
+
+    frames: tuple[bytes, ...]
+
+
+ClientFrame = Hello | Welcome | Send | Batch | Request | Create | Close | Reply | Acks | Bye | Pack
 """Any client frame; ``match`` on the class, or read ``KIND``."""
 
 FRAME_CLASSES: Final[tuple[type[ClientFrame], ...]] = typing.get_args(ClientFrame)
@@ -655,6 +668,7 @@ __all__ = [
     "Failure",
     "FrameError",
     "Hello",
+    "Pack",
     "Reply",
     "Request",
     "Send",
