@@ -40,6 +40,7 @@ def _label(msg: Note) -> str:
 HOLD = threading.Event()  # released: blocked handlers go on
 HOLDING = threading.Event()  # a handler is blocked on HOLD
 CHANNEL_NOTES: list[str] = []
+CHANNEL_HEARD = threading.Event()  # the Channel handled a note (admitted is not handled)
 
 
 def build_app() -> zlink.App:
@@ -119,6 +120,7 @@ def build_app() -> zlink.App:
         @zlink.handler
         def note(self, msg: Note) -> None:
             CHANNEL_NOTES.append(_label(msg))
+            CHANNEL_HEARD.set()
 
     return app
 
@@ -130,6 +132,7 @@ def serve() -> Iterator[Callable[..., zlink.Node]]:
     HOLD.clear()
     HOLDING.clear()
     CHANNEL_NOTES.clear()
+    CHANNEL_HEARD.clear()
     nodes: list[zlink.Node] = []
 
     def make(**config: Any) -> zlink.Node:
@@ -208,7 +211,7 @@ def test_a_remote_client_has_every_method_of_node_client(serve, connect):
 
     assert client.request("t.cs.api", Echo(text="c")).wait(WAIT) == "channel: c"
     client.send("t.cs.api", Note(n=9, who="ch")).wait(WAIT)
-    assert CHANNEL_NOTES == ["ch:9"]
+    assert CHANNEL_HEARD.wait(WAIT) and CHANNEL_NOTES == ["ch:9"]
     assert (
         client.request_to_spot("i-1", Echo(text="i")).instance_spot("t.cs.inst").wait(WAIT)
         == "instance i-1: i"
