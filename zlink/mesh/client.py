@@ -31,7 +31,9 @@ Guarantees / assumes:
   ``Unavailable``, and every later call too; sends without a verdict then are counted
   (``sends_unconfirmed_connection_lost``: they may or may not have been admitted).
 * Every error a caller sees is a ``zlink.errors`` type; a frame from the node that does not
-  decode is counted (``bad_frames``) and dropped; the threads survive any exception.
+  decode is counted (``bad_frames``) and dropped; the completion thread survives any exception
+  of a task (``client_task_errors``); an exception of the I/O thread's own loop ends the
+  connection as a loss (``io_errors``, ``Unavailable`` to every caller), never silently.
 * ``_lock`` guards the connection's state, windows, tables and the outgoing queue; under it
   only frames are encoded and appended, never a socket call, a completion or a callback.
 """
