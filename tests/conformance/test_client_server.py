@@ -345,6 +345,19 @@ def test_a_send_with_no_room_at_the_node_in_time_fails_and_is_counted_at_both_en
     assert _seen(client) == ["block:0", "1"]
 
 
+def test_calls_past_the_nodes_limit_are_refused_at_once(serve, connect):
+    node = serve(client_calls_in_flight=2)
+    client = connect(node)
+    _room(client)
+    held = [client.request_to_spot("r", Hold()).future() for _ in range(2)]
+    with pytest.raises(zlink.ResourceExhausted):
+        client.request_to_spot("r", Echo(text="third")).wait(WAIT)
+    assert client.counters()["calls_refused_in_flight"] == 1
+    HOLD.set()
+    assert [call.result(WAIT) for call in held] == ["held", "held"]
+    assert client.request_to_spot("r", Echo(text="again")).wait(WAIT) == "again"
+
+
 # -- exactly once: the late reply (execution-model §16) ------------------------------------------
 
 
