@@ -31,6 +31,7 @@ from .errors import Unavailable as Unavailable
 from .errors import ZLinkError as ZLinkError
 from .handlers import handler as handler
 from .handlers import subscription as subscription
+from .mesh.client import connect as connect
 from .messaging.calls import CreateCall as CreateCall
 from .messaging.calls import JoinCall as JoinCall
 from .messaging.calls import RequestCall as RequestCall
@@ -140,6 +141,7 @@ __all__ = [
     "WorkerCall",
     "WorkerManager",
     "ZLinkError",
+    "connect",
     "errors",
     "handler",
     "subscription",

@@ -32,3 +32,17 @@ def check_listen(endpoint: str) -> str:
     if not sep or not host or not (port == "*" or (port.isdigit() and int(port) < 65536)):
         raise InvalidArgument(f"listen must be tcp://HOST:PORT, got {endpoint!r}")
     return endpoint
+
+
+def check_endpoint(endpoint: object) -> str:
+    """A ``tcp://host:port`` to connect to (a client's node): a concrete port ``1..65535``;
+    ``InvalidArgument`` otherwise. Any host is taken: the client side may reach across a
+    network (python-api §10; its security is the node's keys, a later step)."""
+    if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
+        raise InvalidArgument(f"an endpoint is tcp://HOST:PORT, got {endpoint!r}")
+    host, sep, port = endpoint[len("tcp://") :].rpartition(":")
+    if not sep or not host or any(c.isspace() for c in host) or "/" in host:
+        raise InvalidArgument(f"an endpoint is tcp://HOST:PORT, got {endpoint!r}")
+    if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise InvalidArgument(f"an endpoint's port is 1..65535, got {endpoint!r}")
+    return endpoint

@@ -83,6 +83,15 @@ class NodeConfig(BaseModel):
     max_frame_bytes: int = Field(
         64 * MiB, ge=1024, description="largest frame taken from a peer or a client"
     )
+    client_window_items: int = Field(
+        1024, ge=1, description="sends a zlink.connect client may have without a verdict"
+    )
+    client_window_bytes: int = Field(
+        16 * MiB, ge=1, description="payload bytes a client may have without a verdict"
+    )
+    client_calls_in_flight: int = Field(
+        4096, ge=1, description="requests and creates a client may have without a reply"
+    )
     idle_timeout: float | None = Field(
         None, ge=1e-3, le=1e7, description="close User/Instance Spots idle this long; None: never"
     )

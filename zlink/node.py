@@ -33,6 +33,7 @@ from .errors import (
 )
 from .executor import Clock, DaemonPool, InfraExecutor, MonotonicClock, WorkerPool
 from .mesh import wire
+from .mesh.client_server import ClientServer, ClientSettings
 from .mesh.keys import MeshKeys
 from .mesh.location import LocationStore, NodeRecord
 from .mesh.membership import NodeMembership
@@ -159,6 +160,18 @@ class Node:
             ):
                 router.handle(kind, handler)
         self._client = Client(self._rt)
+        self._client_server: ClientServer | None = None
+        if isinstance(transport, ZmqTransport):  # zlink.connect clients (python-api §10)
+            c = self.config
+            settings = ClientSettings(
+                c.node_id, c.mesh, c.client_window_items, c.client_window_bytes,
+                c.client_calls_in_flight, c.admission_timeout, c.request_timeout,
+                c.max_frame_bytes,
+            )  # fmt: skip
+            self._client_server = ClientServer(
+                self._rt, transport, self._infra.submit, self._rt.metrics.add, settings
+            )
+            transport.serve_clients(self._client_server)
         self._subscribers: list[StatusSubscription] = []
 
     def _members(self, records: list[NodeRecord]) -> None:
@@ -174,14 +187,6 @@ class Node:
     def node_id(self) -> str:
         """This node's id."""
         return self.config.node_id
-
-    @property
-    def address(self) -> str | None:
-        """Where peers and clients reach this node (``listen`` with its port resolved, after
-        ``start()``); ``None`` for a node that does not listen."""
-        if isinstance(self._transport, ZmqTransport) and self._state != "new":
-            return self._transport.address
-        return None
 
     @property
     def workers(self) -> int:
@@ -215,6 +220,14 @@ class Node:
         self._state = "running"
         _log.info("node %s started with %d workers", self.node_id, self._pool.size)
         return self
+
+    @property
+    def address(self) -> str | None:
+        """Where ``zlink.connect`` reaches this node: ``listen`` with its port resolved (a
+        port ``0`` becomes the one bound); ``None`` for a node without a network transport."""
+        if isinstance(self._transport, ZmqTransport):
+            return self._transport.address
+        return None
 
     def client(self) -> Client:
         """The route client and managers for code outside the runtime (python-api §6)."""
@@ -421,6 +434,8 @@ class Node:
         self._pool.shutdown(max(0.0, end - time.monotonic()))
         if self._membership is not None:
             self._membership.leave(max(0.5, end - time.monotonic()))
+        if self._client_server is not None:  # after the last replies: clients hear goodbye
+            self._client_server.close()
         if self._transport is not None:  # before the infrastructure thread stops: peers hear
             self._transport.detach(self.node_id)
         self._infra.stop(max(0.0, end - time.monotonic()))

@@ -110,3 +110,27 @@ def test_a_keys_folder_that_is_not_one_is_refused_when_the_node_is_built(
     config = zlink.NodeConfig(listen="tcp://127.0.0.1:0", keys=str(tmp_path / "missing"))
     with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
         zlink.Node(app, config)
+
+
+def test_zlink_connect_with_the_mesh_keys_is_served_and_an_unknown_client_is_refused(
+    tmp_path: Path,
+) -> None:
+    mesh_keys.generate(tmp_path / "keys", ["alice"])
+    mesh_keys.generate(tmp_path / "other", ["mallory"])
+    (tmp_path / "other" / "mesh.key").unlink()  # mallory knows the right server key ...
+    (tmp_path / "other" / "mesh.key").write_bytes((tmp_path / "keys" / "mesh.key").read_bytes())
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, tmp_path / "keys") as n1:
+        assert n1.address is not None
+        with zlink.connect(n1.address, keys=tmp_path / "keys", client="alice") as alice:
+            alice.spots.get_or_create("room", "mp.room").wait(10)
+            for seq in range(10):
+                alice.send_to_spot("room", Bump(sender="alice", seq=seq)).wait(10)
+            assert alice.request_to_spot("room", Total()).timeout(5).wait(10) == 10
+        refused = n1.counters().get("handshakes_refused", 0)
+        with pytest.raises(zlink.Unavailable):  # ... but not a client key the mesh knows
+            zlink.connect(n1.address, timeout=1.0, keys=tmp_path / "other", client="mallory")
+        assert n1.counters().get("handshakes_refused", 0) > refused
+        with pytest.raises(zlink.Unavailable):  # no keys at all
+            zlink.connect(n1.address, timeout=1.0)
+        assert n1.client().request_to_spot("room", Total()).wait(10) == 10  # nothing came in

@@ -57,3 +57,12 @@ def test_the_mesh_benchmark_runs_in_quick_mode(capsys):
     assert mesh.main(["--quick", "--zlink-only"]) == 0  # two node processes, every count checked
     out = capsys.readouterr().out
     assert "zlink one-way msg/s" in out and "rtt vs pyzmq echo" in out
+
+
+@pytest.mark.timeout(120)
+def test_the_client_benchmark_runs_in_quick_mode(capsys):
+    from bench import client
+
+    assert client.main(["--quick"]) == 0  # a node process and a client, exactly once
+    out = capsys.readouterr().out
+    assert "round trip p50" in out and "one-way submit" in out and "batch" in out

@@ -525,13 +525,16 @@ class ZmqTransport:
                 _log.exception("transport of node %s: error in its loop", self._node_id)
 
     def _drain_wake(self) -> None:
-        with self._lock:
-            self._signalled = False
+        # The flag is cleared only once the wake-ups are read: cleared first, a wake-up sent
+        # just after could be read here too, leaving the flag set with no wake-up on its way,
+        # and every later hand-over would wait for the poll's timeout (the next ping).
         while True:
             try:
                 self._wake_r.recv(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
+        with self._lock:
+            self._signalled = False
 
     def _flush(self) -> None:
         """Send what other threads handed over, and the credit owed, in order."""
@@ -854,6 +857,7 @@ class ZmqTransport:
                 continue
             if len(frames[1]) > self._max_frame:
                 self._count("oversized_frames")
+                self._count("bad_client_frames")  # a client's, counted as its bad frames too
                 continue
             with self._lock:
                 self._client_backlog += 1

@@ -3,6 +3,10 @@
 A call is built with single-use fluent options and ended by exactly one terminal:
 
 * ``await call``: inside a handler; submits and waits, **keeping the turn** (gate and claim).
+  Outside the runtime, in asyncio code (a running event loop, no turn), ``await call`` bridges
+  to that loop (python-api §10): as ``await asyncio.wrap_future(call.future())``, and a
+  one-way call waits for admission as ``future()`` does; a cancelled ``await`` gives up the
+  call (a request completes with ``Cancelled``; a send still waiting for room is withdrawn).
 * ``await call.yield_()``: SpotWide User Spot and Instance Spot turns only; releases the shared
   gate while waiting and resumes in a new turn at the back of the queue (§3).
 * ``call.wait(timeout)`` / ``call.future()``: code outside the runtime.
@@ -15,14 +19,15 @@ lane) raises **before** anything is submitted or any queue changes.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 from collections.abc import Generator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..durations import check_seconds, check_timeout
-from ..errors import InvalidArgument, InvalidOperation
-from ..executor import Suspension, Turn, current_turn, in_infrastructure
+from ..errors import Cancelled, InvalidArgument, InvalidOperation
+from ..executor import Suspension, current_turn, in_infrastructure
 from ..types import TargetKind
 from .completion import Admitted, Completion
 from .message import Message
@@ -97,14 +102,18 @@ def _outside_only(what: str) -> None:
         raise InvalidOperation(f"{what} would block the infrastructure thread")
 
 
-def _inside_only() -> Turn:
-    turn = current_turn()
-    if turn is None:
+def _bridge_loop(what: str) -> asyncio.AbstractEventLoop:
+    """The running asyncio loop an ``await`` outside the runtime bridges to (python-api §10);
+    ``InvalidOperation`` where there is none (or on the infrastructure thread)."""
+    if in_infrastructure():
+        raise InvalidOperation(f"{what} would wait on the infrastructure thread")
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
         raise InvalidOperation(
-            "`await call` works inside ZLink handlers; from asyncio use "
-            "`await asyncio.wrap_future(call.future())`"
-        )
-    return turn
+            f"{what} works inside ZLink handlers and in asyncio code (a running event loop); "
+            "elsewhere use call.wait(timeout) or call.future()"
+        ) from None
 
 
 class _Call:
@@ -143,10 +152,25 @@ class _Completing(_Call, Generic[T]):
         raise NotImplementedError
 
     def __await__(self) -> Generator[Any, Any, T]:
-        _inside_only()
+        if current_turn() is None:  # asyncio code outside the runtime: bridge to its loop
+            return (yield from self._await_bridged())
         self._terminal()
         completion = self._submit(KEEP_TURN)
         return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
+
+    def _await_bridged(self) -> Generator[Any, Any, T]:
+        """``await call`` in asyncio code: submit, then wait on the running loop without
+        blocking it. A cancelled ``await`` completes the call with ``Cancelled`` (a reply
+        that still comes is then dropped and counted, as a late one is)."""
+        _bridge_loop(f"`await {type(self).__name__}`")
+        self._terminal()
+        completion = self._submit(NO_WAIT)
+        waiting = asyncio.wrap_future(completion.future())
+        try:
+            return (yield from waiting.__await__())  # type: ignore[no-any-return]
+        except asyncio.CancelledError:
+            completion.set(None, Cancelled("the awaiting asyncio task was cancelled"))
+            raise
 
     def yield_(self) -> _Yielding[T]:
         """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
@@ -249,9 +273,17 @@ class _OneWay(_Call):
 
     def __await__(self) -> Generator[Any, Any, None]:
         """In a handler: wait for room keeping the turn, then go on; a wait only this turn's
-        own gate could end is ``InvalidOperation``. Outside a turn: as ``submit()``."""
+        own gate could end is ``InvalidOperation``. In asyncio code outside the runtime: wait
+        for admission on the running loop, as ``future()`` does (python-api §10)."""
         if current_turn() is None:
-            self.submit()
+            _bridge_loop(f"`await {type(self).__name__}`")
+            room = self._waiting(None, NO_WAIT)
+            waiting = asyncio.wrap_future(room.future())
+            try:
+                yield from waiting.__await__()
+            except asyncio.CancelledError:  # given up: withdrawn if it still waits for room
+                room.abandon(Cancelled("the awaiting asyncio task was cancelled"))
+                raise
             return None
         room = self._waiting(None, KEEP_TURN)
         if not room.done:

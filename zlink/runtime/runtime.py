@@ -249,7 +249,8 @@ class Runtime:
 
         The fast path, first: a one-way message with no option (``plain``) for a ready Spot
         or Actor of this node with a plain ``def`` handler goes straight to the lane as a
-        light job. Everything else takes the general path below, which resolves the
+        light job (one given ``room`` that finds the lane full goes on to the general path,
+        and waits there). Everything else takes the general path below, which resolves the
         destination: a target this node does not have is routed to its owner (when the node
         is part of a mesh; ``hops`` counts relays); a target sealed for relocation keeps the
         call for the new owner, and a relocation target holds it until authority is
@@ -276,9 +277,14 @@ class Runtime:
                     job.size = wire_size(call.msg)
                     job.at = self._now()
                     verdict = act_.owner.lanes.put_app(job, job.size)  # Owner.put_app inline
-                    if verdict is not ADMITTED:
+                    if verdict is ADMITTED:
+                        if room is not None:
+                            room.set(None, None)
+                        return None  # type: ignore[return-value]
+                    if room is None:
                         self._refused(act_, call, None, mode, 0, False, verdict)
-                    return None  # type: ignore[return-value]
+                        return None  # type: ignore[return-value]
+                    # not admitted, and it may wait for room: the general path queues it
         if room is None:
             return self._route(call, reply, mode, hops, force, None)
         before = room.withdraw

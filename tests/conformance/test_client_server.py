@@ -1,0 +1,635 @@
+"""ClientServer: ``zlink.connect`` clients of a node (python-api §9, §10; execution-model §16
+"ClientServer", "late reply"). A node listens on 127.0.0.1; clients connect from this process
+(and, once, from a process of their own). Every wait is bounded; nothing sleeps to wait for
+the runtime: order on the one connection (a later reply comes after an earlier frame) and
+events set by handlers say when something happened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import zmq
+
+import zlink
+from tests.conformance.client_process import Echo, Fail, Hold, News, Note, Seen
+from tests.conftest import WAIT
+from zlink.errors import ErrorCode
+from zlink.mesh import client_wire as cw
+from zlink.types import TargetKind
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _label(msg: Note) -> str:
+    return f"{msg.who}:{msg.n}" if msg.who else str(msg.n)
+
+
+HOLD = threading.Event()  # released: blocked handlers go on
+HOLDING = threading.Event()  # a handler is blocked on HOLD
+CHANNEL_NOTES: list[str] = []
+CHANNEL_HEARD = threading.Event()  # the Channel handled a note (admitted is not handled)
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("client-server")
+
+    @app.user_spot("t.cs.room")
+    class Room(zlink.UserSpot):
+        def __init__(self, context: zlink.SpotContext) -> None:
+            super().__init__(context)
+            self.seen: list[str] = []
+
+        def on_initialize(self) -> None:
+            self.context.subscribe("news")
+
+        @zlink.handler
+        def note(self, msg: Note) -> None:
+            if msg.who == "block":
+                HOLDING.set()
+                HOLD.wait(WAIT)
+            self.seen.append(_label(msg))
+
+        @zlink.handler
+        def seen_(self, req: Seen) -> list[str]:
+            return self.seen
+
+        @zlink.handler
+        def echo(self, req: Echo, context: zlink.MessageContext) -> str:
+            return req.text + "".join(f" {k}={v}" for k, v in sorted(context.metadata.items()))
+
+        @zlink.handler
+        def fail(self, req: Fail) -> int:
+            raise ValueError("no luck")
+
+        @zlink.handler
+        def hold(self, req: Hold) -> str:
+            HOLDING.set()
+            HOLD.wait(WAIT)
+            return "held"
+
+        @zlink.subscription
+        def news(self, event: News) -> None:
+            self.seen.append(f"news:{event.text}")
+
+    @app.entry_spot("t.cs.lobby", actor="t.cs.player")
+    class Lobby(zlink.EntrySpot):
+        pass
+
+    @app.actor("t.cs.player")
+    class Player(zlink.Actor):
+        def __init__(self, context: zlink.ActorContext) -> None:
+            super().__init__(context)
+            self.seen: list[str] = []
+
+        @zlink.handler
+        def note(self, msg: Note) -> None:
+            self.seen.append(_label(msg))
+
+        @zlink.handler
+        def seen_(self, req: Seen) -> list[str]:
+            return self.seen
+
+    @app.instance_spot("t.cs.inst")
+    class Inst(zlink.InstanceSpot):
+        @zlink.handler
+        def echo(self, req: Echo) -> str:
+            return f"instance {self.context.spot_id}: {req.text}"
+
+    @app.channel("t.cs.api")
+    class Api:
+        def __init__(self, context: zlink.ChannelContext) -> None:
+            self.context = context
+
+        @zlink.handler
+        def echo(self, req: Echo) -> str:
+            return f"channel: {req.text}"
+
+        @zlink.handler
+        def note(self, msg: Note) -> None:
+            CHANNEL_NOTES.append(_label(msg))
+            CHANNEL_HEARD.set()
+
+    return app
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., zlink.Node]]:
+    """``serve(**config)`` starts a node of ``build_app()`` listening on 127.0.0.1 (real
+    clock); every node is shut down at the end, after blocked handlers are let go."""
+    HOLD.clear()
+    HOLDING.clear()
+    CHANNEL_NOTES.clear()
+    CHANNEL_HEARD.clear()
+    nodes: list[zlink.Node] = []
+
+    def make(**config: Any) -> zlink.Node:
+        config.setdefault("workers", 2)
+        config.setdefault("listen", "tcp://127.0.0.1:0")
+        node = zlink.Node(build_app(), zlink.NodeConfig(**config))
+        nodes.append(node)
+        return node.start()
+
+    yield make
+    HOLD.set()
+    for node in nodes:
+        node.shutdown(timeout=WAIT)
+
+
+@pytest.fixture
+def connect() -> Iterator[Callable[..., Any]]:
+    """``connect(node, **options)``: a client of ``node``; all are closed at the end."""
+    clients: list[Any] = []
+
+    def make(node: zlink.Node, **options: Any) -> Any:
+        assert node.address is not None
+        client = zlink.connect(node.address, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        client.close()
+
+
+def _room(client: zlink.Client, spot_id: str = "r") -> zlink.SpotCreateResult:
+    result: zlink.SpotCreateResult = client.spots.get_or_create(spot_id, "t.cs.room").wait(WAIT)
+    return result
+
+
+def _seen(client: zlink.Client, spot_id: str = "r") -> list[str]:
+    out: list[str] = client.request_to_spot(spot_id, Seen()).wait(WAIT)
+    return out
+
+
+# -- every method --------------------------------------------------------------------------------
+
+
+def test_a_remote_client_has_every_method_of_node_client(serve, connect):
+    node = serve()
+    client = connect(node)
+    assert isinstance(client, zlink.Client) and client.node_id == node.node_id
+
+    created = _room(client)
+    assert created.created and created.spot_id == "r" and created.spot_ref.spot_id == "r"
+    again = client.spots.get_or_create("r", "t.cs.room").wait(WAIT)
+    assert not again.created and again.spot_ref == created.spot_ref
+    fresh = client.spots.create("t.cs.room").timeout(WAIT).future().result(WAIT)
+    assert fresh.created and fresh.spot_id != "r"
+
+    client.send_to_spot("r", Note(n=1)).submit()
+    client.send_to_spot("r", Note(n=2)).wait(WAIT)
+    assert client.send_to_spot("r", Note(n=3)).future().result(WAIT) is None
+    client.send_many_to_spot("r", [Note(n=4), Note(n=5)]).submit()
+    client.send_many_to_spot("r", [Note(n=6)]).wait(WAIT)
+    client.publish("news", News(text="hi")).wait(WAIT)
+    assert client.request_to_spot("r", Echo(text="x")).metadata("k", "v").wait(WAIT) == "x k=v"
+    assert _seen(client) == ["1", "2", "3", "4", "5", "6", "news:hi"]
+    assert _seen(client, fresh.spot_id) == ["news:hi"]  # every subscriber hears it
+
+    actor = client.actors.create("t.cs.player").wait(WAIT)
+    assert actor.created and actor.actor_id
+    named = client.actors.get_or_create("pl-1", "t.cs.player").timeout(WAIT).wait()
+    assert named.actor_id == "pl-1" and named.created
+    assert not client.actors.get_or_create("pl-1", "t.cs.player").wait(WAIT).created
+    client.send_to_actor("pl-1", Note(n=1)).submit()
+    client.send_many_to_actor("pl-1", [Note(n=2), Note(n=3)]).wait(WAIT)
+    client.send_to_actor("pl-1", Note(n=4)).wait(WAIT)
+    assert client.request_to_actor("pl-1", Seen()).timeout(WAIT).wait() == ["1", "2", "3", "4"]
+
+    assert client.request("t.cs.api", Echo(text="c")).wait(WAIT) == "channel: c"
+    client.send("t.cs.api", Note(n=9, who="ch")).wait(WAIT)
+    assert CHANNEL_HEARD.wait(WAIT) and CHANNEL_NOTES == ["ch:9"]
+    assert (
+        client.request_to_spot("i-1", Echo(text="i")).instance_spot("t.cs.inst").wait(WAIT)
+        == "instance i-1: i"
+    )
+    assert client.request_to_spot("r", Echo(text="m")).in_mesh(node.config.mesh).wait(WAIT) == "m"
+
+    assert client.spots.close(fresh.spot_ref) is True
+    missing = zlink.SpotRef("nowhere", 1, fresh.spot_ref.mesh_name, fresh.spot_ref.node_rid)
+    assert client.spots.close(missing) is False
+    counters = client.counters()
+    assert counters.get("late_replies", 0) == 0 and not any(
+        name.startswith("sends_dropped") for name in counters
+    )
+
+
+def test_connect_refuses_bad_endpoints_and_times_out_where_nobody_answers():
+    for bad in ("127.0.0.1:7101", "tcp://127.0.0.1", "tcp://127.0.0.1:0", "tcp://:7101", 7101):
+        with pytest.raises(zlink.InvalidArgument):
+            zlink.connect(bad)  # type: ignore[arg-type]
+    with socket.socket() as probe:  # a port nobody listens on (bound, never accepting)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        started = time.monotonic()
+        with pytest.raises(zlink.Unavailable):
+            zlink.connect(f"tcp://127.0.0.1:{port}", timeout=0.3)
+        assert time.monotonic() - started < WAIT
+    with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
+        zlink.connect("tcp://127.0.0.1:7101", keys="somewhere")  # not a keys folder
+
+
+def test_a_closed_client_refuses_calls_and_closes_twice(serve):
+    node = serve()
+    assert node.address is not None
+    with zlink.connect(node.address) as client:
+        _room(client)
+    with pytest.raises(zlink.InvalidOperation):
+        client.send_to_spot("r", Note(n=1)).submit()
+    client.close()
+    with zlink.connect(node.address) as other:  # the node serves the next client as before
+        assert _seen(other) == []
+
+
+# -- typed errors --------------------------------------------------------------------------------
+
+
+def test_errors_cross_typed(serve, connect):
+    node = serve()
+    client = connect(node)
+    _room(client)
+    with pytest.raises(zlink.NotFound):
+        client.request_to_spot("nowhere", Echo(text="x")).wait(WAIT)
+    with pytest.raises(zlink.NotFound):
+        client.send_to_spot("nowhere", Note(n=1)).wait(WAIT)
+    with pytest.raises(zlink.HandlerError) as info:
+        client.request_to_spot("r", Fail()).wait(WAIT)
+    assert info.value.remote_type == "ValueError" and info.value.remote_message == "no luck"
+    with pytest.raises(zlink.InvalidArgument):
+        client.spots.create("t.cs.no-such-type").wait(WAIT)
+    with pytest.raises(zlink.InvalidArgument):  # a Spot with no handler for the message
+        client.request_to_spot("r", Hold()).instance_spot("t.cs.inst").wait(WAIT)
+    ref = _room(client).spot_ref
+    stale = zlink.SpotRef("r", ref.object_generation + 1, ref.mesh_name, ref.node_rid)
+    with pytest.raises(zlink.InvalidOperation):
+        client.spots.close(stale)
+    with pytest.raises(zlink.InvalidOperation):  # no turn to yield on a remote client
+        client.request_to_spot("r", Echo(text="x")).yield_()
+    with pytest.raises(zlink.DeadlineExceeded):
+        client.request_to_spot("r", Hold()).timeout(0.05).wait(WAIT)
+    HOLD.set()
+    assert _seen(client) == []  # the connection serves on after every error
+    assert client.counters().get("sends_dropped_not_found") == 1
+    assert node.counters().get("client_sends_dropped_not_found") == 1
+
+
+# -- backpressure (python-api §9) ----------------------------------------------------------------
+
+
+def _fill_lane(client: zlink.Client) -> None:
+    """Block the room's handler on HOLD and fill its two-item lane (a reservation is held
+    until its handler ends: both sends admitted)."""
+    client.send_to_spot("r", Note(n=0, who="block")).wait(WAIT)
+    assert HOLDING.wait(WAIT)
+    client.send_to_spot("r", Note(n=1)).wait(WAIT)
+
+
+def test_submit_is_refused_at_once_when_the_window_is_full(serve, connect):
+    node = serve(app_lane_items=2)
+    client = connect(node, window=4)
+    _room(client)
+    _fill_lane(client)
+    for n in range(2, 6):  # they wait for room at the node: no verdict, the window fills
+        client.send_to_spot("r", Note(n=n)).submit()
+    started = time.monotonic()
+    with pytest.raises(zlink.ResourceExhausted):
+        client.send_to_spot("r", Note(n=99)).submit()
+    assert time.monotonic() - started < 1.0  # at once, not after a wait
+    HOLD.set()
+    assert _seen(client) == ["block:0", *(str(n) for n in range(1, 6))]  # 99 never went
+    assert client.counters()["sends_refused_window_full"] == 1
+
+
+def test_wait_and_future_wait_for_room_in_the_window_in_order(serve, connect):
+    node = serve(app_lane_items=2)
+    client = connect(node, window=2)
+    _room(client)
+    _fill_lane(client)
+    client.send_to_spot("r", Note(n=2)).submit()
+    client.send_to_spot("r", Note(n=3)).submit()  # the window is full now
+    waiting = client.send_to_spot("r", Note(n=4)).future()
+    with pytest.raises(zlink.ResourceExhausted):  # submit() never overtakes a waiter
+        client.send_to_spot("r", Note(n=98)).submit()
+    with pytest.raises(zlink.DeadlineExceeded):  # no room in time: withdrawn, never sent
+        client.send_to_spot("r", Note(n=99)).wait(0.1)
+    assert not waiting.done()
+    HOLD.set()
+    assert waiting.result(WAIT) is None  # admitted at the node
+    assert _seen(client) == ["block:0", "1", "2", "3", "4"]
+    assert client.counters()["window_waits"] == 2
+
+
+def test_a_send_with_no_room_at_the_node_in_time_fails_and_is_counted_at_both_ends(serve, connect):
+    node = serve(app_lane_items=2)
+    client = connect(node)
+    _room(client)
+    _fill_lane(client)
+    with pytest.raises(zlink.DeadlineExceeded):  # its wait travelled: the node gave up
+        client.send_to_spot("r", Note(n=99)).wait(0.2)
+    assert client.counters()["sends_dropped_no_room_in_time"] == 1
+    assert node.counters()["client_sends_dropped_no_room_in_time"] == 1
+    HOLD.set()
+    assert _seen(client) == ["block:0", "1"]
+
+
+def test_calls_past_the_nodes_limit_are_refused_at_once(serve, connect):
+    node = serve(client_calls_in_flight=2)
+    client = connect(node)
+    _room(client)
+    held = [client.request_to_spot("r", Hold()).future() for _ in range(2)]
+    with pytest.raises(zlink.ResourceExhausted):
+        client.request_to_spot("r", Echo(text="third")).wait(WAIT)
+    assert client.counters()["calls_refused_in_flight"] == 1
+    HOLD.set()
+    assert [call.result(WAIT) for call in held] == ["held", "held"]
+    assert client.request_to_spot("r", Echo(text="again")).wait(WAIT) == "again"
+
+
+# -- exactly once: the late reply (execution-model §16) ------------------------------------------
+
+
+def test_a_reply_after_the_clients_deadline_is_dropped_and_counted_once(serve, connect):
+    node = serve()
+    client = connect(node)
+    _room(client)
+    call = client.request_to_spot("r", Hold()).timeout(0.2).future()
+    assert HOLDING.wait(WAIT)
+    with pytest.raises(zlink.DeadlineExceeded):
+        call.result(WAIT)
+    assert client.counters().get("late_replies", 0) == 0
+    HOLD.set()  # the handler now replies, after the call completed
+    assert _seen(client) == []  # answered after the late reply, on the same connection
+    assert client.counters()["late_replies"] == 1
+    assert isinstance(call.exception(0), zlink.DeadlineExceeded)  # still: completed once
+
+
+def test_a_cancelled_await_completes_the_call_and_its_reply_is_late(serve, connect):
+    node = serve()
+    client = connect(node)
+    _room(client)
+
+    async def main() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(client.request_to_spot("r", Hold()).timeout(WAIT), 0.2)
+
+    asyncio.run(main())
+    assert HOLDING.wait(WAIT)
+    HOLD.set()
+    assert _seen(client) == []
+    assert client.counters()["late_replies"] == 1
+
+
+# -- a lost connection ---------------------------------------------------------------------------
+
+
+def test_a_node_shut_down_under_a_client_fails_its_pending_calls_at_once(serve, connect):
+    node = serve()
+    client = connect(node)
+    _room(client)
+    _room(client, "other")
+    pending = client.request_to_spot("other", Hold()).timeout(60).future()
+    assert HOLDING.wait(WAIT)
+    started = time.monotonic()
+    node.shutdown(timeout=0.5)
+    with pytest.raises(zlink.Unavailable):
+        pending.result(WAIT)
+    assert time.monotonic() - started < WAIT  # not at its deadline, a minute away
+    with pytest.raises(zlink.Unavailable):
+        client.send_to_spot("r", Note(n=1)).submit()
+    with pytest.raises(zlink.Unavailable):
+        client.request_to_spot("r", Echo(text="x")).wait(WAIT)
+
+
+def _fake_node() -> tuple[zmq.Socket[Any], str]:
+    """A ROUTER that answers one HELLO like a node does (and then does what the test says)."""
+    ctx = zmq.Context.instance()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    return router, f"tcp://127.0.0.1:{port}"
+
+
+def _welcome(router: zmq.Socket[Any]) -> bytes:
+    assert router.poll(WAIT * 1000)
+    ident, data = router.recv_multipart()
+    hello = cw.decode(data)
+    assert isinstance(hello, cw.Hello)
+    welcome = cw.Welcome(hello.correlation, "fake", "main", 8, 1 << 20, 8, 5.0, 5.0, 1 << 20)
+    router.send_multipart([ident, cw.encode(welcome)])
+    return ident
+
+
+def test_a_connection_that_drops_without_goodbye_fails_pending_calls_at_once():
+    router, endpoint = _fake_node()
+    result: dict[str, Any] = {}
+    opened = threading.Thread(
+        target=lambda: result.update(client=zlink.connect(endpoint, window=1))
+    )
+    opened.start()
+    _welcome(router)
+    opened.join(WAIT)
+    client = result["client"]
+    try:
+        pending = client.request_to_spot("r", Echo(text="x")).timeout(60).future()
+        sent = client.send_to_spot("r", Note(n=1)).future()  # on the wire: no verdict comes
+        waiting = client.send_to_spot("r", Note(n=2)).future()  # waits for room in the window
+        arrived = 0
+        while arrived < 2:  # the request and the send arrived; the node now vanishes
+            assert router.poll(WAIT * 1000)
+            frame = cw.decode(router.recv_multipart()[1])
+            arrived += len(frame.frames) if isinstance(frame, cw.Pack) else 1
+        router.close(0)
+        for call in (pending, sent, waiting):
+            with pytest.raises(zlink.Unavailable):
+                call.result(WAIT)
+        counters = client.counters()
+        assert counters["calls_failed_connection_lost"] == 1
+        assert counters["sends_unconfirmed_connection_lost"] == 1
+    finally:
+        router.close(0)
+        client.close()
+
+
+def test_a_node_that_stops_answering_heartbeats_is_lost():
+    script = (
+        "import sys, zmq\n"
+        "from tests.conformance.test_client_server import _fake_node, _welcome\n"
+        "router, endpoint = _fake_node()\n"
+        "print(endpoint, flush=True)\n"
+        "_welcome(router)\n"
+        "print('welcomed', flush=True)\n"
+        "router.poll(60000)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+    client = None
+    try:
+        assert proc.stdout is not None
+        endpoint = proc.stdout.readline().strip()
+        assert endpoint.startswith("tcp://127.0.0.1:")
+        client = zlink.connect(endpoint, timeout=WAIT, heartbeat=0.1)
+        assert proc.stdout.readline().strip() == "welcomed"
+        pending = client.request_to_spot("r", Echo(text="x")).timeout(60).future()
+        os.kill(proc.pid, signal.SIGSTOP)  # alive, connected, silent: only heartbeats tell
+        started = time.monotonic()
+        with pytest.raises(zlink.Unavailable):
+            pending.result(WAIT)
+        assert time.monotonic() - started < WAIT
+    finally:
+        proc.kill()
+        proc.wait(WAIT)
+        if proc.stdout is not None:
+            proc.stdout.close()
+        if client is not None:
+            client.close()
+
+
+# -- bad input at the client port ----------------------------------------------------------------
+
+
+def _raw(node: zlink.Node) -> zmq.Socket[Any]:
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    assert node.address is not None
+    sock.connect(node.address)
+    return sock
+
+
+def _answer(sock: zmq.Socket[Any]) -> cw.ClientFrame:
+    assert sock.poll(WAIT * 1000), "no answer from the node"
+    return cw.decode(sock.recv())
+
+
+def test_bad_frames_are_counted_and_the_node_keeps_serving(serve, connect):
+    node = serve(max_frame_bytes=1024)
+    raw = _raw(node)
+    try:
+        head = cw.HEADER.pack
+        raw.send(b"\x01")  # truncated: no header
+        raw.send(head(1, cw.ClientKind.REQUEST, 40) + b"[1,2")  # shorter than it says
+        raw.send(head(1, cw.ClientKind.SEND, 9) + b"\xff\xfe garbage")  # garbage
+        raw.send(head(1, 99, 2) + b"[]")  # an unknown kind
+        raw.send(b"x" * 1500)  # oversized (max_frame_bytes=1024)
+        raw.send(head(7, cw.ClientKind.HELLO, 2) + b"[]")  # an unknown version: told BYE
+        bye = _answer(raw)
+        assert isinstance(bye, cw.Bye) and "version 7" in bye.reason
+        # a request with a wrong field: its correlation is read, its caller answered typed
+        bad = b'[7,"spot","r","t.cs.echo",null,"not a bool",null,1.0]'
+        raw.send(head(1, cw.ClientKind.REQUEST, len(bad)) + bad + b'{"text":"x"}')
+        reply = _answer(raw)
+        assert isinstance(reply, cw.Reply) and reply.correlation == 7
+        assert reply.error is not None and reply.error.code is ErrorCode.INVALID_ARGUMENT
+        # a send whose payload does not validate: its seq gets a typed failure
+        send = cw.Send(5, TargetKind.SPOT, "r", "t.cs.note", None, False, None, None, b'{"n":"x"}')
+        raw.send(cw.encode(send))
+        acks = _answer(raw)
+        assert isinstance(acks, cw.Acks) and acks.failed[0].seq == 5
+        assert acks.failed[0].reason is cw.DropReason.BAD_PAYLOAD
+        # a pack: each frame handled alone, in order; a bad one (or a pack in it) counted
+        nested = cw.encode(cw.Pack((cw.encode(cw.Hello(9, "nested")),)))
+        raw.send(cw.encode(cw.Pack((b"\x01", nested, cw.encode(cw.Hello(3, "raw"))))))
+        welcome = _answer(raw)  # after all of them, in order
+        assert isinstance(welcome, cw.Welcome) and welcome.correlation == 3
+    finally:
+        raw.close(0)
+    counters = node.counters()
+    assert counters["bad_client_frames"] == 9
+    assert counters["bad_client_frames_truncated"] == 3
+    assert counters["bad_client_frames_garbage"] == 1
+    assert counters["bad_client_frames_kind"] == 2
+    assert counters["bad_client_frames_version"] == 1
+    assert counters["bad_client_frames_field"] == 1
+    assert counters["oversized_frames"] == 1
+    assert counters["client_sends_dropped_bad_payload"] == 1
+    assert "client_server_errors" not in counters and "infra_task_errors" not in counters
+    client = connect(node)  # and it serves a real client as before
+    _room(client)
+    assert client.request_to_spot("r", Echo(text="ok")).wait(WAIT) == "ok"
+
+
+# -- asyncio -------------------------------------------------------------------------------------
+
+
+def test_await_in_asyncio_code_on_a_remote_client(serve, connect):
+    node = serve()
+    client = connect(node)
+
+    async def main() -> tuple[Any, ...]:
+        created = await client.spots.get_or_create("r", "t.cs.room")
+        await client.send_to_spot("r", Note(n=1))
+        await client.send_many_to_spot("r", [Note(n=2), Note(n=3)])
+        echoed = await client.request_to_spot("r", Echo(text="a"))
+        with pytest.raises(zlink.HandlerError):
+            await client.request_to_spot("r", Fail())
+        seen = await asyncio.gather(*(client.request_to_spot("r", Seen()) for _ in range(3)))
+        return created.created, echoed, seen
+
+    assert asyncio.run(main()) == (True, "a", [["1", "2", "3"]] * 3)
+
+
+def test_await_in_asyncio_code_on_node_client_waits_for_admission(serve):
+    node = serve(app_lane_items=2)
+    client = node.client()
+    _room(client)
+    _fill_lane(client)
+
+    async def send() -> None:
+        await client.send_to_spot("r", Note(n=2))
+
+    async def main() -> list[str]:
+        sending = asyncio.ensure_future(send())
+        done, _ = await asyncio.wait({sending}, timeout=0.2)
+        assert not done  # the lane is full: it waits for room, it is not refused
+        HOLD.set()
+        await sending
+        assert await client.request_to_spot("r", Echo(text="e")) == "e"
+        seen: list[str] = await client.request_to_spot("r", Seen())
+        return seen
+
+    assert asyncio.run(main()) == ["block:0", "1", "2"]
+    with pytest.raises(zlink.InvalidOperation):  # no turn and no running loop
+        client.request_to_spot("r", Seen()).__await__().send(None)
+
+
+# -- a client of its own process -----------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_a_client_process_gets_every_reply_once_and_its_sends_in_order(serve):
+    node = serve()
+    n = 300
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.conformance.client_process", str(node.address), str(n)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+        proc.wait(WAIT)
+    assert proc.returncode == 0, err
+    result = json.loads(out)
+    for who in ("a", "b"):
+        assert result["replies"][who] == [f"{who}:{i}" for i in range(0, n, 10)]
+        mine = [s for s in result["seen"] if s.startswith(f"{who}:")]
+        assert mine == [f"{who}:{i}" for i in range(n)]  # exactly once, in order
+    assert len(result["seen"]) == 2 * n
+    assert result["counters"].get("late_replies", 0) == 0
+    assert not any(name.startswith("sends_dropped") for name in result["counters"])

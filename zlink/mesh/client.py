@@ -1,0 +1,968 @@
+"""``zlink.connect``: a client of a node from any Python process (python-api §9, §10;
+execution-model §16 "ClientServer").
+
+``connect(endpoint)`` returns a ``RemoteClient``: a ``zlink.Client`` whose calls are the very
+call builders of ``node.client()`` (``zlink.messaging.calls``), handed to a remote
+``RuntimePort``, the ``_Connection`` below, which turns each into a frame of
+``zlink.mesh.client_wire`` on a DEALER connected to the node's client ROUTER. The client needs
+the message classes, not the App.
+
+Threads: one I/O thread owns the DEALER (ZeroMQ sockets are not thread-safe) and its monitor;
+callers hand frames over with an append under ``_lock`` and, when the thread may be asleep, one
+wake-up frame on an inproc PAIR; nothing they call blocks on a socket. An ``InfraExecutor`` of
+the client's own runs the deadline heap and every completion: the I/O thread hands it what
+arrives, so a slow callback of a caller never holds the socket.
+
+Guarantees / assumes:
+* A call completes exactly once (python-api §5, execution-model §16): a request's deadline is
+  the client's (its time remaining travels to the node, whose own deadline is later); a reply
+  after it is dropped and counted once (``late_replies``).
+* Backpressure (python-api §9): at most ``window`` sends (each message of a batch counted) and
+  ``window_bytes`` payload bytes are unacknowledged per connection (the smaller of this
+  client's limits and the node's). ``send.submit()`` past them is ``ResourceExhausted`` at
+  once, nothing sent; ``wait()``/``future()``/``await`` wait for room first come first served
+  (a ``submit()`` never overtakes them), then for the node's verdict: they complete once the
+  node admitted the message, or fail with its typed error. A wait that ends before its frame
+  left is withdrawn (nothing sent); once sent, the node decides within the time the caller
+  had left and its verdict is the outcome. A send the node did not admit is counted
+  (``sends_dropped_<reason>``) here as on the node.
+* A lost connection (the node says goodbye, the TCP connection drops, or ZMTP heartbeats go
+  unanswered for ``3 * heartbeat`` seconds) fails every pending call and wait at once with
+  ``Unavailable``, and every later call too; sends without a verdict then are counted
+  (``sends_unconfirmed_connection_lost``: they may or may not have been admitted).
+* Every error a caller sees is a ``zlink.errors`` type; a frame from the node that does not
+  decode is counted (``bad_frames``) and dropped; the completion thread survives any exception
+  of a task (``client_task_errors``); an exception of the I/O thread's own loop ends the
+  connection as a loss (``io_errors``, ``Unavailable`` to every caller), never silently.
+* ``_lock`` guards the connection's state, windows, tables and the outgoing queue; under it
+  only frames are encoded and appended, never a socket call, a completion or a callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from ..addresses import check_endpoint
+from ..durations import check_seconds
+from ..errors import (
+    Cancelled,
+    DeadlineExceeded,
+    InvalidArgument,
+    InvalidOperation,
+    ResourceExhausted,
+    Unavailable,
+)
+from ..executor import InfraExecutor, MonotonicClock, current_turn, in_infrastructure
+from ..messaging import codec
+from ..messaging.completion import Admitted, Completion, expire, in_progress
+from ..messaging.context import Client
+from ..messaging.message import Message, reply_from_json, reply_type, wire_bytes
+from ..types import ActorCreateResult, SpotCreateResult, SpotRef, TargetKind
+from . import client_wire as cw
+from .keys import ClientKeys
+from .remote_errors import decode_error
+
+if TYPE_CHECKING:
+    from ..messaging.calls import (
+        BatchSendCall,
+        CreateCall,
+        JoinCall,
+        MessageCall,
+        RelocationReadyCall,
+        WaitMode,
+        WorkerCall,
+    )
+
+_log = logging.getLogger("zlink.client")
+
+_RECV_BATCH = 256  # frames read at once before they go to the completion thread
+_CLOSE_LINGER_MS = 1000  # how long close() lets queued frames get out
+_PACK_BYTES = 64 * 1024  # frames queued together go as one PACK of at most this many bytes
+_PACK_FRAMES = 256  # ... and at most this many frames
+_LOST_EVENTS = (
+    zmq.EVENT_DISCONNECTED
+    | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+    | zmq.EVENT_HANDSHAKE_FAILED_AUTH
+)
+_REPLY_TYPES: dict[type, Any] = {}  # request class -> its reply type (reply_type walks the MRO)
+_UNSET = object()
+_MAX_ID = 2**63 - 1
+
+
+class _State(Enum):
+    CONNECTING = "connecting"
+    UP = "up"
+    LOST = "lost"
+    CLOSED = "closed"
+
+
+class _Counters:
+    """The client's counters (``RemoteClient.counters()``); exact on every build."""
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {}
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+@dataclass(slots=True)
+class _InFlight:
+    """A send on its way: counted in the window until the node's verdict."""
+
+    items: int
+    size: int
+    room: Admitted | None  # its caller waits for the verdict (``None``: ``submit()``)
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """A send waiting for room in the window (``wait``/``future``/``await``)."""
+
+    items: int
+    size: int
+    room: Admitted
+    build: Callable[[int, float | None], bytes]  # (seq, the wait left) -> its frame
+    limit: float  # seconds it may wait, from ``since`` (here, then at the node)
+    since: float  # monotonic
+
+
+@dataclass(slots=True)
+class _Pending:
+    """A call awaiting its reply."""
+
+    completion: Completion
+    decode: Callable[[bytes], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Limits:
+    """What this client keeps to on its connection: the node's ``WELCOME``, narrowed by its
+    own settings."""
+
+    node_id: str
+    window_items: int
+    window_bytes: int
+    calls_in_flight: int
+    admission_timeout: float
+    request_timeout: float
+    max_frame_bytes: int
+
+
+def _decode_bool(data: bytes) -> bool:
+    value = codec.loads(data)
+    if type(value) is not bool:
+        raise InvalidArgument(f"expected true or false, got {value!r}")
+    return value
+
+
+def _reply_type(cls: type[Message]) -> Any:
+    found = _REPLY_TYPES.get(cls, _UNSET)
+    if found is _UNSET:
+        found = _REPLY_TYPES[cls] = reply_type(cls)
+    return found
+
+
+def _secure(sock: zmq.Socket[Any], keys: ClientKeys | None) -> None:
+    """CURVE on the DEALER when the mesh has keys (python-api §10): the mesh's public key to
+    check the node, and this client's own key pair, which the node must know."""
+    if keys is not None:
+        sock.setsockopt(zmq.CURVE_SERVERKEY, keys.server)
+        sock.setsockopt(zmq.CURVE_PUBLICKEY, keys.public)
+        sock.setsockopt(zmq.CURVE_SECRETKEY, keys.secret)
+
+
+class _Connection:
+    """One client connection to one node: the remote ``RuntimePort`` (see the module
+    docstring). Callers run on any thread; frames arrive on the I/O thread and are handled on
+    the completion thread (``_infra``)."""
+
+    def __init__(
+        self,
+        endpoint: str,
+        window: int,
+        window_bytes: int,
+        heartbeat: float,
+        keys: ClientKeys | None,
+    ) -> None:
+        self.endpoint = endpoint
+        self._own_window = (window, window_bytes)
+        self.counters = _Counters()
+        self._lock = threading.Lock()
+        self._state = _State.CONNECTING
+        self._why = ""  # why it was lost
+        self._limits: _Limits | None = None
+        self._answered = threading.Event()  # WELCOME, BYE or a loss during the handshake
+        self._out: deque[bytes] = deque()  # frames for the I/O thread (under _lock)
+        self._signalled = False  # a wake-up is on its way (under _lock)
+        self._stop_io = False  # the I/O thread ends once _out is written (under _lock)
+        self._linger = 0  # ms the DEALER lets queued frames out at the end
+        self._next = 1  # the next seq / correlation (under _lock)
+        self._items = 0  # the window's use (under _lock)
+        self._bytes = 0
+        self._sends: dict[int, _InFlight] = {}  # seq -> send without a verdict (under _lock)
+        self._waiting: deque[_Waiting] = deque()  # sends waiting for room (under _lock)
+        self._calls: dict[int, _Pending] = {}  # correlation -> call (under _lock)
+        self._infra = InfraExecutor(MonotonicClock(), "zlink-client", self._failed)
+        self._ctx = zmq.Context()
+        try:
+            dealer = self._dealer = self._ctx.socket(zmq.DEALER)
+            dealer.setsockopt(zmq.LINGER, 0)
+            dealer.setsockopt(zmq.SNDHWM, 0)  # bounded by the windows, not by ZeroMQ
+            dealer.setsockopt(zmq.RCVHWM, 0)
+            ivl = max(1, int(heartbeat * 1000))
+            dealer.setsockopt(zmq.HEARTBEAT_IVL, ivl)
+            dealer.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 3)
+            dealer.setsockopt(zmq.HEARTBEAT_TTL, ivl * 3)
+            if "[" in endpoint:
+                dealer.setsockopt(zmq.IPV6, 1)
+            _secure(dealer, keys)
+            self._monitor = dealer.get_monitor_socket(_LOST_EVENTS)
+            self._wake_r = self._ctx.socket(zmq.PAIR)
+            self._wake_w = self._ctx.socket(zmq.PAIR)
+            name = f"inproc://zlink-client-wake-{id(self)}"
+            self._wake_r.bind(name)
+            self._wake_w.connect(name)
+            dealer.connect(endpoint)
+        except BaseException:
+            self._ctx.destroy(linger=0)
+            raise
+        self._wake_lock = threading.Lock()  # the wake-up socket's sending side (leaf)
+        self._wake_closed = False
+        self._io = threading.Thread(target=self._run, name="zlink-client-io", daemon=True)
+
+    # -- opening and closing --------------------------------------------------------------------
+    def open(self, timeout: float) -> None:
+        """Start the threads and shake hands: ``Unavailable`` if no node answers in time."""
+        self._infra.start()
+        self._io.start()
+        hello = cw.Hello(0, f"{os.getpid()}@{socket.gethostname()}")
+        with self._lock:
+            self._out.append(cw.encode(hello))
+            self._signalled = True
+        self._wake_now()
+        if not self._answered.wait(timeout):
+            raise Unavailable(f"no node answered at {self.endpoint} within {timeout:g} s")
+        with self._lock:
+            if self._state is not _State.UP:
+                raise Unavailable(f"node at {self.endpoint} did not take the client: {self._why}")
+
+    def close(self) -> None:
+        """Leave: what was handed over goes out (a ``BYE`` last); every call still pending
+        fails with ``Cancelled`` (a send on its way may still be admitted); the threads
+        end."""
+        with self._lock:
+            if self._state is _State.CLOSED:
+                return
+            was, self._state = self._state, _State.CLOSED
+            self._why = "the client was closed"
+            if was is _State.UP:
+                self._out.append(cw.encode(cw.Bye("the client closes")))
+                self._linger = _CLOSE_LINGER_MS
+            lost = self._take_all()
+            self._stop_io = True
+        self._fail_all(
+            lost, Cancelled("the client was closed before the call completed"), "client_closed"
+        )
+        self._wake_now()
+        if self._io.ident is None:  # never started: its sockets are closed here
+            self._close_sockets()
+        elif self._io is not threading.current_thread():
+            self._io.join(_CLOSE_LINGER_MS / 1000 + 5)
+        self._infra.stop(5.0)
+
+    def _take_all(self) -> tuple[list[_Pending], list[_InFlight], list[_Waiting]]:
+        """(Under ``_lock``.) Empty every table: what a loss or a close fails."""
+        calls, self._calls = list(self._calls.values()), {}
+        sends, self._sends = list(self._sends.values()), {}
+        waiting, self._waiting = list(self._waiting), deque()
+        self._items = self._bytes = 0
+        return calls, sends, waiting
+
+    def _fail_all(
+        self,
+        lost: tuple[list[_Pending], list[_InFlight], list[_Waiting]],
+        error: Exception,
+        why: str,
+    ) -> None:
+        """Fail what ``_take_all`` took; counted as ``calls_failed_<why>`` and
+        ``sends_unconfirmed_<why>`` (sends on their way: they may have been admitted)."""
+        calls, sends, waiting = lost
+        if calls:
+            self.counters.add(f"calls_failed_{why}", len(calls))
+        unconfirmed = sum(s.items for s in sends)
+        if unconfirmed:
+            self.counters.add(f"sends_unconfirmed_{why}", unconfirmed)
+        for pending in calls:
+            pending.completion.set(None, error)
+        for send in sends:
+            if send.room is not None:
+                send.room.set(None, error)
+        for wait in waiting:
+            wait.room.set(None, error)
+
+    def _lost(self, why: str) -> None:
+        """(Completion thread.) The connection is gone: everything pending fails at once with
+        ``Unavailable``, and so does every later call."""
+        with self._lock:
+            if self._state in (_State.LOST, _State.CLOSED):
+                return
+            was, self._state = self._state, _State.LOST
+            self._why = why
+            lost = self._take_all()
+            self._stop_io = True
+        self._answered.set()
+        if was is _State.UP:
+            _log.warning(
+                "client of node %s at %s: connection lost: %s", self.node_id, self.endpoint, why
+            )
+        self._fail_all(
+            lost,
+            Unavailable(
+                f"the connection to node {self.node_id} at {self.endpoint} was lost: {why}"
+            ),
+            "connection_lost",
+        )
+        self._wake_now()
+
+    @property
+    def node_id(self) -> str:
+        limits = self._limits
+        return "?" if limits is None else limits.node_id
+
+    @property
+    def state(self) -> str:
+        return self._state.value
+
+    def _failed(self, exc: BaseException) -> None:
+        self.counters.add("client_task_errors")
+
+    # -- what callers call (any thread): the RuntimePort --------------------------------------
+    def _ready(self) -> _Limits:
+        """(Under ``_lock``.) The limits of a connection that is up; else the typed refusal."""
+        limits = self._limits
+        if self._state is _State.UP and limits is not None:
+            return limits
+        if self._state is _State.CLOSED:
+            raise InvalidOperation(f"the client of {self.endpoint} is closed")
+        raise Unavailable(
+            f"the connection to node {self.node_id} at {self.endpoint} was lost: {self._why}"
+        )
+
+    def submit(
+        self,
+        call: MessageCall,
+        reply: Completion | None,
+        mode: WaitMode,
+        hops: int = 0,
+        force: bool = False,
+        plain: bool = False,
+        room: Admitted | None = None,
+    ) -> Completion:
+        """A send (``reply`` ``None``) or a request, as a frame to the node."""
+        msg = call.msg
+        payload = wire_bytes(msg)
+        type_name = type(msg).zlink_type_name
+        kind, target, meta = call.kind, call.target, call.meta
+        instance, instance_type = call.instance, call.instance_type
+        if reply is None:
+
+            def send(seq: int, wait: float | None) -> bytes:
+                return cw.encode(
+                    cw.Send(
+                        seq, kind, target, type_name, meta, instance, instance_type, wait, payload
+                    )
+                )
+
+            self._send(1, len(payload), send, room)
+            return None  # type: ignore[return-value]  # a send completes through ``room``
+        if kind is TargetKind.TOPIC:
+            raise InvalidArgument("a topic takes one-way events only")
+        deadline = call.deadline
+        tp = _reply_type(type(msg))
+
+        def request(correlation: int, deadline: float) -> bytes:
+            return cw.encode(
+                cw.Request(
+                    correlation,
+                    kind,
+                    target,
+                    type_name,
+                    meta,
+                    instance,
+                    instance_type,
+                    deadline,
+                    payload,
+                )
+            )
+
+        self._call(reply, functools.partial(reply_from_json, tp), request, deadline)
+        return reply
+
+    def submit_many(
+        self, call: BatchSendCall, room: Admitted | None = None, mode: WaitMode | None = None
+    ) -> None:
+        """A batch as one frame: admitted all or none at the node."""
+        payloads = tuple(map(wire_bytes, call.msgs))
+        types = tuple(type(m).zlink_type_name for m in call.msgs)
+        kind, target = call.kind, call.target
+
+        def batch(seq: int, wait: float | None) -> bytes:
+            return cw.encode(cw.Batch(seq, kind, target, types, wait, payloads))
+
+        self._send(len(payloads), sum(map(len, payloads)), batch, room)
+
+    def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
+        """A create or get-or-create, answered with its result."""
+        msg = call.request_msg
+        payload = b"" if msg is None else wire_bytes(msg)
+        type_name = None if msg is None else type(msg).zlink_type_name
+        result = SpotCreateResult if call.kind is TargetKind.SPOT else ActorCreateResult
+
+        def create(correlation: int, deadline: float) -> bytes:
+            return cw.encode(
+                cw.Create(
+                    correlation,
+                    call.kind,
+                    call.type_name,
+                    call.object_id,
+                    call.get,
+                    type_name,
+                    call.mesh,
+                    deadline,
+                    payload,
+                )
+            )
+
+        completion = Completion()
+        self._call(completion, functools.partial(reply_from_json, result), create, call.deadline)
+        return completion
+
+    def close_ref(self, ref: SpotRef) -> bool:
+        """``spots.close(ref)``: one round trip, waited for on the calling thread."""
+        if not isinstance(ref, SpotRef):
+            raise InvalidArgument(f"close() takes a SpotRef, got {type(ref).__name__}")
+        if current_turn() is not None or in_infrastructure():
+            raise InvalidOperation(
+                "spots.close() of a remote client blocks until the node "
+                "answers: not from a handler or an infrastructure thread"
+            )
+
+        def close(correlation: int, deadline: float) -> bytes:
+            return cw.encode(
+                cw.Close(
+                    correlation, ref.spot_id, ref.object_generation, ref.mesh_name, ref.node_rid
+                )
+            )
+
+        completion = Completion()
+        self._call(completion, _decode_bool, close, None)
+        return completion.wait(None)  # type: ignore[no-any-return]
+
+    def _send(
+        self,
+        items: int,
+        size: int,
+        build: Callable[[int, float | None], bytes],
+        room: Admitted | None,
+    ) -> None:
+        """Put a send in the window now, or (given ``room``) wait for room there; else
+        ``ResourceExhausted`` with nothing sent."""
+        wait = None if room is None else room.deadline
+        with self._lock:
+            limits = self._ready()
+            if items > limits.window_items or size > limits.window_bytes:
+                raise InvalidArgument(
+                    f"{items} message(s) of {size:,} bytes are more than the client's window "
+                    f"({limits.window_items} / {limits.window_bytes:,} bytes) ever holds"
+                )
+            used = (self._items, self._bytes)
+            fits = (
+                not self._waiting
+                and used[0] + items <= limits.window_items
+                and used[1] + size <= limits.window_bytes
+            )
+            if fits:
+                frame = self._frame(build(self._next, wait), limits)
+                self._put(items, size, frame, room)
+                wake = not self._signalled
+                self._signalled = True
+            elif room is not None:
+                self._frame(build(_MAX_ID, wait), limits)  # it will fit when its turn comes
+                limit = wait if wait is not None else limits.admission_timeout
+                queued = _Waiting(items, size, room, build, limit, time.monotonic())
+                self._waiting.append(queued)
+                room.withdraw = functools.partial(self._withdraw, queued)
+        if fits:
+            if wake:
+                self._wake_now()
+            return
+        if room is None:
+            self.counters.add("sends_refused_window_full")
+            raise ResourceExhausted(
+                f"the client's window to node {limits.node_id} is full ({used[0]} sends, "
+                f"{used[1]:,} bytes unacknowledged; limits {limits.window_items} / "
+                f"{limits.window_bytes:,}); nothing was sent"
+            )
+        self.counters.add("window_waits")
+        room.timer = self._infra.call_later(
+            queued.limit,
+            room.abandon,
+            DeadlineExceeded(
+                f"no room in the client's window to node {limits.node_id} within "
+                f"{queued.limit:g} s; nothing was sent"
+            ),
+        )
+
+    @staticmethod
+    def _frame(frame: bytes, limits: _Limits) -> bytes:
+        """``frame``, unless it is larger than the node takes (``InvalidArgument``)."""
+        if len(frame) > limits.max_frame_bytes:
+            raise InvalidArgument(
+                f"a frame of {len(frame):,} bytes is larger than node "
+                f"{limits.node_id} takes ({limits.max_frame_bytes:,})"
+            )
+        return frame
+
+    def _put(self, items: int, size: int, frame: bytes, room: Admitted | None) -> None:
+        """(Under ``_lock``.) A send numbered ``_next`` into the window and onto the outgoing
+        queue."""
+        seq = self._next
+        self._next = seq + 1
+        self._items += items
+        self._bytes += size
+        self._sends[seq] = _InFlight(items, size, room)
+        self._out.append(frame)
+        if room is not None:
+            room.withdraw = in_progress  # sent: the node's verdict is its outcome
+
+    def _withdraw(self, waiting: _Waiting) -> bool:
+        """Take back a send still waiting for room (its caller gave up): ``True`` if it was."""
+        with self._lock:
+            try:
+                self._waiting.remove(waiting)
+            except ValueError:
+                return False
+            return True
+
+    def _call(
+        self,
+        completion: Completion,
+        decode: Callable[[bytes], Any],
+        build: Callable[[int, float], bytes],
+        deadline: float | None,
+    ) -> None:
+        """Send a call awaiting a reply; its deadline (the node's default if ``None``) is
+        this client's, on its own heap."""
+        with self._lock:
+            limits = self._ready()
+            if len(self._calls) >= limits.calls_in_flight:
+                self.counters.add("calls_refused_in_flight")
+                raise ResourceExhausted(
+                    f"{limits.calls_in_flight} calls to node {limits.node_id} are in flight "
+                    "already; nothing was sent"
+                )
+            if deadline is None:
+                deadline = limits.request_timeout
+            correlation = self._next
+            frame = self._frame(build(correlation, deadline), limits)
+            self._next = correlation + 1
+            self._calls[correlation] = _Pending(completion, decode)
+            completion.timer = self._infra.call_later(
+                deadline,
+                expire,
+                completion,
+                f"no reply from node {limits.node_id} within {deadline:g} s",
+            )
+            self._out.append(frame)
+            wake = not self._signalled
+            self._signalled = True
+        completion.add_callback(functools.partial(self._forget, correlation))
+        if wake:
+            self._wake_now()
+
+    def _forget(self, correlation: int, _value: Any, _error: BaseException | None) -> None:
+        with self._lock:
+            self._calls.pop(correlation, None)
+
+    # what a remote client has no turn for
+    def submit_worker(self, call: WorkerCall[Any]) -> Completion:
+        raise InvalidOperation("workers belong to handler contexts, not to a remote client")
+
+    def defer_join(self, call: JoinCall) -> None:
+        raise InvalidOperation("join().defer() belongs to a handler's turn, not a remote client")
+
+    def defer_relocation_ready(self, call: RelocationReadyCall) -> None:
+        raise InvalidOperation("relocation_ready() belongs to a Spot's turn, not a remote client")
+
+    def check_yield(self, call: Any) -> None:
+        raise InvalidOperation(
+            "yield_() releases a Spot's gate in a handler; a remote client "
+            "has no turn: use `await call`, wait() or future()"
+        )
+
+    def yield_begin(self) -> object | None:
+        raise InvalidOperation("a remote client has no turn to yield")
+
+    def yield_end(self, token: Any) -> None:
+        raise InvalidOperation("a remote client has no turn to yield")
+
+    def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
+        raise InvalidOperation("subscriptions belong to Spots, not to a remote client")
+
+    def leave(
+        self, actor_id: str, from_spot: str | None, then: Callable[[], None] | None = None
+    ) -> None:
+        raise InvalidOperation("leave belongs to a handler's turn, not a remote client")
+
+    def close_self(self, spot_id: str) -> None:
+        raise InvalidOperation("close() of an Instance Spot belongs to its own turn")
+
+    def actor_spot_id(self, actor_id: str) -> str:
+        raise InvalidOperation("a remote client has no Actor context")
+
+    # -- what arrives (completion thread) -----------------------------------------------------
+    def _on_frames(self, frames: list[bytes]) -> None:
+        for data in frames:
+            try:
+                frame = cw.decode(data)
+            except cw.FrameError as exc:
+                self.counters.add("bad_frames")
+                if exc.reason is cw.BadFrame.VERSION and self._state is _State.CONNECTING:
+                    self._lost(f"the node speaks another protocol: {exc}")
+                continue
+            match frame:
+                case cw.Reply():
+                    self._on_reply(frame)
+                case cw.Acks():
+                    self._on_acks(frame)
+                case cw.Welcome():
+                    self._on_welcome(frame)
+                case cw.Bye():
+                    self._lost(f"the node said goodbye: {frame.reason}")
+                case _:
+                    self.counters.add("unexpected_frames")
+
+    def _on_welcome(self, f: cw.Welcome) -> None:
+        items, size = self._own_window
+        with self._lock:
+            if self._state is not _State.CONNECTING or f.correlation != 0:
+                self.counters.add("unexpected_frames")
+                return
+            self._limits = _Limits(
+                f.node_id,
+                max(1, min(items, f.window_items)),
+                max(1, min(size, f.window_bytes)),
+                max(1, f.calls_in_flight),
+                max(1e-3, f.admission_timeout),
+                max(1e-3, f.request_timeout),
+                f.max_frame_bytes,
+            )
+            self._state = _State.UP
+        self._answered.set()
+
+    def _on_reply(self, f: cw.Reply) -> None:
+        with self._lock:
+            pending = self._calls.pop(f.correlation, None)
+        if pending is None:  # completed already (its deadline first): never a second time
+            self.counters.add("late_replies")
+            return
+        completion = pending.completion
+        if f.error is not None:
+            done = completion.set(None, decode_error(f.error))
+        else:
+            try:
+                value = pending.decode(f.value)
+            except Exception as exc:  # noqa: BLE001 - the caller gets a typed error instead
+                done = completion.set(None, InvalidArgument(f"the reply does not decode: {exc}"))
+            else:
+                done = completion.set(value, None)
+        if not done:
+            self.counters.add("late_replies")
+
+    def _on_acks(self, f: cw.Acks) -> None:
+        decided: list[tuple[_InFlight, BaseException | None]] = []
+        unknown = 0
+        with self._lock:
+            sends = self._sends
+            for first, last in f.admitted:
+                seqs = (
+                    range(first, last + 1)
+                    if last - first < len(sends)
+                    else [s for s in sends if first <= s <= last]
+                )
+                for seq in seqs:
+                    send = sends.pop(seq, None)
+                    if send is None:
+                        unknown += 1
+                        continue
+                    decided.append((send, None))
+            for failure in f.failed:
+                send = sends.pop(failure.seq, None)
+                if send is None:
+                    unknown += 1
+                    continue
+                self.counters.add(f"sends_dropped_{failure.reason}", send.items)
+                decided.append((send, decode_error(failure.error)))
+            for send, _error in decided:
+                self._items -= send.items
+                self._bytes -= send.size
+            wake = self._admit_waiting()
+        if unknown:
+            self.counters.add("unknown_verdicts", unknown)
+        if wake:
+            self._wake_now()
+        for send, error in decided:
+            if send.room is not None:
+                send.room.set(None, error)
+            elif error is not None:
+                _log.debug("a send to node %s was not admitted: %s", self.node_id, error)
+
+    def _admit_waiting(self) -> bool:
+        """(Under ``_lock``.) Sends waiting for room go out while they fit, in order;
+        whether the I/O thread must be woken."""
+        limits = self._limits
+        if not self._waiting or limits is None:
+            return False
+        sent = False
+        now = time.monotonic()
+        while self._waiting:
+            head = self._waiting[0]
+            if (
+                self._items + head.items > limits.window_items
+                or self._bytes + head.size > limits.window_bytes
+            ):
+                break
+            self._waiting.popleft()
+            if head.room.done:
+                continue
+            left = max(1e-3, head.limit - (now - head.since))
+            self._put(head.items, head.size, head.build(self._next, left), head.room)
+            if head.room.timer is not None:
+                head.room.timer.cancel()  # the node's wait is its limit now
+            sent = True
+        if sent and not self._signalled:
+            self._signalled = True
+            return True
+        return False
+
+    # -- the I/O thread -----------------------------------------------------------------------
+    def _wake_now(self) -> None:
+        with self._wake_lock:
+            if self._wake_closed:
+                return
+            with contextlib.suppress(zmq.ZMQError):  # its peer is gone at the very end
+                self._wake_w.send(b"", zmq.NOBLOCK)
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        dealer = self._dealer
+        poller.register(dealer, zmq.POLLIN)
+        poller.register(self._wake_r, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
+        blocked = False
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if self._wake_r in ready:
+                    self._drain_wake()
+                if self._monitor in ready:
+                    self._read_monitor()
+                if ready.get(dealer, 0) & zmq.POLLIN:
+                    self._read()
+                now_blocked = self._write()
+                if now_blocked != blocked:
+                    blocked = now_blocked
+                    poller.modify(dealer, zmq.POLLIN | (zmq.POLLOUT if blocked else 0))
+                with self._lock:
+                    stop = self._stop_io and (not self._out or self._state is _State.LOST)
+                if stop:
+                    return
+        except Exception as exc:  # noqa: BLE001 - a failed I/O thread fails the connection
+            self.counters.add("io_errors")
+            _log.exception("client of %s: the I/O thread failed", self.endpoint)
+            self._infra.submit(self._lost, f"the client's I/O thread failed: {exc}")
+        finally:
+            self._close_sockets()
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self._wake_r.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _read_monitor(self) -> None:
+        while True:
+            try:
+                event = recv_monitor_message(self._monitor, zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if event["event"] & _LOST_EVENTS:
+                name = zmq.Event(event["event"]).name
+                self._infra.submit(self._lost, f"ZeroMQ reports {name} on {event['endpoint']!r}")
+
+    def _read(self) -> None:
+        frames = []
+        for _ in range(_RECV_BATCH):
+            try:
+                frames.append(self._dealer.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+        if frames:
+            self.counters.add("frames_received", len(frames))
+            self._infra.submit(self._on_frames, frames)
+
+    def _write(self) -> bool:
+        """Send what callers handed over, in order, several frames found queued together as
+        one ``PACK`` (one frame for the node's transport to read and hand on); ``True`` if
+        ZeroMQ took not all of it."""
+        with self._lock:
+            self._signalled = False  # first: a frame handed over after the swap wakes again
+            out, self._out = self._out, deque()
+            limits = self._limits
+        most = _PACK_BYTES if limits is None else min(_PACK_BYTES, limits.max_frame_bytes // 2)
+        sent = 0
+        try:
+            while out:
+                group = [out.popleft()]
+                size = len(group[0])
+                while out and len(group) < _PACK_FRAMES and size + len(out[0]) <= most:
+                    size += len(out[0])
+                    group.append(out.popleft())
+                data = group[0] if len(group) == 1 else cw.encode(cw.Pack(tuple(group)))
+                try:
+                    self._dealer.send(data, zmq.NOBLOCK)
+                except zmq.Again:
+                    out.extendleft(reversed(group))
+                    with self._lock:
+                        out.extend(self._out)
+                        self._out = out
+                    return True
+                sent += len(group)
+        finally:
+            if sent:
+                self.counters.add("frames_sent", sent)
+        return False
+
+    def _close_sockets(self) -> None:
+        with self._wake_lock:
+            self._wake_closed = True
+            self._wake_w.close(0)
+        self._wake_r.close(0)
+        with contextlib.suppress(zmq.ZMQError):
+            self._dealer.disable_monitor()
+        self._monitor.close(0)
+        self._dealer.close(self._linger)
+        self._ctx.term()
+
+
+class RemoteClient(Client):
+    """What ``zlink.connect`` returns: a ``zlink.Client`` (the same calls and terminals as
+    ``node.client()``) on a connection to a node, plus ``close()``, ``counters()`` and the
+    context manager. Handler-only calls (``yield_()``, workers, joins) are
+    ``InvalidOperation``."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: _Connection) -> None:
+        super().__init__(connection)
+        self._connection = connection
+
+    @property
+    def node_id(self) -> str:
+        """The node this client is connected to."""
+        return self._connection.node_id
+
+    @property
+    def endpoint(self) -> str:
+        """Where it connected."""
+        return self._connection.endpoint
+
+    def counters(self) -> dict[str, int]:
+        """Late replies, sends the node dropped (by reason), frames, waits and the like."""
+        return self._connection.counters.snapshot()
+
+    def close(self) -> None:
+        """Leave the node: frames already handed over still go out (for about a second);
+        calls still pending fail with ``Cancelled``. Safe to call twice."""
+        self._connection.close()
+
+    def __enter__(self) -> RemoteClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self._connection
+        return f"<zlink.RemoteClient of node {c.node_id!r} at {c.endpoint} {c.state}>"
+
+
+def connect(
+    endpoint: str,
+    timeout: float = 5.0,
+    *,
+    window: int = 1024,
+    window_bytes: int = 16 * 1024 * 1024,
+    heartbeat: float = 1.0,
+    keys: str | os.PathLike[str] | None = None,
+    client: str = "client",
+) -> RemoteClient:
+    """A client of the node listening at ``endpoint`` (``tcp://HOST:PORT``), from any Python
+    process (python-api §10). ``Unavailable`` if no node answers within ``timeout`` seconds (a
+    handshake round trip); ``InvalidArgument`` for a malformed endpoint or setting.
+
+    ``window`` / ``window_bytes``: sends (and their payload bytes) this client keeps
+    unacknowledged at most (the node may narrow them). ``heartbeat``: seconds between ZMTP
+    heartbeats; a node silent for three of them is lost. ``keys``: the mesh's keys folder
+    (``zlink keys generate``): the connection is then CURVE-encrypted and authenticated with
+    the key pair ``clients/<client>.key_secret`` in it; a node whose mesh does not know that
+    key refuses the handshake, and ``connect`` ends with ``Unavailable`` at ``timeout``.
+    """
+    endpoint = check_endpoint(endpoint)
+    timeout = check_seconds(timeout, "a connect timeout")
+    heartbeat = check_seconds(heartbeat, "a heartbeat interval")
+    for what, value in (("window", window), ("window_bytes", window_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgument(f"{what} is a whole number >= 1, got {value!r}")
+    loaded = None if keys is None else ClientKeys.load(keys, client)
+    connection = _Connection(endpoint, window, window_bytes, heartbeat, loaded)
+    try:
+        connection.open(timeout)
+    except BaseException:
+        connection.close()
+        raise
+    return RemoteClient(connection)
+
+
+__all__ = ["RemoteClient", "connect"]
