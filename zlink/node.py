@@ -229,6 +229,10 @@ class Node:
             return self._transport.address
         return None
 
+    def peers(self) -> list[str]:
+        """The other nodes of its mesh this node reaches now, sorted (``[]`` outside one)."""
+        return [] if self._rt.router is None else self._rt.router.peers()
+
     def client(self) -> Client:
         """The route client and managers for code outside the runtime (python-api §6)."""
         return self._client

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from zlink.samples.bingo.play import play
 from zlink.samples.bingo.spots import has_line, make_card
 from zlink.testing import ManualClock
@@ -47,3 +49,17 @@ def test_more_players_than_a_room_seats_is_invalid_argument():
 
     with pytest.raises(zlink.InvalidArgument, match="seats"):
         play(rooms=1, players=MAX_PLAYERS + 1, clock=ManualClock())
+
+
+@pytest.mark.timeout(120)
+def test_bingo_on_three_node_processes_driven_by_a_client_moves_rooms_while_they_play():
+    """python-api §10: three node processes on 127.0.0.1, a driver that is only a
+    ``zlink.connect`` client, rooms moved between the processes mid-game; every game ends
+    with a winner and no handler failed."""
+    from zlink.samples.bingo.processes import play_processes
+
+    s = play_processes(rooms=6, players=6, nodes=3, draw_interval=0.05, move_interval=0.02)
+    assert s.games == 6 and len(s.winners) == 6
+    assert s.players == 36
+    assert s.moves >= 1  # rooms moved while the games were on
+    assert s.counters.get("handler_errors", 0) == 0

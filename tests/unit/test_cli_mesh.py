@@ -95,3 +95,11 @@ def test_a_bad_store_url_is_refused() -> None:
     )
     assert result.exit_code != 0
     assert "sqlite" in str(result.exception) + result.output
+
+
+def test_bingo_play_on_node_processes_prints_its_summary() -> None:
+    result = CliRunner().invoke(
+        cli, ["bingo", "play", "--nodes", "3", "--processes", "--rooms", "3", "--players", "4"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "Bingo on node processes" in result.output and "3 / 12" in result.output

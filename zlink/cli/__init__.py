@@ -466,13 +466,21 @@ def bingo_play(
     nodes: Annotated[int, typer.Option(min=1, help="nodes; rooms move between them")] = 1,
     draw_ms: Annotated[float, typer.Option(min=1.0, help="milliseconds between draws")] = 5.0,
     workers: Annotated[int | None, typer.Option(help="worker threads (default: cores)")] = None,
+    processes: Annotated[
+        bool,
+        typer.Option(help="each node its own process, driven by a zlink.connect client"),
+    ] = False,
 ) -> None:
     """Play one Bingo game per room on embedded nodes and print a summary; with --nodes K
-    the rooms move between the nodes while they play."""
+    the rooms move between the nodes while they play; with --processes the nodes are OS
+    processes on 127.0.0.1 and this process drives them as a client (python-api §10)."""
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
 
+    if processes:
+        _bingo_processes(rooms, players, nodes, draw_ms, workers)
+        return
     _app_dir()
     try:
         from zlink.samples.bingo.play import play
@@ -503,6 +511,32 @@ def bingo_play(
         table.add_row(key, value)
     console.print(table)
     if summary.games != rooms:
+        raise typer.Exit(1)
+
+
+def _bingo_processes(
+    rooms: int, players: int, nodes: int, draw_ms: float, workers: int | None
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from zlink.samples.bingo.processes import play_processes
+
+    s = play_processes(rooms, players, nodes=nodes, draw_interval=draw_ms / 1000,
+                       workers=workers)  # fmt: skip
+    table = Table(title="Bingo on node processes", show_header=False)
+    for key, value in (
+        ("rooms / players", f"{s.rooms} / {s.players}"),
+        ("games finished", str(s.games)),
+        ("winners", str(len(s.winners))),
+        ("numbers drawn", f"{s.drawn:,}"),
+        ("node processes / room moves", f"{s.nodes} / {s.moves}"),
+        ("wall time", f"{s.seconds:.2f} s"),
+        ("handler errors", str(s.counters.get("handler_errors", 0))),
+    ):
+        table.add_row(key, value)
+    Console().print(table)
+    if s.games != rooms:
         raise typer.Exit(1)
 
 
