@@ -69,7 +69,7 @@ def play_processes(
     started = time.perf_counter()
     folder = tempfile.mkdtemp(prefix="zlink-bingo-")
     store = f"sqlite:///{folder}/mesh.db"
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[Any] = []  # subprocess.Popen[str], each with pipes
     clients: list[Any] = []
     reports: list[dict[str, Any]] = []
     try:
