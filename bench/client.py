@@ -32,6 +32,7 @@ from typing import Any
 import zlink
 
 from .core import pct
+from .processes import stop
 
 PIPELINE = 64
 BATCH = 100
@@ -185,15 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             counters = client.counters()
     finally:
-        if node.stdin is not None:
-            node.stdin.close()
-        try:
-            node.wait(15)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            node.wait(5)
-        if node.stdout is not None:
-            node.stdout.close()
+        stop(node)
     print(
         f"median: round trip p50 {statistics.median(results['p50']):.0f} us, p99 "
         f"{statistics.median(results['p99']):.0f} us; pipelined "

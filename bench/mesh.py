@@ -36,6 +36,7 @@ from typing import Any
 
 import zlink
 from bench.mesh_node import Count, Tick, app
+from bench.processes import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,15 +69,7 @@ def zlink_pair() -> Iterator[Callable[..., Any]]:
     finally:
         if node is not None:
             node.shutdown(5)
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        stop(proc)
 
 
 def zlink_oneway(client: Any, n: int) -> float:
@@ -133,11 +126,7 @@ def floor_rtt(pair: Any, n: int) -> float:
 def floor_close(pair: Any) -> None:
     proc, ctx, _ = pair
     ctx.destroy(linger=0)
-    if proc.stdin is not None:
-        proc.stdin.close()
-    proc.wait(10)
-    if proc.stdout is not None:
-        proc.stdout.close()
+    stop(proc)
 
 
 # -- Ray ---------------------------------------------------------------------------------------
