@@ -9,7 +9,10 @@ Each round measures, for each system, between two OS processes on 127.0.0.1:
   request whose answer says all N were handled (so the time covers handling, not only
   sending);
 * request round trip: sequential requests, p50 of their latencies; beside it the floor, a
-  bare pyzmq DEALER -> ROUTER echo between the same two kinds of process.
+  bare pyzmq DEALER -> ROUTER echo between the same two kinds of process;
+* fan-out: one message to each of 10,000 Spots, 10 rounds, in one node process, against the
+  same over two node processes of one mesh (5,000 Spots each, both sending to their own at
+  once): what a second process (a second GIL) adds. Target: >= 1.6x.
 
 ZLink: this process is node ``b`` (``listen`` on 127.0.0.1, a SQLite store in a temp folder);
 ``bench.mesh_node`` in a subprocess is node ``a``, which owns the counter Spot. Ray: the driver
@@ -90,6 +93,65 @@ def zlink_rtt(client: Any, n: int) -> float:
         client.request_to_spot("counter", Count()).wait(30)
         lat.append(time.perf_counter() - t0)
     return statistics.median(lat)
+
+
+# -- fan-out: one process against two ----------------------------------------------------------
+class FanoutNodes:
+    """Two node processes of one mesh, each with its own cells: ``one`` fans out over 10,000
+    cells of one process; ``two`` over 5,000 cells in each process at once (each process
+    sends to its own, as a service with its work spread over processes does)."""
+
+    def __init__(self, spots: int) -> None:
+        folder = tempfile.mkdtemp(prefix="zlink-bench-fanout-")
+        store = f"sqlite:///{folder}/mesh.db"
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.spots = spots
+        self.procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "bench.mesh_node", "--fanout", name, store],
+                cwd=ROOT,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for name in ("x", "y")
+        ]
+        for proc, n in zip(self.procs, (spots, spots // 2), strict=True):
+            self._expect(proc, "ready")
+            self._say(proc, f"setup {n}")
+        for proc in self.procs:
+            self._expect(proc, "set")
+
+    @staticmethod
+    def _say(proc: Any, line: str) -> None:
+        proc.stdin.write(line + "\n")
+        proc.stdin.flush()
+
+    @staticmethod
+    def _expect(proc: Any, word: str) -> str:
+        line: str = proc.stdout.readline()
+        if not line.startswith(word):
+            raise RuntimeError(f"a fan-out node said {line!r}, not {word!r}")
+        return line
+
+    def one(self, rounds: int) -> float:
+        """msg/s over all the cells, in one process."""
+        self._say(self.procs[0], f"run {self.spots} {rounds}")
+        seconds = float(self._expect(self.procs[0], "done").split()[1])
+        return self.spots * rounds / seconds
+
+    def two(self, rounds: int) -> float:
+        """msg/s over the same number of cells, half in each process, both at once."""
+        half = self.spots // 2
+        for proc in self.procs:
+            self._say(proc, f"run {half} {rounds}")
+        seconds = max(float(self._expect(p, "done").split()[1]) for p in self.procs)
+        return self.spots * rounds / seconds
+
+    def close(self) -> None:
+        for proc in self.procs:
+            stop(proc)
 
 
 # -- the floor: bare pyzmq --------------------------------------------------------------------
@@ -188,12 +250,19 @@ def main(argv: list[str] | None = None) -> int:
         except ImportError:
             print(f"{name}: not installed, skipped")
     results: dict[str, list[float]] = {}
+    fan_spots, fan_rounds = (1000, 2) if args.quick else (10_000, 10)
+    fan = FanoutNodes(fan_spots)
     floor = floor_pair()
     with zlink_pair() as client:
         zlink_oneway(client, n_zl // 10)  # warm up
         for r in range(rounds):
             row = {"zlink one-way msg/s": zlink_oneway(client, n_zl)}
             row["zlink rtt p50 us"] = zlink_rtt(client, n_rtt) * 1e6
+            row["fan-out 1 process msg/s"] = fan.one(fan_rounds)
+            row["fan-out 2 processes msg/s"] = fan.two(fan_rounds)
+            row["fan-out 2 vs 1"] = (
+                row["fan-out 2 processes msg/s"] / row["fan-out 1 process msg/s"]
+            )
             row["pyzmq echo rtt p50 us"] = floor_rtt(floor, n_rtt) * 1e6
             row["rtt vs pyzmq echo"] = row["zlink rtt p50 us"] / row["pyzmq echo rtt p50 us"]
             for name, (pair, oneway, rtt) in peers.items():
@@ -207,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             for key, value in row.items():
                 results.setdefault(key, []).append(value)
     floor_close(floor)
+    fan.close()
     print("median over rounds:")
     for key, values in results.items():
         print(f"  {key:28} {statistics.median(values):>12,.2f}")

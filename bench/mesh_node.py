@@ -8,6 +8,8 @@ Also the app both sides of the benchmark import.
 from __future__ import annotations
 
 import sys
+import threading
+import time
 
 import zlink
 
@@ -38,6 +40,67 @@ class Counter(zlink.UserSpot):
         return self.n
 
 
+class _Hits:
+    """Messages handled by the fan-out cells of this process, and when a target is reached."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.target = -1
+        self.done = threading.Event()
+
+    def hit(self) -> None:
+        with self.lock:
+            self.count += 1
+            if self.count == self.target:
+                self.done.set()
+
+
+HITS = _Hits()
+
+
+@app.user_spot("bench.mesh.cell")
+class Cell(zlink.UserSpot):
+    __slots__ = ()
+
+    @zlink.handler
+    def tick(self, msg: Tick) -> None:
+        HITS.hit()
+
+
+def fanout(node_id: str, store: str) -> None:
+    """A node that fans out to its own Spots on command (``bench.mesh``'s fan-out rows):
+    ``setup N`` makes N cells here; ``run K R`` sends R rounds of one message to each of the
+    first K, from this process, and prints the seconds until all were handled."""
+    config = zlink.NodeConfig(node_id=node_id, listen="tcp://127.0.0.1:0", store=store, workers=2)
+    with zlink.Node(app, config) as node:
+        client = node.client()
+        print("ready", flush=True)
+        ids: list[str] = []
+        msg = Tick()
+        for line in sys.stdin:
+            words = line.split()
+            if words[0] == "setup":
+                ids = [f"{node_id}-cell-{i}" for i in range(int(words[1]))]
+                for start in range(0, len(ids), 200):
+                    made = [client.spots.get_or_create(c, "bench.mesh.cell").future()
+                            for c in ids[start : start + 200]]  # fmt: skip
+                    for future in made:
+                        future.result(60)
+                print("set", flush=True)
+            elif words[0] == "run":
+                cells, rounds = ids[: int(words[1])], int(words[2])
+                with HITS.lock:
+                    HITS.count, HITS.target = 0, len(cells) * rounds
+                    HITS.done.clear()
+                t0 = time.perf_counter()
+                for _ in range(rounds):
+                    for cell in cells:
+                        client.send_to_spot(cell, msg).submit()
+                HITS.done.wait(120)
+                print(f"done {time.perf_counter() - t0}", flush=True)
+
+
 def echo() -> None:
     """A bare pyzmq ROUTER that echoes every frame (``bench.mesh``'s floor)."""
     import zmq
@@ -61,6 +124,9 @@ def echo() -> None:
 def main() -> None:
     if sys.argv[1:] == ["--echo"]:
         echo()
+        return
+    if sys.argv[1] == "--fanout":
+        fanout(sys.argv[2], sys.argv[3])
         return
     config = zlink.NodeConfig(node_id="a", listen="tcp://127.0.0.1:0", store=sys.argv[1], workers=2)
     with zlink.Node(app, config) as node:
