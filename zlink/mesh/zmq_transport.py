@@ -537,14 +537,20 @@ class ZmqTransport:
             self._signalled = False
 
     def _flush(self) -> None:
-        """Send what other threads handed over, and the credit owed, in order."""
+        """Send what other threads handed over, and the credit owed, in order.
+
+        Credit owed to a peer still connecting (its DATA came in before this node's HELLOs to
+        it went through) stays owed until it is up: dropped, the sender would wait for it
+        forever."""
         with self._lock:
             out, self._outq = self._outq, deque()
-            owed, self._credits = self._credits, []
+            owed = self._credits
+            self._credits = [p for p in owed if p.state is _State.CONNECTING]
             credits = []
             for peer in owed:
-                credits.append((peer, peer.credit_due))
-                peer.credit_due = 0
+                if peer.state is _State.UP:
+                    credits.append((peer, peer.credit_due))
+                    peer.credit_due = 0
         for peer, n in credits:
             if peer.state is _State.UP:
                 self._frame(peer, _Kind.CREDIT, _COUNT.pack(n))

@@ -1,0 +1,158 @@
+"""``ZmqTransport`` between two transports of this process: credit, order, pause and shutdown.
+
+Each transport gets a fake node: a ``Link`` that records what it is told and an ``Infra`` that
+keeps what the transport submits until the test runs it (the test thread is both nodes'
+infrastructure thread), so which callback runs when is the test's choice. Every wait is bounded
+and waits on a condition, never on time alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from zlink.mesh.transport import Channel
+from zlink.mesh.zmq_transport import ZmqTransport
+
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 10.0
+
+
+class Infra:
+    """A node's infrastructure queue, run by the test (``run_until``)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.queue: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._cond:
+            self.queue.append((fn, args))
+            self._cond.notify_all()
+
+    def wait_queued(self, check: Callable[[list[Any]], bool], what: str) -> None:
+        """Wait, running nothing, until ``check(queued functions)`` holds."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: check([fn for fn, _ in self.queue]), WAIT)
+        assert ok, f"not queued within {WAIT} s: {what}"
+
+    def run_until(self, check: Callable[[], bool], what: str) -> None:
+        """Run what is submitted, in order, until ``check()`` holds."""
+        end = time.monotonic() + WAIT
+        while not check():
+            with self._cond:
+                left = end - time.monotonic()
+                if left <= 0 or not self._cond.wait_for(lambda: bool(self.queue), left):
+                    break
+                fn, args = self.queue.pop(0)
+            fn(*args)
+        assert check(), f"not within {WAIT} s: {what}"
+
+
+class Link:
+    """A node as its transport sees it: what it was told, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+        self.on_data: Callable[[str, bytes], None] = lambda peer, data: None
+
+    def received(self, peer: str, channel: Channel, data: bytes) -> None:
+        self.events.append((channel.value, peer, data))
+        if channel is Channel.DATA:
+            self.on_data(peer, data)
+
+    def peer_up(self, peer: str) -> None:
+        self.events.append(("up", peer, None))
+
+    def peer_down(self, peer: str) -> None:
+        self.events.append(("down", peer, None))
+
+    def writable(self, peer: str) -> None:
+        self.events.append(("writable", peer, None))
+
+    def seen(self, kind: str, peer: str | None = None) -> list[Any]:
+        return [d for k, p, d in self.events if k == kind and peer in (None, p)]
+
+
+class Node:
+    """One transport with its fake node."""
+
+    def __init__(self, node_id: str, incarnation: int = 1, **options: Any) -> None:
+        options.setdefault("connect_timeout", 30.0)
+        self.node_id, self.incarnation = node_id, incarnation
+        self.transport = ZmqTransport("tcp://127.0.0.1:0", **options)
+        self.endpoint = self.transport.endpoint(node_id)
+        self.link, self.infra = Link(), Infra()
+        self.attached = False
+
+    def attach(self) -> Node:
+        self.transport.attach(self.node_id, self.link, self.infra.submit, self.incarnation)
+        self.attached = True
+        return self
+
+    def member(self) -> tuple[str, int, str]:
+        return (self.node_id, self.incarnation, self.endpoint)
+
+    def up(self, peer: str) -> None:
+        self.infra.run_until(lambda: bool(self.link.seen("up", peer)), f"{peer} up")
+
+    def stop(self) -> None:
+        self.transport.detach(self.node_id)
+
+
+@pytest.fixture
+def nodes() -> Iterator[Callable[..., Node]]:
+    made: list[Node] = []
+
+    def make(node_id: str, incarnation: int = 1, **options: Any) -> Node:
+        node = Node(node_id, incarnation, **options)
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        node.stop()
+
+
+def _meshed(a: Node, b: Node) -> None:
+    """``b`` learns ``a`` from the store and greets it; ``a`` connects back."""
+    b.transport.learn([a.member()])
+    a.up(b.node_id)
+    b.up(a.node_id)
+
+
+def test_credit_for_data_taken_while_the_receiver_connects_back_is_not_lost(nodes):
+    """``b`` is up as soon as its HELLOs reach ``a``; ``a`` is still connecting back when
+    ``b``'s DATA arrives, and takes it. The credit it owes must reach ``b`` once ``a`` is up:
+    dropped, ``b``'s in-flight count never comes down and it waits for ``writable`` forever."""
+    a = nodes("a", data_limit=2).attach()
+    b = nodes("b", data_limit=2).attach()
+    probe = a.transport._probe
+    gate, cond, probes = threading.Event(), threading.Condition(), [0]
+
+    def held_probe(peer: Any, channel: Channel) -> bool:
+        """``a``'s HELLOs do not go through until the test opens the gate."""
+        with cond:
+            probes[0] += 1
+            cond.notify_all()
+        return gate.is_set() and probe(peer, channel)
+
+    a.transport._probe = held_probe  # type: ignore[method-assign]
+    b.transport.learn([a.member()])
+    b.up("a")
+    assert b.transport.send("b", "a", Channel.DATA, b"d1")
+    assert b.transport.send("b", "a", Channel.DATA, b"d2")
+    assert not b.transport.send("b", "a", Channel.DATA, b"d3")  # at its limit: writable owed
+    a.infra.run_until(lambda: len(a.link.seen("data")) == 2, "a takes both")
+    with cond:  # two more rounds of a's loop: its flush ran after the credit was owed
+        seen = probes[0]
+        assert cond.wait_for(lambda: probes[0] >= seen + 4, WAIT)
+    assert not a.link.seen("up")  # a was connecting all along
+    gate.set()
+    a.up("b")
+    b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "b may send again")
