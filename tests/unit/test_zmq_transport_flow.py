@@ -156,3 +156,41 @@ def test_credit_for_data_taken_while_the_receiver_connects_back_is_not_lost(node
     gate.set()
     a.up("b")
     b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "b may send again")
+
+
+def test_replies_handed_over_before_goodbye_arrive_before_it(nodes):
+    """Replies (COMPLETION) handed over before ``detach`` leave in the same flush as its BYE,
+    on the same pipe: they must arrive first. Sent after it, the peer has already taken the
+    node down and drops them: its callers fail with ``Unavailable`` though the answers came."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    flush = a.transport._flush
+    entered, release = threading.Event(), threading.Event()
+
+    def held_flush() -> None:
+        entered.set()
+        assert release.wait(WAIT)
+        flush()
+
+    waking = threading.Event()
+    wake = a.transport._wake
+
+    def watched_wake() -> None:
+        wake()
+        waking.set()
+
+    a.transport._flush = held_flush  # type: ignore[method-assign]
+    assert entered.wait(WAIT)  # a's thread waits in its next flush
+    a.transport._wake = watched_wake  # type: ignore[method-assign]
+    for i in range(10):
+        assert a.transport.send("a", "b", Channel.COMPLETION, b"reply %d" % i)
+    stopper = threading.Thread(target=a.stop)
+    stopper.start()
+    assert waking.wait(WAIT)  # the goodbye is handed over too: all in one flush
+    release.set()
+    stopper.join(WAIT)
+    assert not stopper.is_alive()
+    b.infra.run_until(lambda: bool(b.link.seen("down", "a")), "b sees a go")
+    kinds = [k for k, _, _ in b.link.events if k in ("completion", "down")]
+    assert kinds == ["completion"] * 10 + ["down"]

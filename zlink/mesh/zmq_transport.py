@@ -570,7 +570,11 @@ class ZmqTransport:
                     if len(run) >= _BATCH_BODIES:
                         self._frames(target, kind, run)
                         del runs[(id(target), kind)]
-                else:
+                else:  # a goodbye: what was handed over before it leaves first
+                    for earlier in (_Kind.DATA, _Kind.COMPLETION):
+                        pending = runs.pop((id(target), earlier), None)
+                        if pending:
+                            self._frames(target, earlier, pending)
                     self._frame(target, kind, data)
             elif target.state is _State.DOWN and kind is not _Kind.BYE:
                 self._count("frames_dropped_peer_down")
