@@ -194,3 +194,63 @@ def test_replies_handed_over_before_goodbye_arrive_before_it(nodes):
     b.infra.run_until(lambda: bool(b.link.seen("down", "a")), "b sees a go")
     kinds = [k for k, _, _ in b.link.events if k in ("completion", "down")]
     assert kinds == ["completion"] * 10 + ["down"]
+
+
+class _WatchedLock:
+    """A lock that says when someone had to wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self) -> _WatchedLock:
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_detach_never_closes_the_wake_up_socket_under_a_sender():
+    """Other threads (the infrastructure thread's sends, credits) may still wake the transport
+    thread while ``detach`` runs. The wake-up socket is theirs under ``_wake_lock``: closing
+    it meanwhile (ZeroMQ sockets are not thread-safe) may crash the process in libzmq."""
+    transport = ZmqTransport("tcp://127.0.0.1:0")
+    transport.endpoint("n1")
+    real = transport._wake_w
+    inside, release, closed_inside = threading.Event(), threading.Event(), []
+
+    class SlowSocket:
+        """The wake-up socket, with a send that takes its time."""
+
+        def send(self, data: bytes, flags: int = 0) -> None:
+            inside.set()
+            assert release.wait(WAIT)
+            closed_inside.append(real.closed)
+            real.send(data, flags)
+
+        def close(self, linger: int | None = None) -> None:
+            real.close(linger)
+
+    lock = _WatchedLock()
+    transport._wake_lock = lock  # type: ignore[assignment]
+    transport._wake_w = SlowSocket()  # type: ignore[assignment]
+    sender = threading.Thread(target=transport.send_client, args=(b"c1", b"reply"))
+    sender.start()
+    assert inside.wait(WAIT)
+    stopper = threading.Thread(target=transport.detach, args=("n1",))
+    stopper.start()
+    for _ in range(int(WAIT / 0.01)):  # detach waits for the sender, or it is done
+        if lock.contended.wait(0.01) or not stopper.is_alive():
+            break
+    assert not real.closed
+    release.set()
+    sender.join(WAIT)
+    stopper.join(WAIT)
+    assert not sender.is_alive() and not stopper.is_alive()
+    assert closed_inside == [False]
+    assert real.closed
+    transport.send_client(b"c1", b"late")  # after detach: nothing to wake, and no error
+    transport._wake_now()

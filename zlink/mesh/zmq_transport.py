@@ -336,7 +336,11 @@ class ZmqTransport:
         self._client_link = link
 
     def detach(self, node_id: str) -> None:
-        """Say goodbye to every peer, then stop the thread and close the sockets."""
+        """Say goodbye to every peer, then stop the thread and close the sockets.
+
+        Other threads may still hand work over meanwhile: the wake-up socket they send on is
+        closed under ``_wake_lock`` (never under a sender: ZeroMQ sockets are not
+        thread-safe); a wake-up after that finds it closed and is a no-op."""
         with self._lock:
             for peer in self._peers.values():
                 if peer.state is _State.UP:
@@ -347,6 +351,9 @@ class ZmqTransport:
             self._thread.join(5.0)
         if self._auth is not None:
             self._auth.stop()
+        if self._endpoint is not None:
+            with self._wake_lock:
+                self._wake_w.close(linger=0)
         self._ctx.destroy(linger=200)  # the goodbyes get out
 
     # -- what other threads call --------------------------------------------------------------
