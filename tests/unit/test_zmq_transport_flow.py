@@ -254,3 +254,31 @@ def test_detach_never_closes_the_wake_up_socket_under_a_sender():
     assert real.closed
     transport.send_client(b"c1", b"late")  # after detach: nothing to wake, and no error
     transport._wake_now()
+
+
+def test_a_pause_meant_for_an_old_incarnation_does_not_hold_the_new_one(nodes):
+    """``b`` restarts (incarnation 2) while ``a``'s node still takes DATA of the first one and
+    pauses ``b`` for it (as the router does at its backlog limit), before it hears that ``b``
+    went down. On ``peer_down`` the node forgets that pause and will never resume it: the
+    transport must not keep it on the new incarnation, whose DATA would be held forever."""
+    a = nodes("a").attach()
+    b1 = nodes("b").attach()
+    _meshed(a, b1)
+    paused: list[str] = []
+
+    def like_the_router(peer: str, data: bytes) -> None:
+        if data == b"old":
+            paused.append(peer)
+            a.transport.pause("a", peer)
+
+    a.link.on_data = like_the_router
+    assert b1.transport.send("b", "a", Channel.DATA, b"old")
+    a.infra.wait_queued(lambda fns: len(fns) == 1, "the old DATA waits for a's node")
+    b2 = nodes("b", incarnation=2).attach()
+    a.transport.learn([b2.member()])  # the store lists b's new incarnation
+    a.infra.wait_queued(lambda fns: a.link.peer_up in fns, "a meets b again")
+    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a's node hears all that")
+    assert paused == ["b"] and a.link.seen("down", "b")
+    b2.up("a")
+    assert b2.transport.send("b", "a", Channel.DATA, b"new")
+    a.infra.run_until(lambda: b"new" in a.link.seen("data", "b"), "a takes b's new DATA")

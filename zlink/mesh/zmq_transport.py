@@ -712,9 +712,24 @@ class ZmqTransport:
         self._count("peers_lost")
         _log.info("node %s: peer %s (incarnation %d) is down: %s", self._node_id,
                   peer.node_id, peer.incarnation, why)  # fmt: skip
+        self._submit(self._gone, peer.node_id)
+
+    def _gone(self, node_id: str) -> None:
+        """(Infrastructure thread.) Tell the node that ``node_id`` is down, then lift a pause
+        of it still set: the node forgets its pauses of a peer that went down
+        (``MeshRouter.peer_down``) and never resumes them, yet one it asked for before it
+        heard (for DATA of the incarnation that went down) may have landed on the next
+        incarnation, met meanwhile, whose DATA would then be held forever.
+
+        Guarantees / assumes: the node pauses a peer only on its infrastructure thread, for
+        DATA it takes (as the router does); the next incarnation's DATA is submitted after
+        this call, so any pause there is now was meant for the one that went down."""
         link = self._link
         assert link is not None
-        self._submit(link.peer_down, peer.node_id)
+        try:
+            link.peer_down(node_id)
+        finally:
+            self.resume(self._node_id, node_id)
 
     def _release(self, peer: _Peer) -> None:
         """Stop reconnecting to a peer's endpoints once no live peer uses them."""
