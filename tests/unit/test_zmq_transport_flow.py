@@ -282,3 +282,15 @@ def test_a_pause_meant_for_an_old_incarnation_does_not_hold_the_new_one(nodes):
     b2.up("a")
     assert b2.transport.send("b", "a", Channel.DATA, b"new")
     a.infra.run_until(lambda: b"new" in a.link.seen("data", "b"), "a takes b's new DATA")
+
+
+def test_a_member_with_an_endpoint_zeromq_refuses_does_not_stop_the_others(nodes):
+    """A record in the store (or a HELLO) whose endpoints parse but cannot be connected to is
+    skipped like any unreachable member: the members after it are still met at once."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    bad = ("x", 1, "tcp://127.0.0.1:1 data=nowhere completion=nowhere token=t")
+    a.transport.learn([bad, b.member()])
+    a.up("b")
+    b.up("a")
+    assert a.transport.peers() == ["b"]

@@ -37,9 +37,10 @@ then fail with ``Unavailable`` at once (the router's part). Pings on both channe
 the store's word, never a connection's (issue "Node leases").
 
 Bad input never stops the thread: a frame with the wrong shape, version or kind, a HELLO that
-does not parse or names another mesh, a frame over ``max_frame_bytes`` are dropped and counted
-(``bad_frames``, ``peers_refused``, ``oversized_frames``); the thread survives any exception of
-its own loop and counts it (``transport_errors``).
+does not parse or names another mesh, a member (HELLO or store record) at endpoints ZeroMQ will
+not connect to, a frame over ``max_frame_bytes`` are dropped and counted (``bad_frames``,
+``peers_refused``, ``oversized_frames``); the thread survives any exception of its own loop and
+counts it (``transport_errors``).
 
 Lock order: ``_lock`` is a leaf: under it only the infrastructure ``submit`` (a non-blocking
 append) and the wake-up are called, never a socket operation of the thread or a callback.
@@ -56,7 +57,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, Protocol
@@ -733,8 +734,11 @@ class ZmqTransport:
 
     def _release(self, peer: _Peer) -> None:
         """Stop reconnecting to a peer's endpoints once no live peer uses them."""
-        for channel, ep in ((Channel.DATA, peer.endpoint.data),
-                            (Channel.COMPLETION, peer.endpoint.completion)):  # fmt: skip
+        self._unuse(((Channel.DATA, peer.endpoint.data),
+                     (Channel.COMPLETION, peer.endpoint.completion)))  # fmt: skip
+
+    def _unuse(self, used: Iterable[tuple[Channel, str]]) -> None:
+        for channel, ep in used:
             users = self._connected[channel]
             users[ep] = users.get(ep, 1) - 1
             if users[ep] <= 0:
@@ -744,7 +748,8 @@ class ZmqTransport:
 
     def _meet(self, node_id: str, incarnation: int, endpoint: MeshEndpoint) -> _Peer | None:
         """A node at ``incarnation``: the peer to talk to (connecting if new), or ``None``
-        if it is this node or an incarnation older than the one known."""
+        if it is this node, an incarnation older than the one known, or at endpoints ZeroMQ
+        will not connect to (counted: ``peers_refused``)."""
         if node_id == self._node_id:
             return None
         known = self._peers.get(node_id)
@@ -756,12 +761,21 @@ class ZmqTransport:
             self._down(known, f"restarted as incarnation {incarnation}")
         peer = _Peer(node_id, incarnation, identity(node_id, "@" + endpoint.token),
                      identity(node_id, f"#{incarnation}"), endpoint, time.monotonic())  # fmt: skip
-        for channel, ep in ((Channel.DATA, endpoint.data),
-                            (Channel.COMPLETION, endpoint.completion)):  # fmt: skip
-            users = self._connected[channel]
-            if ep not in users:
-                self._outs[channel].connect(ep)
-            users[ep] = users.get(ep, 0) + 1
+        used: list[tuple[Channel, str]] = []
+        try:
+            for channel, ep in ((Channel.DATA, endpoint.data),
+                                (Channel.COMPLETION, endpoint.completion)):  # fmt: skip
+                users = self._connected[channel]
+                if ep not in users:
+                    self._outs[channel].connect(ep)
+                users[ep] = users.get(ep, 0) + 1
+                used.append((channel, ep))
+        except zmq.ZMQError as exc:  # raised, it would stop the members after it too
+            self._unuse(used)
+            self._count("peers_refused")
+            _log.warning("node %s cannot connect to %s at %s: %s", self._node_id, node_id,
+                         endpoint.encode(), exc)  # fmt: skip
+            return None
         with self._lock:
             self._peers[node_id] = peer
         self._by_ident[peer.sender] = peer
