@@ -294,3 +294,41 @@ def test_a_member_with_an_endpoint_zeromq_refuses_does_not_stop_the_others(nodes
     a.up("b")
     b.up("a")
     assert a.transport.peers() == ["b"]
+
+
+def _on_thread(transport: ZmqTransport, fn: Callable[[], None]) -> None:
+    """Run ``fn`` once on ``transport``'s own thread, then meet the members it learned."""
+    done = threading.Event()
+    take = transport._take_learned
+
+    def once() -> None:
+        first = not done.is_set()
+        if first:
+            fn()
+        take()
+        if first:
+            done.set()
+
+    transport._take_learned = once  # type: ignore[method-assign]
+    transport._wake()
+    assert done.wait(WAIT)
+
+
+def test_a_peer_dropped_while_its_pipes_were_up_is_met_again(nodes):
+    """``a`` takes ``b`` down while ``b``'s pipes are still there (as after a failure found
+    on one of the two, or a connect timeout with one HELLO through), and ``_release``
+    disconnects them. When the store lists ``b`` again, ``a`` connects to the same endpoints
+    and must get through: a disconnected pipe that lingers under ``b``'s routing id (until the
+    out socket handles ZeroMQ's commands) refused every new connection to them."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    _on_thread(a.transport, lambda: a.transport._down(a.transport._peers["b"], "test"))
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
+    _on_thread(a.transport, lambda: a.transport.learn([b.member()]))  # the store lists b
+    # a connects to b again: what it sends meanwhile leaves the moment it is up
+    assert a.transport.send("a", "b", Channel.DATA, b"again")
+    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply")
+    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again")
+    b.infra.run_until(lambda: b"again" in b.link.seen("data", "a"), "b takes a's DATA")
+    b.infra.run_until(lambda: b"reply" in b.link.seen("completion", "a"), "and its reply")

@@ -489,6 +489,12 @@ class ZmqTransport:
         poller.register(self._wake_r, zmq.POLLIN)
         for sock in self._ins.values():
             poller.register(sock, zmq.POLLIN)
+        # Out sockets receive nothing, but are polled: polling is where a socket handles
+        # ZeroMQ's commands, and a pipe ``_release`` disconnected (with ``IMMEDIATE``) is only
+        # gone once they are handled. Until then it keeps the peer's routing id, and a new
+        # connection to that peer (met again at the same endpoint) is refused for good.
+        for sock in self._outs.values():
+            poller.register(sock, zmq.POLLIN)
         client_polled = True
         poller.register(self._client, zmq.POLLIN)
         for monitor in self._monitors:
@@ -504,6 +510,9 @@ class ZmqTransport:
                 for channel, sock in self._ins.items():
                     if sock in ready:
                         self._read_peer(channel, sock)
+                for sock in self._outs.values():
+                    if sock in ready:
+                        self._read_stray(sock)
                 if self._client in ready:
                     self._read_clients()
                 for monitor in self._monitors:
@@ -791,6 +800,15 @@ class ZmqTransport:
                 except InvalidArgument:
                     continue  # a member of the in-process kind: not reachable from here
                 self._meet(node_id, incarnation, endpoint)
+
+    def _read_stray(self, sock: zmq.Socket[Any]) -> None:
+        """Frames on an out socket: no node sends any there; dropped and counted."""
+        for _ in range(_RECV_BATCH):
+            try:
+                sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._count("bad_frames")
 
     def _read_peer(self, channel: Channel, sock: zmq.Socket[Any]) -> None:
         for _ in range(_RECV_BATCH):
