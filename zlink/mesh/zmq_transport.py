@@ -37,9 +37,10 @@ then fail with ``Unavailable`` at once (the router's part). Pings on both channe
 the store's word, never a connection's (issue "Node leases").
 
 Bad input never stops the thread: a frame with the wrong shape, version or kind, a HELLO that
-does not parse or names another mesh, a frame over ``max_frame_bytes`` are dropped and counted
-(``bad_frames``, ``peers_refused``, ``oversized_frames``); the thread survives any exception of
-its own loop and counts it (``transport_errors``).
+does not parse or names another mesh, a member (HELLO or store record) at endpoints ZeroMQ will
+not connect to, a frame over ``max_frame_bytes`` are dropped and counted (``bad_frames``,
+``peers_refused``, ``oversized_frames``); the thread survives any exception of its own loop and
+counts it (``transport_errors``).
 
 Lock order: ``_lock`` is a leaf: under it only the infrastructure ``submit`` (a non-blocking
 append) and the wake-up are called, never a socket operation of the thread or a callback.
@@ -56,7 +57,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, Protocol
@@ -336,7 +337,11 @@ class ZmqTransport:
         self._client_link = link
 
     def detach(self, node_id: str) -> None:
-        """Say goodbye to every peer, then stop the thread and close the sockets."""
+        """Say goodbye to every peer, then stop the thread and close the sockets.
+
+        Other threads may still hand work over meanwhile: the wake-up socket they send on is
+        closed under ``_wake_lock`` (never under a sender: ZeroMQ sockets are not
+        thread-safe); a wake-up after that finds it closed and is a no-op."""
         with self._lock:
             for peer in self._peers.values():
                 if peer.state is _State.UP:
@@ -347,6 +352,9 @@ class ZmqTransport:
             self._thread.join(5.0)
         if self._auth is not None:
             self._auth.stop()
+        if self._endpoint is not None:
+            with self._wake_lock:
+                self._wake_w.close(linger=0)
         self._ctx.destroy(linger=200)  # the goodbyes get out
 
     # -- what other threads call --------------------------------------------------------------
@@ -481,6 +489,12 @@ class ZmqTransport:
         poller.register(self._wake_r, zmq.POLLIN)
         for sock in self._ins.values():
             poller.register(sock, zmq.POLLIN)
+        # Out sockets receive nothing, but are polled: polling is where a socket handles
+        # ZeroMQ's commands, and a pipe ``_release`` disconnected (with ``IMMEDIATE``) is only
+        # gone once they are handled. Until then it keeps the peer's routing id, and a new
+        # connection to that peer (met again at the same endpoint) is refused for good.
+        for sock in self._outs.values():
+            poller.register(sock, zmq.POLLIN)
         client_polled = True
         poller.register(self._client, zmq.POLLIN)
         for monitor in self._monitors:
@@ -496,6 +510,9 @@ class ZmqTransport:
                 for channel, sock in self._ins.items():
                     if sock in ready:
                         self._read_peer(channel, sock)
+                for sock in self._outs.values():
+                    if sock in ready:
+                        self._read_stray(sock)
                 if self._client in ready:
                     self._read_clients()
                 for monitor in self._monitors:
@@ -537,14 +554,20 @@ class ZmqTransport:
             self._signalled = False
 
     def _flush(self) -> None:
-        """Send what other threads handed over, and the credit owed, in order."""
+        """Send what other threads handed over, and the credit owed, in order.
+
+        Credit owed to a peer still connecting (its DATA came in before this node's HELLOs to
+        it went through) stays owed until it is up: dropped, the sender would wait for it
+        forever."""
         with self._lock:
             out, self._outq = self._outq, deque()
-            owed, self._credits = self._credits, []
+            owed = self._credits
+            self._credits = [p for p in owed if p.state is _State.CONNECTING]
             credits = []
             for peer in owed:
-                credits.append((peer, peer.credit_due))
-                peer.credit_due = 0
+                if peer.state is _State.UP:
+                    credits.append((peer, peer.credit_due))
+                    peer.credit_due = 0
         for peer, n in credits:
             if peer.state is _State.UP:
                 self._frame(peer, _Kind.CREDIT, _COUNT.pack(n))
@@ -564,7 +587,11 @@ class ZmqTransport:
                     if len(run) >= _BATCH_BODIES:
                         self._frames(target, kind, run)
                         del runs[(id(target), kind)]
-                else:
+                else:  # a goodbye: what was handed over before it leaves first
+                    for earlier in (_Kind.DATA, _Kind.COMPLETION):
+                        pending = runs.pop((id(target), earlier), None)
+                        if pending:
+                            self._frames(target, earlier, pending)
                     self._frame(target, kind, data)
             elif target.state is _State.DOWN and kind is not _Kind.BYE:
                 self._count("frames_dropped_peer_down")
@@ -695,14 +722,32 @@ class ZmqTransport:
         self._count("peers_lost")
         _log.info("node %s: peer %s (incarnation %d) is down: %s", self._node_id,
                   peer.node_id, peer.incarnation, why)  # fmt: skip
+        self._submit(self._gone, peer.node_id)
+
+    def _gone(self, node_id: str) -> None:
+        """(Infrastructure thread.) Tell the node that ``node_id`` is down, then lift a pause
+        of it still set: the node forgets its pauses of a peer that went down
+        (``MeshRouter.peer_down``) and never resumes them, yet one it asked for before it
+        heard (for DATA of the incarnation that went down) may have landed on the next
+        incarnation, met meanwhile, whose DATA would then be held forever.
+
+        Guarantees / assumes: the node pauses a peer only on its infrastructure thread, for
+        DATA it takes (as the router does); the next incarnation's DATA is submitted after
+        this call, so any pause there is now was meant for the one that went down."""
         link = self._link
         assert link is not None
-        self._submit(link.peer_down, peer.node_id)
+        try:
+            link.peer_down(node_id)
+        finally:
+            self.resume(self._node_id, node_id)
 
     def _release(self, peer: _Peer) -> None:
         """Stop reconnecting to a peer's endpoints once no live peer uses them."""
-        for channel, ep in ((Channel.DATA, peer.endpoint.data),
-                            (Channel.COMPLETION, peer.endpoint.completion)):  # fmt: skip
+        self._unuse(((Channel.DATA, peer.endpoint.data),
+                     (Channel.COMPLETION, peer.endpoint.completion)))  # fmt: skip
+
+    def _unuse(self, used: Iterable[tuple[Channel, str]]) -> None:
+        for channel, ep in used:
             users = self._connected[channel]
             users[ep] = users.get(ep, 1) - 1
             if users[ep] <= 0:
@@ -712,7 +757,8 @@ class ZmqTransport:
 
     def _meet(self, node_id: str, incarnation: int, endpoint: MeshEndpoint) -> _Peer | None:
         """A node at ``incarnation``: the peer to talk to (connecting if new), or ``None``
-        if it is this node or an incarnation older than the one known."""
+        if it is this node, an incarnation older than the one known, or at endpoints ZeroMQ
+        will not connect to (counted: ``peers_refused``)."""
         if node_id == self._node_id:
             return None
         known = self._peers.get(node_id)
@@ -724,12 +770,21 @@ class ZmqTransport:
             self._down(known, f"restarted as incarnation {incarnation}")
         peer = _Peer(node_id, incarnation, identity(node_id, "@" + endpoint.token),
                      identity(node_id, f"#{incarnation}"), endpoint, time.monotonic())  # fmt: skip
-        for channel, ep in ((Channel.DATA, endpoint.data),
-                            (Channel.COMPLETION, endpoint.completion)):  # fmt: skip
-            users = self._connected[channel]
-            if ep not in users:
-                self._outs[channel].connect(ep)
-            users[ep] = users.get(ep, 0) + 1
+        used: list[tuple[Channel, str]] = []
+        try:
+            for channel, ep in ((Channel.DATA, endpoint.data),
+                                (Channel.COMPLETION, endpoint.completion)):  # fmt: skip
+                users = self._connected[channel]
+                if ep not in users:
+                    self._outs[channel].connect(ep)
+                users[ep] = users.get(ep, 0) + 1
+                used.append((channel, ep))
+        except zmq.ZMQError as exc:  # raised, it would stop the members after it too
+            self._unuse(used)
+            self._count("peers_refused")
+            _log.warning("node %s cannot connect to %s at %s: %s", self._node_id, node_id,
+                         endpoint.encode(), exc)  # fmt: skip
+            return None
         with self._lock:
             self._peers[node_id] = peer
         self._by_ident[peer.sender] = peer
@@ -745,6 +800,15 @@ class ZmqTransport:
                 except InvalidArgument:
                     continue  # a member of the in-process kind: not reachable from here
                 self._meet(node_id, incarnation, endpoint)
+
+    def _read_stray(self, sock: zmq.Socket[Any]) -> None:
+        """Frames on an out socket: no node sends any there; dropped and counted."""
+        for _ in range(_RECV_BATCH):
+            try:
+                sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._count("bad_frames")
 
     def _read_peer(self, channel: Channel, sock: zmq.Socket[Any]) -> None:
         for _ in range(_RECV_BATCH):

@@ -1,0 +1,334 @@
+"""``ZmqTransport`` between two transports of this process: credit, order, pause and shutdown.
+
+Each transport gets a fake node: a ``Link`` that records what it is told and an ``Infra`` that
+keeps what the transport submits until the test runs it (the test thread is both nodes'
+infrastructure thread), so which callback runs when is the test's choice. Every wait is bounded
+and waits on a condition, never on time alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from zlink.mesh.transport import Channel
+from zlink.mesh.zmq_transport import ZmqTransport
+
+pytestmark = pytest.mark.timeout(60)
+
+WAIT = 10.0
+
+
+class Infra:
+    """A node's infrastructure queue, run by the test (``run_until``)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.queue: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        with self._cond:
+            self.queue.append((fn, args))
+            self._cond.notify_all()
+
+    def wait_queued(self, check: Callable[[list[Any]], bool], what: str) -> None:
+        """Wait, running nothing, until ``check(queued functions)`` holds."""
+        with self._cond:
+            ok = self._cond.wait_for(lambda: check([fn for fn, _ in self.queue]), WAIT)
+        assert ok, f"not queued within {WAIT} s: {what}"
+
+    def run_until(self, check: Callable[[], bool], what: str) -> None:
+        """Run what is submitted, in order, until ``check()`` holds."""
+        end = time.monotonic() + WAIT
+        while not check():
+            with self._cond:
+                left = end - time.monotonic()
+                if left <= 0 or not self._cond.wait_for(lambda: bool(self.queue), left):
+                    break
+                fn, args = self.queue.pop(0)
+            fn(*args)
+        assert check(), f"not within {WAIT} s: {what}"
+
+
+class Link:
+    """A node as its transport sees it: what it was told, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, Any]] = []
+        self.on_data: Callable[[str, bytes], None] = lambda peer, data: None
+
+    def received(self, peer: str, channel: Channel, data: bytes) -> None:
+        self.events.append((channel.value, peer, data))
+        if channel is Channel.DATA:
+            self.on_data(peer, data)
+
+    def peer_up(self, peer: str) -> None:
+        self.events.append(("up", peer, None))
+
+    def peer_down(self, peer: str) -> None:
+        self.events.append(("down", peer, None))
+
+    def writable(self, peer: str) -> None:
+        self.events.append(("writable", peer, None))
+
+    def seen(self, kind: str, peer: str | None = None) -> list[Any]:
+        return [d for k, p, d in self.events if k == kind and peer in (None, p)]
+
+
+class Node:
+    """One transport with its fake node."""
+
+    def __init__(self, node_id: str, incarnation: int = 1, **options: Any) -> None:
+        options.setdefault("connect_timeout", 30.0)
+        self.node_id, self.incarnation = node_id, incarnation
+        self.transport = ZmqTransport("tcp://127.0.0.1:0", **options)
+        self.endpoint = self.transport.endpoint(node_id)
+        self.link, self.infra = Link(), Infra()
+        self.attached = False
+
+    def attach(self) -> Node:
+        self.transport.attach(self.node_id, self.link, self.infra.submit, self.incarnation)
+        self.attached = True
+        return self
+
+    def member(self) -> tuple[str, int, str]:
+        return (self.node_id, self.incarnation, self.endpoint)
+
+    def up(self, peer: str) -> None:
+        self.infra.run_until(lambda: bool(self.link.seen("up", peer)), f"{peer} up")
+
+    def stop(self) -> None:
+        self.transport.detach(self.node_id)
+
+
+@pytest.fixture
+def nodes() -> Iterator[Callable[..., Node]]:
+    made: list[Node] = []
+
+    def make(node_id: str, incarnation: int = 1, **options: Any) -> Node:
+        node = Node(node_id, incarnation, **options)
+        made.append(node)
+        return node
+
+    yield make
+    for node in made:
+        node.stop()
+
+
+def _meshed(a: Node, b: Node) -> None:
+    """``b`` learns ``a`` from the store and greets it; ``a`` connects back."""
+    b.transport.learn([a.member()])
+    a.up(b.node_id)
+    b.up(a.node_id)
+
+
+def test_credit_for_data_taken_while_the_receiver_connects_back_is_not_lost(nodes):
+    """``b`` is up as soon as its HELLOs reach ``a``; ``a`` is still connecting back when
+    ``b``'s DATA arrives, and takes it. The credit it owes must reach ``b`` once ``a`` is up:
+    dropped, ``b``'s in-flight count never comes down and it waits for ``writable`` forever."""
+    a = nodes("a", data_limit=2).attach()
+    b = nodes("b", data_limit=2).attach()
+    probe = a.transport._probe
+    gate, cond, probes = threading.Event(), threading.Condition(), [0]
+
+    def held_probe(peer: Any, channel: Channel) -> bool:
+        """``a``'s HELLOs do not go through until the test opens the gate."""
+        with cond:
+            probes[0] += 1
+            cond.notify_all()
+        return gate.is_set() and probe(peer, channel)
+
+    a.transport._probe = held_probe  # type: ignore[method-assign]
+    b.transport.learn([a.member()])
+    b.up("a")
+    assert b.transport.send("b", "a", Channel.DATA, b"d1")
+    assert b.transport.send("b", "a", Channel.DATA, b"d2")
+    assert not b.transport.send("b", "a", Channel.DATA, b"d3")  # at its limit: writable owed
+    a.infra.run_until(lambda: len(a.link.seen("data")) == 2, "a takes both")
+    with cond:  # two more rounds of a's loop: its flush ran after the credit was owed
+        seen = probes[0]
+        assert cond.wait_for(lambda: probes[0] >= seen + 4, WAIT)
+    assert not a.link.seen("up")  # a was connecting all along
+    gate.set()
+    a.up("b")
+    b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "b may send again")
+
+
+def test_replies_handed_over_before_goodbye_arrive_before_it(nodes):
+    """Replies (COMPLETION) handed over before ``detach`` leave in the same flush as its BYE,
+    on the same pipe: they must arrive first. Sent after it, the peer has already taken the
+    node down and drops them: its callers fail with ``Unavailable`` though the answers came."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    flush = a.transport._flush
+    entered, release = threading.Event(), threading.Event()
+
+    def held_flush() -> None:
+        entered.set()
+        assert release.wait(WAIT)
+        flush()
+
+    waking = threading.Event()
+    wake = a.transport._wake
+
+    def watched_wake() -> None:
+        wake()
+        waking.set()
+
+    a.transport._flush = held_flush  # type: ignore[method-assign]
+    assert entered.wait(WAIT)  # a's thread waits in its next flush
+    a.transport._wake = watched_wake  # type: ignore[method-assign]
+    for i in range(10):
+        assert a.transport.send("a", "b", Channel.COMPLETION, b"reply %d" % i)
+    stopper = threading.Thread(target=a.stop)
+    stopper.start()
+    assert waking.wait(WAIT)  # the goodbye is handed over too: all in one flush
+    release.set()
+    stopper.join(WAIT)
+    assert not stopper.is_alive()
+    b.infra.run_until(lambda: bool(b.link.seen("down", "a")), "b sees a go")
+    kinds = [k for k, _, _ in b.link.events if k in ("completion", "down")]
+    assert kinds == ["completion"] * 10 + ["down"]
+
+
+class _WatchedLock:
+    """A lock that says when someone had to wait for it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.contended = threading.Event()
+
+    def __enter__(self) -> _WatchedLock:
+        if not self._lock.acquire(blocking=False):
+            self.contended.set()
+            self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
+def test_detach_never_closes_the_wake_up_socket_under_a_sender():
+    """Other threads (the infrastructure thread's sends, credits) may still wake the transport
+    thread while ``detach`` runs. The wake-up socket is theirs under ``_wake_lock``: closing
+    it meanwhile (ZeroMQ sockets are not thread-safe) may crash the process in libzmq."""
+    transport = ZmqTransport("tcp://127.0.0.1:0")
+    transport.endpoint("n1")
+    real = transport._wake_w
+    inside, release, closed_inside = threading.Event(), threading.Event(), []
+
+    class SlowSocket:
+        """The wake-up socket, with a send that takes its time."""
+
+        def send(self, data: bytes, flags: int = 0) -> None:
+            inside.set()
+            assert release.wait(WAIT)
+            closed_inside.append(real.closed)
+            real.send(data, flags)
+
+        def close(self, linger: int | None = None) -> None:
+            real.close(linger)
+
+    lock = _WatchedLock()
+    transport._wake_lock = lock  # type: ignore[assignment]
+    transport._wake_w = SlowSocket()  # type: ignore[assignment]
+    sender = threading.Thread(target=transport.send_client, args=(b"c1", b"reply"))
+    sender.start()
+    assert inside.wait(WAIT)
+    stopper = threading.Thread(target=transport.detach, args=("n1",))
+    stopper.start()
+    for _ in range(int(WAIT / 0.01)):  # detach waits for the sender, or it is done
+        if lock.contended.wait(0.01) or not stopper.is_alive():
+            break
+    assert not real.closed
+    release.set()
+    sender.join(WAIT)
+    stopper.join(WAIT)
+    assert not sender.is_alive() and not stopper.is_alive()
+    assert closed_inside == [False]
+    assert real.closed
+    transport.send_client(b"c1", b"late")  # after detach: nothing to wake, and no error
+    transport._wake_now()
+
+
+def test_a_pause_meant_for_an_old_incarnation_does_not_hold_the_new_one(nodes):
+    """``b`` restarts (incarnation 2) while ``a``'s node still takes DATA of the first one and
+    pauses ``b`` for it (as the router does at its backlog limit), before it hears that ``b``
+    went down. On ``peer_down`` the node forgets that pause and will never resume it: the
+    transport must not keep it on the new incarnation, whose DATA would be held forever."""
+    a = nodes("a").attach()
+    b1 = nodes("b").attach()
+    _meshed(a, b1)
+    paused: list[str] = []
+
+    def like_the_router(peer: str, data: bytes) -> None:
+        if data == b"old":
+            paused.append(peer)
+            a.transport.pause("a", peer)
+
+    a.link.on_data = like_the_router
+    assert b1.transport.send("b", "a", Channel.DATA, b"old")
+    a.infra.wait_queued(lambda fns: len(fns) == 1, "the old DATA waits for a's node")
+    b2 = nodes("b", incarnation=2).attach()
+    a.transport.learn([b2.member()])  # the store lists b's new incarnation
+    a.infra.wait_queued(lambda fns: a.link.peer_up in fns, "a meets b again")
+    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a's node hears all that")
+    assert paused == ["b"] and a.link.seen("down", "b")
+    b2.up("a")
+    assert b2.transport.send("b", "a", Channel.DATA, b"new")
+    a.infra.run_until(lambda: b"new" in a.link.seen("data", "b"), "a takes b's new DATA")
+
+
+def test_a_member_with_an_endpoint_zeromq_refuses_does_not_stop_the_others(nodes):
+    """A record in the store (or a HELLO) whose endpoints parse but cannot be connected to is
+    skipped like any unreachable member: the members after it are still met at once."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    bad = ("x", 1, "tcp://127.0.0.1:1 data=nowhere completion=nowhere token=t")
+    a.transport.learn([bad, b.member()])
+    a.up("b")
+    b.up("a")
+    assert a.transport.peers() == ["b"]
+
+
+def _on_thread(transport: ZmqTransport, fn: Callable[[], None]) -> None:
+    """Run ``fn`` once on ``transport``'s own thread, then meet the members it learned."""
+    done = threading.Event()
+    take = transport._take_learned
+
+    def once() -> None:
+        first = not done.is_set()
+        if first:
+            fn()
+        take()
+        if first:
+            done.set()
+
+    transport._take_learned = once  # type: ignore[method-assign]
+    transport._wake()
+    assert done.wait(WAIT)
+
+
+def test_a_peer_dropped_while_its_pipes_were_up_is_met_again(nodes):
+    """``a`` takes ``b`` down while ``b``'s pipes are still there (as after a failure found
+    on one of the two, or a connect timeout with one HELLO through), and ``_release``
+    disconnects them. When the store lists ``b`` again, ``a`` connects to the same endpoints
+    and must get through: a disconnected pipe that lingers under ``b``'s routing id (until the
+    out socket handles ZeroMQ's commands) refused every new connection to them."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    _on_thread(a.transport, lambda: a.transport._down(a.transport._peers["b"], "test"))
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
+    _on_thread(a.transport, lambda: a.transport.learn([b.member()]))  # the store lists b
+    # a connects to b again: what it sends meanwhile leaves the moment it is up
+    assert a.transport.send("a", "b", Channel.DATA, b"again")
+    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply")
+    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again")
+    b.infra.run_until(lambda: b"again" in b.link.seen("data", "a"), "b takes a's DATA")
+    b.infra.run_until(lambda: b"reply" in b.link.seen("completion", "a"), "and its reply")
