@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from zlink.errors import Unavailable
 from zlink.mesh.transport import Channel
 from zlink.mesh.zmq_transport import ZmqTransport
 
@@ -332,3 +333,39 @@ def test_a_peer_dropped_while_its_pipes_were_up_is_met_again(nodes):
     a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again")
     b.infra.run_until(lambda: b"again" in b.link.seen("data", "a"), "b takes a's DATA")
     b.infra.run_until(lambda: b"reply" in b.link.seen("completion", "a"), "and its reply")
+
+
+def test_a_peer_taken_down_that_still_sends_is_met_again_and_loses_nothing(nodes):
+    """There is no session between peers: ``a`` takes ``b`` down (a failed ping, say) and
+    ``b``, never told, keeps sending. What it sends must be taken and credited on a new
+    meeting, not dropped: dropped, its credit was gone too and ``b`` sat at its limit for
+    good, its calls waiting for their deadlines."""
+    a = nodes("a", data_limit=2).attach()
+    b = nodes("b", data_limit=2).attach()
+    _meshed(a, b)
+    _on_thread(a.transport, lambda: a.transport._down(a.transport._peers["b"], "test"))
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
+    assert b.transport.reachable("a")  # b never heard
+    assert b.transport.send("b", "a", Channel.DATA, b"one")
+    assert b.transport.send("b", "a", Channel.DATA, b"two")
+    assert not b.transport.send("b", "a", Channel.DATA, b"three")  # at its limit of 2
+    a.infra.run_until(
+        lambda: a.link.seen("data", "b") == [b"one", b"two"] and bool(a.link.seen("up", "b")),
+        "a takes b's DATA and meets b again",
+    )
+    b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "b gets its credit back")
+    assert b.transport.send("b", "a", Channel.DATA, b"three")
+    a.infra.run_until(lambda: b"three" in a.link.seen("data", "b"), "and goes on")
+    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply")  # a reaches b again
+    b.infra.run_until(lambda: b"reply" in b.link.seen("completion", "a"), "b hears a")
+
+
+def test_a_detached_transport_refuses_sends_as_unreachable(nodes):
+    """As the in-process transport does: after ``detach`` nothing is taken that nobody would
+    ever send."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    a.transport.detach("a")
+    with pytest.raises(Unavailable):
+        a.transport.send("a", "b", Channel.DATA, b"late")

@@ -166,6 +166,7 @@ class _Peer:
     paused: bool = False  # this node takes no DATA from it now
     held: deque[bytes] = field(default_factory=deque)  # its DATA that arrived while paused
     credit_due: int = 0  # DATA of its taken here and not yet credited back
+    left: bool = False  # it said goodbye (what it sends after is not a reason to meet again)
 
 
 class ZmqTransport:
@@ -376,7 +377,7 @@ class ZmqTransport:
         """Hand ``data`` to the transport thread (see the ``Transport`` protocol)."""
         with self._lock:
             target = self._peers.get(peer)
-            if target is None or target.state is _State.DOWN:
+            if target is None or target.state is _State.DOWN or self._stopping:
                 raise Unavailable(f"node {peer!r} is not reachable")
             if len(data) > self._max_frame:
                 raise ResourceExhausted(
@@ -856,9 +857,29 @@ class ZmqTransport:
                 self._count("frames_from_strangers", len(bodies))
             return
         if peer.state is _State.DOWN:
-            self._count("frames_wrong_incarnation", len(bodies))
-            return
+            found = self._revived(peer)
+            if found is None:
+                self._count(
+                    "frames_after_goodbye" if peer.left else "frames_wrong_incarnation",
+                    len(bodies),
+                )
+                return
+            peer = found
         self._handle(peer, kind, bodies)
+
+    def _revived(self, gone: _Peer) -> _Peer | None:
+        """``gone``, which this node took down, still sends: nobody told it (there is no
+        session between peers). Unless it said goodbye or a newer incarnation of it is known,
+        meet it again and take what it sends on the new meeting: its frames are handed on and
+        credited (owed until this node is up at it again) instead of being dropped, credit
+        and all, which would leave it waiting at its limit for good."""
+        if gone.left:
+            return None
+        known = self._peers.get(gone.node_id)
+        if known is not None:
+            return known if known.incarnation == gone.incarnation else None
+        self._count("peers_met_again")
+        return self._meet(gone.node_id, gone.incarnation, gone.endpoint)
 
     def _handle(self, peer: _Peer, kind: _Kind, bodies: list[bytes]) -> None:
         link = self._link
@@ -885,12 +906,15 @@ class ZmqTransport:
             if wake:
                 self._submit(link.writable, peer.node_id)
         elif kind is _Kind.BYE:
+            peer.left = True
             self._down(peer, "it left")
 
     def _on_hello(self, ident: bytes, body: bytes) -> None:
         try:
             hello = json.loads(body)
             node_id, incarnation = hello["node"], hello["incarnation"]
+            if not isinstance(hello["endpoint"], str):
+                raise TypeError("endpoint")
             mesh, endpoint = hello["mesh"], MeshEndpoint.parse(hello["endpoint"])
             if not isinstance(node_id, str) or type(incarnation) is not int:
                 raise TypeError("node or incarnation")
