@@ -503,8 +503,8 @@ class ZmqTransport:
         next_ping = time.monotonic() + self._ping_interval
         while True:
             try:
-                connecting = any(p.state is _State.CONNECTING for p in self._peers.values())
-                wait = 2 if connecting else max(0, int((next_ping - time.monotonic()) * 1000))
+                wait = max(0, int((next_ping - time.monotonic()) * 1000))
+                wait = min(wait, self._greet_wait(time.monotonic()))
                 ready = dict(poller.poll(wait))
                 if self._wake_r in ready:
                     self._drain_wake()
@@ -541,6 +541,15 @@ class ZmqTransport:
             except Exception:  # noqa: BLE001 - the thread never dies of one frame
                 self._count("transport_errors")
                 _log.exception("transport of node %s: error in its loop", self._node_id)
+
+    def _greet_wait(self, now: float) -> int:
+        """Milliseconds until the HELLOs of peers still connecting are tried again: 2 ms in a
+        connection's first 0.2 s (a live peer answers within it), then 50 ms (a member the
+        store still lists after it died is not worth 500 wake-ups a second until its lease
+        lapses)."""
+        waits = [2 if now - p.since < 0.2 else 50
+                 for p in self._peers.values() if p.state is _State.CONNECTING]  # fmt: skip
+        return min(waits, default=3_600_000)
 
     def _drain_wake(self) -> None:
         # The flag is cleared only once the wake-ups are read: cleared first, a wake-up sent
