@@ -3,6 +3,7 @@ real subprocesses on 127.0.0.1, each stopped by the test."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -103,3 +104,33 @@ def test_bingo_play_on_node_processes_prints_its_summary() -> None:
     )
     assert result.exit_code == 0, result.output
     assert "Bingo on node processes" in result.output and "3 / 12" in result.output
+
+
+def test_run_nodes_leaves_no_node_behind_when_its_parent_is_killed(tmp_path: Path) -> None:
+    """A --nodes parent killed outright (SIGKILL: no handler runs) must not leave its node
+    processes serving: each watches the pipe from its parent and stops when it closes."""
+    import psutil
+
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--nodes", "2",
+         "--node-id", "k", "--store", store, "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    children: list[psutil.Process] = []
+    try:
+        for _ in range(2):
+            _until(lines, "listening on", 45)
+        children = psutil.Process(proc.pid).children()
+        assert len(children) == 2
+        proc.kill()
+        proc.wait(10)
+        _gone, alive = psutil.wait_procs(children, timeout=30)
+        assert alive == [], alive
+        assert _mesh(store) == []  # they stopped gracefully: unregistered
+    finally:
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        _stop(proc, reader)

@@ -102,6 +102,9 @@ def run(
     drain: Annotated[
         bool, typer.Option(help="at SIGINT/SIGTERM move Spots to other nodes before stopping")
     ] = True,
+    stop_with_stdin: Annotated[
+        bool, typer.Option(hidden=True, help="stop when stdin closes (--nodes children)")
+    ] = False,
 ) -> None:
     """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown; a second
     signal exits at once, with 130 for SIGINT); a callable ATTR is just run.
@@ -139,6 +142,8 @@ def run(
                 typer.echo(f"admin on http://{bound[0]}:{bound[1]}", err=False)
             if listen is not None:
                 typer.echo(f"node {node.node_id} listening on {node.address} ({config.store})")
+            if stop_with_stdin:  # its parent (zlink run --nodes) holds the other end
+                _stop_at_eof(stop, waker)
             typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
             sys.stdout.flush()
             waker.wait(stop)
@@ -198,11 +203,13 @@ def _run_many(
                 args = [sys.executable, "-m", "zlink", "run", target, "--node-id",
                         f"{node_id}-{i}", "--listen", address, "--store", store, "--mesh", mesh,
                         "--no-drain", "--log-level", log_level]  # fmt: skip
-                args += ["--factory"] if factory else []
+                args += ["--factory", "--stop-with-stdin"] if factory else ["--stop-with-stdin"]
                 args += ["--insecure"] if insecure else []
                 args += [] if keys is None else ["--keys", keys]
                 args += [] if workers is None else ["--workers", str(workers)]
-                procs.append(subprocess.Popen(args, start_new_session=True))
+                # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
+                # pipe closes and the node stops (no node outlives its parent)
+                procs.append(subprocess.Popen(args, start_new_session=True, stdin=subprocess.PIPE))
             typer.echo(f"{count} node processes started; SIGINT or SIGTERM stops them all")
             sys.stdout.flush()
 
@@ -224,6 +231,8 @@ def _run_many(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
+                if proc.stdin is not None:
+                    proc.stdin.close()
     typer.echo("all nodes stopped")
     return max((abs(p.returncode or 0) for p in procs), default=0)
 
@@ -289,6 +298,21 @@ def mesh_cmd(
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     Console().print(table)
+
+
+def _stop_at_eof(stop: threading.Event, waker: _SignalWaker) -> None:
+    """Set ``stop`` (and wake the main thread) once stdin reaches its end."""
+
+    def watch() -> None:
+        # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader holds its
+        # lock, and the interpreter's exit then aborts ("could not acquire lock for stdin")
+        with contextlib.suppress(OSError):
+            while os.read(0, 4096):
+                pass
+        stop.set()
+        waker.wake()
+
+    threading.Thread(target=watch, name="zlink-stdin-watch", daemon=True).start()
 
 
 class _SignalWaker:
