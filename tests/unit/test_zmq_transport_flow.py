@@ -369,3 +369,52 @@ def test_a_detached_transport_refuses_sends_as_unreachable(nodes):
     a.transport.detach("a")
     with pytest.raises(Unavailable):
         a.transport.send("a", "b", Channel.DATA, b"late")
+
+
+def test_an_oversized_frame_in_a_batch_drops_only_itself_and_is_credited(nodes):
+    """A receiver with a smaller ``max_frame_bytes`` than its sender drops the frames over
+    it, counted, and takes the others of the same message; the dropped ones are credited so
+    the sender does not wait for them."""
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    a = nodes("a", data_limit=4, max_frame_bytes=1024, count=count).attach()
+    b = nodes("b", data_limit=4).attach()
+    _meshed(a, b)
+    hold = threading.Event()  # keep b's transport thread from flushing until all are queued
+    flush = b.transport._flush
+
+    def held() -> None:
+        hold.wait(WAIT)
+        flush()
+
+    b.transport._flush = held  # type: ignore[method-assign]
+    for data in (b"small-1", b"x" * 2000, b"small-2", b"small-3"):
+        assert b.transport.send("b", "a", Channel.DATA, data)
+    assert not b.transport.send("b", "a", Channel.DATA, b"small-4")  # at its limit of 4
+    hold.set()
+    a.infra.run_until(
+        lambda: a.link.seen("data", "b") == [b"small-1", b"small-2", b"small-3"], "the rest"
+    )
+    assert counted.get("oversized_frames") == 1
+    b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "credit for all four")
+
+
+def test_a_node_remembers_one_old_incarnation_of_a_peer_not_all_of_them(nodes):
+    """Each restart of a peer is a new incarnation; a long-lived node keeps the one before
+    the current (to count its late frames), not one entry per restart forever."""
+    from zlink.mesh.zmq_transport import MeshEndpoint
+
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    endpoint = MeshEndpoint.parse(b.endpoint)
+
+    def restarts() -> None:
+        for incarnation in range(1, 8):
+            a.transport._meet("b", incarnation, endpoint)
+
+    _on_thread(a.transport, restarts)
+    kept = [p.incarnation for p in a.transport._by_ident.values() if p.node_id == "b"]
+    assert sorted(kept) == [6, 7]

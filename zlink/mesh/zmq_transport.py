@@ -797,6 +797,10 @@ class ZmqTransport:
             return None
         with self._lock:
             self._peers[node_id] = peer
+        if known is not None:  # remember one incarnation back (its late frames are counted),
+            for ident, old in list(self._by_ident.items()):  # no more: a mesh lives long
+                if old.node_id == node_id and old is not known:
+                    del self._by_ident[ident]
         self._by_ident[peer.sender] = peer
         return peer
 
@@ -843,12 +847,17 @@ class ZmqTransport:
             self._count("bad_frames")
             return
         body = bodies[0]
-        if any(len(b) > self._max_frame for b in bodies):  # a sender past its own limit
-            self._count("oversized_frames", len(bodies))
-            peer = self._by_ident.get(ident)
-            if kind is _Kind.DATA and peer is not None and peer.state is not _State.DOWN:
-                self._credit(peer, len(bodies))  # dropped, yet taken: the sender goes on
-            return
+        fitting = [b for b in bodies if len(b) <= self._max_frame]
+        if len(fitting) < len(bodies):  # a sender past this node's limit: those are dropped
+            dropped = len(bodies) - len(fitting)
+            self._count("oversized_frames", dropped)
+            known = self._by_ident.get(ident)
+            if kind is _Kind.DATA and known is not None and known.state is not _State.DOWN:
+                self._credit(known, dropped)  # dropped, yet taken: the sender goes on
+            if not fitting:
+                return
+            bodies = fitting
+            body = bodies[0]
         if incarnation not in (0, self._incarnation):
             self._count("frames_wrong_incarnation")
             return
