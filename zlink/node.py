@@ -253,6 +253,9 @@ class Node:
             spots=len(rt.spots),
             actors=len(rt.actors),
             owners=rt.owner_statuses(),
+            address=self.address if self._state != "new" else None,
+            peers=self.peers(),
+            paused_peers=[] if rt.router is None else rt.router.paused_peers(),
         )
 
     def subscribe_status(

@@ -62,6 +62,9 @@ class NodeStatus(BaseModel):
     spots: int
     actors: int
     owners: list[OwnerStatus]
+    address: str | None = None  # where peers and clients reach it (a node that listens)
+    peers: list[str] = []  # the other nodes of its mesh it reaches now
+    paused_peers: list[str] = []  # peers whose application DATA it does not take now (§9)
 
 
 class StatusSubscription:

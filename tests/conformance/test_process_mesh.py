@@ -136,6 +136,8 @@ def test_a_reply_arrives_over_completion_while_data_from_that_peer_is_paused(
         _until(lambda: n1.ask("busy") == 1, "the held request runs on n1")
         n1.ask("send_gate", spot="stuck", count=40)  # 1 runs, 4 in the lane, 4 wait, pause
         _until(lambda: n2.ask("paused", peer="n1"), "n2 paused DATA from n1")
+        seen = n2.ask("status_peers")  # node.status() and zlink status show it
+        assert seen == {"address": n2.address, "peers": ["n1"], "paused": ["n1"]}
         n1.ask("release", which="hold")
         answer = n2.wait_answer(20_000, timeout=20)
         assert answer == {"id": 20_000, "ok": True, "value": "released"}

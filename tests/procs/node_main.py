@@ -137,6 +137,9 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
         return rt.router.transport.peers()
     if op == "paused":
         return rt.router.transport.paused(node.node_id, cmd["peer"])
+    if op == "status_peers":
+        status = node.status()
+        return {"address": status.address, "peers": status.peers, "paused": status.paused_peers}
     if op == "busy":
         return node.status().workers_busy
     raise ValueError(f"unknown op {op!r}")

@@ -463,6 +463,10 @@ def status(
         table.add_row("infrastructure backlog", str(s.infrastructure_backlog))
         table.add_row("infrastructure thread", "alive" if s.infrastructure_alive else "DEAD")
         table.add_row("worker calls in flight", str(s.worker_calls_in_flight))
+        if s.address is not None:
+            table.add_row("address", s.address)
+            table.add_row("peers", ", ".join(s.peers) or "none")
+            table.add_row("peers paused (DATA)", ", ".join(s.paused_peers) or "none")
         for key, value in sorted(s.counters.items()):
             table.add_row(key, str(value))
         return table

@@ -770,6 +770,11 @@ class MeshRouter:
                 self._paused.discard(peer)
                 self.transport.resume(self.rt.node_id, peer)
 
+    def paused_peers(self) -> list[str]:
+        """The peers whose application DATA this node does not take now (status)."""
+        with self._lock:
+            return sorted(self._paused)
+
     def backlog(self) -> dict[str, int]:
         """Calls from each peer waiting for room on this node (status)."""
         with self._lock:
