@@ -568,3 +568,39 @@ def test_open_store_names_the_accepted_forms() -> None:
     message = str(caught.value)
     assert "'etcd://cluster'" in message
     assert all(form in message for form in ('"memory"', "sqlite:///relative", "sqlite:////"))
+
+
+@pytest.mark.timeout(60)
+def test_processes_opening_one_fresh_file_at_the_same_moment_all_get_it(tmp_path):
+    """``zlink run --nodes K`` starts K processes that open one new store file at once.
+    Switching it to WAL takes an exclusive lock, and SQLite answers "database is locked" there
+    without waiting for the busy timeout: 17 of 90 such opens failed before the open was tried
+    again within the busy timeout."""
+    import subprocess
+    import sys
+    import time
+
+    files = [str(tmp_path / f"fresh-{i}.db") for i in range(10)]
+    start = time.time() + 2.0  # after every process has imported zlink
+    code = (
+        "import sys, time\n"
+        "from zlink.mesh.sqlite_store import SqliteLocationStore\n"
+        f"files, start = {files!r}, {start!r}\n"
+        "for i, path in enumerate(files):\n"
+        "    while time.time() < start + i * 0.25: pass  # the same moment in every process\n"
+        "    store = SqliteLocationStore(path)\n"
+        "    store.nodes()\n"
+        "    store.close()\n"
+    )
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    try:
+        errors = [p.communicate(timeout=45)[1] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait(10)
+    assert [p.returncode for p in procs] == [0, 0, 0], errors

@@ -404,7 +404,27 @@ class SqliteLocationStore:
         return conn
 
     def _open_checked(self) -> _Connection:
-        """The first connection: WAL mode, and the schema created or checked."""
+        """The first connection: WAL mode, and the schema created or checked.
+
+        Several node processes often open one fresh file at the same moment (``zlink run
+        --nodes K``). Switching a file to WAL takes an exclusive lock, and SQLite answers
+        "database is locked" there without waiting for its busy timeout; so the open is tried
+        again, every few milliseconds, until ``busy_timeout`` has passed."""
+        end = time.monotonic() + self._busy_timeout
+        pause = 0.002
+        while True:
+            try:
+                return self._open_once()
+            except Unavailable as exc:
+                locked = isinstance(exc.__cause__, sqlite3.OperationalError) and (
+                    "locked" in str(exc.__cause__) or "busy" in str(exc.__cause__)
+                )
+                if not locked or time.monotonic() + pause > end:
+                    raise
+            time.sleep(pause)  # another process holds the lock for a moment: no event to wait on
+            pause = min(pause * 2, 0.05)
+
+    def _open_once(self) -> _Connection:
         try:
             conn = self._connect()
         except sqlite3.Error as exc:
