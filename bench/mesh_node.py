@@ -8,10 +8,10 @@ Also the app both sides of the benchmark import.
 from __future__ import annotations
 
 import sys
-import threading
 import time
 
 import zlink
+from bench.core import Shared
 
 
 class Tick(zlink.Message, type_name="bench.mesh.tick"):
@@ -40,23 +40,7 @@ class Counter(zlink.UserSpot):
         return self.n
 
 
-class _Hits:
-    """Messages handled by the fan-out cells of this process, and when a target is reached."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.count = 0
-        self.target = -1
-        self.done = threading.Event()
-
-    def hit(self) -> None:
-        with self.lock:
-            self.count += 1
-            if self.count == self.target:
-                self.done.set()
-
-
-HITS = _Hits()
+HITS = Shared(-1)  # messages the fan-out cells of this process handled; target per run
 
 
 @app.user_spot("bench.mesh.cell")

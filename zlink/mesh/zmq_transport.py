@@ -595,51 +595,43 @@ class ZmqTransport:
                     run.append(data)
                     peers[id(target)] = target
                     if len(run) >= _BATCH_BODIES:
-                        self._frames(target, kind, run)
+                        self._frame(target, kind, *run)
                         del runs[(id(target), kind)]
                 else:  # a goodbye: what was handed over before it leaves first
                     for earlier in (_Kind.DATA, _Kind.COMPLETION):
                         pending = runs.pop((id(target), earlier), None)
                         if pending:
-                            self._frames(target, earlier, pending)
+                            self._frame(target, earlier, *pending)
                     self._frame(target, kind, data)
             elif target.state is _State.DOWN and kind is not _Kind.BYE:
                 self._count("frames_dropped_peer_down")
         for (key, kind), run in runs.items():
-            self._frames(peers[key], kind, run)
+            self._frame(peers[key], kind, *run)
 
-    def _frames(self, peer: _Peer, kind: _Kind, bodies: list[bytes]) -> None:
-        """Send ``bodies`` of one kind to ``peer`` in one message."""
+    def _frame(
+        self, peer: _Peer, kind: _Kind, *bodies: bytes, channel: Channel | None = None
+    ) -> bool:
+        """Send ``bodies`` of one kind to ``peer`` as one message (DATA on the DATA pipe, the
+        rest on COMPLETION unless ``channel`` says). ``False``: the peer is not up, or it has
+        no pipe (then it is down); what was to go is counted as dropped (a ping aside)."""
+        lost = 0 if kind is _Kind.PING else len(bodies)
         if peer.state is not _State.UP:
-            self._count("frames_dropped_peer_down", len(bodies))
-            return
-        channel = Channel.DATA if kind is _Kind.DATA else Channel.COMPLETION
-        try:
-            self._outs[channel].send_multipart(
-                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation), *bodies], zmq.NOBLOCK
-            )
-        except zmq.ZMQError as exc:
-            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
-                raise
-            self._down(peer, f"no connection ({exc.strerror})")
-            self._count("frames_dropped_peer_down", len(bodies))
-
-    def _frame(self, peer: _Peer, kind: _Kind, data: bytes, channel: Channel | None = None) -> bool:
-        """Send one frame to ``peer`` (DATA on the DATA pipe, the rest on COMPLETION unless
-        ``channel`` says); a peer with no pipe is down."""
+            if lost:
+                self._count("frames_dropped_peer_down", lost)
+            return False
         if channel is None:
             channel = Channel.DATA if kind is _Kind.DATA else Channel.COMPLETION
         try:
             self._outs[channel].send_multipart(
-                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation), data], zmq.NOBLOCK
+                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation), *bodies], zmq.NOBLOCK
             )
             return True
         except zmq.ZMQError as exc:
             if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 raise
             self._down(peer, f"no connection ({exc.strerror})")
-            if kind is not _Kind.PING:
-                self._count("frames_dropped_peer_down")
+            if lost:
+                self._count("frames_dropped_peer_down", lost)
             return False
 
     def _to_client(self, client: bytes, data: bytes) -> None:
@@ -654,8 +646,8 @@ class ZmqTransport:
         """A ping on both pipes of every peer that is up: a pipe that is gone means it is
         down, found even when nothing else is sent to it."""
         for peer in list(self._peers.values()):
-            if peer.state is _State.UP and self._frame(peer, _Kind.PING, b"", Channel.DATA):
-                self._frame(peer, _Kind.PING, b"", Channel.COMPLETION)
+            if peer.state is _State.UP and self._frame(peer, _Kind.PING, b"", channel=Channel.DATA):
+                self._frame(peer, _Kind.PING, b"", channel=Channel.COMPLETION)
 
     def _sweep(self, now: float) -> None:
         """Drop, and count, what senders that never said HELLO sent."""
