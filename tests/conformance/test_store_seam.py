@@ -88,10 +88,10 @@ class WatchedStore(InMemoryLocationStore):
         return super().lookup(spot_id)
 
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
     ) -> Reservation:
         self._read("reserve")
-        return super().reserve(spot_id, kind, type_name, node, lease_until)
+        return super().reserve(spot_id, kind, type_name, node, incarnation)
 
 
 @pytest.fixture

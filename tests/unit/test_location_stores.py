@@ -43,20 +43,41 @@ def store(
     opened.close()
 
 
-def _reserve(store: LocationStore, spot: str, node: str, lease_until: float = 50.0) -> Any:
-    return store.reserve(spot, "spot", "game.room", node, lease_until)
+HELD = 1e6  # the lease of nodes the helpers register: it outlasts every clock move here
+
+
+def _incarnation(store: LocationStore, node: str) -> int:
+    """``node``'s live incarnation, registering it (for ``HELD`` seconds) if it has none."""
+    for record in store.nodes():
+        if record.node_id == node:
+            return record.incarnation
+    return store.register_node(node, f"inproc://{node}", HELD).incarnation
+
+
+def _reserve(store: LocationStore, spot: str, node: str) -> Any:
+    return store.reserve(spot, "spot", "game.room", node, _incarnation(store, node))
+
+
+def _release(store: LocationStore, spot: str, node: str, authority: int) -> bool:
+    return store.release(spot, node, _incarnation(store, node), authority)
+
+
+def _transfer(store: LocationStore, spot: str, node: str, authority: int, target: str) -> Any:
+    _incarnation(store, target)
+    return store.transfer(spot, node, _incarnation(store, node), authority, target)
 
 
 # -- one behaviour, both stores -----------------------------------------------------------------
 
 
 def test_reserve_claims_once_and_then_names_the_owner(store: Any) -> None:
-    first = _reserve(store, "room-1", "n1", 50.0)
+    first = _reserve(store, "room-1", "n1")
     assert first.created
     loc = first.location
     assert (loc.spot_id, loc.kind, loc.type_name) == ("room-1", "spot", "game.room")
-    assert (loc.owner_node, loc.authority_generation, loc.lease_until) == ("n1", 1, 50.0)
-    again = _reserve(store, "room-1", "n2", 99.0)
+    assert (loc.owner_node, loc.authority_generation, loc.lease_until) == ("n1", 1, 1000 + HELD)
+    assert loc.owner_incarnation == store.nodes()[0].incarnation and loc.owner_live
+    again = _reserve(store, "room-1", "n2")
     assert not again.created
     assert again.location == loc  # n2 is told n1 owns it, nothing about n2 was written
 
@@ -65,46 +86,47 @@ def test_lookup_follows_reserve_and_release(store: Any) -> None:
     assert store.lookup("room-1") is None
     loc = _reserve(store, "room-1", "n1").location
     assert store.lookup("room-1") == loc
-    assert store.release("room-1", "n1", 1)
+    assert _release(store, "room-1", "n1", 1)
     assert store.lookup("room-1") is None
-    assert not store.release("room-1", "n1", 1)  # nothing left to release
+    assert not _release(store, "room-1", "n1", 1)  # nothing left to release
 
 
 def test_release_is_fenced_by_owner_and_authority(store: Any) -> None:
     loc = _reserve(store, "room-1", "n1").location
-    with pytest.raises(Unavailable, match="stale owner: 'n2' at authority 1"):
-        store.release("room-1", "n2", 1)
-    with pytest.raises(Unavailable, match="stale owner: 'n1' at authority 7"):
-        store.release("room-1", "n1", 7)
+    with pytest.raises(Unavailable, match=r"stale owner: 'n2' .*at authority 1 "):
+        _release(store, "room-1", "n2", 1)
+    with pytest.raises(Unavailable, match=r"stale owner: 'n1' .*at authority 7 "):
+        _release(store, "room-1", "n1", 7)
     assert store.lookup("room-1") == loc  # refused, not applied
-    assert store.release("room-1", "n1", 1)
+    assert _release(store, "room-1", "n1", 1)
 
 
 def test_transfer_bumps_authority_and_fences_the_old_owner(store: Any) -> None:
-    loc = _reserve(store, "room-1", "n1", 50.0).location
-    moved = store.transfer("room-1", "n1", 1, "n2", 80.0)
-    assert (moved.owner_node, moved.authority_generation, moved.lease_until) == ("n2", 2, 80.0)
+    loc = _reserve(store, "room-1", "n1").location
+    moved = _transfer(store, "room-1", "n1", 1, "n2")
+    assert (moved.owner_node, moved.authority_generation) == ("n2", 2)
+    assert moved.owner_incarnation == _incarnation(store, "n2") and moved.owner_live
     assert moved.object_generation == loc.object_generation  # same incarnation, new owner
     assert store.lookup("room-1") == moved
     with pytest.raises(Unavailable, match="stale owner"):
-        store.transfer("room-1", "n1", 1, "n3", 90.0)  # the old owner, at the old authority
+        _transfer(store, "room-1", "n1", 1, "n3")  # the old owner, at the old authority
     with pytest.raises(Unavailable, match="stale owner"):
-        store.transfer("room-1", "n2", 1, "n3", 90.0)  # the new owner, at the old authority
+        _transfer(store, "room-1", "n2", 1, "n3")  # the new owner, at the old authority
     with pytest.raises(Unavailable, match="stale owner"):
-        store.release("room-1", "n1", 1)
+        _release(store, "room-1", "n1", 1)
     assert store.lookup("room-1") == moved
-    again = store.transfer("room-1", "n2", 2, "n1", 90.0)
+    again = _transfer(store, "room-1", "n2", 2, "n1")
     assert (again.owner_node, again.authority_generation) == ("n1", 3)
     with pytest.raises(Unavailable, match="no location to transfer"):
-        store.transfer("room-9", "n1", 1, "n2", 90.0)
+        _transfer(store, "room-9", "n1", 1, "n2")
 
 
 def test_object_generations_are_unique_and_never_reused(store: Any) -> None:
     seen = [_reserve(store, f"room-{i}", "n1").location.object_generation for i in range(5)]
     assert len(set(seen)) == 5
     top = max(seen)
-    assert store.release("room-4", "n1", 1)  # the highest one goes away
-    assert store.release("room-2", "n1", 1)
+    assert _release(store, "room-4", "n1", 1)  # the highest one goes away
+    assert _release(store, "room-2", "n1", 1)
     back = _reserve(store, "room-4", "n2").location.object_generation
     fresh = _reserve(store, "room-9", "n2").location.object_generation
     assert back > top and fresh > back  # neither a released nor a live one came back
@@ -173,6 +195,111 @@ def test_unregister_only_by_the_current_incarnation(store: Any) -> None:
     assert store.register_node("n1", "inproc://n1", LEASE).incarnation > new.incarnation
 
 
+# -- leases, re-homing and fencing (python-api §10 "Failure") -----------------------------------
+
+
+def test_a_spot_whose_owner_lease_lapsed_is_rehomed_with_new_generations(
+    store: Any, clock: ManualClock
+) -> None:
+    """Issue "Node leases": once a node's lease has lapsed, a reserve of one of its Spots takes
+    it over with a higher authority generation and a new ObjectGeneration; the stale owner's
+    writes are refused."""
+    n1 = store.register_node("n1", "inproc://n1", LEASE)
+    n2 = store.register_node("n2", "inproc://n2", 10 * LEASE)
+    old = store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation).location
+    assert not store.reserve("room-1", "spot", "game.room", "n2", n2.incarnation).created
+    clock.advance(LEASE + 0.5)  # n1 stopped renewing
+    seen = store.lookup("room-1")
+    assert (seen.owner_node, seen.owner_live, seen.lease_until) == ("n1", False, 1003.0)
+    taken = store.reserve("room-1", "spot", "game.room", "n2", n2.incarnation)
+    assert taken.created and taken.previous == seen
+    new = taken.location
+    assert (new.owner_node, new.owner_incarnation) == ("n2", n2.incarnation)
+    assert new.authority_generation == old.authority_generation + 1
+    assert new.object_generation > old.object_generation
+    for write in (
+        lambda: store.release("room-1", "n1", n1.incarnation, old.authority_generation),
+        lambda: store.transfer("room-1", "n1", n1.incarnation, old.authority_generation, "n2"),
+    ):
+        with pytest.raises(Unavailable, match="stale owner: 'n1'"):
+            write()
+    assert store.lookup("room-1") == new
+
+
+def test_an_owner_whose_lease_lapsed_writes_nothing_even_before_a_takeover(
+    store: Any, clock: ManualClock
+) -> None:
+    """Self-fencing has a store side: a node whose lease lapsed may not claim, move or release
+    (it must register again), even while nobody has taken its Spots yet."""
+    n1 = store.register_node("n1", "inproc://n1", LEASE)
+    store.register_node("n2", "inproc://n2", 10 * LEASE)
+    store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation)
+    clock.advance(LEASE + 0.5)
+    for write in (
+        lambda: store.reserve("room-2", "spot", "game.room", "n1", n1.incarnation),
+        lambda: store.release("room-1", "n1", n1.incarnation, 1),
+        lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2"),
+    ):
+        with pytest.raises(Unavailable, match=r"'n1' at incarnation .* holds no lease"):
+            write()
+    assert store.lookup("room-2") is None
+    assert store.lookup("room-1").owner_node == "n1"  # refused, not applied
+
+
+def test_a_transfer_needs_a_target_that_holds_a_lease(store: Any, clock: ManualClock) -> None:
+    n1 = store.register_node("n1", "inproc://n1", 10 * LEASE)
+    store.register_node("n2", "inproc://n2", LEASE)
+    store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation)
+    clock.advance(LEASE + 0.5)
+    with pytest.raises(Unavailable, match="'n2' holds no lease"):
+        store.transfer("room-1", "n1", n1.incarnation, 1, "n2")
+    with pytest.raises(Unavailable, match="'n9' holds no lease"):
+        store.transfer("room-1", "n1", n1.incarnation, 1, "n9")
+    assert store.lookup("room-1").owner_node == "n1"
+
+
+def test_a_node_registered_again_takes_its_own_spots_over_as_new_incarnations(
+    store: Any,
+) -> None:
+    """A restarted (or self-fenced) node has a new incarnation: the Spots its old one held are
+    not its own any more; its next reserve re-homes them with new generations."""
+    old = store.register_node("n1", "inproc://n1", LEASE)
+    first = store.reserve("room-1", "spot", "game.room", "n1", old.incarnation).location
+    new = store.register_node("n1", "inproc://n1", LEASE)
+    assert not store.lookup("room-1").owner_live
+    again = store.reserve("room-1", "spot", "game.room", "n1", new.incarnation)
+    assert again.created and again.location.owner_incarnation == new.incarnation
+    assert again.location.object_generation > first.object_generation
+    with pytest.raises(Unavailable, match="stale owner"):
+        store.release("room-1", "n1", old.incarnation, first.authority_generation)
+
+
+def test_a_store_that_lost_its_data_grants_no_claim_for_one_lease(
+    store: Any, clock: ManualClock
+) -> None:
+    """Issue "Node leases": after a restart that lost data, nodes register again and no
+    incarnation is reused; claims wait one lease (owners from before may still serve)."""
+    n1 = store.register_node("n1", "inproc://n1", LEASE)
+    first = store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation).location
+    # a node that had incarnation 500 of a store that never handed it out: data was lost
+    back = store.register_node("n2", "inproc://n2", LEASE, known_incarnation=500)
+    assert back.incarnation > 500
+    for claim in (
+        lambda: store.reserve("room-2", "spot", "game.room", "n2", back.incarnation),
+        lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2"),
+    ):
+        with pytest.raises(Unavailable, match=r"lost its data .* another 3\.0 s"):
+            claim()
+    assert store.lookup("room-1") == first  # lookups still answer
+    clock.advance(LEASE / 2)
+    store.renew_node("n2", back.incarnation, LEASE)
+    clock.advance(LEASE / 2)  # one lease since the loss was found
+    assert store.reserve("room-2", "spot", "game.room", "n2", back.incarnation).created
+    # a node that knows an incarnation the store did hand out is no sign of a loss
+    assert store.register_node("n3", "inproc://n3", LEASE, known_incarnation=1).incarnation > 500
+    assert store.reserve("room-3", "spot", "game.room", "n2", back.incarnation).created
+
+
 # -- the SQLite file ----------------------------------------------------------------------------
 
 
@@ -181,14 +308,14 @@ def test_the_file_survives_closing_and_reopening(tmp_path: pathlib.Path) -> None
     path = tmp_path / "store.db"
     with SqliteLocationStore(path, clock) as store:
         assert _reserve(store, "room-1", "n1").created
-        kept = store.transfer("room-1", "n1", 1, "n2", 80.0)
+        kept = _transfer(store, "room-1", "n1", 1, "n2")
         gone = _reserve(store, "room-2", "n1").location
-        assert store.release("room-2", "n1", 1)
+        assert _release(store, "room-2", "n1", 1)
         node = store.register_node("n1", "inproc://n1", LEASE)
     with SqliteLocationStore(path, clock) as store:
         assert store.lookup("room-1") == kept
         assert store.lookup("room-2") is None
-        assert store.nodes() == [node]
+        assert [r for r in store.nodes() if r.node_id == "n1"] == [node]
         assert store.renew_node("n1", node.incarnation, LEASE).incarnation == node.incarnation
         # the counters were kept too: neither the released generation nor an incarnation returns
         assert _reserve(store, "room-2", "n3").location.object_generation > gone.object_generation
@@ -287,8 +414,8 @@ def test_calls_after_close_are_unavailable(tmp_path: pathlib.Path) -> None:
     calls = [
         lambda: store.lookup("room-1"),
         lambda: _reserve(store, "room-2", "n1"),
-        lambda: store.release("room-1", "n1", 1),
-        lambda: store.transfer("room-1", "n1", 1, "n2", 9.0),
+        lambda: _release(store, "room-1", "n1", 1),
+        lambda: _transfer(store, "room-1", "n1", 1, "n2"),
         lambda: store.register_node("n1", "e", LEASE),
         lambda: store.renew_node("n1", 1, LEASE),
         lambda: store.unregister_node("n1", 1),
@@ -333,14 +460,14 @@ def test_a_write_that_waits_past_the_busy_timeout_is_unavailable(
     path = tmp_path / "store.db"
     store = SqliteLocationStore(path, ManualClock(), busy_timeout=0.05)
     held = _reserve(store, "room-1", "n1").location
-    node = store.register_node("n1", "inproc://n1", LEASE)
+    (node,) = store.nodes()  # n1, registered by _reserve
     raw = sqlite3.connect(path, isolation_level=None)
     try:
         raw.execute("BEGIN IMMEDIATE")  # another writer holds the lock past the busy timeout
         writes = [
             lambda: _reserve(store, "room-2", "n1"),
-            lambda: store.transfer("room-1", "n1", 1, "n2", 9.0),
-            lambda: store.release("room-1", "n1", 1),
+            lambda: _transfer(store, "room-1", "n1", 1, "n2"),
+            lambda: _release(store, "room-1", "n1", 1),
             lambda: store.register_node("n2", "inproc://n2", LEASE),
             lambda: store.renew_node("n1", node.incarnation, LEASE),
             lambda: store.unregister_node("n1", node.incarnation),
@@ -439,11 +566,12 @@ import json, sys
 from zlink.mesh.sqlite_store import SqliteLocationStore
 path, name, spots = sys.argv[1], sys.argv[2], int(sys.argv[3])
 store = SqliteLocationStore(path, busy_timeout=30.0)
+me = store.register_node(name, "inproc://" + name, 1e6).incarnation
 print("ready", flush=True)
 sys.stdin.readline()  # the start signal: every racer has opened the file by now
 mine = {}
 for i in range(spots):
-    r = store.reserve(f"spot-{i}", "spot", "game.room", name, 0.0)
+    r = store.reserve(f"spot-{i}", "spot", "game.room", name, me)
     mine[f"spot-{i}"] = [r.created, r.location.owner_node, r.location.object_generation]
 store.close()
 print(json.dumps(mine), flush=True)

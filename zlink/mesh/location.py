@@ -3,20 +3,30 @@
 Guarantees / assumes:
 * ``reserve`` is the one place ownership is decided: only the node it confirms runs the
   factory, so a Spot asked for on several nodes at once is activated once.
-* Every write after that is fenced by ``authority_generation``: a node that lost ownership
-  (a stale owner) has its write refused with ``Unavailable``, never applied.
+* An owner is a node *and its incarnation*; its claim holds while that incarnation's lease
+  holds in the store. Once the lease lapsed (the node died, stalled or was fenced), the next
+  ``reserve`` takes the Spot over (re-homing, python-api §10 "Failure"): a higher authority
+  generation and a new ``object_generation``.
+* Every write after that is fenced by owner node, owner incarnation and
+  ``authority_generation``, and needs the writer's lease to hold: a stale owner (one that lost
+  ownership, or whose lease lapsed) has its write refused with ``Unavailable``, never applied.
 * ``object_generation`` numbers incarnations across the whole store (public ``SpotRef``);
   ``authority_generation`` numbers owner changes of one Spot (store and runtime fencing only).
 * The store is also the membership table: each node registers (id, endpoint) and gets a new
   ``incarnation`` (never reused), then renews its lease, measured on the store's clock.
   ``nodes()`` lists the nodes whose lease has not lapsed. A renewal for an old incarnation, or
   after the lease lapsed, is refused with ``Unavailable`` (the node must register again).
+* Data loss: a node registers again giving the incarnation it had (``known_incarnation``). A
+  store that never handed that one out has lost its data (a Redis restarted empty): it hands
+  out incarnations above it and grants no claim (reserve, transfer) for one lease, until every
+  owner from before has stopped serving (each self-fences when its renewal is refused).
 * ``InMemoryLocationStore`` keeps all of it under one lock: the embedded default.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -27,15 +37,21 @@ from ..lock_order import LockRank
 
 @dataclass(frozen=True, slots=True)
 class Location:
-    """Where one Spot lives, as the store knows it."""
+    """Where one Spot lives, as the store knows it.
+
+    ``owner_incarnation`` is the incarnation of ``owner_node`` that holds it: the claim is good
+    while that incarnation's lease holds (``owner_live``, read on the store's clock when the
+    location was read; ``lease_until`` is that lease's end, ``0.0`` once it holds none)."""
 
     spot_id: str
     kind: str  # "spot" or "actor"
     type_name: str
     owner_node: str  # the node that owns it ("owner" alone names a serial queue)
+    owner_incarnation: int
     authority_generation: int
     object_generation: int
     lease_until: float
+    owner_live: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,28 +66,34 @@ class NodeRecord:
 
 @dataclass(frozen=True, slots=True)
 class Reservation:
-    """The answer to ``reserve``: the location, and whether this caller won the factory."""
+    """The answer to ``reserve``: the location, and whether this caller won the factory
+    (``previous``: the location it took over from an owner whose lease had lapsed)."""
 
     location: Location
     created: bool
+    previous: Location | None = None
 
 
 class LocationStore(Protocol):
     """What nodes need from the store; any implementation must fence as described above."""
 
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
     ) -> Reservation: ...
 
     def lookup(self, spot_id: str) -> Location | None: ...
 
-    def release(self, spot_id: str, node: str, authority_generation: int) -> bool: ...
+    def release(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> bool: ...
 
     def transfer(
-        self, spot_id: str, node: str, authority_generation: int, target: str, lease_until: float
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
     ) -> Location: ...
 
-    def register_node(self, node_id: str, endpoint: str, lease_seconds: float) -> NodeRecord: ...
+    def register_node(
+        self, node_id: str, endpoint: str, lease_seconds: float, known_incarnation: int = 0
+    ) -> NodeRecord: ...
 
     def renew_node(self, node_id: str, incarnation: int, lease_seconds: float) -> NodeRecord: ...
 
@@ -82,13 +104,32 @@ class LocationStore(Protocol):
     def owned(self) -> dict[str, int]: ...
 
 
-def check_fence(found: Location, node: str, authority_generation: int) -> None:
-    """Refuse a write by anyone but the current owner at the current authority generation
-    (the one fence error of every store: ``Unavailable``)."""
-    if found.owner_node != node or found.authority_generation != authority_generation:
+def no_lease(node: str, incarnation: int) -> Unavailable:
+    """The error of a node that writes without a live lease (it must register again)."""
+    return Unavailable(f"node {node!r} at incarnation {incarnation} holds no lease")
+
+
+def recovering(left: float) -> Unavailable:
+    """The error of a claim while the store waits out one lease after losing its data."""
+    return Unavailable(
+        f"the location store lost its data and grants no claims for another {left:.1f} s"
+        " (owners from before may still be serving)"
+    )
+
+
+def check_fence(found: Location, node: str, incarnation: int, authority_generation: int) -> None:
+    """Refuse a write by anyone but the current owner (node and incarnation) at the current
+    authority generation (the one fence error of every store: ``Unavailable``)."""
+    if (
+        found.owner_node != node
+        or found.owner_incarnation != incarnation
+        or found.authority_generation != authority_generation
+    ):
         raise Unavailable(
-            f"stale owner: {node!r} at authority {authority_generation} may not write "
-            f"{found.spot_id!r} (owner {found.owner_node!r} at {found.authority_generation})"
+            f"stale owner: {node!r} (incarnation {incarnation}) at authority"
+            f" {authority_generation} may not write {found.spot_id!r} (owner"
+            f" {found.owner_node!r}, incarnation {found.owner_incarnation}, at"
+            f" {found.authority_generation})"
         )
 
 
@@ -101,15 +142,22 @@ class InMemoryLocationStore:
         self._object_generations = itertools.count(1)
         self._now = (clock or MonotonicClock()).now  # the store's clock: leases use it
         self._nodes: dict[str, NodeRecord] = {}
-        self._incarnations = itertools.count(1)
+        self._incarnation = 0  # the last one handed out
+        self._claims_after = -math.inf  # no claim before it: the store lost data (never here)
 
     # -- membership -----------------------------------------------------------------------------
-    def register_node(self, node_id: str, endpoint: str, lease_seconds: float) -> NodeRecord:
-        """Register ``node_id`` with a new incarnation (a restarted node gets a higher one)."""
+    def register_node(
+        self, node_id: str, endpoint: str, lease_seconds: float, known_incarnation: int = 0
+    ) -> NodeRecord:
+        """Register ``node_id`` with a new incarnation, higher than any handed out and than
+        ``known_incarnation`` (the one it had: a store that never gave it lost its data, and
+        then grants no claims for one lease)."""
         with self._lock:
-            record = NodeRecord(
-                node_id, endpoint, next(self._incarnations), self._now() + lease_seconds
-            )
+            now = self._now()
+            if known_incarnation > self._incarnation:
+                self._claims_after = max(self._claims_after, now + lease_seconds)
+            self._incarnation = max(self._incarnation, known_incarnation) + 1
+            record = NodeRecord(node_id, endpoint, self._incarnation, now + lease_seconds)
             self._nodes[node_id] = record
             return record
 
@@ -117,11 +165,10 @@ class InMemoryLocationStore:
         """Extend the lease of ``node_id`` at ``incarnation``; refused if it is not the
         current incarnation or its lease lapsed (the node must register again)."""
         with self._lock:
-            found = self._nodes.get(node_id)
             now = self._now()
-            if found is None or found.incarnation != incarnation or found.lease_until < now:
-                raise Unavailable(f"node {node_id!r} at incarnation {incarnation} holds no lease")
-            renewed = replace(found, lease_until=now + lease_seconds)
+            if not self._live(node_id, incarnation, now):
+                raise no_lease(node_id, incarnation)
+            renewed = replace(self._nodes[node_id], lease_until=now + lease_seconds)
             self._nodes[node_id] = renewed
             return renewed
 
@@ -150,50 +197,88 @@ class InMemoryLocationStore:
                 counts[location.owner_node] = counts.get(location.owner_node, 0) + 1
             return counts
 
+    def _live(self, node_id: str, incarnation: int, now: float) -> bool:
+        found = self._nodes.get(node_id)
+        return found is not None and found.incarnation == incarnation and found.lease_until >= now
+
+    def _as_now(self, found: Location, now: float) -> Location:
+        """``found`` with its owner's lease as it is now."""
+        owner = self._nodes.get(found.owner_node)
+        if owner is None or owner.incarnation != found.owner_incarnation:
+            return replace(found, lease_until=0.0, owner_live=False)
+        return replace(found, lease_until=owner.lease_until, owner_live=owner.lease_until >= now)
+
     # -- locations ------------------------------------------------------------------------------
 
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
     ) -> Reservation:
-        """Claim ``spot_id`` for ``node`` if nobody owns it; else say who does."""
+        """Claim ``spot_id`` for ``node`` at ``incarnation`` if nobody owns it, or its owner's
+        lease lapsed (re-homing: a new authority and object generation); else say who owns
+        it. The claimer must hold a live lease."""
         with self._lock:
+            now = self._now()
             found = self._locations.get(spot_id)
             if found is not None:
-                return Reservation(found, created=False)
+                found = self._as_now(found, now)
+                if found.owner_live:
+                    return Reservation(found, created=False)
+            if not self._live(node, incarnation, now):
+                raise no_lease(node, incarnation)
+            if now < self._claims_after:
+                raise recovering(self._claims_after - now)
             location = Location(
-                spot_id, kind, type_name, node, 1, next(self._object_generations), lease_until
-            )
+                spot_id, kind, type_name, node, incarnation,
+                1 if found is None else found.authority_generation + 1,
+                next(self._object_generations), self._nodes[node].lease_until,
+            )  # fmt: skip
             self._locations[spot_id] = location
-            return Reservation(location, created=True)
+            return Reservation(location, created=True, previous=found)
 
     def lookup(self, spot_id: str) -> Location | None:
         """The current location of ``spot_id``, or ``None``."""
-        return self._locations.get(spot_id)
+        with self._lock:
+            found = self._locations.get(spot_id)
+            return None if found is None else self._as_now(found, self._now())
 
-    def release(self, spot_id: str, node: str, authority_generation: int) -> bool:
-        """Forget ``spot_id`` (it closed); refused for anyone but its current owner."""
+    def release(self, spot_id: str, node: str, incarnation: int, authority_generation: int) -> bool:
+        """Forget ``spot_id`` (it closed); refused for anyone but its current owner, and for
+        an owner whose lease lapsed."""
         with self._lock:
             found = self._locations.get(spot_id)
             if found is None:
                 return False
-            check_fence(found, node, authority_generation)
+            check_fence(found, node, incarnation, authority_generation)
+            if not self._live(node, incarnation, self._now()):
+                raise no_lease(node, incarnation)
             del self._locations[spot_id]
             return True
 
     def transfer(
-        self, spot_id: str, node: str, authority_generation: int, target: str, lease_until: float
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
     ) -> Location:
-        """Move authority to ``target`` (relocation); the new authority generation is +1."""
+        """Move authority to ``target``'s live incarnation (relocation); the new authority
+        generation is +1. Refused for a stale owner, an owner whose lease lapsed, and a
+        target that holds no lease."""
         with self._lock:
             found = self._locations.get(spot_id)
             if found is None:
                 raise Unavailable(f"{spot_id!r} has no location to transfer")
-            check_fence(found, node, authority_generation)
+            check_fence(found, node, incarnation, authority_generation)
+            now = self._now()
+            if not self._live(node, incarnation, now):
+                raise no_lease(node, incarnation)
+            to = self._nodes.get(target)
+            if to is None or to.lease_until < now:
+                raise Unavailable(f"node {target!r} holds no lease: {spot_id!r} stays")
+            if now < self._claims_after:
+                raise recovering(self._claims_after - now)
             moved = replace(
                 found,
                 owner_node=target,
+                owner_incarnation=to.incarnation,
                 authority_generation=found.authority_generation + 1,
-                lease_until=lease_until,
+                lease_until=to.lease_until,
             )
             self._locations[spot_id] = moved
             return moved

@@ -48,6 +48,11 @@ class NodeMembership:
         self._stopped = False
 
     @property
+    def incarnation(self) -> int:
+        """The incarnation the store gave this node (``0`` before it registered)."""
+        return 0 if self.record is None else self.record.incarnation
+
+    @property
     def lease_until(self) -> float | None:
         """When the last confirmed lease ends, on the store's clock (``None``: not yet)."""
         return None if self.record is None else self.record.lease_until

@@ -42,13 +42,14 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import InvalidArgument, Unavailable
 from ..executor import Clock
-from .location import Location, NodeRecord, Reservation, check_fence
+from .location import Location, NodeRecord, Reservation, check_fence, no_lease, recovering
 
-SCHEMA_VERSION = 1  # the ``meta`` row ``schema_version``; a file with another is refused
+SCHEMA_VERSION = 2  # the ``meta`` row ``schema_version``; a file with another is refused
 
 _T = TypeVar("_T")
 
@@ -58,17 +59,26 @@ _SCHEMA = (
     # counters whose values are never handed out twice: object_generation, incarnation
     "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS locations (spot_id TEXT PRIMARY KEY, kind TEXT NOT NULL,"
-    " type_name TEXT NOT NULL, owner_node TEXT NOT NULL, authority_generation INTEGER NOT NULL,"
-    " object_generation INTEGER NOT NULL UNIQUE, lease_until REAL NOT NULL) WITHOUT ROWID",
+    " type_name TEXT NOT NULL, owner_node TEXT NOT NULL, owner_incarnation INTEGER NOT NULL,"
+    " authority_generation INTEGER NOT NULL, object_generation INTEGER NOT NULL UNIQUE)"
+    " WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, endpoint TEXT NOT NULL,"
     " incarnation INTEGER NOT NULL, lease_until REAL NOT NULL) WITHOUT ROWID",
 )
 
 _LOCATION = (
-    "spot_id, kind, type_name, owner_node, authority_generation, object_generation, lease_until"
+    "spot_id, kind, type_name, owner_node, owner_incarnation, authority_generation,"
+    " object_generation"
 )
 _NODE = "node_id, endpoint, incarnation, lease_until"
-_SELECT_LOCATION = f"SELECT {_LOCATION} FROM locations WHERE spot_id = ?"
+# a location with its owner's lease (0.0: that incarnation holds none)
+_SELECT_LOCATION = (
+    "SELECT l.spot_id, l.kind, l.type_name, l.owner_node, l.owner_incarnation,"
+    " l.authority_generation, l.object_generation, COALESCE(n.lease_until, 0.0)"
+    " FROM locations l LEFT JOIN nodes n"
+    " ON n.node_id = l.owner_node AND n.incarnation = l.owner_incarnation WHERE l.spot_id = ?"
+)
+_LIVE = "SELECT lease_until FROM nodes WHERE node_id = ? AND incarnation = ? AND lease_until >= ?"
 _NEXT = "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value"
 
 # SQLite's primary result codes that mean "this path is not a store we can use": refused at
@@ -150,12 +160,28 @@ class SqliteLocationStore:
         return f"SqliteLocationStore({self._path!r})"
 
     # -- membership -----------------------------------------------------------------------------
-    def register_node(self, node_id: str, endpoint: str, lease_seconds: float) -> NodeRecord:
-        """Register ``node_id`` with a new incarnation (a restarted node gets a higher one)."""
+    def register_node(
+        self, node_id: str, endpoint: str, lease_seconds: float, known_incarnation: int = 0
+    ) -> NodeRecord:
+        """Register ``node_id`` with a new incarnation, higher than any handed out and than
+        ``known_incarnation`` (the one it had: a file that never gave it lost its data, and
+        then grants no claims for one lease)."""
 
         def register(conn: sqlite3.Connection) -> NodeRecord:
+            now = self._now()
+            last = _one(conn, "SELECT value FROM counters WHERE name = 'incarnation'")[0]
+            if known_incarnation > last:  # handed out by a store that was lost
+                conn.execute(
+                    "UPDATE counters SET value = ? WHERE name = 'incarnation'",
+                    (known_incarnation,),
+                )
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('claims_after', ?) ON CONFLICT(key)"
+                    " DO UPDATE SET value = MAX(CAST(value AS REAL), excluded.value)",
+                    (now + lease_seconds,),
+                )
             incarnation = _one(conn, _NEXT, ("incarnation",))[0]
-            record = NodeRecord(node_id, endpoint, incarnation, self._now() + lease_seconds)
+            record = NodeRecord(node_id, endpoint, incarnation, now + lease_seconds)
             conn.execute(
                 f"INSERT OR REPLACE INTO nodes ({_NODE}) VALUES (?, ?, ?, ?)", _record_row(record)
             )
@@ -177,7 +203,7 @@ class SqliteLocationStore:
                 (now + lease_seconds, node_id, incarnation, now),
             )
             if row is None:
-                raise Unavailable(f"node {node_id!r} at incarnation {incarnation} holds no lease")
+                raise no_lease(node_id, incarnation)
             return _record(row)
 
         return self._write(renew)
@@ -220,24 +246,34 @@ class SqliteLocationStore:
 
     # -- locations ------------------------------------------------------------------------------
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, lease_until: float
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
     ) -> Reservation:
-        """Claim ``spot_id`` for ``node`` if nobody owns it; else say who does."""
+        """Claim ``spot_id`` for ``node`` at ``incarnation`` if nobody owns it, or its owner's
+        lease lapsed (re-homing: a new authority and object generation); else say who owns
+        it. The claimer must hold a live lease."""
         found = self.lookup(spot_id)  # the usual answer: no write lock needed to give it
-        if found is not None:
+        if found is not None and found.owner_live:
             return Reservation(found, created=False)
 
         def claim(conn: sqlite3.Connection) -> Reservation:
+            now = self._now()
             row = _one(conn, _SELECT_LOCATION, (spot_id,))  # again, under the write lock
-            if row is not None:
-                return Reservation(_location(row), created=False)
+            previous = None if row is None else _location(row, now)
+            if previous is not None and previous.owner_live:
+                return Reservation(previous, created=False)
+            lease = _one(conn, _LIVE, (node, incarnation, now))
+            if lease is None:
+                raise no_lease(node, incarnation)
+            self._check_claims(conn, now)
             generation = _one(conn, _NEXT, ("object_generation",))[0]
-            location = Location(spot_id, kind, type_name, node, 1, generation, lease_until)
+            authority = 1 if previous is None else previous.authority_generation + 1
+            location = Location(spot_id, kind, type_name, node, incarnation, authority,
+                                generation, float(lease[0]))  # fmt: skip
             conn.execute(
-                f"INSERT INTO locations ({_LOCATION}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO locations ({_LOCATION}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 _location_row(location),
             )
-            return Reservation(location, created=True)
+            return Reservation(location, created=True, previous=previous)
 
         return self._write(claim)
 
@@ -246,53 +282,69 @@ class SqliteLocationStore:
 
         def find(conn: sqlite3.Connection) -> Location | None:
             row = _one(conn, _SELECT_LOCATION, (spot_id,))
-            return None if row is None else _location(row)
+            return None if row is None else _location(row, self._now())
 
         return self._read(find)
 
-    def release(self, spot_id: str, node: str, authority_generation: int) -> bool:
-        """Forget ``spot_id`` (it closed); refused for anyone but its current owner."""
+    def release(self, spot_id: str, node: str, incarnation: int, authority_generation: int) -> bool:
+        """Forget ``spot_id`` (it closed); refused for anyone but its current owner, and for
+        an owner whose lease lapsed."""
 
         def forget(conn: sqlite3.Connection) -> bool:
-            done = conn.execute(
-                "DELETE FROM locations"
-                " WHERE spot_id = ? AND owner_node = ? AND authority_generation = ?",
-                (spot_id, node, authority_generation),
-            )
-            if done.rowcount == 1:
-                return True
+            now = self._now()
             row = _one(conn, _SELECT_LOCATION, (spot_id,))
             if row is None:
                 return False
-            check_fence(_location(row), node, authority_generation)  # raises: it is fenced
-            raise AssertionError("a location that passes the fence was not deleted")
+            check_fence(_location(row, now), node, incarnation, authority_generation)
+            if _one(conn, _LIVE, (node, incarnation, now)) is None:
+                raise no_lease(node, incarnation)
+            conn.execute("DELETE FROM locations WHERE spot_id = ?", (spot_id,))
+            return True
 
         return self._write(forget)
 
     def transfer(
-        self, spot_id: str, node: str, authority_generation: int, target: str, lease_until: float
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
     ) -> Location:
-        """Move authority to ``target`` (relocation); the new authority generation is +1."""
+        """Move authority to ``target``'s live incarnation (relocation); the new authority
+        generation is +1. Refused for a stale owner, an owner whose lease lapsed, and a
+        target that holds no lease."""
 
         def move(conn: sqlite3.Connection) -> Location:
-            row = _one(
-                conn,
-                "UPDATE locations"
-                " SET owner_node = ?, authority_generation = authority_generation + 1,"
-                " lease_until = ?"
-                " WHERE spot_id = ? AND owner_node = ? AND authority_generation = ?"
-                f" RETURNING {_LOCATION}",
-                (target, lease_until, spot_id, node, authority_generation),
-            )
-            if row is not None:
-                return _location(row)
+            now = self._now()
             row = _one(conn, _SELECT_LOCATION, (spot_id,))
             if row is None:
                 raise Unavailable(f"{spot_id!r} has no location to transfer")
-            check_fence(_location(row), node, authority_generation)  # raises: it is fenced
-            raise AssertionError("a location that passes the fence was not moved")
+            found = _location(row, now)
+            check_fence(found, node, incarnation, authority_generation)
+            if _one(conn, _LIVE, (node, incarnation, now)) is None:
+                raise no_lease(node, incarnation)
+            to = _one(
+                conn,
+                "SELECT incarnation, lease_until FROM nodes WHERE node_id = ? AND lease_until >= ?",
+                (target, now),
+            )
+            if to is None:
+                raise Unavailable(f"node {target!r} holds no lease: {spot_id!r} stays")
+            self._check_claims(conn, now)
+            conn.execute(
+                "UPDATE locations SET owner_node = ?, owner_incarnation = ?,"
+                " authority_generation = authority_generation + 1 WHERE spot_id = ?",
+                (target, to[0], spot_id),
+            )
+            return replace(
+                found, owner_node=target, owner_incarnation=int(to[0]),
+                authority_generation=found.authority_generation + 1,
+                lease_until=float(to[1]), owner_live=True,
+            )  # fmt: skip
 
         return self._write(move)
+
+    def _check_claims(self, conn: sqlite3.Connection, now: float) -> None:
+        """Refuse a claim while the store waits out one lease after losing its data."""
+        row = _one(conn, "SELECT value FROM meta WHERE key = 'claims_after'")
+        if row is not None and now < float(row[0]):
+            raise recovering(float(row[0]) - now)
 
     # -- the file -------------------------------------------------------------------------------
     def close(self) -> None:
@@ -512,10 +564,12 @@ class SqliteLocationStore:
         return Unavailable(f"the location store {self._path!r} failed: {exc}")
 
 
-def _location(row: Any) -> Location:
-    # a REAL column hands back an int through RETURNING when the value is whole: float() it
-    spot_id, kind, type_name, owner, authority, generation, lease_until = row
-    return Location(spot_id, kind, type_name, owner, authority, generation, float(lease_until))
+def _location(row: Any, now: float) -> Location:
+    """A ``_SELECT_LOCATION`` row as it is at ``now`` (the store's clock)."""
+    spot_id, kind, type_name, owner, incarnation, authority, generation, lease_until = row
+    until = float(lease_until)  # a REAL may come back as an int when it is whole
+    return Location(spot_id, kind, type_name, owner, incarnation, authority, generation, until,
+                    until >= now and until > 0.0)  # fmt: skip
 
 
 def _record(row: Any) -> NodeRecord:
@@ -530,9 +584,9 @@ def _location_row(location: Location) -> tuple[Any, ...]:
         location.kind,
         location.type_name,
         location.owner_node,
+        location.owner_incarnation,
         location.authority_generation,
         location.object_generation,
-        location.lease_until,
     )
 
 

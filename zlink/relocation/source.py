@@ -470,14 +470,14 @@ class Outbound(RelocatorState):
             out.parked.clear()
             out.relaying = True
         claims = [(obj.name, obj.authority) for obj in out.objects]
-        lease = rt.lease()
+        incarnation = rt.incarnation
 
         def transfer() -> tuple[list[Location], BaseException | None]:  # store thread, no lock
             moved: list[Location] = []
             for name, authority in claims:
                 try:
-                    moved.append(router.store.transfer(name, rt.node_id, authority, out.target,
-                                                       lease))  # fmt: skip
+                    moved.append(router.store.transfer(name, rt.node_id, incarnation, authority,
+                                                       out.target))  # fmt: skip
                 except Exception as exc:  # noqa: BLE001 - what moved keeps its pointer
                     return moved, exc
             return moved, None

@@ -181,7 +181,11 @@ class Closing:
         router = self.rt.router
         if router is not None:  # on the store thread; fenced: a stale owner's is refused
             router.store_worker.call(
-                router.store.release, act.spot_id, self.rt.node_id, act.authority
+                router.store.release,
+                act.spot_id,
+                self.rt.node_id,
+                self.rt.incarnation,
+                act.authority,
             )
         stopping = self.rt.stopping
         error: ZLinkError = (

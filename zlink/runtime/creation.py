@@ -164,7 +164,12 @@ class Creation:
                 completion.set(None, exc)
 
         asked = router.store_worker.call(
-            router.store.reserve, object_id, str(kind), type_name, self.rt.node_id, self.rt.lease()
+            router.store.reserve,
+            object_id,
+            str(kind),
+            type_name,
+            self.rt.node_id,
+            self.rt.incarnation,
         )
         asked.add_callback(reserved)
 

@@ -54,3 +54,8 @@ class LeaseHolder(Protocol):
     def lease_until(self) -> float | None:
         """When the last confirmed lease ends; ``None`` before registration."""
         ...
+
+    @property
+    def incarnation(self) -> int:
+        """This node's incarnation in the store (``0`` before registration)."""
+        ...

@@ -173,7 +173,12 @@ class MeshRouter:
                 asked = self.store_worker.call(store.lookup, target)
             else:
                 asked = self.store_worker.call(
-                    store.reserve, target, str(TargetKind.SPOT), reserve.name, me, self.rt.lease()
+                    store.reserve,
+                    target,
+                    str(TargetKind.SPOT),
+                    reserve.name,
+                    me,
+                    self.rt.incarnation,
                 )
             asked.add_callback(functools.partial(self._located, target, waiting, reserve))
 

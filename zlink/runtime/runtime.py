@@ -167,6 +167,7 @@ class Runtime:
         self.remote_join: RemoteJoinPort | None = None
         self.membership_lease: LeaseHolder | None = None  # set by the node in a mesh
         self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
+        self.fenced = False  # self-fenced: its lease may have lapsed, it serves nothing
         self.stopping = False  # read on the hot path
         self.draining = False  # drained: calls made here are refused; relayed calls go on
         self.stopped_admission = threading.Event()  # for those who must wait for it
@@ -204,11 +205,11 @@ class Runtime:
     def new_gate(self, name: str) -> Gate:
         return Gate(self.pool, self.clock, self.budget, name)
 
-    def lease(self) -> float:
-        """The lease an owner claim holds until: this node's, as the store last confirmed it."""
+    @property
+    def incarnation(self) -> int:
+        """This node's incarnation in the store: what its claims and fenced writes name."""
         held = self.membership_lease
-        until = None if held is None else held.lease_until
-        return self.clock.now() + 3600.0 if until is None else until
+        return 0 if held is None else held.incarnation
 
     def start(self) -> list[Completion]:
         """Make the Channels and Entry Spots; returns the Entry Spots' activations to wait on."""
