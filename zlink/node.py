@@ -52,6 +52,48 @@ from .status import NodeStatus, StatusSubscription
 _log = logging.getLogger("zlink.node")
 
 
+class _MeshEvents:
+    """What a mesh node does when its membership changes (python-api §10 "Failure"): the
+    glue between ``NodeMembership`` and the runtime, router and transport."""
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def members(self, records: list[NodeRecord]) -> None:
+        """The store's members, for the transport to connect to (any thread)."""
+        transport = self._node._transport
+        if transport is not None:
+            transport.learn([(r.node_id, r.incarnation, r.endpoint) for r in records])
+
+    def fenced(self, why: str) -> None:
+        """Stop serving: refuse what comes, drop every activation, forget every route."""
+        rt = self._node._rt
+        rt.fenced = True
+        if rt.router is not None:
+            rt.router.forget_routes()
+        dropped = rt.drop_all(why)
+        _log.warning("node %s dropped %d activations", self._node.node_id, dropped)
+
+    def rejoined(self, incarnation: int) -> None:
+        """Registered again: peers meet the new incarnation; serve again."""
+        node = self._node
+        if node._transport is not None:
+            node._transport.reincarnate(node.node_id, incarnation)
+        node._rt.fenced = False
+
+    def peer_down(self, node_id: str) -> None:
+        router = self._node._rt.router
+        if router is not None:
+            router.declared_down(node_id)
+
+    def still_member(self, node_id: str) -> bool:
+        router = self._node._rt.router
+        if router is None or not router.transport.reachable(node_id):
+            return False
+        router.cleared(node_id)
+        return True
+
+
 @dataclass(frozen=True)
 class DrainResult:
     """What ``Node.drain()`` did: the Spots moved away, and those that stayed, with why."""
@@ -135,8 +177,8 @@ class Node:
         if store is not None and transport is not None:
             worker = StoreWorker(f"zlink-store-{self.node_id}", self._infra.submit)
             self._membership = NodeMembership(
-                self.node_id, f"inproc://{self.node_id}", store, worker, self._infra,
-                self.config.lease_seconds, self._rt.metrics.add, self._members,
+                self.node_id, f"inproc://{self.node_id}", store, worker, self._infra, self.clock,
+                self.config.lease_seconds, self._rt.metrics.add, _MeshEvents(self),
             )  # fmt: skip
             self._rt.membership_lease = self._membership
             router = self._rt.router = MeshRouter(
@@ -168,16 +210,19 @@ class Node:
                 c.client_calls_in_flight, c.admission_timeout, c.request_timeout,
                 c.max_frame_bytes,
             )  # fmt: skip
+            membership = self._membership
             self._client_server = ClientServer(
-                self._rt, transport, self._infra.submit, self._rt.metrics.add, settings
-            )
+                self._rt, transport, self._infra.submit, self._rt.metrics.add, settings,
+                None if membership is None else membership.holds,
+            )  # fmt: skip
             transport.serve_clients(self._client_server)
         self._subscribers: list[StatusSubscription] = []
 
-    def _members(self, records: list[NodeRecord]) -> None:
-        """The store's members, for the transport to connect to (any thread)."""
-        if self._transport is not None:
-            self._transport.learn([(r.node_id, r.incarnation, r.endpoint) for r in records])
+    @property
+    def incarnation(self) -> int:
+        """This node's incarnation in its mesh's store (new at every start and after it fenced
+        itself); ``0`` outside a mesh or before ``start()``."""
+        return 0 if self._membership is None else self._membership.incarnation
 
     def _infra_failed(self, exc: BaseException) -> None:
         """A failure the infrastructure thread survived (python-api §9): counted once."""

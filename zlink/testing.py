@@ -53,6 +53,12 @@ class LocalCluster:
 
     ``with LocalCluster(app, nodes=3, clock=clock, workers=2) as cluster: cluster.node(0)``.
     Extra keyword arguments become ``NodeConfig`` fields of every node.
+
+    On a ``ManualClock`` the node leases last an hour unless ``lease_seconds`` is given: a
+    test that moves the clock to fire a deadline does not mean every lease to lapse (they
+    would: the store measures leases on the same clock, python-api §10 "Failure"). A lease
+    test names its lease and moves the clock in steps of at most a quarter of it, letting
+    the nodes renew in between (``wait_idle``).
     """
 
     def __init__(
@@ -62,6 +68,8 @@ class LocalCluster:
         if nodes < 1:
             raise ValueError("a cluster has at least one node")
         self.store = InMemoryLocationStore(clock)  # leases on the cluster's clock
+        if clock is not None:
+            config.setdefault("lease_seconds", 3600.0)
         self.transport = InProcessTransport(data_limit)  # DATA frames in flight per pair
         self.nodes = [
             Node(

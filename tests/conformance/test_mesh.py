@@ -320,16 +320,32 @@ def test_bytes_that_do_not_decode_are_counted_and_a_reply_route_gets_a_typed_err
     assert n2.client().request_to_spot("after", Total()).wait(WAIT) == 0
 
 
-def test_a_peer_that_goes_away_fails_the_calls_awaiting_it_at_once(cluster):
-    """python-api §10: calls in flight to a node that is gone complete with Unavailable at
-    once, not at their deadline (the manual clock never moves here)."""
+def test_a_dropped_connection_alone_declares_no_node_down(cluster):
+    """Issue "Node leases": no node is declared dead on a connection drop alone; its calls
+    wait while the store still lists it (the manual clock never moves here)."""
     n1, _, _ = cluster.nodes
     waiting = Completion()
     n1._runtime.router.register_pending(waiting, None, "node-2")
-    cluster.transport.detach("node-2")
+    cluster.transport.detach("node-2")  # the connection drops; node-2's lease still holds
+    cluster.wait_idle(WAIT)
+    assert n1.counters()["peers_suspected"] == 1
+    assert not waiting.done and "calls_failed_peer_down" not in n1.counters()
+    waiting.set(None, None)
+
+
+def test_calls_to_a_node_the_store_declares_down_fail_at_once(cluster):
+    """python-api §10: calls in flight to a node declared down complete with Unavailable at
+    once, not at their deadline: here node-2 leaves the store (its lease is gone) after its
+    connection dropped; the next look at the store declares it down."""
+    n1, n2, _ = cluster.nodes
+    waiting = Completion()
+    n1._runtime.router.register_pending(waiting, None, "node-2")
+    assert cluster.store.unregister_node("node-2", n2.incarnation)
+    cluster.transport.detach("node-2")  # n1 suspects it, asks the store: it is gone
     with pytest.raises(zlink.Unavailable, match="node-2"):
         waiting.wait(WAIT)
     assert n1.counters()["calls_failed_peer_down"] == 1
+    assert n1.counters()["peers_declared_down"] == 1
 
 
 def test_a_paused_peer_never_holds_a_reply_back(cluster):

@@ -149,9 +149,12 @@ class ClientServer:
         submit: Callable[..., None],
         count: Callable[..., None],
         settings: ClientSettings,
+        holds: Callable[[], bool] | None = None,
     ) -> None:
         """``submit(fn, *args)`` runs ``fn`` on the node's infrastructure thread; ``count(name,
-        n=1)`` bumps a node counter."""
+        n=1)`` bumps a node counter; ``holds()`` checks the node's lease (and fences it if the
+        lease ran out unnoticed)."""
+        self._holds = holds
         self._port = port
         self._transport = transport
         self._submit = submit
@@ -164,8 +167,11 @@ class ClientServer:
 
     # -- the transport's side (infrastructure thread) -------------------------------------------
     def client_frame(self, client: bytes, data: bytes) -> None:
-        """A frame from ``client``: handled, and always taken exactly once."""
+        """A frame from ``client``: handled, and always taken exactly once. A node whose
+        lease ran out unnoticed (its process was stopped) fences first (python-api §10)."""
         try:
+            if self._holds is not None:
+                self._holds()  # fences now if the lease ran out: then the call is refused
             self._on_frame(client, data)
         except Exception:  # noqa: BLE001 - one frame never stops the infrastructure thread
             self._count("client_server_errors")

@@ -104,9 +104,14 @@ class LocationStore(Protocol):
     def owned(self) -> dict[str, int]: ...
 
 
-def no_lease(node: str, incarnation: int) -> Unavailable:
+class NoLease(Unavailable):
+    """A node wrote or renewed without a live lease: it must register again (and, a renewal
+    refused, fence itself: python-api §10 "Failure")."""
+
+
+def no_lease(node: str, incarnation: int) -> NoLease:
     """The error of a node that writes without a live lease (it must register again)."""
-    return Unavailable(f"node {node!r} at incarnation {incarnation} holds no lease")
+    return NoLease(f"node {node!r} at incarnation {incarnation} holds no lease")
 
 
 def recovering(left: float) -> Unavailable:

@@ -1,51 +1,103 @@
-"""A node's place in the mesh: registration, a lease renewed from the deadline heap, members.
+"""A node's place in the mesh: registration, a lease, self-fencing, and which peers are down.
 
-Guarantees / assumes:
+Guarantees / assumes (python-api §10 "Failure"; issue "Node leases"):
 * At start the node registers (id, endpoint) in the Location Store, which gives it a new
-  ``incarnation``; from then on its lease is renewed about three times per ``lease_seconds``
-  (python-api §10), each renewal a store call on the store thread, its outcome handled on the
-  infrastructure thread. A renewal the store refuses or fails is counted
-  (``lease_renewals_failed``) and tried again sooner; self-fencing on a lapsed lease belongs to
-  failure detection (issue "Node leases").
-* The store is the membership table: ``members()`` are the nodes whose lease holds there,
-  never inferred from who happens to be connected.
-* Everything here runs on the infrastructure or store thread except ``register``/``leave``
-  (the node's start and shutdown) and ``members`` (a caller's thread, no lock held).
+  ``incarnation``; from then on its lease is renewed about three times per ``lease_seconds``,
+  each renewal a store call on the store thread, its outcome handled on the infrastructure
+  thread. A renewal that fails (the store is slow or down) is counted
+  (``lease_renewals_failed``) and tried again sooner.
+* Self-fencing: a lease renewed by a call sent at ``t`` (this node's clock) holds in the store
+  until at least ``t + lease_seconds`` by the store's clock, since the store renewed it after
+  ``t``. The node stops serving at ``t + FENCE_AT * lease_seconds`` unless a later renewal was
+  confirmed by then, and at once when the store refuses a renewal (``NoLease``): so it stops
+  before its lease can have lapsed (``FENCE_AT`` leaves a fifth of the lease for clock rate
+  differences). Fenced, it fails its calls with ``Unavailable``, stops its timers and admits
+  nothing (``MembershipEvents.fenced``), then registers again as a new incarnation (retried
+  until the store answers) and serves again (``rejoined``). ``holds()`` lets the places where
+  work enters from outside check the lease on their own (a node that was stopped, SIGSTOP, may
+  wake with work queued ahead of its fence deadline).
+* Failure detection: the store is the one authority that declares a node dead, never a
+  dropped connection alone (as Orleans and Akka do). Each renewal also reads the members; a
+  peer that was a member and is not any more (its lease lapsed, it left, or it registered
+  again with a new incarnation) is declared down (``peer_down``). A peer whose connection
+  dropped (``suspect``) is asked about at once and then every sixth of a lease until the store
+  declares it down or lists it, at the incarnation it had, while it is reachable again
+  (``still_member`` says so).
+* Everything here runs on the infrastructure or store thread except ``register``,
+  ``announce`` and ``leave`` (the node's start and shutdown, which block) and ``members``.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .location import LocationStore, NodeRecord
+from ..executor import Clock
+from .location import LocationStore, NodeRecord, NoLease
 from .store_worker import StoreWorker
 
 if TYPE_CHECKING:
-    from ..executor import InfraExecutor
+    from ..executor import DeadlineHandle, InfraExecutor
 
 _log = logging.getLogger("zlink.mesh")
 
+FENCE_AT = 0.8  # of a lease after a renewal was sent: the node stops serving then, unrenewed
+RENEW_EVERY = 1 / 3  # of a lease: how often a renewal is sent
+RETRY_EVERY = 1 / 6  # of a lease: a failed renewal, a suspect's check, a registration again
+
+
+class MembershipEvents(Protocol):
+    """What the node does when membership changes (all on the infrastructure thread, but
+    ``members``, which may come from the store thread or the node's start)."""
+
+    def members(self, records: list[NodeRecord]) -> None:
+        """The store's members now (the transport connects to new ones)."""
+        ...
+
+    def fenced(self, why: str) -> None:
+        """This node stops serving: its lease may lapse before a renewal is confirmed."""
+        ...
+
+    def rejoined(self, incarnation: int) -> None:
+        """This node registered again as ``incarnation`` and serves again."""
+        ...
+
+    def peer_down(self, node_id: str) -> None:
+        """The store declares ``node_id`` (the incarnation this node knew) down."""
+        ...
+
+    def still_member(self, node_id: str) -> bool:
+        """The store still lists a suspected peer at its incarnation: ``True`` if it is
+        reachable again (the suspicion ends), ``False`` to keep asking."""
+        ...
+
 
 class NodeMembership:
-    """Registration and lease of one node (see the module docstring)."""
+    """Registration, lease and failure detection of one node (see the module docstring)."""
 
     def __init__(
         self, node_id: str, endpoint: str, store: LocationStore, worker: StoreWorker,
-        infra: InfraExecutor, lease_seconds: float, count: Callable[[str], None],
-        on_members: Callable[[list[NodeRecord]], None] | None = None,
+        infra: InfraExecutor, clock: Clock, lease_seconds: float, count: Any,
+        events: MembershipEvents,
     ) -> None:  # fmt: skip
         self.node_id = node_id
         self.endpoint = endpoint
         self.store = store
         self.lease_seconds = lease_seconds
         self._infra = infra
+        self._clock = clock
         self._count = count
         self._worker = worker
-        self._on_members = on_members  # told the members at start and after each renewal
+        self._events = events
         self.record: NodeRecord | None = None
         self._stopped = False
+        self._fenced = False
+        self._epoch = 0  # +1 at each fence: answers to calls of an earlier epoch are ignored
+        self._valid_until = float("-inf")  # this node's clock: it serves until then
+        self._fence: DeadlineHandle | None = None
+        self._known: dict[str, int] = {}  # the other members, at their incarnations
+        self._suspects: dict[str, int | None] = {}  # suspected peers, at the incarnation known
+        self._polling = False
 
     @property
     def incarnation(self) -> int:
@@ -57,18 +109,36 @@ class NodeMembership:
         """When the last confirmed lease ends, on the store's clock (``None``: not yet)."""
         return None if self.record is None else self.record.lease_until
 
+    @property
+    def fenced(self) -> bool:
+        """Whether this node has fenced itself and not yet registered again."""
+        return self._fenced
+
+    def holds(self) -> bool:
+        """Whether this node may serve now; if its lease ran out unnoticed (the process was
+        stopped), it fences now (infrastructure thread)."""
+        if self._fenced:
+            return False
+        if self._clock.now() < self._valid_until or self.record is None:
+            return True
+        self._lapse(self._epoch)
+        return False
+
     def register(self, endpoint: str | None = None) -> NodeRecord:
         """Register with a new incarnation and start renewing (the node's start; blocks)."""
         if endpoint is not None:
             self.endpoint = endpoint
+        sent = self._clock.now()
         self.record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds)
-        self._schedule(self.lease_seconds / 3)
+        self._confirmed(sent)
+        self._schedule(self.lease_seconds * RENEW_EVERY, self._renew)
         return self.record
 
     def announce(self) -> None:
-        """Tell ``on_members`` who the members are now (the node's start; blocks)."""
-        if self._on_members is not None:
-            self._on_members(self.store.nodes())
+        """Tell the node who the members are now (the node's start; blocks)."""
+        records = self.store.nodes()
+        self._know(records)
+        self._events.members(records)
 
     def members(self) -> list[NodeRecord]:
         """The nodes whose lease holds in the store, this one included."""
@@ -77,43 +147,180 @@ class NodeMembership:
     def leave(self, timeout: float) -> None:
         """Stop renewing and unregister (the node's shutdown)."""
         self._stopped = True
+        if self._fence is not None:
+            self._fence.cancel()
         self._worker.stop(timeout)  # what it was doing ends first
-        if self.record is not None:
+        if self.record is not None and not self._fenced:
             try:
                 self.store.unregister_node(self.node_id, self.record.incarnation)
             except Exception:  # noqa: BLE001 - its lease lapses anyway
                 _log.warning("node %s could not unregister", self.node_id, exc_info=True)
 
-    def _schedule(self, delay: float) -> None:
+    # -- the lease (infrastructure thread) ------------------------------------------------------
+    def _schedule(self, delay: float, fn: Any, *args: Any) -> None:
         if not self._stopped:
-            self._infra.call_later(delay, self._renew)
+            self._infra.call_later(delay, fn, self._epoch, *args)
 
-    def _renew(self) -> None:
-        """On the infrastructure thread: ask the store thread to renew the lease."""
-        if self._stopped or self.record is None:
+    def _confirmed(self, sent: float) -> None:
+        """A renewal (or registration) sent at ``sent`` was confirmed: serve until
+        ``FENCE_AT`` of a lease after it."""
+        until = sent + FENCE_AT * self.lease_seconds
+        if until <= self._valid_until:
             return
+        self._valid_until = until
+        if self._fence is not None:
+            self._fence.cancel()
+        if not self._stopped:
+            self._fence = self._infra.call_at(until, self._lapse, self._epoch)
+
+    def _renew(self, epoch: int) -> None:
+        if self._stopped or epoch != self._epoch or self.record is None:
+            return
+        sent = self._clock.now()
         done = self._worker.call(self._renew_and_list, self.record.incarnation)
-        done.add_callback(self._renewed)
+        done.add_callback(lambda result, error: self._renewed(epoch, sent, result, error))
 
-    def _renew_and_list(self, incarnation: int) -> NodeRecord:
-        """(Store thread.) Renew, then read the members for ``on_members`` (a member list
-        that fails to read is only a missed hint: peers also greet this node themselves)."""
+    def _renew_and_list(self, incarnation: int) -> tuple[NodeRecord, list[NodeRecord] | None]:
+        """(Store thread.) Renew, then read the members (a list that fails to read is only a
+        missed look: the next renewal reads it again)."""
         record = self.store.renew_node(self.node_id, incarnation, self.lease_seconds)
-        if self._on_members is not None:
-            try:
-                self._on_members(self.store.nodes())
-            except Exception:  # noqa: BLE001 - the renewal itself succeeded
-                _log.debug("node %s could not list the members", self.node_id, exc_info=True)
-        return record
+        try:
+            return record, self.store.nodes()
+        except Exception:  # noqa: BLE001 - the renewal itself succeeded
+            _log.debug("node %s could not list the members", self.node_id, exc_info=True)
+            return record, None
 
-    def _renewed(self, record: Any, error: BaseException | None) -> None:
-        # the next attempt is on the heap before the outcome is counted (what watches the
-        # counters then sees a node that will try again)
-        if error is not None:
-            self._schedule(self.lease_seconds / 6)  # sooner, while the lease may still hold
+    def _renewed(self, epoch: int, sent: float, result: Any, error: BaseException | None) -> None:
+        if self._stopped or epoch != self._epoch:
+            return
+        if isinstance(error, NoLease):  # the store says this incarnation holds nothing
+            self._count("lease_renewals_refused")
+            self._fence_now(f"the store refused its lease renewal: {error}")
+            return
+        if error is not None:  # the next try is on the heap before the failure is counted
+            self._schedule(self.lease_seconds * RETRY_EVERY, self._renew)
             _log.warning("node %s: lease renewal failed: %s", self.node_id, error)
             self._count("lease_renewals_failed")
             return
+        record, records = result
         self.record = record
-        self._schedule(self.lease_seconds / 3)
+        self._confirmed(sent)
+        self._schedule(self.lease_seconds * RENEW_EVERY, self._renew)
         self._count("lease_renewals")
+        if records is not None:
+            self._events.members(records)
+            self._judge(records)
+
+    def _lapse(self, epoch: int) -> None:
+        """The fence deadline: no renewal was confirmed in time."""
+        if self._stopped or self._fenced or epoch != self._epoch:
+            return
+        if self._clock.now() < self._valid_until:
+            return  # renewed meanwhile (this deadline was already due when it was moved)
+        self._fence_now(
+            f"no lease renewal was confirmed within {FENCE_AT:.0%} of its {self.lease_seconds} s"
+            " lease"
+        )
+
+    def _fence_now(self, why: str) -> None:
+        if self._fenced or self._stopped:
+            return
+        self._fenced = True
+        self._epoch += 1  # what is still on its way for the old incarnation is ignored
+        self._valid_until = float("-inf")
+        if self._fence is not None:
+            self._fence.cancel()
+        self._count("self_fenced")
+        _log.warning("node %s fenced itself (incarnation %d): %s", self.node_id,
+                     self.incarnation, why)  # fmt: skip
+        self._events.fenced(why)
+        self._rejoin(self._epoch)
+
+    def _rejoin(self, epoch: int) -> None:
+        """Register again as a new incarnation, retried until the store answers."""
+        if self._stopped or epoch != self._epoch:
+            return
+        sent = self._clock.now()
+        known = self.incarnation
+
+        def register() -> tuple[NodeRecord, list[NodeRecord]]:  # store thread
+            record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds,
+                                              known)  # fmt: skip
+            return record, self.store.nodes()
+
+        done = self._worker.call(register)
+        done.add_callback(lambda result, error: self._rejoined(epoch, sent, result, error))
+
+    def _rejoined(self, epoch: int, sent: float, result: Any, error: BaseException | None) -> None:
+        if self._stopped or epoch != self._epoch:
+            return
+        if error is not None:
+            _log.warning("node %s could not register again: %s", self.node_id, error)
+            self._count("registrations_failed")
+            self._schedule(self.lease_seconds * RETRY_EVERY, self._rejoin)
+            return
+        record, records = result
+        self.record = record
+        self._fenced = False
+        self._confirmed(sent)
+        self._count("registrations_again")
+        _log.warning("node %s registered again as incarnation %d", self.node_id,
+                     record.incarnation)  # fmt: skip
+        self._events.rejoined(record.incarnation)
+        self._schedule(self.lease_seconds * RENEW_EVERY, self._renew)
+        self._events.members(records)
+        self._judge(records)
+
+    # -- failure detection (infrastructure thread) ----------------------------------------------
+    def suspect(self, peer: str) -> None:
+        """The connection to ``peer`` dropped: ask the store about it now and until it
+        answers (see the module docstring)."""
+        if peer == self.node_id or self._stopped:
+            return
+        self._suspects.setdefault(peer, self._known.get(peer))
+        if not self._polling:
+            self._polling = True
+            self._poll(self._epoch)
+
+    def _poll(self, epoch: int) -> None:
+        if self._stopped or not self._suspects:
+            self._polling = False
+            return
+        done = self._worker.call(self.store.nodes)
+        done.add_callback(lambda records, error: self._polled(records, error))
+
+    def _polled(self, records: Any, error: BaseException | None) -> None:
+        if error is None:
+            self._judge(records)
+        if self._suspects and not self._stopped:
+            self._schedule(self.lease_seconds * RETRY_EVERY, self._poll)
+        else:
+            self._polling = False
+
+    def _know(self, records: list[NodeRecord]) -> None:
+        self._known = {r.node_id: r.incarnation for r in records if r.node_id != self.node_id}
+
+    def _judge(self, records: list[NodeRecord]) -> None:
+        """Compare the store's members with what this node knew: who is down, who is back."""
+        now = {r.node_id: r.incarnation for r in records if r.node_id != self.node_id}
+        down = [peer for peer, inc in self._known.items() if now.get(peer) != inc]
+        for peer, inc in list(self._suspects.items()):
+            if inc is None:  # it met this node after the last look: judged from now on
+                inc = self._suspects[peer] = now.get(peer)
+                if inc is None:
+                    down.append(peer)
+                    continue
+            if now.get(peer) != inc:
+                if peer not in down:
+                    down.append(peer)
+            elif self._events.still_member(peer):
+                del self._suspects[peer]
+        for peer in down:
+            self._suspects.pop(peer, None)
+        self._known = now
+        for peer in down:
+            _log.warning("node %s: the store declares node %s down", self.node_id, peer)
+            self._events.peer_down(peer)
+
+
+__all__ = ["FENCE_AT", "MembershipEvents", "NodeMembership"]

@@ -89,6 +89,11 @@ class Transport(Protocol):
 
     def detach(self, node_id: str) -> None: ...
 
+    def reincarnate(self, node_id: str, incarnation: int) -> None:
+        """``node_id`` registered again as ``incarnation`` (it fenced itself): its peers
+        meet it anew, and what is sent to its old incarnation is dropped (never blocks)."""
+        ...
+
     def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> bool:
         """Hand ``data`` to ``peer`` without blocking; ``Unavailable`` if it is not reachable.
         ``False`` (nothing taken) when DATA to ``peer`` is at its limit: ``writable`` follows.
@@ -172,6 +177,14 @@ class InProcessTransport:
         if gone is not None:
             for other in others:
                 other.submit(other.link.peer_down, node_id)
+
+    def reincarnate(self, node_id: str, incarnation: int) -> None:
+        """Peers see ``node_id`` leave and come back (what was in flight to it is dropped)."""
+        with self._lock:
+            attached = self._nodes.get(node_id)
+        if attached is not None:
+            self.detach(node_id)
+            self.attach(node_id, attached.link, attached.submit, incarnation)
 
     def reachable(self, peer: str) -> bool:
         return peer in self._nodes

@@ -218,6 +218,7 @@ class ZmqTransport:
         self._learned: list[list[tuple[str, int, str]]] = []  # member lists (under _lock)
         self._client_backlog = 0  # client frames handed on and not yet taken (under _lock)
         self._signalled = False
+        self._reborn: int | None = None  # a new incarnation to announce (under _lock)
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._endpoint: MeshEndpoint | None = None
@@ -317,7 +318,15 @@ class ZmqTransport:
         self._node_id, self._incarnation = node_id, incarnation
         self._ident = identity(node_id, f"#{incarnation}")
         self._link, self._submit = link, submit
-        self._outs: dict[Channel, zmq.Socket[Any]] = {}
+        self._outs = self._make_outs()
+        self._thread = threading.Thread(
+            target=self._run, name=f"zlink-transport-{node_id}", daemon=True
+        )
+        self._thread.start()
+
+    def _make_outs(self) -> dict[Channel, zmq.Socket[Any]]:
+        """The out sockets, announcing this node at its incarnation (``_ident``)."""
+        outs: dict[Channel, zmq.Socket[Any]] = {}
         for channel in self._ins:
             out = self._socket(zmq.ROUTER)
             out.setsockopt(zmq.ROUTING_ID, self._ident)
@@ -327,11 +336,37 @@ class ZmqTransport:
             ivl = max(1, int(self._ping_interval * 1000))
             out.setsockopt(zmq.HEARTBEAT_IVL, ivl)
             out.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 5)
-            self._outs[channel] = out
-        self._thread = threading.Thread(
-            target=self._run, name=f"zlink-transport-{node_id}", daemon=True
-        )
-        self._thread.start()
+            outs[channel] = out
+        return outs
+
+    def reincarnate(self, node_id: str, incarnation: int) -> None:
+        """This node registered again as ``incarnation`` (it fenced itself): the transport
+        thread takes every peer down, makes new out sockets that announce the new
+        incarnation, and meets the members again; frames for the old one are then dropped
+        and counted (``frames_wrong_incarnation``)."""
+        with self._lock:
+            self._reborn = incarnation
+        self._wake()
+
+    def _rebirth(self, poller: zmq.Poller) -> None:
+        """(Transport thread.) See ``reincarnate``."""
+        with self._lock:
+            incarnation, self._reborn = self._reborn, None
+        if incarnation is None:
+            return
+        for peer in list(self._peers.values()):
+            self._down(peer, f"this node registered again as incarnation {incarnation}")
+        for sock in self._outs.values():
+            poller.unregister(sock)
+            sock.close(linger=0)
+        self._connected = {Channel.DATA: {}, Channel.COMPLETION: {}}
+        self._by_ident.clear()
+        self._strangers.clear()
+        self._incarnation = incarnation
+        self._ident = identity(self._node_id, f"#{incarnation}")
+        self._outs = self._make_outs()
+        for sock in self._outs.values():
+            poller.register(sock, zmq.POLLIN)
 
     def serve_clients(self, link: ClientLink) -> None:
         """Hand frames from clients to ``link`` (the node's client server)."""
@@ -508,6 +543,8 @@ class ZmqTransport:
                 ready = dict(poller.poll(wait))
                 if self._wake_r in ready:
                     self._drain_wake()
+                    if self._reborn is not None:
+                        self._rebirth(poller)
                 for channel, sock in self._ins.items():
                     if sock in ready:
                         self._read_peer(channel, sock)

@@ -241,6 +241,39 @@ class Closing:
         out += [a.owner for a in list(self.rt.actors.values())]
         return out
 
+    def drop_all(self, why: str) -> int:
+        """Self-fencing (python-api §10 "Failure"): forget every Spot and Actor the store may
+        give another node now, with no lifecycle step (this node may no longer own them):
+        their timers stop, and what waits for them fails with ``Unavailable``, counted
+        (``messages_discarded_fenced``). Entry Spots stay (they are this node's own) and lose
+        their members. A turn running now ends on its worker; what it sends is refused.
+        Returns how many Spots and Actors were dropped."""
+        rt = self.rt
+        with rt.directory.lock:
+            spots = [a for a in rt.spots.values() if a.kind is not SpotKind.ENTRY]
+            actors = list(rt.actors.values())
+            for spot in spots:
+                spot.state = GONE
+                del rt.spots[spot.spot_id]
+            for actor in actors:
+                actor.state = GONE
+                del rt.actors[actor.actor_id]
+            for entry in rt.spots.values():
+                entry.members.clear()
+        error = Unavailable(f"node {rt.node_id} fenced itself ({why}); nothing it held runs")
+        for act in [*spots, *actors]:
+            act.cancel_timers()
+            act.owner.lanes.end_waits()
+            discard_jobs(rt, act.owner.drain(), error, "fenced")
+        for topic, ids in list(rt.topics.items()):
+            for spot in spots:
+                if spot.spot_id in ids:
+                    rt.subscribe(spot.spot_id, topic, False)
+        dropped = len(spots) + len(actors)
+        if dropped:
+            rt.metrics.add("activations_dropped_fenced", dropped)
+        return dropped
+
     def discard_queued(self) -> int:
         """Fail every job that never ran with ``Unavailable`` (shutdown, after the workers);
         each counted (``messages_discarded_at_shutdown``, ``lifecycle_skipped_<step>``).

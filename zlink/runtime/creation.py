@@ -63,8 +63,11 @@ class Creation:
         self.rt = rt
 
     # -- activation ----------------------------------------------------------------------------
-    def register_spot(self, spec: TypeSpec, spot_id: str, generation: int | None = None) -> SpotAct:
+    def register_spot(
+        self, spec: TypeSpec, spot_id: str, generation: int | None = None, authority: int = 1
+    ) -> SpotAct:
         act = SpotAct(self.rt, spec, spot_id, generation or self.rt.directory.next_generation())
+        act.authority = authority  # the store's: a re-homed Spot's is past 1 (fencing)
         self.rt.spots[spot_id] = act
         return act
 
@@ -80,24 +83,48 @@ class Creation:
         return spec
 
     def activate_instance(
-        self, spec: TypeSpec, spot_id: str, generation: int | None = None
+        self, spec: TypeSpec, spot_id: str, generation: int | None = None, authority: int = 1
     ) -> SpotAct:
         with self.rt.directory.lock:
             act = self.rt.spots.get(spot_id)
             if act is not None:
                 return act
-            act = self.register_spot(spec, spot_id, generation)
+            act = self.register_spot(spec, spot_id, generation, authority)
         self.activate(act, None)
         return act
 
-    def activate(self, act: SpotAct, request: Message | None) -> None:
-        """Queue construction, ``on_create`` (User Spots) and ``on_initialize`` (lifecycle)."""
+    def rehome(self, location: Location) -> bool:
+        """Activate here a Spot the store just gave this node because its owner's lease had
+        lapsed (python-api §10 "Failure"): a new ``ObjectGeneration``; the constructor and
+        ``on_initialize`` run, ``on_create`` does not (it was created before; its state is
+        gone). ``False`` for what cannot be re-homed here: an Actor (it lived in its Entry
+        Spot's node), or a type this app does not have."""
+        spec = self.rt.app.spots.get(location.type_name)
+        if location.kind != str(TargetKind.SPOT) or spec is None:
+            return False
+        if spec.kind is SpotKind.ENTRY:
+            return False
+        with self.rt.directory.lock:
+            if location.spot_id in self.rt.spots:
+                return True
+            act = self.register_spot(spec, location.spot_id, location.object_generation,
+                                     location.authority_generation)  # fmt: skip
+        self.rt.metrics.add("spots_rehomed")
+        _log.info("node %s re-homed spot %r (generation %d, its owner %r lost its lease)",
+                  self.rt.node_id, location.spot_id, location.object_generation,
+                  location.owner_node)  # fmt: skip
+        self.activate(act, None, rehomed=True)
+        return True
+
+    def activate(self, act: SpotAct, request: Message | None, rehomed: bool = False) -> None:
+        """Queue construction, ``on_create`` (User Spots, not when re-homed) and
+        ``on_initialize`` (lifecycle)."""
 
         def construct() -> None:
             act.instance = act.spec.cls(act.context)
 
         steps: list[tuple[str, Callable[[], Any]]] = [("constructor", construct)]
-        if act.kind is SpotKind.USER:
+        if act.kind is SpotKind.USER and not rehomed:
             steps.append(("on_create", lambda: act.instance.on_create(request)))
         steps.append(("on_initialize", lambda: act.instance.on_initialize()))
 
@@ -176,6 +203,8 @@ class Creation:
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         if self.rt.stopping or self.rt.draining:
             raise Unavailable(f"node {self.rt.node_id} is shutting down")
+        if self.rt.fenced:
+            raise Unavailable(f"node {self.rt.node_id} fenced itself: it could not renew its lease")
         if call.mesh is not None and call.mesh != self.rt.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.rt.node_id}")
         if call.kind == TargetKind.ACTOR:
@@ -202,13 +231,14 @@ class Creation:
             if existing is None and held is None and self.rt.router is not None:
                 return False
             if existing is None:
-                generation = None
+                generation, authority = None, 1
                 if held is not None:
                     if held.location.owner_node != self.rt.node_id:
                         remote = held.location
                     generation = held.location.object_generation
+                    authority = held.location.authority_generation
                 if remote is None:
-                    act = self.register_spot(spec, spot_id, generation)
+                    act = self.register_spot(spec, spot_id, generation, authority)
         if remote is not None:
             assert self.rt.router is not None
             if not call.get or remote.type_name != spec.name:
@@ -311,6 +341,8 @@ class Creation:
                 return True
             if existing is None:
                 act = ActorAct(self.rt, spec, actor_id, entry)
+                if held is not None:
+                    act.authority = held.location.authority_generation
                 self.rt.actors[actor_id] = act
         if existing is not None:
             self._existing(existing, spec, call, completion)

@@ -59,3 +59,11 @@ class LeaseHolder(Protocol):
     def incarnation(self) -> int:
         """This node's incarnation in the store (``0`` before registration)."""
         ...
+
+    def holds(self) -> bool:
+        """Whether this node may serve; fences it now if its lease ran out unnoticed."""
+        ...
+
+    def suspect(self, peer: str) -> None:
+        """The connection to ``peer`` dropped: ask the store whether it is down."""
+        ...

@@ -21,8 +21,14 @@ Guarantees / assumes:
   never blocks and may happen under ``route_lock``; the transport is called only by the
   infrastructure thread. What arrives is decoded there; bytes that do not decode are counted
   (``bad_envelopes``) and, where they carry a reply route, answered with a typed error.
-* A peer that goes away (``peer_down``) fails, at once with ``Unavailable``, every call this
-  node awaits a reply for from it (python-api §10), instead of leaving it to its deadline.
+* Failure (python-api §10 "Failure", issue "Node leases"): a peer whose connection drops
+  (``peer_down``) is only *suspected*; the Location Store's lease is the one authority that
+  declares a node dead (as in Orleans and Akka). Once the node's membership says a suspected
+  or listed peer is down (its lease lapsed, it left, or it registered again as a new
+  incarnation: ``declared_down``), every call this node awaited from it then fails at once
+  with ``Unavailable`` instead of at its deadline, routes and forwarding pointers to it are
+  dropped, and a route fence sent along it ends as lost. A location whose owner's lease
+  lapsed is taken over by the next call here (re-homing: ``_located``).
 * The Location Store is asked only on the node's store thread, with no lock held (python-api
   §10): a target this node has no path for is *located* (``locate``): its calls wait behind one
   question to the store, in the order they came, and go on from the infrastructure thread
@@ -110,6 +116,8 @@ class MeshRouter:
         self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
+        self._fence_via: dict[str, str] = {}  # target -> the node its running fence went to
+        self._suspected: dict[str, set[int]] = {}  # peer -> calls awaited when it dropped
         # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
         # peer is paused until half of them got in (python-api §9: bounded per peer)
         self._backlog: dict[str, int] = {}  # under _lock
@@ -197,6 +205,14 @@ class MeshRouter:
                 location: Location | None = (
                     found.location if isinstance(found, Reservation) else found
                 )
+                if (
+                    location is not None
+                    and not location.owner_live
+                    and not isinstance(found, Reservation)
+                ):  # its owner's lease lapsed: take it over, and answer once that is settled
+                    self._locating[target] = waiting
+                    self._take_over(target, waiting, reserve, location)
+                    return
                 if location is not None and location.owner_node != me:
                     route = Route.at(location)
                     known = self._routes.get(target)
@@ -205,8 +221,32 @@ class MeshRouter:
                     else:
                         route = known
                 elif location is not None and reserve is not None:  # the store chose this node
-                    self.rt.activate_instance(reserve, target, location.object_generation)
+                    self.rt.activate_instance(reserve, target, location.object_generation,
+                                              location.authority_generation)  # fmt: skip
+                elif (
+                    isinstance(found, Reservation) and found.created and location is not None
+                    and not self.rt.rehome(location)
+                ):  # fmt: skip
+                    error = NotFound(  # an Actor is not re-homed: its node is gone, it with it
+                        f"{location.kind} {target!r} was lost with node {location.owner_node!r}"
+                    )
+                    self.store_worker.call(self.store.release, target, me, self.rt.incarnation,
+                                           location.authority_generation)  # fmt: skip
             self._answer(waiting, route, error)
+
+    def _take_over(
+        self, target: str, waiting: list[Located], reserve: TypeSpec | None, lapsed: Location
+    ) -> None:
+        """Re-homing (python-api §10): ``target``'s owner lost its lease; claim it for this
+        node (the store decides which claimer wins), then answer as ``_located`` does. The
+        caller holds ``route_lock``."""
+        self.rt.metrics.add("rehome_claims")
+        kind, type_name = lapsed.kind, lapsed.type_name
+        if reserve is not None:
+            kind, type_name = str(TargetKind.SPOT), reserve.name
+        asked = self.store_worker.call(self.store.reserve, target, kind, type_name,
+                                       self.rt.node_id, self.rt.incarnation)  # fmt: skip
+        asked.add_callback(functools.partial(self._located, target, waiting, reserve))
 
     def _answer(self, waiting: list[Located], route: Route | None,
                 error: BaseException | None) -> None:  # fmt: skip
@@ -431,6 +471,7 @@ class MeshRouter:
             return False
         kept: list[Relayable] = []
         self._switching[target] = kept
+        self._fence_via[target] = route.node
         self.rt.metrics.add("route_fences")
         # a fence lost with a node must not keep the calls behind it forever
         self.rt.infra.call_later(self.rt.request_timeout, self._fence_overdue, target, kept)
@@ -511,6 +552,7 @@ class MeshRouter:
             kept = self._switching.pop(target, None)
             learned = self._learned.pop(target, None)
             self._ahead.pop(target, None)
+            self._fence_via.pop(target, None)
             if kept is None:
                 return
             self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
@@ -612,23 +654,65 @@ class MeshRouter:
         self.outbox.writable(peer)
 
     def peer_down(self, peer: str) -> None:
-        """``peer`` went away: every call awaiting its reply fails now with ``Unavailable``."""
+        """The connection to ``peer`` dropped: it is suspected, not declared dead (python-api
+        §10). The calls awaiting it now wait for the store's verdict (``declared_down``) or
+        their deadline; the node's membership asks the store about it at once."""
         self.outbox.peer_down(peer)
         with self._lock:
             self._backlog.pop(peer, None)
             self._paused.discard(peer)
+            awaited = {corr for corr, entry in self._pending.items() if entry[2] == peer}
+            self._suspected.setdefault(peer, set()).update(awaited)
+        self.rt.metrics.add("peers_suspected")
+        held = self.rt.membership_lease
+        if held is not None:
+            held.suspect(peer)
+
+    def cleared(self, peer: str) -> None:
+        """The store says ``peer`` (the incarnation suspected) still holds its lease and it is
+        reachable again: its calls go on waiting for their replies or deadlines."""
         with self._lock:
-            lost = [corr for corr, entry in self._pending.items() if entry[2] == peer]
-            entries = [self._pending.pop(corr) for corr in lost]
+            self._suspected.pop(peer, None)
+
+    def declared_down(self, peer: str) -> None:
+        """(Infrastructure thread.) The store declared ``peer`` down: every call awaiting it
+        since its connection dropped (or now, if it never dropped) fails with
+        ``Unavailable`` at once; routes, pointers and fences through it are dropped."""
+        with self._lock:
+            awaited = self._suspected.pop(peer, None)
+            if awaited is None or self.transport.reachable(peer) is False:
+                more = {corr for corr, entry in self._pending.items() if entry[2] == peer}
+                awaited = more if awaited is None else awaited | more
+            entries = [e for e in (self._pending.pop(c, None) for c in awaited) if e is not None]
         if entries:  # counted first: whoever the failure wakes sees the count
             self.rt.metrics.add("calls_failed_peer_down", len(entries))
+        self.rt.metrics.add("peers_declared_down")
         for completion, _tp, _peer in entries:
-            completion.set(None, Unavailable(f"node {peer!r} went away before it answered"))
+            completion.set(None, Unavailable(f"node {peer!r} is down (its lease lapsed or it"
+                                             " left) and will not answer"))  # fmt: skip
+        with self.route_lock:
+            for table in (self._routes, self._moved):
+                for target in [t for t, r in table.items() if r.node == peer]:
+                    del table[target]
+            for target in [t for t, via in self._fence_via.items() if via == peer]:
+                self.rt.metrics.add("route_fences_lost")
+                self._on_fenced(wire.FencedEnvelope(target, None))
+
+    def forget_routes(self) -> None:
+        """Self-fencing: every route and forwarding pointer goes (this node owns nothing now;
+        where things live is asked of the store again)."""
+        with self.route_lock:
+            self._routes.clear()
+            self._moved.clear()
 
     # -- the receiving side (infrastructure thread) --------------------------------------------
     def received(self, peer: str, channel: Channel, data: bytes) -> None:
         """Bytes from ``peer``: decoded and handled here; bad bytes are counted and, where
-        they carry a reply route, answered with a typed error (never raised)."""
+        they carry a reply route, answered with a typed error (never raised). A node whose
+        lease ran out unnoticed (its process was stopped) fences first (python-api §10)."""
+        held = self.rt.membership_lease
+        if held is not None:
+            held.holds()  # fences now if the lease ran out: calls are then refused
         try:
             env = wire.decode(data)
         except wire.WireError as exc:

@@ -176,6 +176,7 @@ class Runtime:
         self.register_spot = creation.register_spot
         self.instance_spec = creation.instance_spec
         self.activate_instance = creation.activate_instance
+        self.rehome = creation.rehome
         self.activate = creation.activate
         self.deactivate = creation.deactivate
         self.submit_create = creation.submit_create
@@ -200,6 +201,7 @@ class Runtime:
         self.stop_admission = closing.stop_admission
         self.owners = closing.owners
         self.discard_queued = closing.discard_queued
+        self.drop_all = closing.drop_all
         self.cancel_suspended = closing.cancel_suspended
 
     def new_gate(self, name: str) -> Gate:
@@ -301,6 +303,8 @@ class Runtime:
         """``submit``'s general path: resolve the destination, then admit (see ``submit``)."""
         if (self.stopping or self.draining) and not (hops and self.router is not None):
             raise Unavailable(f"node {self.node_id} is shutting down")  # a drained node relays
+        if self.fenced:
+            raise Unavailable(f"node {self.node_id} fenced itself: it could not renew its lease")
         if call.mesh is not None and call.mesh != self.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
         turn = current_turn()
