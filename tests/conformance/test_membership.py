@@ -98,6 +98,59 @@ def test_drain_moves_only_to_members_the_store_knows(clock: ManualClock) -> None
         assert n2.client().request_to_spot("r", Ping()).wait(WAIT) == "pong"  # still on n1
 
 
+def test_a_node_that_cannot_renew_fences_itself_before_its_lease_lapses(
+    clock: ManualClock,
+) -> None:
+    """python-api §10 "Failure": a node with no renewal confirmed stops serving (drops its
+    Spots, refuses calls) before its lease can have lapsed by the store's clock, then
+    registers again as a new incarnation; its Spot is re-homed (new generation) on its next
+    call."""
+    with LocalCluster(_app(), nodes=2, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        n1, n2 = cluster.nodes
+        made = n1.client().spots.get_or_create("r", "t.mb.room").wait(WAIT)
+        old = n1.incarnation
+        (lease_end,) = [r.lease_until for r in cluster.store.nodes() if r.node_id == "node-1"]
+        real = cluster.store.renew_node
+
+        def refuse_n1(node_id: str, *args: object) -> object:
+            if node_id == "node-1":
+                raise Unavailable("the store is slow for node-1")
+            return real(node_id, *args)  # type: ignore[arg-type]
+
+        cluster.store.renew_node = refuse_n1  # type: ignore[method-assign]
+        while not n1.counters().get("self_fenced"):
+            assert clock.now() < lease_end, "n1 still served when its lease could have lapsed"
+            clock.advance(0.25)  # a quarter of a renewal period: each renewal is handled
+            cluster.wait_idle(WAIT)
+        assert n1.counters()["activations_dropped_fenced"] == 1
+        _wait_counter(n1, "registrations_again", 1)
+        assert n1.incarnation > old
+        assert "r" not in n1._runtime.spots
+        rehomed = n2.client().request_to_spot("r", Ping()).wait(WAIT)
+        assert rehomed == "pong"
+        found = cluster.store.lookup("r")
+        assert found is not None and found.owner_live
+        assert found.object_generation > made.spot_ref.object_generation
+        assert found.authority_generation == 2
+
+
+def test_a_renewal_the_store_refuses_fences_at_once(clock: ManualClock) -> None:
+    """A store that no longer knows this incarnation (it was declared dead, or the store lost
+    its data) refuses the renewal: the node fences at once and registers again."""
+    with LocalCluster(_app(), nodes=1, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        node = cluster.node(0)
+        node.client().spots.get_or_create("r", "t.mb.room").wait(WAIT)
+        old = node.incarnation
+        assert cluster.store.unregister_node("node-1", old)
+        clock.advance(1.0)  # the next renewal: refused
+        _wait_counter(node, "registrations_again", 1)
+        counters = node.counters()
+        assert counters["lease_renewals_refused"] == 1 and counters["self_fenced"] == 1
+        assert node.incarnation > old
+        again = node.client().request_to_spot("r", Ping()).wait(WAIT)  # re-homed here
+        assert again == "pong" and node.counters()["spots_rehomed"] == 1
+
+
 def test_lease_seconds_is_a_validated_duration() -> None:
     for bad in (0, -1.0, float("inf"), float("nan"), 1e8):
         with pytest.raises(zlink.InvalidArgument):

@@ -7,7 +7,12 @@ a request in flight, a paused peer).
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sqlite3
 import threading
+import time
+from typing import Any
 
 import zlink
 
@@ -113,3 +118,38 @@ class Player(zlink.Actor):
     def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
         if completion.joined:
             self.joined.append(completion.spot_id)
+
+
+class Gen(zlink.Request[list[Any]], type_name="mp.gen"):
+    """Answers ``[node, incarnation, object_generation]`` of the Spot that handles it."""
+
+
+def _audit(context: Any, event: str) -> None:
+    """One row per activation and per handled message, in the audit file the test names
+    (``ZLINK_TEST_AUDIT``): which node, incarnation and generation, and the wall time."""
+    path = os.environ.get("ZLINK_TEST_AUDIT")
+    if not path:
+        return
+    rt = context._rt
+    row = (context.spot_id, rt.node_id, rt.incarnation, context.spot_ref.object_generation,
+           time.time(), event)  # fmt: skip
+    with contextlib.closing(sqlite3.connect(path, timeout=30)) as db, db:
+        db.execute(
+            "CREATE TABLE IF NOT EXISTS audit (spot TEXT, node TEXT, incarnation INTEGER,"
+            " generation INTEGER, at REAL, event TEXT)"
+        )
+        db.execute("INSERT INTO audit VALUES (?, ?, ?, ?, ?, ?)", row)
+
+
+@app.user_spot("mp.audited")
+class Audited(zlink.UserSpot):
+    """Logs its activations and every message it handles to the audit file."""
+
+    def on_initialize(self) -> None:
+        _audit(self.context, "activated")
+
+    @zlink.handler
+    def gen(self, req: Gen) -> list[Any]:
+        _audit(self.context, "handled")
+        rt = self.context._rt  # type: ignore[attr-defined]
+        return [rt.node_id, rt.incarnation, self.context.spot_ref.object_generation]

@@ -21,6 +21,7 @@ from tests.procs.app import (
     RELEASE_HOLD,
     Bump,
     Enter,
+    Gen,
     Hold,
     HoldOne,
     Log,
@@ -140,6 +141,14 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
     if op == "status_peers":
         status = node.status()
         return {"address": status.address, "peers": status.peers, "paused": status.paused_peers}
+    if op == "gen":  # [node, incarnation, generation] of the Spot that answers
+        return client.request_to_spot(cmd["spot"], Gen()).timeout(cmd.get("timeout", 10)).wait(60)
+    if op == "incarnation":
+        return node.incarnation
+    if op == "close_ref":  # close the incarnation named by [spot, generation, node]
+        spot, generation, owner = cmd["ref"]
+        ref = zlink.SpotRef(spot, generation, node.config.mesh, owner)
+        return client.spots.close(ref)
     if op == "busy":
         return node.status().workers_busy
     raise ValueError(f"unknown op {op!r}")
@@ -154,11 +163,12 @@ def main() -> None:
     parser.add_argument("--peer-backlog", type=int, default=256)
     parser.add_argument("--lane-items", type=int, default=1024)
     parser.add_argument("--max-frame", type=int, default=64 * 1024 * 1024)
+    parser.add_argument("--lease", type=float, default=3.0)
     args = parser.parse_args()
     config = zlink.NodeConfig(
         node_id=args.node_id, listen=args.listen, store=args.store, workers=args.workers,
         peer_backlog_items=args.peer_backlog, app_lane_items=args.lane_items,
-        max_frame_bytes=args.max_frame, shutdown_timeout=5.0,
+        max_frame_bytes=args.max_frame, shutdown_timeout=5.0, lease_seconds=args.lease,
     )  # fmt: skip
     node = zlink.Node(app, config).start()
     transport = node._runtime.router.transport
