@@ -74,12 +74,20 @@ class _MeshEvents:
         dropped = rt.drop_all(why)
         _log.warning("node %s dropped %d activations", self._node.node_id, dropped)
 
-    def rejoined(self, incarnation: int) -> None:
-        """Registered again: peers meet the new incarnation; serve again."""
+    def rejoined(self, incarnation: int, records: list[NodeRecord]) -> None:
+        """Registered again: the transport meets the members as the new incarnation; then
+        the node serves again."""
         node = self._node
-        if node._transport is not None:
-            node._transport.reincarnate(node.node_id, incarnation)
-        node._rt.fenced = False
+        rt = node._rt
+
+        def serve() -> None:
+            rt.fenced = False
+
+        if node._transport is None:
+            serve()
+            return
+        members = [(r.node_id, r.incarnation, r.endpoint) for r in records]
+        node._transport.reincarnate(node.node_id, incarnation, members, serve)
 
     def peer_down(self, node_id: str) -> None:
         router = self._node._rt.router

@@ -407,6 +407,12 @@ def test_a_node_shut_down_under_a_client_fails_its_pending_calls_at_once(serve, 
     with pytest.raises(zlink.Unavailable):
         pending.result(WAIT)
     assert time.monotonic() - started < WAIT  # not at its deadline, a minute away
+    # the node's goodbye may reach the client just after the failed reply did: wait for it
+    connection = client._connection
+    end = time.monotonic() + WAIT
+    while connection.state != "lost":
+        assert time.monotonic() < end, "the client never heard the node's goodbye"
+        threading.Event().wait(0.01)  # polling the client's own thread's verdict, bounded
     with pytest.raises(zlink.Unavailable):
         client.send_to_spot("r", Note(n=1)).submit()
     with pytest.raises(zlink.Unavailable):

@@ -88,10 +88,11 @@ class WatchedStore(InMemoryLocationStore):
         return super().lookup(spot_id)
 
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
-    ) -> Reservation:
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int,
+        first: tuple[str, str] | None = None,
+    ) -> Reservation:  # fmt: skip
         self._read("reserve")
-        return super().reserve(spot_id, kind, type_name, node, incarnation)
+        return super().reserve(spot_id, kind, type_name, node, incarnation, first)
 
 
 @pytest.fixture

@@ -300,6 +300,37 @@ def test_a_store_that_lost_its_data_grants_no_claim_for_one_lease(
     assert store.reserve("room-3", "spot", "game.room", "n2", back.incarnation).created
 
 
+def test_the_durable_first_record_is_written_with_the_claim_and_kept_for_the_next_owner(
+    store: Any, clock: ManualClock
+) -> None:
+    """execution-model §14 (Instance cold activation, step 1): the claim records the first
+    message in the same write; the owner clears it once its handler ended (fenced); a takeover
+    of a Spot whose record is still there keeps that record (replayed once) and records
+    nothing new."""
+    n1 = store.register_node("n1", "inproc://n1", LEASE)
+    n2 = store.register_node("n2", "inproc://n2", 10 * LEASE)
+    record = ("mp.where", '{"n": 1}')
+    made = store.reserve("c-1", "spot", "mp.counter", "n1", n1.incarnation, record)
+    assert made.created and made.location.first == record
+    assert store.lookup("c-1").first == record
+    with pytest.raises(Unavailable, match="stale owner: 'n2'"):
+        store.clear_first("c-1", "n2", n2.incarnation, 1)
+    assert store.clear_first("c-1", "n1", n1.incarnation, 1)
+    assert store.lookup("c-1").first is None
+    assert not store.clear_first("c-1", "n1", n1.incarnation, 1)  # nothing left
+    assert not store.clear_first("c-9", "n1", n1.incarnation, 1)
+    # n1 records another one, then dies before its handler ended
+    store.reserve("c-2", "spot", "mp.counter", "n1", n1.incarnation, record)
+    clock.advance(LEASE + 0.5)
+    taken = store.reserve("c-2", "spot", "mp.counter", "n2", n2.incarnation, ("mp.other", "{}"))
+    assert taken.created and taken.previous.first == record
+    assert taken.location.first == record  # kept: n2 replays it, its own message is not kept
+    with pytest.raises(Unavailable, match="stale owner: 'n1'"):
+        store.clear_first("c-2", "n1", n1.incarnation, 1)
+    assert store.clear_first("c-2", "n2", n2.incarnation, 2)
+    assert store.lookup("c-2").first is None
+
+
 # -- the SQLite file ----------------------------------------------------------------------------
 
 

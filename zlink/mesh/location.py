@@ -20,6 +20,11 @@ Guarantees / assumes:
   store that never handed that one out has lost its data (a Redis restarted empty): it hands
   out incarnations above it and grants no claim (reserve, transfer) for one lease, until every
   owner from before has stopped serving (each self-fences when its renewal is refused).
+* The durable first record (execution-model §14, Instance cold activation): a claim may
+  record the message that activates the Spot (``first``) in the same write; the owner clears
+  it (``clear_first``, fenced) once that message's handler has ended. A claim that takes over
+  a Spot whose record is still there keeps that record (the new owner replays it once, ahead
+  of everything) and records nothing new.
 * ``InMemoryLocationStore`` keeps all of it under one lock: the embedded default.
 """
 
@@ -52,6 +57,7 @@ class Location:
     object_generation: int
     lease_until: float
     owner_live: bool = True
+    first: tuple[str, str] | None = None  # the durable first record: (message type, payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +84,13 @@ class LocationStore(Protocol):
     """What nodes need from the store; any implementation must fence as described above."""
 
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
-    ) -> Reservation: ...
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int,
+        first: tuple[str, str] | None = None,
+    ) -> Reservation: ...  # fmt: skip
+
+    def clear_first(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> bool: ...
 
     def lookup(self, spot_id: str) -> Location | None: ...
 
@@ -216,11 +227,13 @@ class InMemoryLocationStore:
     # -- locations ------------------------------------------------------------------------------
 
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
-    ) -> Reservation:
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int,
+        first: tuple[str, str] | None = None,
+    ) -> Reservation:  # fmt: skip
         """Claim ``spot_id`` for ``node`` at ``incarnation`` if nobody owns it, or its owner's
         lease lapsed (re-homing: a new authority and object generation); else say who owns
-        it. The claimer must hold a live lease."""
+        it. The claimer must hold a live lease. ``first``: the durable first record, written
+        with the claim (a record left by the previous owner is kept instead)."""
         with self._lock:
             now = self._now()
             found = self._locations.get(spot_id)
@@ -235,10 +248,28 @@ class InMemoryLocationStore:
             location = Location(
                 spot_id, kind, type_name, node, incarnation,
                 1 if found is None else found.authority_generation + 1,
-                next(self._object_generations), self._nodes[node].lease_until,
+                next(self._object_generations), self._nodes[node].lease_until, True,
+                found.first if found is not None and found.first is not None else first,
             )  # fmt: skip
             self._locations[spot_id] = location
             return Reservation(location, created=True, previous=found)
+
+    def clear_first(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> bool:
+        """The first record's handler ended: forget the record (fenced like any write);
+        ``False`` if there was none."""
+        with self._lock:
+            found = self._locations.get(spot_id)
+            if found is None:
+                return False
+            check_fence(found, node, incarnation, authority_generation)
+            if not self._live(node, incarnation, self._now()):
+                raise no_lease(node, incarnation)
+            if found.first is None:
+                return False
+            self._locations[spot_id] = replace(found, first=None)
+            return True
 
     def lookup(self, spot_id: str) -> Location | None:
         """The current location of ``spot_id``, or ``None``."""

@@ -58,8 +58,9 @@ class MembershipEvents(Protocol):
         """This node stops serving: its lease may lapse before a renewal is confirmed."""
         ...
 
-    def rejoined(self, incarnation: int) -> None:
-        """This node registered again as ``incarnation`` and serves again."""
+    def rejoined(self, incarnation: int, records: list[NodeRecord]) -> None:
+        """This node registered again as ``incarnation``: it serves again once it has met
+        ``records`` (the members) anew."""
         ...
 
     def peer_down(self, node_id: str) -> None:
@@ -266,9 +267,8 @@ class NodeMembership:
         self._count("registrations_again")
         _log.warning("node %s registered again as incarnation %d", self.node_id,
                      record.incarnation)  # fmt: skip
-        self._events.rejoined(record.incarnation)
+        self._events.rejoined(record.incarnation, records)
         self._schedule(self.lease_seconds * RENEW_EVERY, self._renew)
-        self._events.members(records)
         self._judge(records)
 
     # -- failure detection (infrastructure thread) ----------------------------------------------

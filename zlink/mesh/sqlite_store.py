@@ -60,21 +60,22 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS counters (name TEXT PRIMARY KEY, value INTEGER NOT NULL)",
     "CREATE TABLE IF NOT EXISTS locations (spot_id TEXT PRIMARY KEY, kind TEXT NOT NULL,"
     " type_name TEXT NOT NULL, owner_node TEXT NOT NULL, owner_incarnation INTEGER NOT NULL,"
-    " authority_generation INTEGER NOT NULL, object_generation INTEGER NOT NULL UNIQUE)"
-    " WITHOUT ROWID",
+    " authority_generation INTEGER NOT NULL, object_generation INTEGER NOT NULL UNIQUE,"
+    " first_type TEXT, first_payload TEXT) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, endpoint TEXT NOT NULL,"
     " incarnation INTEGER NOT NULL, lease_until REAL NOT NULL) WITHOUT ROWID",
 )
 
 _LOCATION = (
     "spot_id, kind, type_name, owner_node, owner_incarnation, authority_generation,"
-    " object_generation"
+    " object_generation, first_type, first_payload"
 )
 _NODE = "node_id, endpoint, incarnation, lease_until"
 # a location with its owner's lease (0.0: that incarnation holds none)
 _SELECT_LOCATION = (
     "SELECT l.spot_id, l.kind, l.type_name, l.owner_node, l.owner_incarnation,"
-    " l.authority_generation, l.object_generation, COALESCE(n.lease_until, 0.0)"
+    " l.authority_generation, l.object_generation, l.first_type, l.first_payload,"
+    " COALESCE(n.lease_until, 0.0)"
     " FROM locations l LEFT JOIN nodes n"
     " ON n.node_id = l.owner_node AND n.incarnation = l.owner_incarnation WHERE l.spot_id = ?"
 )
@@ -246,11 +247,13 @@ class SqliteLocationStore:
 
     # -- locations ------------------------------------------------------------------------------
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
-    ) -> Reservation:
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int,
+        first: tuple[str, str] | None = None,
+    ) -> Reservation:  # fmt: skip
         """Claim ``spot_id`` for ``node`` at ``incarnation`` if nobody owns it, or its owner's
         lease lapsed (re-homing: a new authority and object generation); else say who owns
-        it. The claimer must hold a live lease."""
+        it. The claimer must hold a live lease. ``first``: the durable first record, written
+        with the claim (a record left by the previous owner is kept instead)."""
         found = self.lookup(spot_id)  # the usual answer: no write lock needed to give it
         if found is not None and found.owner_live:
             return Reservation(found, created=False)
@@ -267,15 +270,42 @@ class SqliteLocationStore:
             self._check_claims(conn, now)
             generation = _one(conn, _NEXT, ("object_generation",))[0]
             authority = 1 if previous is None else previous.authority_generation + 1
+            kept = previous.first if previous is not None else None
             location = Location(spot_id, kind, type_name, node, incarnation, authority,
-                                generation, float(lease[0]))  # fmt: skip
+                                generation, float(lease[0]), True, kept or first)  # fmt: skip
             conn.execute(
-                f"INSERT OR REPLACE INTO locations ({_LOCATION}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO locations ({_LOCATION})"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 _location_row(location),
             )
             return Reservation(location, created=True, previous=previous)
 
         return self._write(claim)
+
+    def clear_first(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> bool:
+        """The first record's handler ended: forget the record (fenced like any write);
+        ``False`` if there was none."""
+
+        def clear(conn: sqlite3.Connection) -> bool:
+            now = self._now()
+            row = _one(conn, _SELECT_LOCATION, (spot_id,))
+            if row is None:
+                return False
+            found = _location(row, now)
+            check_fence(found, node, incarnation, authority_generation)
+            if _one(conn, _LIVE, (node, incarnation, now)) is None:
+                raise no_lease(node, incarnation)
+            if found.first is None:
+                return False
+            conn.execute(
+                "UPDATE locations SET first_type = NULL, first_payload = NULL WHERE spot_id = ?",
+                (spot_id,),
+            )
+            return True
+
+        return self._write(clear)
 
     def lookup(self, spot_id: str) -> Location | None:
         """The current location of ``spot_id``, or ``None``."""
@@ -566,10 +596,12 @@ class SqliteLocationStore:
 
 def _location(row: Any, now: float) -> Location:
     """A ``_SELECT_LOCATION`` row as it is at ``now`` (the store's clock)."""
-    spot_id, kind, type_name, owner, incarnation, authority, generation, lease_until = row
+    (spot_id, kind, type_name, owner, incarnation, authority, generation, first_type,
+     first_payload, lease_until) = row  # fmt: skip
     until = float(lease_until)  # a REAL may come back as an int when it is whole
+    first = None if first_type is None else (str(first_type), str(first_payload))
     return Location(spot_id, kind, type_name, owner, incarnation, authority, generation, until,
-                    until >= now and until > 0.0)  # fmt: skip
+                    until >= now and until > 0.0, first)  # fmt: skip
 
 
 def _record(row: Any) -> NodeRecord:
@@ -587,6 +619,8 @@ def _location_row(location: Location) -> tuple[Any, ...]:
         location.owner_incarnation,
         location.authority_generation,
         location.object_generation,
+        None if location.first is None else location.first[0],
+        None if location.first is None else location.first[1],
     )
 
 

@@ -89,9 +89,13 @@ class Transport(Protocol):
 
     def detach(self, node_id: str) -> None: ...
 
-    def reincarnate(self, node_id: str, incarnation: int) -> None:
-        """``node_id`` registered again as ``incarnation`` (it fenced itself): its peers
-        meet it anew, and what is sent to its old incarnation is dropped (never blocks)."""
+    def reincarnate(
+        self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],
+        then: Callable[[], None],
+    ) -> None:  # fmt: skip
+        """``node_id`` registered again as ``incarnation`` (it fenced itself): it meets
+        ``members`` anew, what is sent to its old incarnation is dropped, and ``then`` runs
+        on its infrastructure thread once its peers are reachable again (never blocks)."""
         ...
 
     def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> bool:
@@ -178,13 +182,17 @@ class InProcessTransport:
             for other in others:
                 other.submit(other.link.peer_down, node_id)
 
-    def reincarnate(self, node_id: str, incarnation: int) -> None:
+    def reincarnate(
+        self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],
+        then: Callable[[], None],
+    ) -> None:  # fmt: skip
         """Peers see ``node_id`` leave and come back (what was in flight to it is dropped)."""
         with self._lock:
             attached = self._nodes.get(node_id)
         if attached is not None:
             self.detach(node_id)
             self.attach(node_id, attached.link, attached.submit, incarnation)
+            attached.submit(then)
 
     def reachable(self, peer: str) -> bool:
         return peer in self._nodes

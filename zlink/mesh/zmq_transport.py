@@ -218,7 +218,8 @@ class ZmqTransport:
         self._learned: list[list[tuple[str, int, str]]] = []  # member lists (under _lock)
         self._client_backlog = 0  # client frames handed on and not yet taken (under _lock)
         self._signalled = False
-        self._reborn: int | None = None  # a new incarnation to announce (under _lock)
+        # a new incarnation to announce, the members to meet, what to run then (under _lock)
+        self._reborn: tuple[int, list[tuple[str, int, str]], Callable[[], None]] | None = None
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._endpoint: MeshEndpoint | None = None
@@ -243,6 +244,10 @@ class ZmqTransport:
             for channel in Channel:
                 sock = self._socket(zmq.ROUTER, serve=True)
                 sock.setsockopt(zmq.ROUTING_ID, identity(node_id, "@" + self._token))
+                # a peer that connects again under the id of a connection this side has not
+                # seen end yet (it was stopped, SIGSTOP, while the peer gave up on it): the new
+                # connection takes the id over; refused, all it sends would vanish unseen
+                sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
                 sock.bind(f"{host}:*")
                 bound[channel] = sock.getsockopt_string(zmq.LAST_ENDPOINT)
                 self._ins[channel] = sock
@@ -331,6 +336,10 @@ class ZmqTransport:
             out = self._socket(zmq.ROUTER)
             out.setsockopt(zmq.ROUTING_ID, self._ident)
             out.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            # a peer met again at the same endpoint (its in sockets keep their routing id
+            # when it registers again): the new pipe takes the id over from the old one,
+            # which ZeroMQ may not have torn down yet (else the new one is refused for good)
+            out.setsockopt(zmq.ROUTER_HANDOVER, 1)
             out.setsockopt(zmq.IMMEDIATE, 1)
             out.setsockopt(zmq.SNDHWM, 0)  # DATA is bounded by credit, the rest is small
             ivl = max(1, int(self._ping_interval * 1000))
@@ -339,21 +348,26 @@ class ZmqTransport:
             outs[channel] = out
         return outs
 
-    def reincarnate(self, node_id: str, incarnation: int) -> None:
+    def reincarnate(
+        self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],
+        then: Callable[[], None],
+    ) -> None:  # fmt: skip
         """This node registered again as ``incarnation`` (it fenced itself): the transport
         thread takes every peer down, makes new out sockets that announce the new
-        incarnation, and meets the members again; frames for the old one are then dropped
-        and counted (``frames_wrong_incarnation``)."""
+        incarnation, meets ``members`` again (reachable from then: what is sent waits for
+        the connection), then has ``then`` run on the infrastructure thread; frames for the
+        old incarnation are dropped and counted (``frames_wrong_incarnation``)."""
         with self._lock:
-            self._reborn = incarnation
+            self._reborn = (incarnation, members, then)
         self._wake()
 
     def _rebirth(self, poller: zmq.Poller) -> None:
         """(Transport thread.) See ``reincarnate``."""
         with self._lock:
-            incarnation, self._reborn = self._reborn, None
-        if incarnation is None:
+            reborn, self._reborn = self._reborn, None
+        if reborn is None:
             return
+        incarnation, members, then = reborn
         for peer in list(self._peers.values()):
             self._down(peer, f"this node registered again as incarnation {incarnation}")
         for sock in self._outs.values():
@@ -367,6 +381,10 @@ class ZmqTransport:
         self._outs = self._make_outs()
         for sock in self._outs.values():
             poller.register(sock, zmq.POLLIN)
+        with self._lock:
+            self._learned.append(members)
+        self._take_learned()
+        self._submit(then)
 
     def serve_clients(self, link: ClientLink) -> None:
         """Hand frames from clients to ``link`` (the node's client server)."""

@@ -103,6 +103,22 @@ class MessageJob(SendJob):
         self.sender = sender
 
 
+class RecordedJob(MessageJob):
+    """The message of an Instance Spot's durable first record (execution-model §14, cold
+    activation): once its handler has ended, normally or not, ``ran`` clears the record; a
+    job discarded unrun (the node fenced itself or stopped) leaves it for the next owner."""
+
+    __slots__ = ("ran",)
+
+    ran: Callable[[], None]
+
+    def finish(self, turn: Turn) -> None:
+        try:
+            super().finish(turn)
+        finally:
+            self.ran()
+
+
 class BatchJob(Job):
     """Messages of one batch send (python-api ``send_many_*``): one queue entry that reserves
     one lane item per message and runs them back to back, each as a turn of its own (its own

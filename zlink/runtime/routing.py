@@ -118,6 +118,7 @@ class MeshRouter:
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
         self._fence_via: dict[str, str] = {}  # target -> the node its running fence went to
         self._suspected: dict[str, set[int]] = {}  # peer -> calls awaited when it dropped
+        self._recorded: dict[str, Callable[[], None]] = {}  # target -> its first record's end
         # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
         # peer is paused until half of them got in (python-api §9: bounded per peer)
         self._backlog: dict[str, int] = {}  # under _lock
@@ -156,14 +157,20 @@ class MeshRouter:
         """This node's own path for ``target``: its forwarding pointer, else its route cache."""
         return self._moved.get(target) or self._routes.get(target)
 
-    def locate(self, target: str, then: Located, reserve: TypeSpec | None = None) -> None:
+    def locate(
+        self, target: str, then: Located, reserve: TypeSpec | None = None,
+        first: Any = None,
+    ) -> None:  # fmt: skip
         """Call ``then(route, error)`` with where to send ``target``: at once when this node
         has a path for it, else once the store has answered (asked on the store thread, no
         lock held; answered on the infrastructure thread, or on this one if the answer is in
         first). Every question for one target waits behind the first, and they are answered
         in the order they were asked. ``route`` is ``None`` when no other node owns it.
         ``reserve``: the Instance Spot type to claim ``target`` for this node if nobody owns
-        it yet; this node then activates it before anyone is answered.
+        it yet; this node then activates it before anyone is answered. ``first``: the message
+        of that call, recorded durably with the claim (execution-model §14, cold activation:
+        the durable first record, then Ready, then that message at the head of the queue,
+        then the others); its handler's end clears the record.
         """
         with self.route_lock:
             waiting = self._locating.get(target)
@@ -181,13 +188,9 @@ class MeshRouter:
                 asked = self.store_worker.call(store.lookup, target)
             else:
                 asked = self.store_worker.call(
-                    store.reserve,
-                    target,
-                    str(TargetKind.SPOT),
-                    reserve.name,
-                    me,
-                    self.rt.incarnation,
-                )
+                    store.reserve, target, str(TargetKind.SPOT), reserve.name, me,
+                    self.rt.incarnation, None if first is None else to_wire(first),
+                )  # fmt: skip
             asked.add_callback(functools.partial(self._located, target, waiting, reserve))
 
     def _located(
@@ -221,8 +224,7 @@ class MeshRouter:
                     else:
                         route = known
                 elif location is not None and reserve is not None:  # the store chose this node
-                    self.rt.activate_instance(reserve, target, location.object_generation,
-                                              location.authority_generation)  # fmt: skip
+                    self._activate_recorded(reserve, found, location)
                 elif (
                     isinstance(found, Reservation) and found.created and location is not None
                     and not self.rt.rehome(location)
@@ -233,6 +235,48 @@ class MeshRouter:
                     self.store_worker.call(self.store.release, target, me, self.rt.incarnation,
                                            location.authority_generation)  # fmt: skip
             self._answer(waiting, route, error)
+
+    def _activate_recorded(self, spec: TypeSpec, held: Any, location: Location) -> None:
+        """Cold activation of an Instance Spot this node won (execution-model §14): the
+        store holds its first record already (step 1); activation makes it Ready (step 2);
+        the record's message goes first into its queue (step 3: the first waiter's, or one
+        the previous owner left unfinished, replayed once as a one-way message), then the
+        others are answered (step 4). A node that loses its lease first drops it all (the
+        record stays for the next owner): that is the admission deadline from the owner's
+        lease."""
+        target = location.spot_id
+        self.rt.activate_instance(spec, target, location.object_generation,
+                                  location.authority_generation)  # fmt: skip
+        if location.first is None:
+            return
+        ran = functools.partial(self._record_ran, target, location.authority_generation)
+        previous = held.previous if isinstance(held, Reservation) else None
+        if previous is not None and previous.first is not None:  # left by an owner that died
+            self.rt.metrics.add("first_records_replayed")
+            type_name, payload = location.first
+            try:
+                msg = from_wire(type_name, payload)
+                call = SendCall(self.rt, TargetKind.SPOT, target, msg)
+                call.instance, call.instance_type = True, spec.name
+                self.rt.submit(call, None, NO_WAIT, recorded=ran)
+            except Exception:  # noqa: BLE001 - a record that cannot run is dropped, counted
+                self.rt.metrics.add("first_records_dropped")
+                _log.exception("the first record of %r could not be replayed", target)
+                ran()
+            return
+        self._recorded[target] = ran  # the first waiter, the call recorded, carries it
+
+    def _record_ran(self, target: str, authority: int) -> None:
+        """The first record's handler ended: clear it in the store (on its thread)."""
+        rt = self.rt
+        done = self.store_worker.call(self.store.clear_first, target, rt.node_id,
+                                      rt.incarnation, authority)  # fmt: skip
+
+        def cleared(_value: Any, error: BaseException | None) -> None:
+            if error is not None:  # (fenced: the record stays; the next owner replays it)
+                rt.metrics.add("first_records_uncleared")
+
+        done.add_callback(cleared)
 
     def _take_over(
         self, target: str, waiting: list[Located], reserve: TypeSpec | None, lapsed: Location
@@ -314,7 +358,10 @@ class MeshRouter:
             room.withdraw = functools.partial(self._cancel_locate, target, waiter)
             if room.peer is None and reply is None:  # a request has its own deadline; a call
                 self.rt.arm_room(room, f"a route to {target!r}")  # from a peer just waits
-        self.locate(target, waiter, self.rt.instance_spec(call) if call.instance else None)
+        if call.instance:
+            self.locate(target, waiter, self.rt.instance_spec(call), call.msg)
+        else:
+            self.locate(target, waiter)
 
     def _cancel_locate(self, target: str, waiter: Located) -> bool:
         """Withdraw a call waiting for the store (its caller gave up): ``True`` if it was
@@ -434,7 +481,9 @@ class MeshRouter:
                     room.set(None, None)
                 return
             if self.rt.has_live(target) or (error is None and call.instance):
-                self.rt.submit(call, reply, NO_WAIT, hops, room=room)  # here, or activated
+                recorded = self._recorded.pop(target, None) if call.instance else None
+                self.rt.submit(call, reply, NO_WAIT, hops, room=room,
+                               recorded=recorded)  # here, or activated  # fmt: skip
                 return
             if error is not None:
                 fault = Unavailable(

@@ -91,7 +91,7 @@ from .acts import (
 from .closing import Closing
 from .creation import Creation
 from .directory import Directory
-from .jobs import BatchJob, MessageJob, SendJob, handler_error
+from .jobs import BatchJob, MessageJob, RecordedJob, SendJob, handler_error
 from .membership import Membership
 from .metrics import Metrics
 
@@ -241,9 +241,11 @@ class Runtime:
         force: bool = False,
         plain: bool = False,
         room: Admitted | None = None,
+        recorded: Callable[[], None] | None = None,
     ) -> Completion:
         """Route a send or request: the one admission path of every message (any thread).
-        Raises before any queue change when it cannot be taken.
+        Raises before any queue change when it cannot be taken. ``recorded``: the message is
+        an Instance Spot's durable first record, cleared by this once its handler ended.
 
         A full lane refuses a plain send (``ResourceExhausted``); a request, and a send given
         ``room`` (its ``wait``/``future``/``await`` terminals), wait for room instead, first
@@ -289,16 +291,16 @@ class Runtime:
                         return None  # type: ignore[return-value]
                     # not admitted, and it may wait for room: the general path queues it
         if room is None:
-            return self._route(call, reply, mode, hops, force, None)
+            return self._route(call, reply, mode, hops, force, None, recorded)
         before = room.withdraw
-        out = self._route(call, reply, mode, hops, force, room)
+        out = self._route(call, reply, mode, hops, force, room, recorded)
         if room.withdraw is before:  # no wait for room began: accepted already
             room.set(None, None)
         return out
 
     def _route(
         self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int, force: bool,
-        room: Admitted | None,
+        room: Admitted | None, recorded: Callable[[], None] | None = None,
     ) -> Completion:  # fmt: skip
         """``submit``'s general path: resolve the destination, then admit (see ``submit``)."""
         if (self.stopping or self.draining) and not (hops and self.router is not None):
@@ -347,7 +349,11 @@ class Runtime:
             if self.router is not None:  # the owner the store confirms runs the factory: the
                 return self._remote(call, reply, mode, hops, room)  # router asks, activates
             act = self.activate_instance(spec, call.target, None)
-        job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
+        if recorded is None:
+            job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
+        else:
+            job = RecordedJob(act, handler, msg, reply, call.meta, sender, 0)
+            job.ran = recorded
         job.at = self._now()
         if reply is not None and reply.timer is None:  # a diverted call was armed already
             self.arm(reply, call.deadline, "no reply in time")
