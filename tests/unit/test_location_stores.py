@@ -281,9 +281,11 @@ def test_a_store_that_lost_its_data_grants_no_claim_for_one_lease(
     incarnation is reused; claims wait one lease (owners from before may still serve)."""
     n1 = store.register_node("n1", "inproc://n1", LEASE)
     first = store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation).location
-    # a node that had incarnation 500 of a store that never handed it out: data was lost
-    back = store.register_node("n2", "inproc://n2", LEASE, known_incarnation=500)
-    assert back.incarnation > 500
+    # a node that had an incarnation this store never handed out (above the last one it did):
+    # data was lost
+    lost = n1.incarnation + 500
+    back = store.register_node("n2", "inproc://n2", LEASE, known_incarnation=lost)
+    assert back.incarnation > lost
     for claim in (
         lambda: store.reserve("room-2", "spot", "game.room", "n2", back.incarnation),
         lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2"),
@@ -296,7 +298,8 @@ def test_a_store_that_lost_its_data_grants_no_claim_for_one_lease(
     clock.advance(LEASE / 2)  # one lease since the loss was found
     assert store.reserve("room-2", "spot", "game.room", "n2", back.incarnation).created
     # a node that knows an incarnation the store did hand out is no sign of a loss
-    assert store.register_node("n3", "inproc://n3", LEASE, known_incarnation=1).incarnation > 500
+    again = store.register_node("n3", "inproc://n3", LEASE, known_incarnation=n1.incarnation)
+    assert again.incarnation > back.incarnation
     assert store.reserve("room-3", "spot", "game.room", "n2", back.incarnation).created
 
 
