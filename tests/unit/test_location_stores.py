@@ -746,8 +746,15 @@ def _check_race(results: dict[str, dict[str, list[Any]]]) -> None:
     assert len(generations) == SPOTS
 
 
-def test_threads_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
-    store = SqliteLocationStore(tmp_path / "store.db", ManualClock())
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_threads_racing_to_claim_each_spot_once(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    store: SqliteLocationStore | RedisLocationStore
+    if kind == "sqlite":
+        store = SqliteLocationStore(tmp_path / "store.db", ManualClock())
+    else:  # on the server's clock: leases of HELD seconds outlast the race
+        store = RedisLocationStore(request.getfixturevalue("redis_server").url)
     racers = 8
     start = threading.Barrier(racers, timeout=WAIT)
     results: dict[str, dict[str, list[Any]]] = {}
@@ -777,9 +784,13 @@ def test_threads_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
 
 _RACER = """
 import json, sys
+from zlink.mesh.redis_store import RedisLocationStore
 from zlink.mesh.sqlite_store import SqliteLocationStore
-path, name, spots = sys.argv[1], sys.argv[2], int(sys.argv[3])
-store = SqliteLocationStore(path, busy_timeout=30.0)
+where, name, spots = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if where.startswith("redis://"):
+    store = RedisLocationStore(where)
+else:
+    store = SqliteLocationStore(where, busy_timeout=30.0)
 me = store.register_node(name, "inproc://" + name, 1e6).incarnation
 print("ready", flush=True)
 sys.stdin.readline()  # the start signal: every racer has opened the file by now
@@ -802,16 +813,22 @@ def _line(proc: subprocess.Popen[str], deadline: float) -> str:
     return proc.stdout.readline()
 
 
-def test_processes_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "store.db"
-    SqliteLocationStore(path).close()  # the schema exists before anyone races
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_processes_racing_to_claim_each_spot_once(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    if kind == "sqlite":
+        where = str(tmp_path / "store.db")
+        SqliteLocationStore(where).close()  # the schema exists before anyone races
+    else:
+        where = request.getfixturevalue("redis_server").url
     deadline = time.monotonic() + WAIT
     procs: list[subprocess.Popen[str]] = []
     try:
         for k in range(4):
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", _RACER, str(path), f"p{k}", str(SPOTS)],
+                    [sys.executable, "-c", _RACER, where, f"p{k}", str(SPOTS)],
                     cwd=ROOT,  # this checkout's zlink comes first on sys.path
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
