@@ -918,6 +918,7 @@ def test_open_store_redis_that_nothing_answers_is_unavailable_at_once() -> None:
         ("rediss://:secret@/0", "names its host"),
         ("redis://127.0.0.1:99999/0", "redis://HOST"),
         ("redis://127.0.0.1:port/0", "redis://HOST"),
+        ("redis://user:secret@127.0.0.1:port/0", "redis://HOST"),
         ("redis://127.0.0.1:6379/zero", "database number"),
         ("redis://127.0.0.1:6379/0/1", "database number"),
         ("redis://127.0.0.1:6379/0?socket_timeout=1", "no options"),

@@ -472,16 +472,18 @@ class RedisLocationStore:
 
         def check() -> Any:
             self._redis.ping()
-            return self._redis.set(key, str(SCHEMA_VERSION), nx=True, get=True)
+            self._redis.set(key, str(SCHEMA_VERSION), nx=True)  # a mark is never changed
+            return self._redis.get(key)
 
         try:
             found = self._call(check)
         except Unavailable as exc:
-            if isinstance(exc.__cause__, redis.ResponseError):  # the key is of another type
+            cause = exc.__cause__
+            if isinstance(cause, redis.ResponseError) and str(cause).startswith("WRONGTYPE"):
                 raise InvalidArgument(
                     f"{self._where} holds {key!r}, which is not a ZLink location store mark"
-                    f" ({exc.__cause__})"
-                ) from exc.__cause__
+                    f" ({cause})"
+                ) from cause
             raise
         if found is not None and found != str(SCHEMA_VERSION):
             raise InvalidArgument(
@@ -519,8 +521,8 @@ def _checked_url(url: str) -> str:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"a Redis store URL is {forms}: {url!r} ({exc})") from None
+    except (TypeError, ValueError) as exc:  # not shown: it may hold a password
+        raise InvalidArgument(f"a Redis store URL is {forms}; this one is not ({exc})") from None
     host = parts.hostname or ""
     shown = f"{parts.scheme}://{f'[{host}]' if ':' in host else host}"
     shown += f"{'' if port is None else f':{port}'}{parts.path}"
