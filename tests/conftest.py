@@ -1,13 +1,15 @@
-"""Shared fixtures: nodes that always shut down, and a manual clock."""
+"""Shared fixtures: nodes that always shut down, a manual clock, and a Redis server."""
 
 from __future__ import annotations
 
+import pathlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 import zlink
+from tests.redis_server import NO_SERVER, REDIS_SERVER, RedisServer
 from zlink.executor import lockorder
 from zlink.testing import ManualClock
 
@@ -17,6 +19,21 @@ WAIT = 5.0  # real seconds any test waits for an event or a result before failin
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
+
+
+@pytest.fixture
+def redis_server(tmp_path: pathlib.Path) -> Iterator[RedisServer]:
+    """A ``redis-server`` of this test's own on 127.0.0.1, empty, stopped when the test ends
+    however it ends; the test is skipped where no ``redis-server`` is installed."""
+    if REDIS_SERVER is None:
+        pytest.skip(NO_SERVER)
+    folder = tmp_path / "redis"
+    folder.mkdir()
+    server = RedisServer(folder)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
 
 
 @pytest.fixture

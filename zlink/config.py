@@ -69,7 +69,9 @@ class NodeConfig(BaseModel):
         "only (python-api §10). Loopback unless insecure=True",
     )
     store: str = Field(
-        "memory", description='Location Store: "memory" (one process) or "sqlite:///PATH"'
+        "memory",
+        description='Location Store: "memory" (one process), "sqlite:///PATH" (one machine) or'
+        ' "redis://HOST:PORT/DB" (several machines)',
     )
     keys: str | None = Field(
         None, description="a keys folder (zlink keys generate): CURVE on every mesh socket"

@@ -1,6 +1,9 @@
-"""The Location Stores: one behaviour, in memory and in a SQLite file (python-api §10,
-execution-model §14); the file's own promises; several threads and processes racing to claim;
-``open_store`` URLs."""
+"""The Location Stores: one behaviour, in memory, in a SQLite file and in Redis (python-api §10,
+execution-model §14); the file's own promises; Redis restarts, data loss and outages; several
+threads and processes racing to claim; ``open_store`` URLs.
+
+The Redis tests start a ``redis-server`` of their own (``tests/redis_server.py``) and are skipped
+where none is installed."""
 
 from __future__ import annotations
 
@@ -18,9 +21,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
+from tests.redis_server import RedisServer, free_port
 from zlink.errors import InvalidArgument, Unavailable
 from zlink.mesh.location import InMemoryLocationStore, LocationStore
+from zlink.mesh.redis_store import RedisLocationStore
 from zlink.mesh.sqlite_store import SCHEMA_VERSION, SqliteLocationStore
 from zlink.mesh.stores import open_store
 from zlink.testing import ManualClock
@@ -31,14 +37,18 @@ SPOTS = 200  # spot ids every racer claims
 LEASE = 3.0
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "redis"])
 def store(
     request: pytest.FixtureRequest, clock: ManualClock, tmp_path: pathlib.Path
 ) -> Iterator[LocationStore]:
     if request.param == "memory":
         yield InMemoryLocationStore(clock)
         return
-    opened = SqliteLocationStore(tmp_path / "store.db", clock)
+    opened: SqliteLocationStore | RedisLocationStore
+    if request.param == "sqlite":
+        opened = SqliteLocationStore(tmp_path / "store.db", clock)
+    else:  # leases on the manual clock; counters start from the server's TIME
+        opened = RedisLocationStore(request.getfixturevalue("redis_server").url, clock)
     yield opened
     opened.close()
 
@@ -67,7 +77,7 @@ def _transfer(store: LocationStore, spot: str, node: str, authority: int, target
     return store.transfer(spot, node, _incarnation(store, node), authority, target)
 
 
-# -- one behaviour, both stores -----------------------------------------------------------------
+# -- one behaviour, every store -----------------------------------------------------------------
 
 
 def test_reserve_claims_once_and_then_names_the_owner(store: Any) -> None:
@@ -281,9 +291,11 @@ def test_a_store_that_lost_its_data_grants_no_claim_for_one_lease(
     incarnation is reused; claims wait one lease (owners from before may still serve)."""
     n1 = store.register_node("n1", "inproc://n1", LEASE)
     first = store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation).location
-    # a node that had incarnation 500 of a store that never handed it out: data was lost
-    back = store.register_node("n2", "inproc://n2", LEASE, known_incarnation=500)
-    assert back.incarnation > 500
+    # a node that had an incarnation this store never handed out (above the last one it did):
+    # data was lost
+    lost = n1.incarnation + 500
+    back = store.register_node("n2", "inproc://n2", LEASE, known_incarnation=lost)
+    assert back.incarnation > lost
     for claim in (
         lambda: store.reserve("room-2", "spot", "game.room", "n2", back.incarnation),
         lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2"),
@@ -296,7 +308,8 @@ def test_a_store_that_lost_its_data_grants_no_claim_for_one_lease(
     clock.advance(LEASE / 2)  # one lease since the loss was found
     assert store.reserve("room-2", "spot", "game.room", "n2", back.incarnation).created
     # a node that knows an incarnation the store did hand out is no sign of a loss
-    assert store.register_node("n3", "inproc://n3", LEASE, known_incarnation=1).incarnation > 500
+    again = store.register_node("n3", "inproc://n3", LEASE, known_incarnation=n1.incarnation)
+    assert again.incarnation > back.incarnation
     assert store.reserve("room-3", "spot", "game.room", "n2", back.incarnation).created
 
 
@@ -546,6 +559,207 @@ def test_a_write_that_fails_halfway_is_rolled_back_whole(tmp_path: pathlib.Path)
     store.close()
 
 
+# -- Redis --------------------------------------------------------------------------------------
+
+
+def _raw(server: RedisServer) -> redis.Redis:
+    """A plain client of the test's server, to act on it behind the store's back."""
+    return redis.Redis.from_url(server.url, decode_responses=True, socket_timeout=WAIT)
+
+
+def test_redis_scripts_are_loaded_again_after_a_script_flush_and_a_restart(
+    redis_server: RedisServer, clock: ManualClock
+) -> None:
+    with RedisLocationStore(redis_server.url, clock) as store:
+
+        def every_script() -> None:  # each of the store's eight scripts runs once
+            n1 = store.register_node("n1", "inproc://n1", LEASE)  # register
+            n2 = store.register_node("n2", "inproc://n2", LEASE)
+            store.renew_node("n1", n1.incarnation, LEASE)  # renew
+            assert store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation).created
+            assert store.lookup("room-1") is not None  # lookup (reserve ran it, and claim)
+            moved = store.transfer("room-1", "n1", n1.incarnation, 1, "n2")  # transfer
+            assert store.release("room-1", "n2", n2.incarnation, moved.authority_generation)
+            assert store.unregister_node("n1", n1.incarnation)  # unregister
+            assert [r.node_id for r in store.nodes()] == ["n2"]  # nodes
+
+        every_script()
+        raw = _raw(redis_server)
+        try:
+            assert raw.info("memory")["number_of_cached_scripts"] == 8
+            raw.script_flush()
+            assert raw.info("memory")["number_of_cached_scripts"] == 0
+            every_script()  # every EVALSHA met NOSCRIPT, loaded its script and ran it
+            assert raw.info("memory")["number_of_cached_scripts"] == 8
+        finally:
+            raw.close()
+        redis_server.stop()  # a real restart: a new process, no scripts, no data (--save '')
+        redis_server.start()
+        assert store.nodes() == []  # the pooled connections to the old process were replaced
+        every_script()
+
+
+def test_redis_restarted_empty_reuses_no_number_and_grants_no_claim_for_one_lease(
+    redis_server: RedisServer, clock: ManualClock
+) -> None:
+    """Issue "Node leases": a Redis that lost its data (killed, restarted empty) hands out no
+    incarnation or object generation twice, and grants no claim until one lease has passed
+    since a node told it an incarnation it never handed out."""
+    with RedisLocationStore(redis_server.url, clock) as store:
+        n1 = store.register_node("n1", "inproc://n1", LEASE)
+        n2 = store.register_node("n2", "inproc://n2", LEASE)
+        before = [_reserve(store, f"room-{i}", "n1").location for i in range(3)]
+        redis_server.kill()  # kill -9: nothing saved
+        redis_server.start()  # the same port, empty
+        assert store.lookup("room-0") is None and store.nodes() == []  # the data is gone
+        back = store.register_node("n1", "inproc://n1", LEASE, known_incarnation=n1.incarnation)
+        assert back.incarnation > max(n1.incarnation, n2.incarnation)
+        fresh = store.register_node("n3", "inproc://n3", LEASE)  # a node new to the mesh
+        assert fresh.incarnation > back.incarnation
+        with pytest.raises(Unavailable, match=r"lost its data .* another 3\.0 s"):
+            store.reserve("room-0", "spot", "game.room", "n1", back.incarnation)
+        assert store.lookup("room-0") is None  # refused, not applied
+        clock.advance(LEASE / 2)
+        store.renew_node("n1", back.incarnation, LEASE)
+        with pytest.raises(Unavailable, match=r"lost its data .* another 1\.5 s"):
+            store.reserve("room-0", "spot", "game.room", "n1", back.incarnation)
+        clock.advance(LEASE / 2)  # one lease since the loss was found
+        taken = store.reserve("room-0", "spot", "game.room", "n1", back.incarnation)
+        assert taken.created and taken.previous is None
+        other = store.reserve("room-9", "spot", "game.room", "n1", back.incarnation).location
+        old = {loc.object_generation for loc in before}
+        assert min(taken.location.object_generation, other.object_generation) > max(old)
+        assert taken.location.authority_generation == 1  # the store knew nothing of room-0
+
+
+def test_redis_that_does_not_answer_is_unavailable_within_the_timeout(
+    redis_server: RedisServer, clock: ManualClock
+) -> None:
+    timeout = 0.5
+    store = RedisLocationStore(redis_server.url, clock, timeout=timeout)
+    node = store.register_node("n1", "inproc://n1", LEASE)
+    store.register_node("n2", "inproc://n2", LEASE)
+    assert store.reserve("room-1", "spot", "game.room", "n1", node.incarnation).created
+    calls = [
+        lambda: store.lookup("room-1"),
+        lambda: store.reserve("room-2", "spot", "game.room", "n1", node.incarnation),
+        lambda: store.release("room-1", "n1", node.incarnation, 1),
+        lambda: store.transfer("room-1", "n1", node.incarnation, 1, "n2"),
+        lambda: store.register_node("n3", "inproc://n3", LEASE),
+        lambda: store.renew_node("n1", node.incarnation, LEASE),
+        lambda: store.unregister_node("n1", node.incarnation),
+        store.nodes,
+        store.owned,
+    ]
+
+    def all_unavailable(within: float) -> None:
+        for call in calls:
+            began = time.monotonic()
+            with pytest.raises(Unavailable, match="failed") as caught:
+                call()
+            assert time.monotonic() - began < within, call
+            assert isinstance(caught.value.__cause__, redis.RedisError)
+
+    try:
+        redis_server.pause()  # it accepts connections and answers nothing: reads time out
+        all_unavailable(within=2 * timeout + 1.0)
+        redis_server.kill()  # nothing listens: refused at once
+        all_unavailable(within=timeout + 1.0)
+        began = time.monotonic()
+        with pytest.raises(Unavailable):
+            RedisLocationStore(redis_server.url, clock, timeout=timeout)  # asked at once
+        assert time.monotonic() - began < timeout + 1.0
+    finally:
+        store.close()
+
+
+def test_redis_calls_after_close_are_unavailable_and_leave_no_connection(
+    redis_server: RedisServer,
+) -> None:
+    raw = _raw(redis_server)
+    try:
+        store = RedisLocationStore(redis_server.url)
+        _reserve(store, "room-1", "n1")
+        assert len(raw.client_list()) == 2  # the store's connection and this one
+        store.close()
+        assert len(raw.client_list()) == 1
+        calls = [
+            lambda: store.lookup("room-1"),
+            lambda: store.reserve("room-2", "spot", "game.room", "n1", 1),
+            lambda: store.release("room-1", "n1", 1, 1),
+            lambda: store.transfer("room-1", "n1", 1, 1, "n2"),
+            lambda: store.register_node("n1", "e", LEASE),
+            lambda: store.renew_node("n1", 1, LEASE),
+            lambda: store.unregister_node("n1", 1),
+            store.nodes,
+            store.owned,
+        ]
+        for call in calls:
+            with pytest.raises(Unavailable, match="is closed"):
+                call()
+        store.close()  # again: nothing happens
+        assert len(raw.client_list()) == 1  # no call opened one again
+    finally:
+        raw.close()
+
+
+def test_redis_default_clock_is_the_server_time(redis_server: RedisServer) -> None:
+    with RedisLocationStore(redis_server.url) as store:
+        before = time.time()
+        rec = store.register_node("n1", "inproc://n1", LEASE)
+        after = time.time()
+    # the same machine's clock; Redis reads it to the microsecond
+    assert before + LEASE - 1e-5 <= rec.lease_until <= after + LEASE + 1e-5
+
+
+def test_redis_prefixes_keep_meshes_apart(redis_server: RedisServer, clock: ManualClock) -> None:
+    # "m*" would match every key of "mx" as a glob: owned() must read it literally
+    with (
+        RedisLocationStore(redis_server.url, clock, prefix="m*") as first,
+        RedisLocationStore(redis_server.url, clock, prefix="mx") as second,
+    ):
+        assert first.prefix == "m*"
+        _reserve(first, "room-1", "a")
+        _reserve(second, "room-1", "b")
+        _reserve(second, "room-2", "b")
+        assert [r.node_id for r in first.nodes()] == ["a"]
+        assert [r.node_id for r in second.nodes()] == ["b"]
+        assert first.owned() == {"a": 1} and second.owned() == {"b": 2}
+        assert first.lookup("room-1").owner_node == "a"
+        assert second.lookup("room-1").owner_node == "b"
+
+
+def test_redis_keys_of_something_else_are_refused(redis_server: RedisServer) -> None:
+    raw = _raw(redis_server)
+    try:
+        raw.set("zlink:schema", "99")
+        with pytest.raises(InvalidArgument, match=r"schema version '99'.*version 1"):
+            RedisLocationStore(redis_server.url)
+        raw.delete("zlink:schema")
+        raw.hset("zlink:schema", "a", "b")
+        with pytest.raises(InvalidArgument, match="not a ZLink location store mark"):
+            RedisLocationStore(redis_server.url)
+        assert raw.hgetall("zlink:schema") == {"a": "b"}  # left as it was
+        RedisLocationStore(redis_server.url, prefix="other").close()  # another prefix: fine
+        assert raw.get("other:schema") == "1"
+    finally:
+        raw.close()
+
+
+def test_redis_bad_arguments_are_refused(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    for timeout in (0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(InvalidArgument, match="timeout"):
+            RedisLocationStore(url, timeout=timeout)
+    for prefix in ("", " zlink"):
+        with pytest.raises(InvalidArgument, match="prefix"):
+            RedisLocationStore(url, prefix=prefix)
+    with RedisLocationStore(url) as store:
+        with pytest.raises(InvalidArgument, match="2\\*\\*53"):
+            store.register_node("n1", "e", LEASE, known_incarnation=2**53)
+        assert store.nodes() == []
+
+
 # -- racing claims ------------------------------------------------------------------------------
 
 
@@ -563,8 +777,15 @@ def _check_race(results: dict[str, dict[str, list[Any]]]) -> None:
     assert len(generations) == SPOTS
 
 
-def test_threads_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
-    store = SqliteLocationStore(tmp_path / "store.db", ManualClock())
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_threads_racing_to_claim_each_spot_once(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    store: SqliteLocationStore | RedisLocationStore
+    if kind == "sqlite":
+        store = SqliteLocationStore(tmp_path / "store.db", ManualClock())
+    else:  # on the server's clock: leases of HELD seconds outlast the race
+        store = RedisLocationStore(request.getfixturevalue("redis_server").url)
     racers = 8
     start = threading.Barrier(racers, timeout=WAIT)
     results: dict[str, dict[str, list[Any]]] = {}
@@ -594,9 +815,13 @@ def test_threads_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
 
 _RACER = """
 import json, sys
+from zlink.mesh.redis_store import RedisLocationStore
 from zlink.mesh.sqlite_store import SqliteLocationStore
-path, name, spots = sys.argv[1], sys.argv[2], int(sys.argv[3])
-store = SqliteLocationStore(path, busy_timeout=30.0)
+where, name, spots = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if where.startswith("redis://"):
+    store = RedisLocationStore(where)
+else:
+    store = SqliteLocationStore(where, busy_timeout=30.0)
 me = store.register_node(name, "inproc://" + name, 1e6).incarnation
 print("ready", flush=True)
 sys.stdin.readline()  # the start signal: every racer has opened the file by now
@@ -619,16 +844,22 @@ def _line(proc: subprocess.Popen[str], deadline: float) -> str:
     return proc.stdout.readline()
 
 
-def test_processes_racing_to_claim_each_spot_once(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "store.db"
-    SqliteLocationStore(path).close()  # the schema exists before anyone races
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+def test_processes_racing_to_claim_each_spot_once(
+    kind: str, tmp_path: pathlib.Path, request: pytest.FixtureRequest
+) -> None:
+    if kind == "sqlite":
+        where = str(tmp_path / "store.db")
+        SqliteLocationStore(where).close()  # the schema exists before anyone races
+    else:
+        where = request.getfixturevalue("redis_server").url
     deadline = time.monotonic() + WAIT
     procs: list[subprocess.Popen[str]] = []
     try:
         for k in range(4):
             procs.append(
                 subprocess.Popen(
-                    [sys.executable, "-c", _RACER, str(path), f"p{k}", str(SPOTS)],
+                    [sys.executable, "-c", _RACER, where, f"p{k}", str(SPOTS)],
                     cwd=ROOT,  # this checkout's zlink comes first on sys.path
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
@@ -692,10 +923,52 @@ def test_open_store_sqlite_relative_and_absolute(
     assert not (ROOT / "data" / "main.db").exists()
 
 
-@pytest.mark.parametrize("url", ["redis://127.0.0.1:6379/0", "rediss://cache:6380/1"])
-def test_open_store_redis_is_not_built_yet(url: str) -> None:
-    with pytest.raises(InvalidArgument, match="Redis location store is not built yet"):
-        open_store(url)
+def test_open_store_redis(redis_server: RedisServer, clock: ManualClock) -> None:
+    store = open_store(redis_server.url, clock)
+    try:
+        assert isinstance(store, RedisLocationStore)
+        assert store.register_node("n1", "e", LEASE).lease_until == 1003.0  # its clock
+    finally:
+        store.close()
+
+
+def test_open_store_redis_that_nothing_answers_is_unavailable_at_once() -> None:
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    began = time.monotonic()
+    with pytest.raises(Unavailable, match="Connection refused") as caught:
+        open_store(url)  # the server is asked when the store opens, not at its first use
+    assert isinstance(caught.value.__cause__, redis.ConnectionError)
+    assert time.monotonic() - began < WAIT
+
+
+@pytest.mark.parametrize(
+    ("url", "reason"),
+    [
+        ("redis://", "names its host"),
+        ("redis:///0", "names its host"),
+        ("rediss://:secret@/0", "names its host"),
+        ("redis://127.0.0.1:99999/0", "redis://HOST"),
+        ("redis://127.0.0.1:port/0", "redis://HOST"),
+        ("redis://user:secret@127.0.0.1:port/0", "redis://HOST"),
+        ("redis://127.0.0.1:6379/zero", "database number"),
+        ("redis://127.0.0.1:6379/0/1", "database number"),
+        ("redis://127.0.0.1:6379/0?socket_timeout=1", "no options"),
+        ("redis://user:secret@127.0.0.1:6379/0?db=1", "no options"),
+    ],
+)
+def test_open_store_refuses_bad_redis_urls(url: str, reason: str) -> None:
+    with pytest.raises(InvalidArgument, match=reason) as caught:
+        open_store(url)  # nothing is opened: 127.0.0.1:6379 is never asked
+    assert "secret" not in str(caught.value)  # a password in the URL is not repeated
+
+
+def test_open_store_redis_without_redis_py_says_how_to_get_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # import redis fails
+    monkeypatch.delitem(sys.modules, "zlink.mesh.redis_store")
+    with pytest.raises(InvalidArgument, match=r"pip install 'zlink\[redis\]'"):
+        open_store("redis://127.0.0.1:6379/0")
 
 
 @pytest.mark.parametrize(
@@ -726,7 +999,8 @@ def test_open_store_names_the_accepted_forms() -> None:
         open_store("etcd://cluster")
     message = str(caught.value)
     assert "'etcd://cluster'" in message
-    assert all(form in message for form in ('"memory"', "sqlite:///relative", "sqlite:////"))
+    forms = ('"memory"', "sqlite:///relative", "sqlite:////", "redis://HOST:PORT/DB")
+    assert all(form in message for form in forms)
 
 
 @pytest.mark.timeout(60)

@@ -86,7 +86,10 @@ def run(
     ] = None,
     store: Annotated[
         str | None,
-        typer.Option(help='Location Store: "memory" or "sqlite:///PATH" (shared by the mesh)'),
+        typer.Option(
+            help='Location Store: "memory", "sqlite:///PATH" or "redis://HOST:PORT/DB"'
+            " (shared by the mesh)"
+        ),
     ] = None,
     mesh: Annotated[str, typer.Option(help="the mesh's name")] = "main",
     insecure: Annotated[
@@ -258,7 +261,9 @@ def keys_generate(
 
 @cli.command("mesh")
 def mesh_cmd(
-    store: Annotated[str, typer.Option(help='the Location Store: "sqlite:///PATH"')],
+    store: Annotated[
+        str, typer.Option(help='the Location Store: "sqlite:///PATH" or "redis://HOST:PORT/DB"')
+    ],
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """List the nodes the Location Store knows: id, address, incarnation, lease left, and how

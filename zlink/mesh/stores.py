@@ -6,11 +6,17 @@ Guarantees / assumes:
   SQLAlchemy, the path is what follows ``sqlite:///``: ``sqlite:///data/main.db`` is relative to
   the working directory (made absolute when the store opens), ``sqlite:////var/lib/main.db`` is
   absolute. The file is checked when the store opens (``SqliteLocationStore``).
-* ``"redis://HOST:PORT/DB"`` (several machines) is planned as an extra and refused for now.
-* A SQLite URL takes no ``?options``, and no ``:memory:`` (it would not be shared).
+* ``"redis://HOST[:PORT][/DB]"`` or ``"rediss://..."`` (TLS): one Redis server shared by the
+  node processes of several machines (``RedisLocationStore``; user and password may come in the
+  URL). It needs the ``redis`` extra (``pip install 'zlink[redis]'``); without it the URL is
+  ``InvalidArgument`` saying so (redis-py is imported only here). The server is asked at once:
+  one that does not answer is ``Unavailable``.
+* A SQLite URL takes no ``?options``, and no ``:memory:`` (it would not be shared); a Redis URL
+  names its host and takes no ``?options`` either (a bad one is ``InvalidArgument``).
 * Any other URL is ``InvalidArgument`` naming the accepted forms; nothing is opened.
 * ``clock`` is the store's clock for leases: ``None`` means the store's own default (monotonic
-  in memory, wall clock in a file that outlives processes); tests pass a manual clock.
+  in memory, wall clock in a file that outlives processes, the server's clock in Redis); tests
+  pass a manual clock.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from .location import InMemoryLocationStore, LocationStore
 from .sqlite_store import SqliteLocationStore
 
 _SQLITE = "sqlite:///"
-_FORMS = '"memory", "sqlite:///relative/path.db" or "sqlite:////absolute/path.db"'
+_FORMS = (
+    '"memory", "sqlite:///relative/path.db", "sqlite:////absolute/path.db" or'
+    ' "redis://HOST:PORT/DB"'
+)
 
 
 def open_store(url: str, clock: Clock | None = None) -> LocationStore:
@@ -44,8 +53,13 @@ def open_store(url: str, clock: Clock | None = None) -> LocationStore:
             raise InvalidArgument(f"a SQLite store URL takes no options: {url!r}")
         return SqliteLocationStore(path, clock)
     if scheme in ("redis", "rediss"):
-        raise InvalidArgument(
-            f"the Redis location store is not built yet (it is planned as an extra): {url!r};"
-            f" use {_FORMS}"
-        )
+        try:
+            from .redis_store import RedisLocationStore
+        except ModuleNotFoundError as exc:
+            if exc.name != "redis":
+                raise
+            raise InvalidArgument(
+                "the Redis location store needs redis-py: pip install 'zlink[redis]'"
+            ) from exc
+        return RedisLocationStore(url, clock)
     raise InvalidArgument(f"unknown location store {url!r}; use {_FORMS}")
