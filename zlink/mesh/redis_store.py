@@ -30,6 +30,9 @@ Guarantees / assumes:
   are refused for one lease. "Never handed out" is above the counter, as in the other stores,
   or at or below where the counter started (a store whose counter started from ``TIME`` has
   handed out nothing below that).
+* The durable first record of an Instance Spot's claim (execution-model §14) lives in its
+  location hash (``first_type``, ``first_payload``), written by the claim script, kept by a
+  takeover, and cleared by a fenced script once its handler ended.
 * Keys live under ``PREFIX:`` (constructor ``prefix``, default ``"zlink"``): hashes
   ``PREFIX:loc:<spot>`` and ``PREFIX:node:<id>``, the set ``PREFIX:nodes``, the counters
   ``PREFIX:ctr:object_generation``, ``PREFIX:ctr:incarnation`` (and where it started,
@@ -102,19 +105,19 @@ local function live(node, incarnation, now)
   return lease ~= nil and tonumber(lease) >= now
 end
 local function location(spot, now)
-  -- {kind, type, owner, incarnation, authority, generation, lease_until, live} or nil
+  -- {kind, type, owner, incarnation, authority, generation, lease_until, live, first_type,
+  -- first_payload} or nil ('' for no first record)
   local f = redis.call('HMGET', P .. 'loc:' .. spot, 'kind', 'type_name', 'owner_node',
-    'owner_incarnation', 'authority_generation', 'object_generation')
+    'owner_incarnation', 'authority_generation', 'object_generation', 'first_type',
+    'first_payload')
   if not f[1] then return nil end
+  local out = {f[1], f[2], f[3], f[4], f[5], f[6], '0', '0', f[7] or '', f[8] or ''}
   local lease = lease_of(f[3], f[4])
-  if lease == nil then
-    f[7] = '0'
-    f[8] = '0'
-  else
-    f[7] = lease
-    f[8] = tonumber(lease) >= now and '1' or '0'
+  if lease ~= nil then
+    out[7] = lease
+    out[8] = tonumber(lease) >= now and '1' or '0'
   end
-  return f
+  return out
 end
 local function claims_left(now)
   -- the seconds a store that lost its data still grants no claim, or nil
@@ -131,7 +134,7 @@ if found then return found end
 return false
 """
 
-# ARGV: P, now, spot, kind, type_name, node, incarnation
+# ARGV: P, now, spot, kind, type_name, node, incarnation, first_type, first_payload
 _CLAIM = """
 local now = now_of(ARGV[2])
 local spot, node, incarnation = ARGV[3], ARGV[6], ARGV[7]
@@ -148,10 +151,21 @@ local generation = int(last + 1)
 redis.call('SET', key, generation)
 local authority = '1'
 if found then authority = int(tonumber(found[5]) + 1) end
-redis.call('HSET', P .. 'loc:' .. spot, 'kind', ARGV[4], 'type_name', ARGV[5],
+local first_type, first_payload = ARGV[8], ARGV[9]
+if found and found[9] ~= '' then  -- a record the previous owner left: kept, replayed once
+  first_type, first_payload = found[9], found[10]
+end
+local key = P .. 'loc:' .. spot
+redis.call('HSET', key, 'kind', ARGV[4], 'type_name', ARGV[5],
   'owner_node', node, 'owner_incarnation', incarnation, 'authority_generation', authority,
   'object_generation', generation)
-local claimed = {ARGV[4], ARGV[5], node, incarnation, authority, generation, lease, '1'}
+if first_type ~= '' then
+  redis.call('HSET', key, 'first_type', first_type, 'first_payload', first_payload)
+else
+  redis.call('HDEL', key, 'first_type', 'first_payload')
+end
+local claimed = {ARGV[4], ARGV[5], node, incarnation, authority, generation, lease, '1',
+  first_type, first_payload}
 if found then return {'claimed', claimed, found} end
 return {'claimed', claimed}
 """
@@ -187,7 +201,23 @@ if left then return {'recovering', left} end
 local authority = int(tonumber(found[5]) + 1)
 redis.call('HSET', P .. 'loc:' .. spot, 'owner_node', target, 'owner_incarnation', to[1],
   'authority_generation', authority)
-return {'moved', {found[1], found[2], target, to[1], authority, found[6], to[2], '1'}}
+return {'moved', {found[1], found[2], target, to[1], authority, found[6], to[2], '1',
+  found[9], found[10]}}
+"""
+
+# ARGV: P, now, spot, node, incarnation, authority
+_CLEAR_FIRST = """
+local now = now_of(ARGV[2])
+local spot, node, incarnation = ARGV[3], ARGV[4], ARGV[5]
+local found = location(spot, now)
+if not found then return {'none'} end
+if found[3] ~= node or found[4] ~= incarnation or found[5] ~= ARGV[6] then
+  return {'stale', found}
+end
+if not live(node, incarnation, now) then return {'no_lease'} end
+if found[9] == '' then return {'none'} end
+redis.call('HDEL', P .. 'loc:' .. spot, 'first_type', 'first_payload')
+return {'done'}
 """
 
 # ARGV: P, now, node, endpoint, lease_seconds, known_incarnation
@@ -293,7 +323,7 @@ class RedisLocationStore:
             for name, body in (
                 ("lookup", _LOOKUP), ("claim", _CLAIM), ("release", _RELEASE),
                 ("transfer", _TRANSFER), ("register", _REGISTER), ("renew", _RENEW),
-                ("unregister", _UNREGISTER), ("nodes", _NODES),
+                ("unregister", _UNREGISTER), ("nodes", _NODES), ("clear_first", _CLEAR_FIRST),
             )
         }  # fmt: skip
         self._lock = threading.Lock()  # a leaf: guards _closed and _calls
@@ -370,15 +400,21 @@ class RedisLocationStore:
 
     # -- locations ------------------------------------------------------------------------------
     def reserve(
-        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int
-    ) -> Reservation:
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int,
+        first: tuple[str, str] | None = None,
+    ) -> Reservation:  # fmt: skip
         """Claim ``spot_id`` for ``node`` at ``incarnation`` if nobody owns it, or its owner's
         lease lapsed (re-homing: a new authority and object generation); else say who owns
-        it. The claimer must hold a live lease."""
+        it. The claimer must hold a live lease. ``first``: the durable first record, written
+        with the claim (a record left by the previous owner is kept instead)."""
         found = self.lookup(spot_id)  # the usual answer: a read, nothing written
         if found is not None and found.owner_live:
             return Reservation(found, created=False)
-        answer = self._run("claim", spot_id, kind, type_name, node, _int(incarnation))
+        first_type, first_payload = ("", "") if first is None else first
+        if first is not None and not first_type:
+            raise InvalidArgument("a first record names its message type")
+        answer = self._run("claim", spot_id, kind, type_name, node, _int(incarnation),
+                           first_type, first_payload)  # fmt: skip
         verdict = answer[0]
         if verdict == "owned":
             return Reservation(_location(spot_id, answer[1]), created=False)
@@ -388,6 +424,21 @@ class RedisLocationStore:
             raise recovering(float(answer[1]))
         previous = _location(spot_id, answer[2]) if len(answer) > 2 else None
         return Reservation(_location(spot_id, answer[1]), created=True, previous=previous)
+
+    def clear_first(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> bool:
+        """The first record's handler ended: forget the record (fenced like any write);
+        ``False`` if there was none."""
+        answer = self._run(
+            "clear_first", spot_id, node, _int(incarnation), _int(authority_generation)
+        )
+        verdict = answer[0]
+        if verdict == "stale":
+            check_fence(_location(spot_id, answer[1]), node, incarnation, authority_generation)
+        if verdict == "no_lease":
+            raise no_lease(node, incarnation)
+        return bool(verdict == "done")
 
     def lookup(self, spot_id: str) -> Location | None:
         """The current location of ``spot_id``, or ``None``."""
@@ -494,9 +545,11 @@ class RedisLocationStore:
 
 def _location(spot_id: str, fields: Sequence[str]) -> Location:
     """A script's location (see ``location`` in the prelude)."""
-    kind, type_name, owner, incarnation, authority, generation, lease_until, live = fields
+    (kind, type_name, owner, incarnation, authority, generation, lease_until, live, first_type,
+     first_payload) = fields  # fmt: skip
+    first = (first_type, first_payload) if first_type else None
     return Location(spot_id, kind, type_name, owner, int(incarnation), int(authority),
-                    int(generation), float(lease_until), live == "1")  # fmt: skip
+                    int(generation), float(lease_until), live == "1", first)  # fmt: skip
 
 
 def _int(value: int) -> str:
