@@ -183,3 +183,62 @@ def test_a_node_restarted_with_the_same_id_is_a_new_incarnation(
         _check_audit(audit)
     finally:
         again.stop()
+
+
+def _marks(path: Path, spot: str) -> list[tuple[str, str]]:
+    """The Marks ``spot`` handled, in order: (node, tag)."""
+    if not path.exists():
+        return []
+    with sqlite3.connect(path) as db:
+        rows = db.execute(
+            "SELECT node, event FROM audit WHERE spot = ? AND event LIKE 'mark:%' ORDER BY at",
+            (spot,),
+        ).fetchall()
+    return [(node, event.removeprefix("mark:")) for node, event in rows]
+
+
+def _first_record(tmp_path: Path, spot: str) -> tuple[str, str] | None:
+    with SqliteLocationStore(tmp_path / "mesh.db") as store:
+        found = store.lookup(spot)
+        assert found is not None
+        return found.first
+
+
+def test_a_first_record_left_by_a_node_killed_in_its_handler_is_replayed_once(
+    tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+) -> None:
+    """execution-model §14 (Instance cold activation): the first message is recorded durably
+    with the claim, before Ready; a node killed while its handler runs leaves the record; the
+    next owner replays it once, first, before the call that activated it there."""
+    n1, n2 = pair["n1"], pair["n2"]
+    n1.ask("mark", spot="j", tag="first", hold_on="n1")  # n1 claims j, records it, runs it
+    _until(lambda: _marks(audit, "j") == [("n1", "first")], "n1 runs the first Mark")
+    assert _first_record(tmp_path, "j") is not None  # recorded, and its handler has not ended
+    n1.kill()
+    _until(lambda: _lapsed(tmp_path, "n1"), "n1's lease lapses")
+    _until(lambda: n2.ask("counters").get("peers_declared_down"), "n2 declares n1 down")
+    n2.ask("mark", spot="j", tag="second")
+    _until(lambda: len(_marks(audit, "j")) == 3, "n2 replays the first Mark, then the second")
+    assert _marks(audit, "j") == [("n1", "first"), ("n2", "first"), ("n2", "second")]
+    assert n2.ask("counters")["first_records_replayed"] == 1
+    _until(lambda: _first_record(tmp_path, "j") is None, "n2 clears the record once it ran")
+    n2.ask("mark", spot="j", tag="third")  # nothing more is replayed
+    _until(lambda: len(_marks(audit, "j")) == 4, "the third Mark runs")
+    assert _marks(audit, "j")[-1] == ("n2", "third")
+
+
+def test_a_first_record_whose_handler_ended_is_never_replayed(
+    tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+) -> None:
+    """The record is cleared once the first message's handler ended: a node killed after that
+    leaves nothing to replay (at-most-once)."""
+    n1, n2 = pair["n1"], pair["n2"]
+    n1.ask("mark", spot="j", tag="first")
+    _until(lambda: _first_record(tmp_path, "j") is None, "n1 ran the first Mark and cleared it")
+    n1.kill()
+    _until(lambda: _lapsed(tmp_path, "n1"), "n1's lease lapses")
+    _until(lambda: n2.ask("counters").get("peers_declared_down"), "n2 declares n1 down")
+    n2.ask("mark", spot="j", tag="second")
+    _until(lambda: len(_marks(audit, "j")) == 2, "the second Mark runs on n2")
+    assert _marks(audit, "j") == [("n1", "first"), ("n2", "second")]
+    assert "first_records_replayed" not in n2.ask("counters")

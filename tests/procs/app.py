@@ -153,3 +153,21 @@ class Audited(zlink.UserSpot):
         _audit(self.context, "handled")
         rt = self.context._rt  # type: ignore[attr-defined]
         return [rt.node_id, rt.incarnation, self.context.spot_ref.object_generation]
+
+
+class Mark(zlink.Message, type_name="mp.mark"):
+    """Journaled by ``mp.journal``; its handler holds (until ``release``) on ``hold_on``."""
+
+    tag: str
+    hold_on: str = ""
+
+
+@app.instance_spot("mp.journal")
+class Journal(zlink.InstanceSpot):
+    """An Instance Spot that logs each Mark it handles to the audit file (``mark:<tag>``)."""
+
+    @zlink.handler
+    def mark(self, msg: Mark) -> None:
+        _audit(self.context, f"mark:{msg.tag}")
+        if msg.hold_on == _node(self.context):
+            RELEASE_HOLD.wait(30)

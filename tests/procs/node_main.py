@@ -25,6 +25,7 @@ from tests.procs.app import (
     Hold,
     HoldOne,
     Log,
+    Mark,
     Total,
     Where,
     app,
@@ -100,7 +101,7 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
             client.send_to_spot(cmd["spot"], HoldOne()).submit()
         return None
     if op == "where":  # an Instance Spot, cold-activated on its first call
-        return client.request_to_spot(cmd["spot"], Where()).instance_spot().wait(15)
+        return client.request_to_spot(cmd["spot"], Where()).instance_spot("mp.counter").wait(15)
     if op == "batch":
         size = cmd["size"]
         for start in range(0, cmd["count"], size):
@@ -143,6 +144,10 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
         return {"address": status.address, "peers": status.peers, "paused": status.paused_peers}
     if op == "gen":  # [node, incarnation, generation] of the Spot that answers
         return client.request_to_spot(cmd["spot"], Gen()).timeout(cmd.get("timeout", 10)).wait(60)
+    if op == "mark":  # a one-way Mark to an Instance Spot (mp.journal), accepted or not
+        mark = Mark(tag=cmd["tag"], hold_on=cmd.get("hold_on", ""))
+        client.send_to_spot(cmd["spot"], mark).instance_spot("mp.journal").wait(15)
+        return None
     if op == "incarnation":
         return node.incarnation
     if op == "close_ref":  # close the incarnation named by [spot, generation, node]
