@@ -93,6 +93,11 @@ class RedisServer:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGSTOP)
 
+    def resume(self) -> None:
+        """Let a paused server go on (SIGCONT)."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def kill(self) -> None:
         """``kill -9``: the server ends at once, its data gone."""
         if self.proc is not None:

@@ -1,7 +1,8 @@
 """Node leases, self-fencing, failure detection and re-homing between real node processes
 (python-api §10 "Failure"; issue "Node leases, failure detection and a Redis Location Store").
 
-Node processes on 127.0.0.1 share a SQLite store, with a lease of 0.5 s. Every wait is bounded
+Node processes on 127.0.0.1 share a store (each test runs on SQLite and on a Redis server of
+its own), with a lease of 0.5 s. Every wait is bounded
 and waits on a condition (polled), never on a fixed sleep; every process is stopped after.
 Each Spot of the ``mp.audited`` type logs its activations and handled messages (node,
 incarnation, generation, wall time) to an audit file, which shows that no Spot was ever
@@ -10,6 +11,7 @@ active on two nodes at once.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import signal
@@ -21,9 +23,12 @@ from typing import Any
 
 import pytest
 
-from tests.procs.harness import CommandFailed, NodeProcess, mesh, start
+import zlink
+from tests.procs.app import Total
+from tests.procs.harness import CommandFailed, NodeProcess, mesh, start, store_url
 from zlink.errors import Unavailable
-from zlink.mesh.sqlite_store import SqliteLocationStore
+from zlink.mesh.location import LocationStore
+from zlink.mesh.stores import open_store
 
 LEASE = 0.5
 pytestmark = pytest.mark.timeout(120)
@@ -69,27 +74,45 @@ def _check_audit(path: Path) -> dict[str, list[tuple[str, int, int]]]:
     return order
 
 
-def _owner(tmp_path: Path, spot: str) -> tuple[str, int, bool]:
-    with SqliteLocationStore(tmp_path / "mesh.db") as store:
+@contextlib.contextmanager
+def _opened(url: str) -> Iterator[LocationStore]:
+    store = open_store(url)
+    try:
+        yield store
+    finally:
+        store.close()  # type: ignore[attr-defined]
+
+
+def _owner(url: str, spot: str) -> tuple[str, int, bool]:
+    with _opened(url) as store:
         found = store.lookup(spot)
         assert found is not None
         return found.owner_node, found.owner_incarnation, found.owner_live
 
 
-def _lapsed(tmp_path: Path, node: str) -> bool:
-    with SqliteLocationStore(tmp_path / "mesh.db") as store:
+def _lapsed(url: str, node: str) -> bool:
+    with _opened(url) as store:
         return all(r.node_id != node for r in store.nodes())
 
 
+@pytest.fixture(params=["sqlite", "redis"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The store the node processes share: a SQLite file, or a Redis server of the test's
+    own (python-api §10; the issue: "run the lease and re-homing tests on both stores")."""
+    if request.param == "sqlite":
+        return store_url(tmp_path)
+    return str(request.getfixturevalue("redis_server").url)
+
+
 @pytest.fixture
-def pair(tmp_path: Path, audit: Path) -> Iterator[dict[str, NodeProcess]]:
-    with mesh(tmp_path, ["n1", "n2"], lease=LEASE) as nodes:
+def pair(url: str, tmp_path: Path, audit: Path) -> Iterator[dict[str, NodeProcess]]:
+    with mesh(tmp_path, ["n1", "n2"], url, lease=LEASE) as nodes:
         _until(lambda: all(n.ask("peers") for n in nodes.values()), "the nodes meet")
         yield nodes
 
 
 def test_kill_9_ends_each_call_once_after_the_lease_and_rehomes_its_spots(
-    tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+    url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
 ) -> None:
     """``kill -9`` of a node holding Spots with calls outstanding: each call ends exactly
     once, promptly after the lease (not at its 30 s deadline); its Spots are re-homed with new
@@ -125,7 +148,7 @@ def test_kill_9_ends_each_call_once_after_the_lease_and_rehomes_its_spots(
 
 
 def test_a_stopped_node_fences_itself_and_its_writes_are_refused(
-    tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+    url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
 ) -> None:
     """``SIGSTOP`` a node past its lease, then ``SIGCONT``: meanwhile its Spot was re-homed;
     woken, it has fenced itself (it serves none of its old Spots), registered again as a new
@@ -137,7 +160,7 @@ def test_a_stopped_node_fences_itself_and_its_writes_are_refused(
     assert first[:2] == ["n1", old_incarnation]
     os.kill(n1.proc.pid, signal.SIGSTOP)
     try:
-        _until(lambda: _lapsed(tmp_path, "n1"), "n1's lease lapses in the store")
+        _until(lambda: _lapsed(url, "n1"), "n1's lease lapses in the store")
         _until(lambda: n2.ask("counters").get("peers_declared_down"), "n2 declares n1 down")
         moved = n2.ask("gen", spot="room")
         assert moved[0] == "n2" and moved[2] > first[2]
@@ -149,12 +172,12 @@ def test_a_stopped_node_fences_itself_and_its_writes_are_refused(
     )
     assert new_incarnation > old_incarnation
     assert not n1.ask("owns", spot="room")
-    with SqliteLocationStore(tmp_path / "mesh.db") as store:
+    with _opened(url) as store:
         with pytest.raises(Unavailable, match="stale owner: 'n1'"):
             store.release("room", "n1", old_incarnation, 1)
         with pytest.raises(Unavailable, match="holds no lease"):
             store.reserve("room-x", "spot", "mp.audited", "n1", old_incarnation)
-    assert _owner(tmp_path, "room")[:2] == ("n2", n2.ask("incarnation"))
+    assert _owner(url, "room")[:2] == ("n2", n2.ask("incarnation"))
     # calls from n1 go to the room's new home now
     assert n1.ask("gen", spot="room")[:2] == ["n2", n2.ask("incarnation")]
     order = _check_audit(audit)
@@ -162,7 +185,7 @@ def test_a_stopped_node_fences_itself_and_its_writes_are_refused(
 
 
 def test_a_node_restarted_with_the_same_id_is_a_new_incarnation(
-    tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+    url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
 ) -> None:
     """Restart a node with the same id: it is a new incarnation; the Spots of the old one are
     re-homed on their next call, each with a new generation, and nothing reaches the old
@@ -172,7 +195,7 @@ def test_a_node_restarted_with_the_same_id_is_a_new_incarnation(
     first = n2.ask("gen", spot="room")
     old = n1.ask("incarnation")
     n1.kill()
-    again = start(tmp_path, "n1", lease=LEASE)
+    again = start(tmp_path, "n1", url, lease=LEASE)
     try:
         assert again.ask("incarnation") > old
         _until(lambda: "n1" in n2.ask("peers"), "n2 meets the new n1")
@@ -197,15 +220,15 @@ def _marks(path: Path, spot: str) -> list[tuple[str, str]]:
     return [(node, event.removeprefix("mark:")) for node, event in rows]
 
 
-def _first_record(tmp_path: Path, spot: str) -> tuple[str, str] | None:
-    with SqliteLocationStore(tmp_path / "mesh.db") as store:
+def _first_record(url: str, spot: str) -> tuple[str, str] | None:
+    with _opened(url) as store:
         found = store.lookup(spot)
         assert found is not None
         return found.first
 
 
 def test_a_first_record_left_by_a_node_killed_in_its_handler_is_replayed_once(
-    tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+    url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
 ) -> None:
     """execution-model §14 (Instance cold activation): the first message is recorded durably
     with the claim, before Ready; a node killed while its handler runs leaves the record; the
@@ -213,32 +236,100 @@ def test_a_first_record_left_by_a_node_killed_in_its_handler_is_replayed_once(
     n1, n2 = pair["n1"], pair["n2"]
     n1.ask("mark", spot="j", tag="first", hold_on="n1")  # n1 claims j, records it, runs it
     _until(lambda: _marks(audit, "j") == [("n1", "first")], "n1 runs the first Mark")
-    assert _first_record(tmp_path, "j") is not None  # recorded, and its handler has not ended
+    assert _first_record(url, "j") is not None  # recorded, and its handler has not ended
     n1.kill()
-    _until(lambda: _lapsed(tmp_path, "n1"), "n1's lease lapses")
+    _until(lambda: _lapsed(url, "n1"), "n1's lease lapses")
     _until(lambda: n2.ask("counters").get("peers_declared_down"), "n2 declares n1 down")
     n2.ask("mark", spot="j", tag="second")
     _until(lambda: len(_marks(audit, "j")) == 3, "n2 replays the first Mark, then the second")
     assert _marks(audit, "j") == [("n1", "first"), ("n2", "first"), ("n2", "second")]
     assert n2.ask("counters")["first_records_replayed"] == 1
-    _until(lambda: _first_record(tmp_path, "j") is None, "n2 clears the record once it ran")
+    _until(lambda: _first_record(url, "j") is None, "n2 clears the record once it ran")
     n2.ask("mark", spot="j", tag="third")  # nothing more is replayed
     _until(lambda: len(_marks(audit, "j")) == 4, "the third Mark runs")
     assert _marks(audit, "j")[-1] == ("n2", "third")
 
 
 def test_a_first_record_whose_handler_ended_is_never_replayed(
-    tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+    url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
 ) -> None:
     """The record is cleared once the first message's handler ended: a node killed after that
     leaves nothing to replay (at-most-once)."""
     n1, n2 = pair["n1"], pair["n2"]
     n1.ask("mark", spot="j", tag="first")
-    _until(lambda: _first_record(tmp_path, "j") is None, "n1 ran the first Mark and cleared it")
+    _until(lambda: _first_record(url, "j") is None, "n1 ran the first Mark and cleared it")
     n1.kill()
-    _until(lambda: _lapsed(tmp_path, "n1"), "n1's lease lapses")
+    _until(lambda: _lapsed(url, "n1"), "n1's lease lapses")
     _until(lambda: n2.ask("counters").get("peers_declared_down"), "n2 declares n1 down")
     n2.ask("mark", spot="j", tag="second")
     _until(lambda: len(_marks(audit, "j")) == 2, "the second Mark runs on n2")
     assert _marks(audit, "j") == [("n1", "first"), ("n2", "second")]
     assert "first_records_replayed" not in n2.ask("counters")
+
+
+def _tried(ask: Callable[[], Any]) -> Any:
+    """``ask()``'s value, or ``None`` while the store refuses it (``Unavailable``)."""
+    try:
+        return ask()
+    except CommandFailed as exc:
+        if str(exc).startswith("Unavailable"):
+            return None
+        raise
+
+
+def test_redis_restarted_empty_nodes_register_again_and_no_generation_repeats(
+    tmp_path: Path, audit: Path, redis_server: Any
+) -> None:
+    """``kill -9`` Redis and restart it empty: each node's renewal is refused, so it fences
+    itself and registers again (a higher incarnation than any before); the store sees the
+    loss and grants no claim for one lease; a Spot made again gets a generation that never
+    was handed out before."""
+    with mesh(tmp_path, ["n1", "n2"], redis_server.url, lease=LEASE) as nodes:
+        n1, n2 = nodes["n1"], nodes["n2"]
+        _until(lambda: n1.ask("peers") and n2.ask("peers"), "the nodes meet")
+        n1.ask("create", spot="room", type="mp.audited")
+        before = n2.ask("gen", spot="room")
+        incarnations = {name: node.ask("incarnation") for name, node in nodes.items()}
+        redis_server.kill()
+        redis_server.start()  # the same port, nothing in it
+        for name, node in nodes.items():
+            _until(lambda node=node: node.ask("counters").get("registrations_again"),
+                   f"{name} registers again")  # fmt: skip
+            assert node.ask("incarnation") > max(incarnations.values())
+        made = _until(lambda: _tried(lambda: n2.ask("create", spot="room", type="mp.audited")),
+                      "the store grants claims again")  # fmt: skip
+        assert made["created"] and made["generation"] > before[2]
+        again = n1.ask("gen", spot="room")
+        assert again[0] == "n2" and again[2] == made["generation"]
+        _check_audit(audit)
+
+
+def test_a_redis_outage_never_stalls_timeouts_replies_or_new_clients(
+    tmp_path: Path, redis_server: Any
+) -> None:
+    """A Redis outage (the server stopped: it takes connections and answers nothing) shorter
+    than the nodes' leases: a request's timeout still fires on time, a Spot whose route is
+    known still answers across nodes, and a client that connects meanwhile is taken and
+    served (peer acceptance is infrastructure work, never behind the store). Once the server
+    is back, no node had to fence itself."""
+    with mesh(tmp_path, ["n1", "n2"], redis_server.url, lease=6.0) as nodes:
+        n1, n2 = nodes["n1"], nodes["n2"]
+        _until(lambda: n1.ask("peers") and n2.ask("peers"), "the nodes meet")
+        n1.ask("create", spot="held", type="mp.gate")
+        n1.ask("create", spot="room", type="mp.room")
+        assert n2.ask("total", spot="room") == 0  # n2 knows the route now
+        redis_server.pause()
+        try:
+            asked = time.monotonic()
+            n2.send_line({"id": 60_000, "op": "hold", "spot": "held", "timeout": 1})
+            answer = n2.wait_answer(60_000, timeout=10)
+            took = time.monotonic() - asked
+            assert not answer["ok"] and answer["error"].startswith("DeadlineExceeded"), answer
+            assert took < 2.0, took  # its own deadline, not the store's timeout
+            assert n2.ask("total", spot="room") == 0
+            with zlink.connect(n1.address, timeout=5.0) as client:
+                assert client.request_to_spot("room", Total()).wait(5) == 0
+        finally:
+            redis_server.resume()
+        assert "self_fenced" not in n1.ask("counters")
+        assert "self_fenced" not in n2.ask("counters")

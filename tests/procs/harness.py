@@ -134,9 +134,12 @@ class CommandFailed(Exception):
 
 
 @contextlib.contextmanager
-def mesh(tmp_path: Path, ids: list[str], **options: Any) -> Iterator[dict[str, NodeProcess]]:
-    """Node processes ``ids`` sharing one SQLite store in ``tmp_path``; all stopped after."""
-    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+def mesh(
+    tmp_path: Path, ids: list[str], store: str | None = None, **options: Any
+) -> Iterator[dict[str, NodeProcess]]:
+    """Node processes ``ids`` sharing one store (``store``: a URL; default one SQLite file in
+    ``tmp_path``); all stopped after."""
+    store = store or store_url(tmp_path)
     nodes: dict[str, NodeProcess] = {}
     try:
         for node_id in ids:
@@ -150,6 +153,11 @@ def mesh(tmp_path: Path, ids: list[str], **options: Any) -> Iterator[dict[str, N
             node.kill()
 
 
-def start(tmp_path: Path, node_id: str, **options: Any) -> NodeProcess:
-    """One more node process on the store of ``mesh(tmp_path, ...)``."""
-    return NodeProcess(node_id, f"sqlite:///{tmp_path / 'mesh.db'}", **options)
+def store_url(tmp_path: Path) -> str:
+    """The SQLite store ``mesh(tmp_path, ...)`` uses by default."""
+    return f"sqlite:///{tmp_path / 'mesh.db'}"
+
+
+def start(tmp_path: Path, node_id: str, store: str | None = None, **options: Any) -> NodeProcess:
+    """One more node process on the store of ``mesh(tmp_path, ...)`` (or ``store``)."""
+    return NodeProcess(node_id, store or store_url(tmp_path), **options)
