@@ -644,3 +644,116 @@ def test_chunks_of_a_move_whose_source_dies_are_dropped(cluster):
         assert n2.wait_idle(WAIT)
     _wait_idle(n2)
     assert relocator._chunks == {}
+
+
+# -- a Join across nodes caught by a death ------------------------------------------------------
+def test_a_join_whose_spot_node_dies_before_it_answers_fails_and_the_actor_stays(cluster):
+    """The Spot's node dies while ``on_actor_join`` runs there: the Join completes as failed
+    at once, and the Actor stays in its Entry Spot, serving."""
+    n1, n2, _ = cluster.nodes
+    n2.client().spots.get_or_create("hall", "t.md.room").wait(WAIT)
+    pid = _player(n1)
+    HOLD_ASKS.set()
+    n1.client().send_to_actor(pid, Enter(room="hall")).submit()
+    assert ASKED.wait(WAIT)
+    _declare_down(cluster, n2)
+    assert COMPLETED.acquire(timeout=WAIT)
+    assert not DONE[-1].joined and isinstance(DONE[-1].error, zlink.Unavailable)
+    assert n1.client().request_to_actor(pid, Info()).wait(WAIT).startswith("node-1:t.md.lobby")
+
+
+def test_a_join_whose_spot_node_dies_while_the_actor_moves_fails_and_the_actor_stays(cluster):
+    """The Join was accepted; the Actor's move waits for the Spot's node, which dies while it
+    restores: the move is aborted, the Join completes as failed, and the Actor is back in
+    its Entry Spot on its node with its queue intact (a message parked during the move)."""
+    n1, n2, _ = cluster.nodes
+    n2.client().spots.get_or_create("hall", "t.md.room").wait(WAIT)
+    pid = _player(n1)
+    cluster.wait_idle(WAIT)
+    HOLD_RESTORES.set()
+    n1.client().send_to_actor(pid, Enter(room="hall")).submit()
+    assert RESTORING.wait(WAIT)
+    n1.client().send_to_actor(pid, Mark(n=2)).submit()  # parked at the seal
+    _declare_down(cluster, n2)
+    assert COMPLETED.acquire(timeout=WAIT)
+    assert not DONE[-1].joined and isinstance(DONE[-1].error, zlink.Unavailable)
+    assert EVENTS == ["join?@node-2", "completed@node-1:False"]
+    info = n1.client().request_to_actor(pid, Info()).wait(WAIT)
+    assert info.startswith("node-1:t.md.lobby") and info.endswith(":[1, 2]")
+    assert n1._runtime.actors[pid].state.value == "ready"
+    _wait_idle(n1)
+    _no_moves_left(n1)
+
+
+def test_a_join_whose_actor_never_arrives_leaves_no_member_pending_in_the_spot(cluster):
+    """The Spot's node accepted the Join and restored the Actor; the Actor's node dies before
+    it commits: the Spot's node forgets the Actor (no member pending; the Actor was lost with
+    its node), and the Spot can move again."""
+    n1, n2, _ = cluster.nodes
+    n2.client().spots.get_or_create("hall", "t.md.room").wait(WAIT)
+    pid = _player(n1)
+    cluster.wait_idle(WAIT)
+    restored = _hold(n1, wire.RelocDoneEnvelope)  # node-1 dies before it can commit
+    n1.client().send_to_actor(pid, Enter(room="hall")).submit()
+    assert restored.wait(WAIT)
+    hall = n2._runtime.spots["hall"]
+    assert pid in hall.members and pid in n2._runtime.actors  # arriving, sealed
+    _declare_down(cluster, n1)
+    for _ in range(100):  # the verdict, then the store's word: bounded
+        if n2.counters().get("relocations_forgotten"):
+            break
+        assert n2.wait_idle(WAIT)
+    assert hall.members == {} and pid not in n2._runtime.actors
+    _no_moves_left(n2)
+    n2.relocate_spot("hall", "node-3", timeout=WAIT)  # nothing pending holds it any more
+    assert cluster.store.lookup("hall").owner_node == "node-3"
+
+
+def test_a_join_whose_spot_node_dies_after_the_commit_leaves_the_actor_moved(cluster):
+    """The Actor's move committed, then the Spot's node died before it opened: the Actor
+    belongs to that node (lost with it: Actors are not re-homed, python-api §10); its old
+    Spot on the source is told it left, and its old copy runs nothing more there."""
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create("here", "t.md.room").wait(WAIT)
+    n2.client().spots.get_or_create("hall", "t.md.room").wait(WAIT)
+    pid = _player(n1)
+    n1.client().send_to_actor(pid, Enter(room="here")).submit()
+    assert COMPLETED.acquire(timeout=WAIT) and DONE[-1].joined
+    cluster.wait_idle(WAIT)
+    commit = _hold(n2, wire.RelocCommitEnvelope)  # node-2 dies as the commit reaches it
+    n1.client().send_to_actor(pid, Enter(room="hall")).submit()
+    assert commit.wait(WAIT)
+    _declare_down(cluster, n2)
+    for _ in range(100):
+        if "left@node-1:here" in EVENTS:
+            break
+        assert n1.wait_idle(WAIT)
+    _wait_idle(n1)
+    assert "left@node-1:here" in EVENTS
+    assert EVENTS.count("completed@node-1:False") == 0  # nothing runs on the old copy
+    assert pid not in n1._runtime.spots["here"].members and pid not in n1._runtime.actors
+    _no_moves_left(n1)
+    with pytest.raises(zlink.NotFound):
+        n1.client().request_to_actor(pid, Info()).wait(WAIT)
+
+
+# -- a route fence through a dead node ------------------------------------------------------------
+def test_a_route_fence_through_a_node_that_dies_ends_and_its_calls_go_by_the_store(cluster):
+    """A fence sent along the old path is lost with the node it went to: it ends at once as
+    that node is declared down (counted), and the calls kept behind it go by the store."""
+    n1, n2, n3 = cluster.nodes
+    n1.client().spots.get_or_create("room", "t.md.room").wait(WAIT)
+    senders = Senders([n3], "room")
+    senders.send(1)  # node-3 routes "room" to node-1
+    cluster.wait_idle(WAIT)
+    n1.relocate_spot("room", "node-2", timeout=WAIT)
+    fence = _hold(n1, wire.FenceEnvelope)  # node-1 dies holding node-3's fence
+    senders.send(1)  # relayed by node-1; node-3 learns the new route and fences the old one
+    assert fence.wait(WAIT)
+    senders.send(5)  # kept behind the fence
+    _wait_idle(n2, n3)
+    assert n3.counters()["route_fences"] == 1
+    _declare_down(cluster, n1)
+    seen = n3.client().request_to_spot("room", Seen()).wait(WAIT)
+    assert seen == {"node-3": list(range(7))}
+    assert n3.counters()["route_fences_lost"] == 1

@@ -14,6 +14,15 @@ The order follows a same-node Join, with the move in the middle:
    ``on_leave_actor``. A failed move leaves the Actor where it was and completes the Join as
    failed; the target Spot has then accepted an Actor that never came (it must tolerate it).
 
+A node that dies mid-Join (declared down by the store, python-api §10 "Failure"): the Spot's
+node dying before it answers fails the question at once (the router fails what awaits a dead
+peer), and before the commit aborts the move (``Outbound.target_down``): either way the Join
+completes as failed and the Actor stays where it was, its Entry Spot or the Spot it was in. The
+Actor's node dying before the commit leaves the Spot's node with an arriving Actor that never
+comes: it is forgotten there (``Inbound.source_down``), no member stays pending. A move already
+committed stays done: the Actor belongs to the Spot's node (if that one dies before opening it,
+the Actor is lost with it: Actors are not re-homed) and its old Spot here is told it left.
+
 Lock order (``zlink.lock_order``): only the route lock is taken here, to read a route; the
 move itself takes the relocator's locks in their order (``source.py``).
 """
@@ -104,11 +113,14 @@ class RemoteJoin:
     def _moved(
         self, actor: ActorAct, source: SpotAct, target_id: str, error: BaseException | None
     ) -> None:
+        from ..runtime.acts import GONE
         from ..runtime.jobs import LifeJob
 
-        if error is not None:  # it stays here, reopened: the Join failed
+        if error is not None and actor.state != GONE:  # it stays here, reopened: it failed
             self._fail(actor, target_id, error)
             return
+        # it left: moved, or committed to a node that then went down before it opened it
+        # (the Actor belongs to that node, lost with it: nothing more runs on this copy)
         if source is not actor.entry and source.members.pop(actor.actor_id, None) is not None:
             old = actor.instance
             source.owner.put_unreserved(

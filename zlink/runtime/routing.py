@@ -227,8 +227,9 @@ class MeshRouter:
                     isinstance(found, Reservation) and found.created and location is not None
                     and not self.rt.rehome(location)
                 ):  # fmt: skip
+                    lost = found.previous.owner_node if found.previous is not None else "?"
                     error = NotFound(  # an Actor is not re-homed: its node is gone, it with it
-                        f"{location.kind} {target!r} was lost with node {location.owner_node!r}"
+                        f"{location.kind} {target!r} was lost with node {lost!r}"
                     )
                     self.store_worker.call(self.store.release, target, me, self.rt.incarnation,
                                            location.authority_generation)  # fmt: skip
@@ -436,7 +437,9 @@ class MeshRouter:
             if self.rt.has_live(target) or (error is None and call.instance):
                 self.rt.submit(call, reply, NO_WAIT, hops, room=room)  # here, or activated
                 return
-            if error is not None:
+            if isinstance(error, NotFound):  # the store knew it, and it is gone
+                fault = error
+            elif error is not None:
                 fault = Unavailable(
                     f"the location store could not say where {call.kind} {target!r} is: {error}"
                 )
@@ -450,7 +453,8 @@ class MeshRouter:
             reply.set(None, fault)
         if room is not None or reply is not None:
             return  # its caller has the error
-        reason = "store_failed" if error is not None else _drop_reason(fault)
+        store_failed = error is not None and not isinstance(error, NotFound)
+        reason = "store_failed" if store_failed else _drop_reason(fault)
         self._count_drop(target, call.msg.zlink_type_name, call.origin, reason)
 
     def switch(self, target: str) -> bool:
