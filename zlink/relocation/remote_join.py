@@ -8,7 +8,9 @@ The order follows a same-node Join, with the move in the middle:
    that Spot. A rejection, an error or no answer in time completes the Join as failed.
 3. Accepted: the held Actor is sealed, captured with its adapter and moved with its queue and
    timers (``zlink.relocation.relocator``, a unit of one) into that Spot. An Actor type registered
-   ``Relocation.disabled()`` cannot join across nodes (a relocation policy failure).
+   ``Relocation.disabled()`` cannot join across nodes (a relocation policy failure). No
+   caller waits on this move, so it has a deadline of its own, the request timeout: one not
+   at its commit by then is withdrawn (python-api §8) and the Join fails.
 4. On the target, once authority is committed: ``on_joined_actor`` on the Spot, then
    ``on_join_completed`` on the new Actor instance; the source Spot (if a User Spot) gets
    ``on_leave_actor``. A failed move leaves the Actor where it was and completes the Join as
@@ -32,7 +34,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
+from ..errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    InvalidOperation,
+    NotFound,
+    Unavailable,
+    ZLinkError,
+)
 from ..executor import Admission, Lane, Turn
 from ..mesh import wire
 from ..messaging.completion import Completion
@@ -103,6 +112,15 @@ class RemoteJoin:
         source = actor.spot
         moved = Completion()
         moved.add_callback(lambda _v, err: self._moved(actor, source, target_id, err))
+        # no caller gives up on it: a move not at its commit within the request timeout is
+        # withdrawn (python-api §8), so a Join never waits for good (cancelled once done)
+        timeout = self.rt.request_timeout
+        moved.timer = self.rt.infra.call_later(
+            timeout, self.relocator.withdraw, actor.actor_id, moved, DeadlineExceeded(
+                f"the move of {actor.actor_id!r} into {target_id!r} did not reach its commit "
+                f"within {timeout:g} s; it was withdrawn"
+            ),
+        )  # fmt: skip
         try:
             grant = wire.JoinGrant(answer.reply)
             self.relocator.seal(source, answer.node, moved, False, unit=actor,
