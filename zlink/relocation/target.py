@@ -297,7 +297,12 @@ class Inbound(RelocatorState):
                 return ours
             for name, loc in found.items():  # the source died between its commit's writes
                 if name not in ours and loc is not None and not loc.owner_live:
-                    got = store.reserve(name, loc.kind, loc.type_name, me, incarnation)
+                    try:
+                        got = store.reserve(name, loc.kind, loc.type_name, me, incarnation)
+                    except Exception:  # noqa: BLE001 - live here all the same; its writes fenced
+                        _log.warning("node %s could not claim %r from its dead source", me,
+                                     name, exc_info=True)  # fmt: skip
+                        continue
                     if got.location.owner_node == me:
                         ours[name] = got.location.authority_generation
             return ours

@@ -706,7 +706,10 @@ class MeshRouter:
                 self._on_fenced(wire.FencedEnvelope(target, None))
         relocator = self.rt.relocator
         if relocator is not None:
-            relocator.peer_declared_down(peer)
+            try:
+                relocator.peer_declared_down(peer)
+            except Exception:  # noqa: BLE001 - the calls awaited from it still fail below
+                _log.exception("ending the moves that wait on node %s failed", peer)
         with self._lock:
             awaited = self._suspected.pop(peer, None)
             if awaited is None or self.transport.reachable(peer) is False:
