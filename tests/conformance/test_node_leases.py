@@ -1,5 +1,6 @@
 """Node leases, self-fencing, failure detection and re-homing between real node processes
-(python-api §10 "Failure"; issue "Node leases, failure detection and a Redis Location Store").
+(python-api §10 "Failure"; issue "Node leases, failure detection and a Redis Location Store"),
+and a move caught mid-flight by a death (issue 14, python-api §11).
 
 Node processes on 127.0.0.1 share a store (each test runs on SQLite and on a Redis server of
 its own), with a lease of 0.5 s. Every wait is bounded
@@ -333,3 +334,33 @@ def test_a_redis_outage_never_stalls_timeouts_replies_or_new_clients(
             redis_server.resume()
         assert "self_fenced" not in n1.ask("counters")
         assert "self_fenced" not in n2.ask("counters")
+
+
+def test_kill_9_of_a_relocation_target_mid_move_ends_the_move_and_the_spot_serves_on(
+    url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+) -> None:
+    """Issue 14, python-api §11: ``kill -9`` of the target while it restores a Spot moving to
+    it. The source's ``relocate_spot`` ends about a lease later (not at its 30 s deadline)
+    with ``Unavailable``; the Spot still serves on the source with its queue intact: what was
+    queued before the move and what was parked during it, each once."""
+    n1, n2 = pair["n1"], pair["n2"]
+    n1.ask("create", spot="moving", type="mp.held_move")
+    n1.ask("send", spot="moving", sender="a", count=20)
+    n2.ask("send", spot="moving", sender="b", count=20)  # relayed to n1
+    _until(lambda: n1.ask("total", spot="moving") == 40, "the first messages are handled")
+    n1.send_line({"id": 60_000, "op": "relocate", "spot": "moving", "to": "n2",
+                  "move_timeout": 30})  # fmt: skip
+    _until(lambda: n2.ask("restoring"), "n2 restores the Spot, and waits there")
+    n1.ask("send", spot="moving", sender="c", count=10)  # parked at the seal on n1
+    killed = time.monotonic()
+    n2.kill()
+    answer = n1.wait_answer(60_000, timeout=20)
+    took = time.monotonic() - killed
+    assert not answer["ok"] and answer["error"].startswith("Unavailable"), answer
+    assert took < 3 * LEASE + 1.0, took  # after the lease, long before the deadline
+    assert n1.ask("owns", spot="moving")
+    log = n1.ask("log", spot="moving")
+    assert log == {"a": list(range(20)), "b": list(range(20)), "c": list(range(10))}
+    assert _owner(url, "moving")[:2] == ("n1", n1.ask("incarnation"))
+    counters = n1.ask("counters")
+    assert counters["peers_declared_down"] >= 1 and counters.get("relocated_out", 0) == 0

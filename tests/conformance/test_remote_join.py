@@ -12,6 +12,7 @@ import pytest
 
 import zlink
 from tests.conftest import WAIT
+from zlink.mesh import wire
 from zlink.testing import LocalCluster, ManualClock
 
 
@@ -167,3 +168,27 @@ def test_a_remote_join_accepted_without_a_reply_completes(cluster):
     done = _join(cluster, pid, "quiet-1")
     assert done.joined and done.reply is None and done.error is None
     assert n1.client().request_to_actor(pid, Info()).wait(WAIT) == "node-2:quiet-1:[1]"
+
+
+def test_a_remote_join_whose_move_never_arrives_is_withdrawn_at_its_deadline(cluster, clock):
+    """Execution-model §5, python-api §8: a Join's move has no caller to give up on it, so it
+    has a deadline of its own (the request timeout): a move its target never takes (here its
+    payload is lost on the way; the target lives on, nobody declares it down) is withdrawn
+    then, the Join completes as failed, and the Actor serves in its Entry Spot again, with
+    what was sent to it meanwhile."""
+    n1, n2 = cluster.nodes
+    n2.client().spots.get_or_create("room", "t.xj.room").wait(WAIT)
+    pid = _player(cluster)
+    cluster.wait_idle(WAIT)
+    n2._runtime.router.handle(wire.RelocEnvelope, lambda _env: None)  # lost on the way
+    n1.client().send_to_actor(pid, Enter(room="room")).submit()
+    cluster.wait_idle(WAIT)
+    n1.client().send_to_actor(pid, Mark(n=2)).submit()  # parked at the seal
+    cluster.wait_idle(WAIT)
+    assert not DONE and n1._runtime.actors[pid].state.value == "sealed"
+    clock.advance(n1.config.request_timeout)
+    assert COMPLETED.acquire(timeout=WAIT)
+    assert not DONE[-1].joined and isinstance(DONE[-1].error, zlink.DeadlineExceeded)
+    info = n1.client().request_to_actor(pid, Info()).wait(WAIT)
+    assert info.startswith("node-1:t.xj.lobby") and info.endswith(":[1, 2]")
+    assert n1._runtime.relocator._out == {}

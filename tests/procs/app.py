@@ -18,6 +18,7 @@ import zlink
 
 RELEASE = threading.Event()  # set by the node process's "release" command (HoldOne)
 RELEASE_HOLD = threading.Event()  # set by "release" with which="hold" (Hold)
+RESTORING = threading.Event()  # a HeldRestore started here ("restoring" command)
 
 
 class Bump(zlink.Message, type_name="mp.bump"):
@@ -61,6 +62,20 @@ class Room(zlink.UserSpot):
     @zlink.handler
     def total(self, req: Total) -> int:
         return sum(len(v) for v in self.seen.values())
+
+
+class HeldRestore(zlink.JsonStateAdapter):
+    """A restore that holds its worker (bounded: 30 s): a move caught at its target."""
+
+    def restore(self, instance: Any, data: bytes) -> None:
+        RESTORING.set()
+        RELEASE.wait(30)
+        super().restore(instance, data)
+
+
+@app.user_spot("mp.held_move", relocation=zlink.Relocation.preserve_state(HeldRestore))
+class HeldMove(Room):
+    """A room whose moves wait at their target's restore until ``RELEASE``."""
 
 
 @app.user_spot("mp.gate")

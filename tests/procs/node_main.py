@@ -19,6 +19,7 @@ import zlink
 from tests.procs.app import (
     RELEASE,
     RELEASE_HOLD,
+    RESTORING,
     Bump,
     Enter,
     Gen,
@@ -131,6 +132,8 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
     if op == "relocate":
         node.relocate_spot(cmd["spot"], cmd["to"], cmd.get("move_timeout", 10))
         return None
+    if op == "restoring":  # a move into this node waits in its restore (mp.held_move)
+        return RESTORING.is_set()
     if op == "owns":
         return cmd["spot"] in rt.spots
     if op == "counters":

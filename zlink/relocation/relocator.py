@@ -34,6 +34,17 @@ before the seal, then the calls parked during the move, in order), its timers go
 caller of the move gets the error. A move aborted after its payload left tells the target so
 (``reloc_abort``); calls the target kept for it go on to the source.
 
+A node that dies mid-move (declared down by the store, python-api §10 "Failure"; the router
+calls :meth:`Relocator.peer_declared_down` on the infrastructure thread) never leaves a move
+waiting: a move to it that is not committed is aborted on the source as a failed one is (its
+caller gets ``Unavailable``); one committed stays moved (the target owned the Spot; the store
+re-homes it on its next call; its caller gets ``Unavailable``); one whose commit the store is
+asked for when the verdict comes is decided by the store's answer. A move from it that it did
+not commit is forgotten on the target (the calls kept for it go on by the store, which re-homes
+the Spot), unless the store says the commit happened: then it opens. A store that refuses a
+commit for sure (the target's lease lapsed) also aborts the move: what was relayed to the
+target is served on the source, and the target, told, drops its copies of it.
+
 Deadlines (python-api §8): a move whose deadline passes (on the node's clock, or the caller's
 wait in real seconds) before its commit is under way is withdrawn the same way, and its caller
 gets ``DeadlineExceeded``, which therefore always means the move did not happen; once the
@@ -76,6 +87,14 @@ from .target import Inbound
 
 class Relocator(Outbound, Inbound):
     """One node's relocation work, as source and as target."""
+
+    def peer_declared_down(self, peer: str) -> None:
+        """(Infrastructure thread, no lock held.) The store declared ``peer`` down: the moves
+        to it end (:meth:`Outbound.target_down`), those from it are settled
+        (:meth:`Inbound.source_down`). A cross-node Join is one of these moves, or a question
+        the router fails (python-api §10 "Failure", §11)."""
+        self.target_down(peer)
+        self.source_down(peer)
 
     def divert(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
         """Keep a call for an object that is moving; ``False`` if it is not moving."""

@@ -8,11 +8,22 @@ The order follows a same-node Join, with the move in the middle:
    that Spot. A rejection, an error or no answer in time completes the Join as failed.
 3. Accepted: the held Actor is sealed, captured with its adapter and moved with its queue and
    timers (``zlink.relocation.relocator``, a unit of one) into that Spot. An Actor type registered
-   ``Relocation.disabled()`` cannot join across nodes (a relocation policy failure).
+   ``Relocation.disabled()`` cannot join across nodes (a relocation policy failure). No
+   caller waits on this move, so it has a deadline of its own, the request timeout: one not
+   at its commit by then is withdrawn (python-api §8) and the Join fails.
 4. On the target, once authority is committed: ``on_joined_actor`` on the Spot, then
    ``on_join_completed`` on the new Actor instance; the source Spot (if a User Spot) gets
    ``on_leave_actor``. A failed move leaves the Actor where it was and completes the Join as
    failed; the target Spot has then accepted an Actor that never came (it must tolerate it).
+
+A node that dies mid-Join (declared down by the store, python-api §10 "Failure"): the Spot's
+node dying before it answers fails the question at once (the router fails what awaits a dead
+peer), and before the commit aborts the move (``Outbound.target_down``): either way the Join
+completes as failed and the Actor stays where it was, its Entry Spot or the Spot it was in. The
+Actor's node dying before the commit leaves the Spot's node with an arriving Actor that never
+comes: it is forgotten there (``Inbound.source_down``), no member stays pending. A move already
+committed stays done: the Actor belongs to the Spot's node (if that one dies before opening it,
+the Actor is lost with it: Actors are not re-homed) and its old Spot here is told it left.
 
 Lock order (``zlink.lock_order``): only the route lock is taken here, to read a route; the
 move itself takes the relocator's locks in their order (``source.py``).
@@ -23,7 +34,14 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgument, InvalidOperation, NotFound, Unavailable, ZLinkError
+from ..errors import (
+    DeadlineExceeded,
+    InvalidArgument,
+    InvalidOperation,
+    NotFound,
+    Unavailable,
+    ZLinkError,
+)
 from ..executor import Admission, Lane, Turn
 from ..mesh import wire
 from ..messaging.completion import Completion
@@ -94,6 +112,15 @@ class RemoteJoin:
         source = actor.spot
         moved = Completion()
         moved.add_callback(lambda _v, err: self._moved(actor, source, target_id, err))
+        # no caller gives up on it: a move not at its commit within the request timeout is
+        # withdrawn (python-api §8), so a Join never waits for good (cancelled once done)
+        timeout = self.rt.request_timeout
+        moved.timer = self.rt.infra.call_later(
+            timeout, self.relocator.withdraw, actor.actor_id, moved, DeadlineExceeded(
+                f"the move of {actor.actor_id!r} into {target_id!r} did not reach its commit "
+                f"within {timeout:g} s; it was withdrawn"
+            ),
+        )  # fmt: skip
         try:
             grant = wire.JoinGrant(answer.reply)
             self.relocator.seal(source, answer.node, moved, False, unit=actor,
@@ -104,11 +131,14 @@ class RemoteJoin:
     def _moved(
         self, actor: ActorAct, source: SpotAct, target_id: str, error: BaseException | None
     ) -> None:
+        from ..runtime.acts import GONE
         from ..runtime.jobs import LifeJob
 
-        if error is not None:  # it stays here, reopened: the Join failed
+        if error is not None and actor.state != GONE:  # it stays here, reopened: it failed
             self._fail(actor, target_id, error)
             return
+        # it left: moved, or committed to a node that then went down before it opened it
+        # (the Actor belongs to that node, lost with it: nothing more runs on this copy)
         if source is not actor.entry and source.members.pop(actor.actor_id, None) is not None:
             old = actor.instance
             source.owner.put_unreserved(

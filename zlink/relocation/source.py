@@ -8,6 +8,13 @@ Guarantees / assumes:
 * Until the commit is under way (``Outgoing.relaying``, set under the relocator's lock) the
   move can be undone (:meth:`Outbound._reopen`): the queue and timers that left are kept and
   put back, parked calls follow them, nothing accepted is lost or run twice.
+* A store that refuses the commit and still names this node (checked on the store thread)
+  undoes the move too, after the relay: what was relayed is kept (``Outgoing.relayed``) until
+  the store answers, and served here, in order, before anything admitted after the reopening.
+* A target declared down (:meth:`Outbound.target_down`, called before the router fails what
+  awaits that peer) ends every move to it at once (python-api §10 "Failure", §11); requests a
+  move that did not happen serves here are no longer awaited from the target
+  (``MeshRouter.rebind_pending``), so its loss does not fail them.
 * Lock order (``zlink.lock_order``): route -> relocator -> directory; ``_reopen`` takes route
   first because redelivering a parked call may route it onward.
 """
@@ -398,18 +405,20 @@ class Outbound(RelocatorState):
         out.taken.append((obj, taken))
         return tuple(jobs)
 
-    def _reopen(self, out: Outgoing, error: BaseException) -> bool:
+    def _reopen(self, out: Outgoing, error: BaseException, after_relay: bool = False) -> bool:
         """The move does not happen (a failed barrier or capture, a target gone before the
         commit, a restore that kept failing): the Spot serves here again as it was. What left
         for the target is queued again first, in its order, with its timers; then the calls
-        parked at the seal, in arrival order; then admission reopens; the target is told to
-        forget its copy, and the caller gets ``error`` (python-api §11). ``False`` (nothing
-        done) once the commit is under way or the move already ended."""
+        parked at the seal (those relayed already first), in arrival order; then admission
+        reopens; the target is told to forget its copy (and to drop what this node relayed),
+        and the caller gets ``error`` (python-api §11). ``False`` (nothing done) once the
+        commit is under way (unless ``after_relay``: the store refused it) or the move already
+        ended."""
         from ..runtime.acts import READY
 
         # lock order: route -> relocator (redelivery may route a parked call onward)
         with self.router.route_lock, self._lock:
-            if self._out.get(out.rid) is not out or out.relaying:
+            if self._out.get(out.rid) is not out or (out.relaying and not after_relay):
                 return False
             self._forget_out(out)
             if out.signaled:  # told before anything it held back runs
@@ -420,9 +429,11 @@ class Outbound(RelocatorState):
                 self._put_back(out)
             for obj in out.objects:
                 obj.owner.lanes.set_closed(False)
-            for env in out.parked:  # still sealed: these go next, in arrival order
+            kept = [*out.relayed, *out.parked]
+            out.relayed, out.parked = [], []
+            self._answered_here(kept)
+            for env in kept:  # still sealed: these go next, in arrival order
                 self.router.redeliver(env, force=True)
-            out.parked.clear()
             for obj in out.objects:
                 obj.state = READY
             if out.shipped:
@@ -453,6 +464,15 @@ class Outbound(RelocatorState):
         out.taken.clear()
         out.corrs.clear()
 
+    def _answered_here(self, envs: list[Relayable]) -> None:
+        """Requests made on this node among ``envs``, which a move that did not happen serves
+        here after all: their replies are awaited from this node now, no longer from the
+        target (whose loss must not fail them)."""
+        me = self.rt.node_id
+        for env in envs:
+            if isinstance(env, wire.RequestEnvelope) and env.origin_node == me:
+                self.router.rebind_pending(env.correlation, "")
+
     def on_restored(self, env: wire.RelocDoneEnvelope) -> None:
         """The target restored (or gave up): commit authority, then let it open admission."""
         out = self._out.get(env.relocation_id)
@@ -462,46 +482,74 @@ class Outbound(RelocatorState):
             self._reopen(out, StateIncompatible(env.error))
             return
         router, rt = self.router, self.rt
+        gone: Unavailable | None = None
         with self._lock:  # before the commit, in arrival order: per-sender order holds
             if self._out.get(out.rid) is not out or out.relaying:  # withdrawn meanwhile
                 return
-            for parked in out.parked:
-                self._relay(out, parked)
-            out.parked.clear()
-            out.relaying = True
+            try:  # each kept here too until the store answers (see ``Outgoing.relayed``)
+                while out.parked:
+                    self._relay(out, out.parked[0])
+                    out.relayed.append(out.parked.pop(0))
+                out.relaying = True
+            except Unavailable as exc:  # the target went away: the move cannot happen
+                gone = exc
+        if gone is not None:
+            self._reopen(out, gone)
+            return
         claims = [(obj.name, obj.authority) for obj in out.objects]
-        incarnation = rt.incarnation
+        store, me, incarnation = router.store, rt.node_id, rt.incarnation
 
-        def transfer() -> tuple[list[Location], BaseException | None]:  # store thread, no lock
+        def stays(name: str, authority: int) -> bool:  # store thread: a refusal, for sure?
+            try:
+                found = store.lookup(name)
+            except Exception:  # noqa: BLE001 - unknown: the move is not undone
+                return False
+            return (found is not None and found.owner_node == me and found.owner_live
+                    and found.owner_incarnation == incarnation
+                    and found.authority_generation == authority)  # fmt: skip
+
+        def transfer() -> _Commit:  # store thread, no lock
             moved: list[Location] = []
             for name, authority in claims:
                 try:
-                    moved.append(router.store.transfer(name, rt.node_id, incarnation, authority,
-                                                       out.target))  # fmt: skip
+                    moved.append(store.transfer(name, me, incarnation, authority, out.target))
                 except Exception as exc:  # noqa: BLE001 - what moved keeps its pointer
-                    return moved, exc
-            return moved, None
+                    return moved, exc, not moved and stays(name, authority)
+            return moved, None, False
 
         committed = router.store_worker.call(transfer)
         committed.add_callback(lambda result, error: self._committed(out, result, error))
 
     def _committed(
-        self, out: Outgoing, result: tuple[list[Location], BaseException | None] | None,
-        error: BaseException | None,
-    ) -> None:  # fmt: skip
+        self, out: Outgoing, result: _Commit | None, error: BaseException | None
+    ) -> None:
         """On the infrastructure thread: the store moved authority (or refused: fenced, this
-        node is a stale owner and commits nothing); the source lets go, the target opens."""
+        node is a stale owner and commits nothing); the source lets go, the target opens.
+
+        A refusal that left everything here for sure (the target's lease lapsed meanwhile:
+        the store moves nothing to a node that holds none) undoes the move as a failed one
+        is (:meth:`_reopen`): the Spot serves here again. A commit that happened while the
+        target was declared down (``Outgoing.lost``) stays done: the target owned the Spot,
+        the store re-homes it on its next call (python-api §10 "Failure")."""
         from ..runtime.acts import GONE
 
         router, rt = self.router, self.rt
-        moved, failed = result if result is not None else ([], error)
+        moved, failed, stayed = result if result is not None else ([], error, False)
         authority: dict[str, int] = {}
         for location in moved:  # moved in the store: relayed there from now on, whatever else
             authority[location.spot_id] = location.authority_generation
-            router.moved_away(location.spot_id, Route.at(location))
+            if not out.lost:  # else no pointer to a node that is down: the store says
+                router.moved_away(location.spot_id, Route.at(location))
         if failed is not None:
+            if stayed and self._reopen(out, failed, after_relay=True):
+                _log.warning("relocation of %r: the store refused the commit (%s); it stays "
+                             "on %s", out.spot.name, failed, rt.node_id)  # fmt: skip
+                return
             _log.error("relocation of %r: the store refused the commit: %s", out.spot.name, failed)
-            self._finish(out, failed)
+            if out.lost:
+                self._fail_adopted(out, typed_error(failed))
+            else:
+                self._finish(out, failed)
             return
         with router.route_lock, rt.directory.lock:  # from now on stale routes relay to the target
             for obj in out.objects:
@@ -510,12 +558,67 @@ class Outbound(RelocatorState):
                     del table[obj.name]
         for obj in out.objects:
             obj.state = GONE
+        out.committed = True
         rt.metrics.add("relocated_out")
+        if out.lost:
+            self._fail_adopted(out, self._down_after_commit(out))
+            return
+        out.relayed.clear()  # the target has them, and owns them now
         try:
             router.post(out.target, wire.RelocCommitEnvelope(rt.node_id, out.rid, authority))
-        except Unavailable as exc:  # the target went away meanwhile: the move ends here
+        except Unavailable:  # the target went away meanwhile: the move ends here
             _log.error("relocation of %r: the target left before the commit", out.spot.name)
-            self._finish(out, exc)
+            self._finish(out, self._down_after_commit(out))
+
+    def _fail_adopted(self, out: Outgoing, error: ZLinkError) -> None:
+        """A move whose target went down while the store was asked, and which did not come
+        back here: the requests it took over from the router (queued ones the target was to
+        answer, and this node's own it relayed) fail with ``error``; the move ends."""
+        me = self.rt.node_id
+        relayed, out.relayed = out.relayed, []
+        mine = [e for e in relayed if isinstance(e, wire.RequestEnvelope) and e.origin_node == me]
+        corrs = [*out.corrs, *(e.correlation for e in mine)]
+        for corr in corrs:  # answered here: each completes once, on this thread's heap
+            self.router.reply(me, corr, error=error)
+        self._finish(out, error)
+
+    def _down_after_commit(self, out: Outgoing) -> Unavailable:
+        return Unavailable(
+            f"the move of {out.unit.name!r} to {out.target!r} was committed, then that node "
+            "went down before it opened it; the store re-homes it on its next call"
+        )
+
+    def target_down(self, peer: str) -> None:
+        """(Infrastructure thread, before the router fails the calls awaited from ``peer``.)
+        The store declared ``peer`` down (python-api §10 "Failure"): every move to it ends at
+        once. One waiting for its signal fails; one not yet at its commit is aborted
+        (:meth:`_reopen`: the seal lifted, admission restored exactly, its queue and parked
+        calls served here; ``Unavailable`` to its caller, python-api §11); one committed
+        stays moved, its caller told ``Unavailable``; one whose commit the store is asked
+        for now is decided by the store's answer (``Outgoing.lost``, :meth:`_committed`)."""
+        with self._lock:
+            wanted = [(s, done) for s, (target, done) in self._wanted.items() if target == peer]
+            for spot_id, _done in wanted:
+                del self._wanted[spot_id]
+            outs = [out for out in self._out.values() if out.target == peer]
+        for spot_id, done in wanted:
+            done.set(None, Unavailable(f"node {peer!r}, where {spot_id!r} was to move, is down"))
+        for out in outs:
+            if self._reopen(out, Unavailable(
+                f"node {peer!r} went down (its lease lapsed or it left) before the move of "
+                f"{out.unit.name!r} was committed; it stays on {self.rt.node_id}"
+            )):  # fmt: skip
+                continue
+            with self._lock:
+                if self._out.get(out.rid) is not out:
+                    continue
+                if not out.committed:  # the store is being asked: its answer decides
+                    out.lost = True
+                    self._answered_here(out.relayed)  # served here if the store refuses
+                    for corr in out.corrs:
+                        self.router.rebind_pending(corr, "")
+                    continue
+            self._finish(out, self._down_after_commit(out))
 
     def on_opened(self, env: wire.RelocOpenedEnvelope) -> None:
         out = self._out.get(env.relocation_id)
@@ -523,9 +626,15 @@ class Outbound(RelocatorState):
             self._finish(out, None)
 
     def _finish(self, out: Outgoing, error: BaseException | None) -> None:
+        """The move ended (done, or failed past its point of no return). Calls parked while
+        its target was declared down go on as if just arrived (by the store now)."""
         with self._lock:
             self._forget_out(out)
+            parked, out.parked = out.parked, []
         out.done.set(None, None if error is None else typed_error(error))
+        self._answered_here(parked)
+        for env in parked:
+            self.router.redeliver(env)
 
     def _forget_out(self, out: Outgoing) -> None:
         self._out.pop(out.rid, None)
@@ -534,20 +643,28 @@ class Outbound(RelocatorState):
                 del self._out_ids[obj.name]
 
     def divert_envelope(self, target: str, env: Relayable) -> bool:
-        """A call or fence for a target sealed here: park it, or relay it once restored."""
+        """A call or fence for a target sealed here: park it, or relay it once restored (and
+        keep it until the store committed, see ``Outgoing.relayed``)."""
         with self._lock:
             out = self._out_ids.get(target)
             if out is None:
                 return False
-            if out.relaying:
+            if out.relaying and not out.lost:
                 self._relay(out, env)
-            else:
+                if not out.committed:
+                    out.relayed.append(env)
+            else:  # sealed; or its target went down: it waits for the store's answer
                 out.parked.append(env)
             return True
 
     def _relay(self, out: Outgoing, env: Relayable) -> None:
         """Hand a call or fence that met the move on to the target, as one more hop."""
         self.router.post(out.target, replace(env, hops=env.hops + 1, via=self.rt.node_id))
+
+
+_Commit = tuple[list[Location], BaseException | None, bool]
+"""What the store did with a commit: what moved, why not all did, and whether nothing did for
+sure (the store still names this node, at the same authority)."""
 
 
 def _settles(done: Completion, seconds: float) -> bool:

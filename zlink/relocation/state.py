@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("zlink.relocation")
 RESTORE_ATTEMPTS = 3
+STORE_RETRY = 1.0  # seconds: a store question that failed is asked again (a dead peer's move)
 
 Held = tuple["MessageCall", "Completion | None", int]  # a call kept for later admission
 
@@ -50,6 +51,12 @@ class Outgoing:
     into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
     join: wire.JoinGrant | None = None  # ... and the accepted join's reply, as sent
     parked: list[Relayable] = field(default_factory=list)
+    # what was relayed to the target once the commit got under way, kept until the store
+    # answers: a commit the store refuses puts these back here, in order (the target, told
+    # to forget its copy, drops what came from this node)
+    relayed: list[Relayable] = field(default_factory=list)
+    committed: bool = False  # the store moved authority; the target has yet to open
+    lost: bool = False  # the target was declared down while the store was asked to commit
     caller: Completion | None = None  # what the move's caller waits on, if not ``done``
     # What left for the target, kept here until the commit so a move that does not happen
     # puts it back as it was (python-api §11): each object's queue, in order, its timers,

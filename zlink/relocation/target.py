@@ -11,6 +11,10 @@ Guarantees / assumes:
   is forgotten whole (``on_abort``, ``_forget_in``): the objects leave the directory, the kept
   calls go on to the source in their order, the moved queue is dropped unanswered (the source
   kept the originals).
+* A source declared down (:meth:`Inbound.source_down`, python-api §10 "Failure") leaves
+  nothing waiting here: its chunks are dropped, a move it did not commit is forgotten (its
+  kept calls go on by the store, which re-homes the Spot), one the store says it committed
+  opens. Nothing here waits for the store but on its thread, with no lock held.
 * Lock order (``zlink.lock_order``): route -> relocator -> directory.
 """
 
@@ -36,7 +40,14 @@ from ..types import RelocationReadyStatus, TargetKind
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
 
-from .state import RESTORE_ATTEMPTS, Arriving, RelocatorState, decode_reply, restore_timers
+from .state import (
+    RESTORE_ATTEMPTS,
+    STORE_RETRY,
+    Arriving,
+    RelocatorState,
+    decode_reply,
+    restore_timers,
+)
 
 _log = logging.getLogger("zlink.relocation")
 
@@ -236,20 +247,104 @@ class Inbound(RelocatorState):
 
     def on_abort(self, env: wire.RelocAbortEnvelope) -> None:
         """The source withdrew the move before its commit (python-api §8, §11): forget what
-        was made of it here. Calls kept for it go on to the source; the moved queue is
-        dropped unanswered (the source kept the originals and runs them)."""
+        was made of it here. Calls kept for it go on to the source, but those the source
+        relayed (it kept them, and serves them itself: a commit the store refused); the
+        moved queue is dropped unanswered (the source kept the originals and runs them)."""
         with self.router.route_lock, self._lock:
             inc = self._in.get((env.source_node, env.relocation_id))
             if inc is None or inc.committed:  # gone already (it gave up), or too late
                 return
-            self._forget_in(inc)
+            self._forget_in(inc, drop_relayed=True)
             if inc.restored:  # held and quiescent; else its restore turn drops it
                 self._discard(inc)
 
-    def _forget_in(self, inc: Arriving) -> None:
+    def source_down(self, peer: str) -> None:
+        """(Infrastructure thread.) The store declared ``peer`` down (python-api §10
+        "Failure"): the chunks it sent are dropped, and every move arriving from it that it
+        did not commit is settled. One not yet restored cannot have been committed (the
+        source commits only once told it was): it is forgotten at once, as an aborted one is
+        (its kept calls go on by the store, which re-homes the Spot). One restored asks the
+        store first (:meth:`_settle`), since the source may have died between its commit in
+        the store and telling this node."""
+        with self._lock:
+            for key in [k for k in self._chunks if k[0] == peer]:
+                del self._chunks[key]
+            orphans = [inc for inc in self._in.values() if inc.key[0] == peer]
+        for inc in orphans:
+            with self.router.route_lock, self._lock:
+                if inc.forgotten or inc.committed:
+                    continue
+                if not inc.restored:  # its restore turn drops it (see ``_restore``)
+                    self._forget_in(inc)
+                    continue
+            self._settle(inc)
+
+    def _settle(self, inc: Arriving) -> None:
+        """Ask the store whether the dead source committed ``inc`` to this node: open it if
+        so, else forget it (on the infrastructure thread, once the store answers; asked again
+        after ``STORE_RETRY`` seconds while the store fails). If the source died between the
+        writes of its commit (a Spot moved, some member not yet), what the store still gives
+        the dead source is claimed for this node (its lease lapsed): the move opens whole."""
+        store, me, incarnation = self.router.store, self.rt.node_id, self.rt.incarnation
+        names = [obj.name for obj in inc.objects]
+
+        def ask() -> dict[str, int]:  # store thread, no lock: the authority of what is ours
+            found = {name: store.lookup(name) for name in names}
+            ours = {name: loc.authority_generation for name, loc in found.items()
+                    if loc is not None and loc.owner_node == me
+                    and loc.owner_incarnation == incarnation}  # fmt: skip
+            if not ours:
+                return ours
+            for name, loc in found.items():  # the source died between its commit's writes
+                if name not in ours and loc is not None and not loc.owner_live:
+                    try:
+                        got = store.reserve(name, loc.kind, loc.type_name, me, incarnation)
+                    except Exception:  # noqa: BLE001 - live here all the same; its writes fenced
+                        _log.warning("node %s could not claim %r from its dead source", me,
+                                     name, exc_info=True)  # fmt: skip
+                        continue
+                    if got.location.owner_node == me:
+                        ours[name] = got.location.authority_generation
+            return ours
+
+        def answered(ours: dict[str, int] | None, error: BaseException | None) -> None:
+            if error is not None or ours is None:
+                _log.warning("node %s could not ask the store about an arriving move of %r: "
+                             "%s; asking again", me, inc.spot.name, error)  # fmt: skip
+                self.rt.infra.call_later(STORE_RETRY, self._settle, inc)
+                return
+            if ours:
+                self._adopt(inc, ours)
+                return
+            with self.router.route_lock, self._lock:
+                if inc.forgotten or inc.committed:
+                    return
+                self._forget_in(inc)
+            self._discard(inc)
+
+        with self._lock:
+            if inc.forgotten or inc.committed:
+                return
+        self.router.store_worker.call(ask).add_callback(answered)
+
+    def _adopt(self, inc: Arriving, authority: dict[str, int]) -> None:
+        """The store says the dead source committed ``inc`` here: commit it as its commit
+        message would have (:meth:`on_commit`)."""
+        with self._lock:
+            if inc.forgotten or inc.committed or self._in.get(inc.key) is not inc:
+                return
+            for obj in inc.objects:
+                obj.authority = authority.get(obj.name, obj.authority)
+            inc.committed = True
+            self.rt.metrics.add("relocations_committed_by_store")
+            if not inc.fences:  # else it opens when this node's last fence is back
+                self._open(inc)
+
+    def _forget_in(self, inc: Arriving, drop_relayed: bool = False) -> None:
         """(Route and relocator locks held.) The arriving objects leave this node's tables
         and directory, so calls for them go the way they went before the move (to the
-        source); the calls kept for them here are sent on that way now, in their order."""
+        source, or by the store); the calls kept for them here are sent on that way now, in
+        their order (``drop_relayed``: but those the source relayed, which it kept)."""
         from ..runtime.acts import GONE
 
         rt = self.rt
@@ -268,6 +363,9 @@ class Inbound(RelocatorState):
                     del inc.spot.members[member.actor_id]
         kept = [*inc.kept, *inc.local]  # in the order they were kept
         inc.kept, inc.local = [], []
+        if drop_relayed:
+            source = inc.key[0]
+            kept = [held for held in kept if not (held[2] and held[0].via == source)]
         for call, reply, hops in kept:  # routed as if just made: behind any fence, in order
             try:
                 rt.submit(call, reply, NO_WAIT, hops)

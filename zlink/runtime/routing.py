@@ -229,8 +229,9 @@ class MeshRouter:
                     isinstance(found, Reservation) and found.created and location is not None
                     and not self.rt.rehome(location)
                 ):  # fmt: skip
+                    lost = found.previous.owner_node if found.previous is not None else "?"
                     error = NotFound(  # an Actor is not re-homed: its node is gone, it with it
-                        f"{location.kind} {target!r} was lost with node {location.owner_node!r}"
+                        f"{location.kind} {target!r} was lost with node {lost!r}"
                     )
                     self.store_worker.call(self.store.release, target, me, self.rt.incarnation,
                                            location.authority_generation)  # fmt: skip
@@ -485,7 +486,9 @@ class MeshRouter:
                 self.rt.submit(call, reply, NO_WAIT, hops, room=room,
                                recorded=recorded)  # here, or activated  # fmt: skip
                 return
-            if error is not None:
+            if isinstance(error, NotFound):  # the store knew it, and it is gone
+                fault = error
+            elif error is not None:
                 fault = Unavailable(
                     f"the location store could not say where {call.kind} {target!r} is: {error}"
                 )
@@ -499,7 +502,8 @@ class MeshRouter:
             reply.set(None, fault)
         if room is not None or reply is not None:
             return  # its caller has the error
-        reason = "store_failed" if error is not None else _drop_reason(fault)
+        store_failed = error is not None and not isinstance(error, NotFound)
+        reason = "store_failed" if store_failed else _drop_reason(fault)
         self._count_drop(target, call.msg.zlink_type_name, call.origin, reason)
 
     def switch(self, target: str) -> bool:
@@ -663,6 +667,17 @@ class MeshRouter:
         completion.add_callback(lambda _v, _e: self._forget(corr))
         return corr
 
+    def rebind_pending(self, corr: int, peer: str) -> bool:
+        """Await the reply under ``corr`` from ``peer`` from now on ("": from no other node),
+        so that the loss of the node it was awaited from no longer fails it (a call a move
+        that did not happen serves here after all). ``False`` if it is not awaited."""
+        with self._lock:
+            entry = self._pending.get(corr)
+            if entry is None:
+                return False
+            self._pending[corr] = (entry[0], entry[1], peer)
+            return True
+
     def forget_pending(self, corr: int) -> None:
         """Stop awaiting a reply under ``corr``; one that still comes is dropped and counted
         (a queued request that a withdrawn move answers here after all)."""
@@ -724,21 +739,13 @@ class MeshRouter:
             self._suspected.pop(peer, None)
 
     def declared_down(self, peer: str) -> None:
-        """(Infrastructure thread.) The store declared ``peer`` down: every call awaiting it
-        since its connection dropped (or now, if it never dropped) fails with
-        ``Unavailable`` at once; routes, pointers and fences through it are dropped."""
-        with self._lock:
-            awaited = self._suspected.pop(peer, None)
-            if awaited is None or self.transport.reachable(peer) is False:
-                more = {corr for corr, entry in self._pending.items() if entry[2] == peer}
-                awaited = more if awaited is None else awaited | more
-            entries = [e for e in (self._pending.pop(c, None) for c in awaited) if e is not None]
-        if entries:  # counted first: whoever the failure wakes sees the count
-            self.rt.metrics.add("calls_failed_peer_down", len(entries))
-        self.rt.metrics.add("peers_declared_down")
-        for completion, _tp, _peer in entries:
-            completion.set(None, Unavailable(f"node {peer!r} is down (its lease lapsed or it"
-                                             " left) and will not answer"))  # fmt: skip
+        """(Infrastructure thread.) The store declared ``peer`` down: routes, pointers and
+        fences through it are dropped; the relocator ends the moves and Joins that wait on
+        it (``RelocationPort.peer_declared_down``); then every call still awaiting it since
+        its connection dropped (or now, if it never dropped) fails with ``Unavailable`` at
+        once. In that order: what a move gives back here is routed by the store, never to
+        the dead node, and the calls a move that did not happen serves here after all are
+        no longer awaited from it (``rebind_pending``)."""
         with self.route_lock:
             for table in (self._routes, self._moved):
                 for target in [t for t, r in table.items() if r.node == peer]:
@@ -746,6 +753,25 @@ class MeshRouter:
             for target in [t for t, via in self._fence_via.items() if via == peer]:
                 self.rt.metrics.add("route_fences_lost")
                 self._on_fenced(wire.FencedEnvelope(target, None))
+        relocator = self.rt.relocator
+        if relocator is not None:
+            try:
+                relocator.peer_declared_down(peer)
+            except Exception:  # noqa: BLE001 - the calls awaited from it still fail below
+                _log.exception("ending the moves that wait on node %s failed", peer)
+        with self._lock:
+            awaited = self._suspected.pop(peer, None)
+            if awaited is None or self.transport.reachable(peer) is False:
+                more = {corr for corr, entry in self._pending.items() if entry[2] == peer}
+                awaited = more if awaited is None else awaited | more
+            entries = [self._pending.pop(c) for c in awaited
+                       if c in self._pending and self._pending[c][2] == peer]  # fmt: skip
+        if entries:  # counted first: whoever the failure wakes sees the count
+            self.rt.metrics.add("calls_failed_peer_down", len(entries))
+        self.rt.metrics.add("peers_declared_down")
+        for completion, _tp, _peer in entries:
+            completion.set(None, Unavailable(f"node {peer!r} is down (its lease lapsed or it"
+                                             " left) and will not answer"))  # fmt: skip
 
     def forget_routes(self) -> None:
         """Self-fencing: every route and forwarding pointer goes (this node owns nothing now;
