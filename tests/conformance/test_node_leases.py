@@ -58,7 +58,7 @@ def _check_audit(path: Path) -> dict[str, list[tuple[str, int, int]]]:
     """Per Spot, its incarnations in the order they served ((node, incarnation, generation));
     fails if two of them were ever active at once (their intervals overlap) or a generation
     came back."""
-    with sqlite3.connect(path) as db:
+    with contextlib.closing(sqlite3.connect(path)) as db:
         rows = db.execute("SELECT spot, node, incarnation, generation, at FROM audit").fetchall()
     spans: dict[str, dict[tuple[str, int, int], list[float]]] = {}
     for spot, node, incarnation, generation, at in rows:
@@ -213,11 +213,16 @@ def _marks(path: Path, spot: str) -> list[tuple[str, str]]:
     """The Marks ``spot`` handled, in order: (node, tag)."""
     if not path.exists():
         return []
-    with sqlite3.connect(path) as db:
-        rows = db.execute(
-            "SELECT node, event FROM audit WHERE spot = ? AND event LIKE 'mark:%' ORDER BY at",
-            (spot,),
-        ).fetchall()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        try:
+            rows = db.execute(
+                "SELECT node, event FROM audit WHERE spot = ? AND event LIKE 'mark:%' ORDER BY at",
+                (spot,),
+            ).fetchall()
+        except sqlite3.OperationalError as exc:  # the file is there, its table not yet
+            if "no such table" in str(exc):
+                return []
+            raise
     return [(node, event.removeprefix("mark:")) for node, event in rows]
 
 
