@@ -1,6 +1,6 @@
 """Node ``a`` of ``bench.mesh`` (a subprocess): owns the counter Spot until stdin closes.
 
-    python -m bench.mesh_node sqlite:///PATH
+    python -m bench.mesh_node STORE_URL [--lease SECONDS]
 
 Also the app both sides of the benchmark import.
 """
@@ -112,7 +112,10 @@ def main() -> None:
     if sys.argv[1] == "--fanout":
         fanout(sys.argv[2], sys.argv[3])
         return
-    config = zlink.NodeConfig(node_id="a", listen="tcp://127.0.0.1:0", store=sys.argv[1], workers=2)
+    lease = float(sys.argv[3]) if sys.argv[2:3] == ["--lease"] else 3.0
+    config = zlink.NodeConfig(
+        node_id="a", listen="tcp://127.0.0.1:0", store=sys.argv[1], workers=2, lease_seconds=lease
+    )
     with zlink.Node(app, config) as node:
         node.client().spots.get_or_create("counter", "bench.mesh.counter").wait(10)
         print("ready", flush=True)

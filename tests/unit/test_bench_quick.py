@@ -66,3 +66,12 @@ def test_the_client_benchmark_runs_in_quick_mode(capsys):
     assert client.main(["--quick"]) == 0  # a node process and a client, exactly once
     out = capsys.readouterr().out
     assert "round trip p50" in out and "one-way submit" in out and "batch" in out
+
+
+@pytest.mark.timeout(120)
+def test_the_rehome_benchmark_runs_in_quick_mode(capsys):
+    from bench import rehome
+
+    assert rehome.main(["--quick"]) == 0  # kill -9 a node process; its Spot serves again
+    out = capsys.readouterr().out
+    assert "sqlite lease 1s: vs lease" in out
