@@ -64,14 +64,16 @@ def test_run_nodes_starts_a_mesh_of_processes_and_stops_them_all(tmp_path: Path)
     store = f"sqlite:///{tmp_path / 'mesh.db'}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--nodes", "3",
-         "--node-id", "w", "--store", store, "--workers", "1"],
+         "--node-id", "w", "--store", store, "--workers", "1", "--lease", "1.5"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     lines, reader = _lines(proc)
     try:
         for _ in range(3):
             _until(lines, "listening on", 45)
-        assert sorted(str(r["node_id"]) for r in _mesh(store)) == ["w-1", "w-2", "w-3"]
+        rows = _mesh(store)
+        assert sorted(str(r["node_id"]) for r in rows) == ["w-1", "w-2", "w-3"]
+        assert all(0 < float(r["lease_left"]) <= 1.5 for r in rows)  # type: ignore[arg-type]
         proc.send_signal(signal.SIGTERM)
         _until(lines, "all nodes stopped", 45)
         assert proc.wait(timeout=30) == 0
@@ -88,6 +90,14 @@ def test_a_non_loopback_listen_needs_keys_or_insecure() -> None:
     )
     assert result.exit_code != 0
     assert "not a loopback address" in str(result.exception) + result.output
+
+
+def test_a_lease_that_is_not_a_duration_is_refused() -> None:
+    result = CliRunner().invoke(
+        cli, ["run", "tests.procs.app:app", "--listen", "tcp://127.0.0.1:0", "--lease", "0"]
+    )
+    assert result.exit_code != 0
+    assert "lease_seconds" in str(result.exception) + result.output
 
 
 def test_a_bad_store_url_is_refused() -> None:

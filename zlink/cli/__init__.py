@@ -92,6 +92,13 @@ def run(
         ),
     ] = None,
     mesh: Annotated[str, typer.Option(help="the mesh's name")] = "main",
+    lease: Annotated[
+        float | None,
+        typer.Option(
+            help="node lease in the store, seconds (default 3): a node that cannot"
+            " renew it stops serving; a dead node's Spots move after it"
+        ),
+    ] = None,
     insecure: Annotated[
         bool, typer.Option(help="allow a non-loopback --listen without CURVE keys (logged)")
     ] = False,
@@ -121,7 +128,7 @@ def run(
     )
     if nodes is not None:
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
-                           insecure, keys, log_level))  # fmt: skip
+                           insecure, keys, log_level, lease))  # fmt: skip
     obj = load(target, factory)
     if not isinstance(obj, App):
         if callable(obj):
@@ -136,6 +143,7 @@ def run(
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, mesh=mesh, insecure=insecure,
             keys=keys, **({} if store is None else {"store": store}),
+            **({} if lease is None else {"lease_seconds": lease}),
         )  # fmt: skip
         with Node(obj, config) as node:
             if admin is not None:
@@ -173,7 +181,7 @@ def run(
 def _run_many(
     target: str, factory: bool, node_id: str, count: int, workers: int | None,
     listen: str | None, store: str | None, mesh: str, insecure: bool, keys: str | None,
-    log_level: str,
+    log_level: str, lease: float | None = None,
 ) -> int:  # fmt: skip
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
@@ -210,6 +218,7 @@ def _run_many(
                 args += ["--insecure"] if insecure else []
                 args += [] if keys is None else ["--keys", keys]
                 args += [] if workers is None else ["--workers", str(workers)]
+                args += [] if lease is None else ["--lease", repr(lease)]
                 # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
                 # pipe closes and the node stops (no node outlives its parent)
                 procs.append(subprocess.Popen(args, start_new_session=True, stdin=subprocess.PIPE))
