@@ -309,6 +309,8 @@ class Node:
             address=self.address if self._state != "new" else None,
             peers=self.peers(),
             paused_peers=[] if rt.router is None else rt.router.paused_peers(),
+            incarnation=self.incarnation,
+            fenced=rt.fenced,
         )
 
     def subscribe_status(

@@ -65,6 +65,8 @@ class NodeStatus(BaseModel):
     address: str | None = None  # where peers and clients reach it (a node that listens)
     peers: list[str] = []  # the other nodes of its mesh it reaches now
     paused_peers: list[str] = []  # peers whose application DATA it does not take now (§9)
+    incarnation: int = 0  # its incarnation in the mesh's store (new after it fenced itself)
+    fenced: bool = False  # it fenced itself (its lease may lapse) and serves nothing now
 
 
 class StatusSubscription:

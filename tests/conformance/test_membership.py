@@ -126,6 +126,9 @@ def test_a_node_that_cannot_renew_fences_itself_before_its_lease_lapses(
         _wait_counter(n1, "registrations_again", 1)
         assert n1.incarnation > old
         assert "r" not in n1._runtime.spots
+        cluster.wait_idle(WAIT)  # it met its peers anew and serves again
+        status = n1.status()
+        assert (status.incarnation, status.fenced) == (n1.incarnation, False)
         rehomed = n2.client().request_to_spot("r", Ping()).wait(WAIT)
         assert rehomed == "pong"
         found = cluster.store.lookup("r")

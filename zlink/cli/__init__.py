@@ -479,6 +479,7 @@ def status(
         table.add_row("worker calls in flight", str(s.worker_calls_in_flight))
         if s.address is not None:
             table.add_row("address", s.address)
+            table.add_row("incarnation", f"{s.incarnation}{' (FENCED)' if s.fenced else ''}")
             table.add_row("peers", ", ".join(s.peers) or "none")
             table.add_row("peers paused (DATA)", ", ".join(s.paused_peers) or "none")
         for key, value in sorted(s.counters.items()):
