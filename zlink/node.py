@@ -2,7 +2,7 @@
 
 Threads: ``workers`` application threads (one per core by default, never one per Spot, §10),
 one infrastructure thread (deadlines, completions, envelopes, shutdown, §1 and §13), and in a
-mesh one store thread (Location Store calls).
+mesh two store threads (Location Store calls: placement and relocation; the lease).
 
 Lock order: ``_state_lock`` is a leaf (it guards the node's state word only); the runtime's
 locks are taken in ``zlink.lock_order``'s order by the parts that own them.
@@ -58,6 +58,7 @@ class _MeshEvents:
 
     def __init__(self, node: Node) -> None:
         self._node = node
+        self._was_draining = False
 
     def members(self, records: list[NodeRecord]) -> None:
         """The store's members, for the transport to connect to (any thread)."""
@@ -69,8 +70,12 @@ class _MeshEvents:
         """Stop serving: refuse what comes, drop every activation, forget every route."""
         rt = self._node._rt
         rt.fenced = True
+        self._was_draining = rt.draining
+        rt.draining = True  # (the send fast path reads only this flag: it refuses too)
         if rt.router is not None:
             rt.router.forget_routes()
+        if rt.relocator is not None:
+            rt.relocator.fenced()
         dropped = rt.drop_all(why)
         _log.warning("node %s dropped %d activations", self._node.node_id, dropped)
 
@@ -79,9 +84,14 @@ class _MeshEvents:
         the node serves again."""
         node = self._node
         rt = node._rt
+        membership = node._membership
+        epoch = None if membership is None else membership.epoch
 
-        def serve() -> None:
+        def serve() -> None:  # (infrastructure thread) only if it did not fence again since
+            if membership is not None and (membership.fenced or membership.epoch != epoch):
+                return
             rt.fenced = False
+            rt.draining = self._was_draining
 
         if node._transport is None:
             serve()
@@ -182,11 +192,16 @@ class Node:
         self._transport = transport
         self._relocator: Relocator | None = None
         self._membership: NodeMembership | None = None
+        self._lease_worker: StoreWorker | None = None
         if store is not None and transport is not None:
             worker = StoreWorker(f"zlink-store-{self.node_id}", self._infra.submit)
+            # the lease has a store thread of its own: a renewal never waits behind placement
+            # questions to a slow store (it would fence a node whose lease still holds)
+            self._lease_worker = StoreWorker(f"zlink-lease-{self.node_id}", self._infra.submit)
             self._membership = NodeMembership(
-                self.node_id, f"inproc://{self.node_id}", store, worker, self._infra, self.clock,
-                self.config.lease_seconds, self._rt.metrics.add, _MeshEvents(self),
+                self.node_id, f"inproc://{self.node_id}", store, self._lease_worker,
+                self._infra, self.clock, self.config.lease_seconds, self._rt.metrics.add,
+                _MeshEvents(self),
             )  # fmt: skip
             self._rt.membership_lease = self._membership
             router = self._rt.router = MeshRouter(
@@ -262,6 +277,8 @@ class Node:
         if self._membership is not None:  # a new incarnation, and a lease renewed from now on
             assert self._rt.router is not None and self._transport is not None
             self._rt.router.store_worker.start()
+            assert self._lease_worker is not None
+            self._lease_worker.start()
             endpoint = self._transport.endpoint(self.node_id)
             incarnation = self._membership.register(endpoint).incarnation
         if self._transport is not None and self._rt.router is not None:
@@ -431,9 +448,12 @@ class Node:
         end = time.monotonic() + timeout
         rt = self._rt
         store = rt.router.store_worker if rt.router is not None else None
+        lease = self._lease_worker
         while True:
             if store is not None and not store.wait_quiet(max(0.0, end - time.monotonic())):
                 return False  # a store answer still to come continues work
+            if lease is not None and not lease.wait_quiet(max(0.0, end - time.monotonic())):
+                return False  # (a question about a suspected peer, say)
             left = end - time.monotonic()
             if not self._pool.wait_idle(max(0.0, left), busy):
                 return False
@@ -444,7 +464,11 @@ class Node:
                     lambda: rt.workers_in_flight == 0, max(0.0, end - time.monotonic())
                 ):
                     return False
-            if self._pool.pending <= busy and (store is None or not store.busy):
+            if (
+                self._pool.pending <= busy
+                and (store is None or not store.busy)
+                and (lease is None or not lease.busy)
+            ):
                 return True
             if time.monotonic() >= end:
                 return False
@@ -494,7 +518,9 @@ class Node:
         if discarded:
             _log.info("node %s failed %d queued messages at shutdown", self.node_id, discarded)
         self._pool.shutdown(max(0.0, end - time.monotonic()))
-        if self._membership is not None:
+        if self._membership is not None:  # releases and the like first, while the lease holds
+            assert self._rt.router is not None
+            self._rt.router.store_worker.stop(max(0.25, (end - time.monotonic()) / 2))
             self._membership.leave(max(0.5, end - time.monotonic()))
         if self._client_server is not None:  # after the last replies: clients hear goodbye
             self._client_server.close()

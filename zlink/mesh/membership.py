@@ -115,6 +115,11 @@ class NodeMembership:
         """Whether this node has fenced itself and not yet registered again."""
         return self._fenced
 
+    @property
+    def epoch(self) -> int:
+        """How many times this node fenced itself (what a late answer is checked against)."""
+        return self._epoch
+
     def holds(self) -> bool:
         """Whether this node may serve now; if its lease ran out unnoticed (the process was
         stopped), it fences now (infrastructure thread)."""
@@ -261,6 +266,13 @@ class NodeMembership:
             self._schedule(self.lease_seconds * RETRY_EVERY, self._rejoin)
             return
         record, records = result
+        if self._clock.now() >= sent + FENCE_AT * self.lease_seconds:  # too late to serve on
+            self.record = record  # (its incarnation: the next try says it had it)
+            self._count("registrations_too_late")
+            _log.warning("node %s registered again too slowly to serve on that lease; again",
+                         self.node_id)  # fmt: skip
+            self._rejoin(epoch)
+            return
         self.record = record
         self._fenced = False
         self._confirmed(sent)
@@ -320,7 +332,11 @@ class NodeMembership:
         self._known = now
         for peer in down:
             _log.warning("node %s: the store declares node %s down", self.node_id, peer)
-            self._events.peer_down(peer)
+            try:
+                self._events.peer_down(peer)
+            except Exception:  # noqa: BLE001 - the other peers are still declared down
+                self._count("peer_down_errors")
+                _log.exception("node %s: declaring %s down failed", self.node_id, peer)
 
 
 __all__ = ["FENCE_AT", "MembershipEvents", "NodeMembership"]

@@ -76,6 +76,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import Unavailable
 from ..messaging.completion import Completion
 
 if TYPE_CHECKING:
@@ -95,6 +96,33 @@ class Relocator(Outbound, Inbound):
         the router fails (python-api §10 "Failure", §11)."""
         self.target_down(peer)
         self.source_down(peer)
+
+    def fenced(self) -> None:
+        """(Infrastructure thread, no lock held.) This node fenced itself (python-api §10
+        "Failure"): it may own nothing now, so no move it was part of goes on here. Moves
+        arriving are forgotten (never opened: the store may already give their Spots to
+        another node); moves leaving end with ``Unavailable`` (their Spots were dropped; a
+        commit the store already made stands, the target owns them)."""
+        with self.router.route_lock, self._lock:
+            arriving = list(self._in.values())
+            for inc in arriving:
+                if not inc.forgotten:
+                    self._forget_in(inc)
+            leaving = list(self._out.values())
+            for out in leaving:
+                self._forget_out(out)
+            wanted, self._wanted = list(self._wanted.values()), {}
+        for inc in arriving:
+            if inc.restored:
+                self._discard(inc)
+        error = Unavailable(f"node {self.rt.node_id} fenced itself during the move")
+        for _target, done in wanted:
+            done.set(None, error)
+        for out in leaving:
+            parked, out.parked = out.parked, []
+            out.done.set(None, error)
+            for env in parked:  # refused here now (fenced): their callers are told
+                self.router.redeliver(env)
 
     def divert(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
         """Keep a call for an object that is moving; ``False`` if it is not moving."""

@@ -184,6 +184,14 @@ class Creation:
                         f"the location store could not reserve {object_id!r}: {error}"
                     )
                 assert held is not None
+                loc = held.location
+                if loc.owner_node == self.rt.node_id and (
+                    self.rt.fenced or loc.owner_incarnation != self.rt.incarnation
+                ):  # granted to an incarnation that fenced itself meanwhile: never activated
+                    raise Unavailable(
+                        f"node {self.rt.node_id} fenced itself while the store gave it"
+                        f" {object_id!r}; try again"
+                    )
                 then(held)  # (a reservation is never a "went away")
             except ZLinkError as exc:  # refused: as it would have been at the call site
                 if completion.timer is not None:
@@ -201,10 +209,10 @@ class Creation:
         asked.add_callback(reserved)
 
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
-        if self.rt.stopping or self.rt.draining:
-            raise Unavailable(f"node {self.rt.node_id} is shutting down")
         if self.rt.fenced:
             raise Unavailable(f"node {self.rt.node_id} fenced itself: it could not renew its lease")
+        if self.rt.stopping or self.rt.draining:
+            raise Unavailable(f"node {self.rt.node_id} is shutting down")
         if call.mesh is not None and call.mesh != self.rt.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.rt.node_id}")
         if call.kind == TargetKind.ACTOR:

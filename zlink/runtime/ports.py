@@ -38,6 +38,10 @@ class RelocationPort(Protocol):
         """The Spot reached a ``relocation_ready()`` boundary; ``False`` if no move waits."""
         ...
 
+    def fenced(self) -> None:
+        """This node fenced itself: every move it is part of ends here."""
+        ...
+
     def peer_declared_down(self, peer: str) -> None:
         """(Infrastructure thread, no lock held.) The store declared ``peer`` down: end every
         move and cross-node Join that waits on it (python-api §10 "Failure", §11)."""

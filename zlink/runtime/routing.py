@@ -216,6 +216,15 @@ class MeshRouter:
                     self._locating[target] = waiting
                     self._take_over(target, waiting, reserve, location)
                     return
+                if (
+                    location is not None and location.owner_node == me
+                    and not self._ours(location) and not self.rt.has_live(target)
+                ):  # fmt: skip
+                    error = Unavailable(  # (a claim made before this node fenced itself, or
+                        f"{target!r} belongs to an earlier incarnation of node {me} until"
+                        " its lease lapses; it is re-homed then"  # its previous life's)
+                    )
+                    location = None
                 if location is not None and location.owner_node != me:
                     route = Route.at(location)
                     known = self._routes.get(target)
@@ -278,6 +287,13 @@ class MeshRouter:
                 rt.metrics.add("first_records_uncleared")
 
         done.add_callback(cleared)
+
+    def _ours(self, location: Location) -> bool:
+        """Whether a claim the store granted is this node's to activate now: made under its
+        current incarnation, and it has not fenced itself since (a claim granted to an
+        incarnation that fenced meanwhile is never activated: the store gives the Spot to
+        another node once that lease lapses)."""
+        return not self.rt.fenced and location.owner_incarnation == self.rt.incarnation
 
     def _take_over(
         self, target: str, waiting: list[Located], reserve: TypeSpec | None, lapsed: Location

@@ -303,10 +303,10 @@ class Runtime:
         room: Admitted | None, recorded: Callable[[], None] | None = None,
     ) -> Completion:  # fmt: skip
         """``submit``'s general path: resolve the destination, then admit (see ``submit``)."""
-        if (self.stopping or self.draining) and not (hops and self.router is not None):
-            raise Unavailable(f"node {self.node_id} is shutting down")  # a drained node relays
         if self.fenced:
             raise Unavailable(f"node {self.node_id} fenced itself: it could not renew its lease")
+        if (self.stopping or self.draining) and not (hops and self.router is not None):
+            raise Unavailable(f"node {self.node_id} is shutting down")  # a drained node relays
         if call.mesh is not None and call.mesh != self.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
         turn = current_turn()
