@@ -76,6 +76,10 @@ def test_a_claim_answered_after_the_fence_is_not_activated(clock: ManualClock) -
         with contextlib.suppress(Exception):  # whatever the creator was told
             made.result(WAIT)
         _sync(n1)
+        store.renew_node = real_renew  # type: ignore[method-assign]
+        while clock.now() <= lease_end:  # the lease of (node-1, old) ends in the store
+            clock.advance(0.25)
+            cluster.wait_idle(WAIT)
         # node-2 calls "r": the store says its owner (node-1, old) holds no lease: re-homed
         assert n2.client().request_to_spot("r", Ping()).wait(WAIT) == "pong"
         on_n2 = "r" in n2._runtime.spots

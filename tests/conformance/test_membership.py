@@ -129,6 +129,11 @@ def test_a_node_that_cannot_renew_fences_itself_before_its_lease_lapses(
         cluster.wait_idle(WAIT)  # it met its peers anew and serves again
         status = n1.status()
         assert (status.incarnation, status.fenced) == (n1.incarnation, False)
+        with pytest.raises(zlink.Unavailable, match="earlier incarnation of node node-1"):
+            n2.client().request_to_spot("r", Ping()).wait(WAIT)  # its old lease still holds
+        while clock.now() <= lease_end:  # the old incarnation's lease ends: "r" can move
+            clock.advance(0.25)
+            cluster.wait_idle(WAIT)
         rehomed = n2.client().request_to_spot("r", Ping()).wait(WAIT)
         assert rehomed == "pong"
         found = cluster.store.lookup("r")

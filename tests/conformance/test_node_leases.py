@@ -201,7 +201,8 @@ def test_a_node_restarted_with_the_same_id_is_a_new_incarnation(
         assert again.ask("incarnation") > old
         _until(lambda: "n1" in n2.ask("peers"), "n2 meets the new n1")
         _until(lambda: n2.ask("counters").get("peers_declared_down"), "the old n1 is down")
-        served = n2.ask("gen", spot="room")
+        served = _until(lambda: _tried(lambda: n2.ask("gen", spot="room")),
+                        "the room re-homed once the old incarnation's lease ended")  # fmt: skip
         assert served[2] > first[2]
         assert served[:2] in (["n2", n2.ask("incarnation")], ["n1", again.ask("incarnation")])
         _check_audit(audit)

@@ -268,14 +268,26 @@ def test_a_transfer_needs_a_target_that_holds_a_lease(store: Any, clock: ManualC
     assert store.lookup("room-1").owner_node == "n1"
 
 
-def test_a_node_registered_again_takes_its_own_spots_over_as_new_incarnations(
-    store: Any,
+def test_a_node_registered_again_takes_its_own_spots_over_once_the_old_lease_ends(
+    store: Any, clock: ManualClock
 ) -> None:
-    """A restarted (or self-fenced) node has a new incarnation: the Spots its old one held are
-    not its own any more; its next reserve re-homes them with new generations."""
+    """A restarted (or self-fenced) node is a new incarnation: the Spots its old one held stay
+    the old one's until that lease ends (it may still be serving them: stopped, or cut off
+    from its peers), its writes refused at once; then the new one re-homes them with new
+    generations (found by review: registering again voided the old lease at once)."""
     old = store.register_node("n1", "inproc://n1", LEASE)
+    other = store.register_node("n2", "inproc://n2", 10 * LEASE)
     first = store.reserve("room-1", "spot", "game.room", "n1", old.incarnation).location
+    clock.advance(1.0)
     new = store.register_node("n1", "inproc://n1", LEASE)
+    seen = store.lookup("room-1")
+    assert seen.owner_live and seen.owner_incarnation == old.incarnation
+    assert seen.lease_until == old.lease_until
+    for claimer, incarnation in (("n1", new.incarnation), ("n2", other.incarnation)):
+        assert not store.reserve("room-1", "spot", "game.room", claimer, incarnation).created
+    with pytest.raises(Unavailable, match="holds no lease"):  # the old one writes nothing
+        store.release("room-1", "n1", old.incarnation, first.authority_generation)
+    clock.advance(LEASE)  # the old incarnation's lease has ended
     assert not store.lookup("room-1").owner_live
     again = store.reserve("room-1", "spot", "game.room", "n1", new.incarnation)
     assert again.created and again.location.owner_incarnation == new.incarnation

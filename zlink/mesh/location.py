@@ -7,6 +7,10 @@ Guarantees / assumes:
   holds in the store. Once the lease lapsed (the node died, stalled or was fenced), the next
   ``reserve`` takes the Spot over (re-homing, python-api §10 "Failure"): a higher authority
   generation and a new ``object_generation``.
+* A node that registers again (restarted, or fenced) under the id of an incarnation whose lease
+  still holds does not void that lease: the old incarnation's Spots stay its own until its
+  lease ends (it may still be serving them: stopped, or cut off from its peers), and only then
+  can they be taken over. Its writes are refused at once (it is not the current incarnation).
 * Every write after that is fenced by owner node, owner incarnation and
   ``authority_generation``, and needs the writer's lease to hold: a stale owner (one that lost
   ownership, or whose lease lapsed) has its write refused with ``Unavailable``, never applied.
@@ -158,6 +162,8 @@ class InMemoryLocationStore:
         self._object_generations = itertools.count(1)
         self._now = (clock or MonotonicClock()).now  # the store's clock: leases use it
         self._nodes: dict[str, NodeRecord] = {}
+        # node -> the incarnation registering again replaced, and its lease (see above)
+        self._retired: dict[str, tuple[int, float]] = {}
         self._incarnation = 0  # the last one handed out
         self._claims_after = -math.inf  # no claim before it: the store lost data (never here)
 
@@ -174,6 +180,9 @@ class InMemoryLocationStore:
                 self._claims_after = max(self._claims_after, now + lease_seconds)
             self._incarnation = max(self._incarnation, known_incarnation) + 1
             record = NodeRecord(node_id, endpoint, self._incarnation, now + lease_seconds)
+            old = self._nodes.get(node_id)
+            if old is not None:
+                self._retired[node_id] = (old.incarnation, old.lease_until)
             self._nodes[node_id] = record
             return record
 
@@ -218,11 +227,16 @@ class InMemoryLocationStore:
         return found is not None and found.incarnation == incarnation and found.lease_until >= now
 
     def _as_now(self, found: Location, now: float) -> Location:
-        """``found`` with its owner's lease as it is now."""
+        """``found`` with its owner's lease as it is now (a retired incarnation's included)."""
         owner = self._nodes.get(found.owner_node)
-        if owner is None or owner.incarnation != found.owner_incarnation:
-            return replace(found, lease_until=0.0, owner_live=False)
-        return replace(found, lease_until=owner.lease_until, owner_live=owner.lease_until >= now)
+        until = 0.0
+        if owner is not None and owner.incarnation == found.owner_incarnation:
+            until = owner.lease_until
+        else:
+            retired = self._retired.get(found.owner_node)
+            if retired is not None and retired[0] == found.owner_incarnation:
+                until = retired[1]
+        return replace(found, lease_until=until, owner_live=until >= now and until > 0.0)
 
     # -- locations ------------------------------------------------------------------------------
 

@@ -100,6 +100,14 @@ local function lease_of(node, incarnation)
   if rec[1] and rec[1] == incarnation then return rec[2] end
   return nil
 end
+local function owner_lease(node, incarnation)
+  -- lease_of, or the lease of the incarnation node's registering again replaced
+  local rec = redis.call('HMGET', P .. 'node:' .. node, 'incarnation', 'lease_until',
+    'retired_incarnation', 'retired_lease_until')
+  if rec[1] and rec[1] == incarnation then return rec[2] end
+  if rec[3] and rec[3] == incarnation then return rec[4] end
+  return nil
+end
 local function live(node, incarnation, now)
   local lease = lease_of(node, incarnation)
   return lease ~= nil and tonumber(lease) >= now
@@ -112,7 +120,7 @@ local function location(spot, now)
     'first_payload')
   if not f[1] then return nil end
   local out = {f[1], f[2], f[3], f[4], f[5], f[6], '0', '0', f[7] or '', f[8] or ''}
-  local lease = lease_of(f[3], f[4])
+  local lease = owner_lease(f[3], f[4])
   if lease ~= nil then
     out[7] = lease
     out[8] = tonumber(lease) >= now and '1' or '0'
@@ -245,7 +253,12 @@ end
 if known > last then last = known end
 local incarnation = int(last + 1)
 redis.call('SET', key, incarnation)
-redis.call('HSET', P .. 'node:' .. node, 'endpoint', ARGV[4], 'incarnation', incarnation,
+local node_key = P .. 'node:' .. node
+local old = redis.call('HMGET', node_key, 'incarnation', 'lease_until')
+if old[1] then  -- registering again: the old incarnation's lease still stands for its Spots
+  redis.call('HSET', node_key, 'retired_incarnation', old[1], 'retired_lease_until', old[2])
+end
+redis.call('HSET', node_key, 'endpoint', ARGV[4], 'incarnation', incarnation,
   'lease_until', float(lease_until))
 redis.call('SADD', P .. 'nodes', node)
 return {incarnation, float(lease_until)}

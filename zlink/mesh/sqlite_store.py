@@ -63,7 +63,8 @@ _SCHEMA = (
     " authority_generation INTEGER NOT NULL, object_generation INTEGER NOT NULL UNIQUE,"
     " first_type TEXT, first_payload TEXT) WITHOUT ROWID",
     "CREATE TABLE IF NOT EXISTS nodes (node_id TEXT PRIMARY KEY, endpoint TEXT NOT NULL,"
-    " incarnation INTEGER NOT NULL, lease_until REAL NOT NULL) WITHOUT ROWID",
+    " incarnation INTEGER NOT NULL, lease_until REAL NOT NULL, retired_incarnation INTEGER,"
+    " retired_lease_until REAL) WITHOUT ROWID",
 )
 
 _LOCATION = (
@@ -75,9 +76,9 @@ _NODE = "node_id, endpoint, incarnation, lease_until"
 _SELECT_LOCATION = (
     "SELECT l.spot_id, l.kind, l.type_name, l.owner_node, l.owner_incarnation,"
     " l.authority_generation, l.object_generation, l.first_type, l.first_payload,"
-    " COALESCE(n.lease_until, 0.0)"
-    " FROM locations l LEFT JOIN nodes n"
-    " ON n.node_id = l.owner_node AND n.incarnation = l.owner_incarnation WHERE l.spot_id = ?"
+    " CASE WHEN n.incarnation = l.owner_incarnation THEN n.lease_until"
+    " WHEN n.retired_incarnation = l.owner_incarnation THEN n.retired_lease_until ELSE 0.0 END"
+    " FROM locations l LEFT JOIN nodes n ON n.node_id = l.owner_node WHERE l.spot_id = ?"
 )
 _LIVE = "SELECT lease_until FROM nodes WHERE node_id = ? AND incarnation = ? AND lease_until >= ?"
 _NEXT = "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value"
@@ -183,8 +184,12 @@ class SqliteLocationStore:
                 )
             incarnation = _one(conn, _NEXT, ("incarnation",))[0]
             record = NodeRecord(node_id, endpoint, incarnation, now + lease_seconds)
+            old = _one(conn, "SELECT incarnation, lease_until FROM nodes WHERE node_id = ?",
+                       (node_id,))  # fmt: skip
             conn.execute(
-                f"INSERT OR REPLACE INTO nodes ({_NODE}) VALUES (?, ?, ?, ?)", _record_row(record)
+                f"INSERT OR REPLACE INTO nodes ({_NODE}, retired_incarnation,"
+                " retired_lease_until) VALUES (?, ?, ?, ?, ?, ?)",
+                (*_record_row(record), *((None, None) if old is None else old)),
             )
             return record
 

@@ -220,7 +220,7 @@ class MeshRouter:
                     location is not None and location.owner_node == me
                     and not self._ours(location) and not self.rt.has_live(target)
                 ):  # fmt: skip
-                    error = Unavailable(  # (a claim made before this node fenced itself, or
+                    error = _NotYours(  # (a claim made before this node fenced itself, or
                         f"{target!r} belongs to an earlier incarnation of node {me} until"
                         " its lease lapses; it is re-homed then"  # its previous life's)
                     )
@@ -502,8 +502,8 @@ class MeshRouter:
                 self.rt.submit(call, reply, NO_WAIT, hops, room=room,
                                recorded=recorded)  # here, or activated  # fmt: skip
                 return
-            if isinstance(error, NotFound):  # the store knew it, and it is gone
-                fault = error
+            if isinstance(error, (NotFound, _NotYours)):  # the store knew it: gone, or not
+                fault = error  # this incarnation's yet
             elif error is not None:
                 fault = Unavailable(
                     f"the location store could not say where {call.kind} {target!r} is: {error}"
@@ -1020,6 +1020,11 @@ class MeshRouter:
             return
         if not completion.set(value, None):
             self.rt.metrics.add("late_replies")
+
+
+class _NotYours(Unavailable):
+    """A target the store gives an earlier incarnation of this node (not re-homed before that
+    lease ends): the caller may try again then."""
 
 
 def _drop_reason(error: BaseException) -> str:
