@@ -20,11 +20,15 @@ Guarantees / assumes:
   constructor replaces the server's clock (the scripts take ``now`` as an argument): for tests
   only, with a manual clock; nodes on several machines would disagree on it.
 * ``object_generation`` and the node ``incarnation`` come from counters that are never handed
-  out twice, also when Redis restarts empty (data loss): a missing counter starts at the
-  server's ``TIME`` in microseconds, above every value the store handed out before, unless it
-  handed out more than one million a second over its whole life, or the server's clock went
-  back. Values are integers below 2**53 (exact in Lua's numbers): a ``known_incarnation`` at
-  or above it is ``InvalidArgument``.
+  out twice, also when Redis restarts empty or from an older snapshot (data loss): each value
+  is at least the server's ``TIME`` in microseconds, so it is above every value handed out
+  before, unless more than one million a second were, or the server's clock went back.
+* Redis must not lose writes it acknowledged (``appendonly yes`` with ``appendfsync always``;
+  no failover to an asynchronous replica). A restart that lost everything is seen (below); one
+  that lost only the last writes is not: a claim lost that way can be granted again to
+  another node while its first owner still serves it, for up to one lease.
+* Values are integers below 2**53 (exact in Lua's numbers): a ``known_incarnation`` at or
+  above it is ``InvalidArgument``.
 * Data loss is seen as in the other stores: a node registers giving the incarnation it had
   (``known_incarnation``); if this store's data never handed it out, claims (reserve, transfer)
   are refused for one lease. "Never handed out" is above the counter, as in the other stores,
@@ -155,7 +159,9 @@ if left then return {'recovering', left} end
 local key = P .. 'ctr:object_generation'
 local last = redis.call('GET', key)
 if last then last = tonumber(last) else last = micros() end
-local generation = int(last + 1)
+-- never below the server's clock: a store restored from an older snapshot (that lost only
+-- its last writes) still hands out no generation twice
+local generation = int(math.max(last + 1, micros()))
 redis.call('SET', key, generation)
 local authority = '1'
 if found then authority = int(tonumber(found[5]) + 1) end
@@ -251,7 +257,7 @@ if known > last or (known > 0 and known <= base) then
   end
 end
 if known > last then last = known end
-local incarnation = int(last + 1)
+local incarnation = int(math.max(last + 1, micros()))  -- (as generations: see _CLAIM)
 redis.call('SET', key, incarnation)
 local node_key = P .. 'node:' .. node
 local old = redis.call('HMGET', node_key, 'incarnation', 'lease_until')
