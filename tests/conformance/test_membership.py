@@ -175,3 +175,21 @@ def _wait_counter(node: zlink.Node, name: str, at_least: int) -> None:
         node._infra.submit(passed.set)
         assert passed.wait(WAIT)
     raise AssertionError(f"{name} stayed below {at_least}: {node.counters()}")
+
+
+def test_leases_are_judged_on_a_clock_that_counts_a_suspended_host() -> None:
+    """A real node judges its lease on CLOCK_BOOTTIME where the system has it (time a
+    suspended host or paused VM slept counts, as it does on the store's clock); a test's
+    manual clock is used as it is."""
+    import time
+
+    from zlink.executor import MonotonicClock
+    from zlink.mesh.membership import lease_clock
+
+    manual = ManualClock()
+    assert lease_clock(manual)() == manual.now()
+    real = lease_clock(MonotonicClock())
+    if hasattr(time, "CLOCK_BOOTTIME"):
+        assert abs(real() - time.clock_gettime(time.CLOCK_BOOTTIME)) < 1.0
+    else:
+        assert abs(real() - time.monotonic()) < 1.0

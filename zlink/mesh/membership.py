@@ -11,7 +11,10 @@ Guarantees / assumes (python-api §10 "Failure"; issue "Node leases"):
   ``t``. The node stops serving at ``t + FENCE_AT * lease_seconds`` unless a later renewal was
   confirmed by then, and at once when the store refuses a renewal (``NoLease``): so it stops
   before its lease can have lapsed (``FENCE_AT`` leaves a fifth of the lease for clock rate
-  differences). Fenced, it fails its calls with ``Unavailable``, stops its timers and admits
+  differences). Leases are judged on ``lease_clock``: ``CLOCK_BOOTTIME`` for a real node, which
+  counts time a suspended host slept. A store clock that *steps* forward (an NTP step on the
+  Redis host) shortens leases by the step: keep such steps well below a fifth of a lease.
+  Fenced, it fails its calls with ``Unavailable``, stops its timers and admits
   nothing (``MembershipEvents.fenced``), then registers again as a new incarnation (retried
   until the store answers) and serves again (``rejoined``). ``holds()`` lets the places where
   work enters from outside check the lease on their own (a node that was stopped, SIGSTOP, may
@@ -29,10 +32,13 @@ Guarantees / assumes (python-api §10 "Failure"; issue "Node leases"):
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..executor import Clock
+from ..executor import Clock, MonotonicClock
 from .location import LocationStore, NodeRecord, NoLease
 from .store_worker import StoreWorker
 
@@ -44,6 +50,17 @@ _log = logging.getLogger("zlink.mesh")
 FENCE_AT = 0.8  # of a lease after a renewal was sent: the node stops serving then, unrenewed
 RENEW_EVERY = 1 / 3  # of a lease: how often a renewal is sent
 RETRY_EVERY = 1 / 6  # of a lease: a failed renewal, a suspect's check, a registration again
+
+
+def lease_clock(clock: Clock) -> Callable[[], float]:
+    """The clock leases are judged on: the node's own, but for the real monotonic clock,
+    ``CLOCK_BOOTTIME`` where the system has it (Linux): unlike ``time.monotonic`` it counts
+    the time a suspended host or a paused VM spent asleep, which the store's clock counted too
+    (found by review: a node woken after several leases would serve on)."""
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)
+    if isinstance(clock, MonotonicClock) and boottime is not None:
+        return functools.partial(time.clock_gettime, boottime)
+    return clock.now
 
 
 class MembershipEvents(Protocol):
@@ -86,7 +103,7 @@ class NodeMembership:
         self.store = store
         self.lease_seconds = lease_seconds
         self._infra = infra
-        self._clock = clock
+        self._now = lease_clock(clock)
         self._count = count
         self._worker = worker
         self._events = events
@@ -125,7 +142,7 @@ class NodeMembership:
         stopped), it fences now (infrastructure thread)."""
         if self._fenced:
             return False
-        if self._clock.now() < self._valid_until or self.record is None:
+        if self._now() < self._valid_until or self.record is None:
             return True
         self._lapse(self._epoch)
         return False
@@ -134,7 +151,7 @@ class NodeMembership:
         """Register with a new incarnation and start renewing (the node's start; blocks)."""
         if endpoint is not None:
             self.endpoint = endpoint
-        sent = self._clock.now()
+        sent = self._now()
         self.record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds)
         self._confirmed(sent)
         self._schedule(self.lease_seconds * RENEW_EVERY, self._renew)
@@ -176,13 +193,14 @@ class NodeMembership:
         self._valid_until = until
         if self._fence is not None:
             self._fence.cancel()
-        if not self._stopped:
-            self._fence = self._infra.call_at(until, self._lapse, self._epoch)
+        if not self._stopped:  # (relative: the lease clock may run apart from the node's)
+            delay = max(0.0, until - self._now())
+            self._fence = self._infra.call_later(delay, self._lapse, self._epoch)
 
     def _renew(self, epoch: int) -> None:
         if self._stopped or epoch != self._epoch or self.record is None:
             return
-        sent = self._clock.now()
+        sent = self._now()
         done = self._worker.call(self._renew_and_list, self.record.incarnation)
         done.add_callback(lambda result, error: self._renewed(epoch, sent, result, error))
 
@@ -221,7 +239,7 @@ class NodeMembership:
         """The fence deadline: no renewal was confirmed in time."""
         if self._stopped or self._fenced or epoch != self._epoch:
             return
-        if self._clock.now() < self._valid_until:
+        if self._now() < self._valid_until:
             return  # renewed meanwhile (this deadline was already due when it was moved)
         self._fence_now(
             f"no lease renewal was confirmed within {FENCE_AT:.0%} of its {self.lease_seconds} s"
@@ -246,7 +264,7 @@ class NodeMembership:
         """Register again as a new incarnation, retried until the store answers."""
         if self._stopped or epoch != self._epoch:
             return
-        sent = self._clock.now()
+        sent = self._now()
         known = self.incarnation
 
         def register() -> tuple[NodeRecord, list[NodeRecord]]:  # store thread
@@ -266,7 +284,7 @@ class NodeMembership:
             self._schedule(self.lease_seconds * RETRY_EVERY, self._rejoin)
             return
         record, records = result
-        if self._clock.now() >= sent + FENCE_AT * self.lease_seconds:  # too late to serve on
+        if self._now() >= sent + FENCE_AT * self.lease_seconds:  # too late to serve on
             self.record = record  # (its incarnation: the next try says it had it)
             self._count("registrations_too_late")
             _log.warning("node %s registered again too slowly to serve on that lease; again",
