@@ -92,3 +92,20 @@ def test_a_record_left_before_ready_is_replayed_once_by_the_next_owner(nodes) ->
     now = store.lookup("j")
     assert now is not None and now.owner_node == "node-2" and now.first is None  # cleared
     assert n2.counters()["first_records_replayed"] == 1
+
+
+def test_a_record_left_behind_is_replayed_by_a_call_that_does_not_name_an_instance_spot(
+    nodes,
+) -> None:
+    """Found by review: re-homing through a plain Spot call (no ``instance_spot()``) also runs
+    the record its dead owner left, first."""
+    store, (n1, n2) = nodes
+    with pytest.raises(Unavailable, match="node-1 died"):
+        n1.client().send_to_spot("j", Mark(tag="first")).instance_spot().wait(WAIT)
+    n2.client().send_to_spot("j", Mark(tag="second")).wait(WAIT)  # a plain Spot send
+    with SEEN:
+        assert SEEN.wait_for(lambda: len(HANDLED) == 2, WAIT)
+    assert HANDLED == [("node-2", "first"), ("node-2", "second")]
+    run_until_idle(n2, WAIT)
+    now = store.lookup("j")
+    assert now is not None and now.first is None

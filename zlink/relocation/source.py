@@ -378,13 +378,15 @@ class Outbound(RelocatorState):
     def _take_jobs(self, out: Outgoing, obj: SpotAct | ActorAct) -> tuple[wire.RelocJob, ...]:
         """Everything queued behind the barrier, in order, as it will be queued on the target;
         the items themselves are kept in ``out.taken`` (see :meth:`_put_back`)."""
-        from ..runtime.jobs import BatchJob, SendJob
+        from ..runtime.jobs import BatchJob, RecordedJob, SendJob
 
         jobs: list[wire.RelocJob] = []
         taken: list[Any] = []
         for item in obj.owner.drain():
             if isinstance(item, Job) and item.lane != Lane.UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
+            if isinstance(item, RecordedJob):  # a first record leaves with its Spot: cleared
+                item.ran()  # here first (the target runs it as any message: at most once)
             if isinstance(item, SendJob):  # a MessageJob is one too
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us

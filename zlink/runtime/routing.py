@@ -72,7 +72,7 @@ from ..messaging.calls import (
 )
 from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
-from ..types import SpotCreateResult, TargetKind
+from ..types import SpotCreateResult, SpotKind, TargetKind
 from .acts import READY
 
 if TYPE_CHECKING:
@@ -236,6 +236,13 @@ class MeshRouter:
                     self._activate_recorded(reserve, found, location)
                 elif (
                     isinstance(found, Reservation) and found.created and location is not None
+                    and (instance := self._instance_type(location)) is not None
+                ):  # fmt: skip
+                    # an Instance Spot re-homed by a call that did not name it as one: its
+                    # first record, if its dead owner left one, still runs first
+                    self._activate_recorded(instance, found, location)
+                elif (
+                    isinstance(found, Reservation) and found.created and location is not None
                     and not self.rt.rehome(location)
                 ):  # fmt: skip
                     lost = found.previous.owner_node if found.previous is not None else "?"
@@ -245,6 +252,13 @@ class MeshRouter:
                     self.store_worker.call(self.store.release, target, me, self.rt.incarnation,
                                            location.authority_generation)  # fmt: skip
             self._answer(waiting, route, error)
+
+    def _instance_type(self, location: Location) -> TypeSpec | None:
+        """The Instance Spot type ``location`` names, if it names one."""
+        spec = self.rt.app.spots.get(location.type_name)
+        if location.kind != str(TargetKind.SPOT) or spec is None:
+            return None
+        return spec if spec.kind is SpotKind.INSTANCE else None
 
     def _activate_recorded(self, spec: TypeSpec, held: Any, location: Location) -> None:
         """Cold activation of an Instance Spot this node won (execution-model §14): the
