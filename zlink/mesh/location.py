@@ -274,16 +274,24 @@ class InMemoryLocationStore:
         """The first record's handler ended: forget the record (fenced like any write);
         ``False`` if there was none."""
         with self._lock:
-            found = self._locations.get(spot_id)
-            if found is None:
-                return False
-            check_fence(found, node, incarnation, authority_generation)
-            if not self._live(node, incarnation, self._now()):
-                raise no_lease(node, incarnation)
-            if found.first is None:
+            found = self._writable(spot_id, node, incarnation, authority_generation)
+            if found is None or found.first is None:
                 return False
             self._locations[spot_id] = replace(found, first=None)
             return True
+
+    def _writable(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> Location | None:
+        """(Under ``_lock``.) ``spot_id``'s location if ``node`` may write it (``None``: there
+        is none); a stale owner, or one whose lease lapsed, is refused (raises)."""
+        found = self._locations.get(spot_id)
+        if found is None:
+            return None
+        check_fence(found, node, incarnation, authority_generation)
+        if not self._live(node, incarnation, self._now()):
+            raise no_lease(node, incarnation)
+        return found
 
     def lookup(self, spot_id: str) -> Location | None:
         """The current location of ``spot_id``, or ``None``."""
@@ -295,12 +303,8 @@ class InMemoryLocationStore:
         """Forget ``spot_id`` (it closed); refused for anyone but its current owner, and for
         an owner whose lease lapsed."""
         with self._lock:
-            found = self._locations.get(spot_id)
-            if found is None:
+            if self._writable(spot_id, node, incarnation, authority_generation) is None:
                 return False
-            check_fence(found, node, incarnation, authority_generation)
-            if not self._live(node, incarnation, self._now()):
-                raise no_lease(node, incarnation)
             del self._locations[spot_id]
             return True
 

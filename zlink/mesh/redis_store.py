@@ -131,6 +131,17 @@ local function location(spot, now)
   end
   return out
 end
+local function writable(spot, node, incarnation, authority, now, missing)
+  -- spot's location if node at incarnation and authority may write it; else nil and the
+  -- answer: {missing}, {'stale', location} or {'no_lease'}
+  local found = location(spot, now)
+  if not found then return nil, {missing} end
+  if found[3] ~= node or found[4] ~= incarnation or found[5] ~= authority then
+    return nil, {'stale', found}
+  end
+  if not live(node, incarnation, now) then return nil, {'no_lease'} end
+  return found, nil
+end
 local function claims_left(now)
   -- the seconds a store that lost its data still grants no claim, or nil
   local after = redis.call('GET', P .. 'claims_after')
@@ -186,14 +197,9 @@ return {'claimed', claimed}
 
 # ARGV: P, now, spot, node, incarnation, authority
 _RELEASE = """
-local now = now_of(ARGV[2])
-local spot, node, incarnation = ARGV[3], ARGV[4], ARGV[5]
-local found = location(spot, now)
-if not found then return {'none'} end
-if found[3] ~= node or found[4] ~= incarnation or found[5] ~= ARGV[6] then
-  return {'stale', found}
-end
-if not live(node, incarnation, now) then return {'no_lease'} end
+local spot = ARGV[3]
+local found, refused = writable(spot, ARGV[4], ARGV[5], ARGV[6], now_of(ARGV[2]), 'none')
+if refused then return refused end
 redis.call('DEL', P .. 'loc:' .. spot)
 return {'done'}
 """
@@ -201,13 +207,9 @@ return {'done'}
 # ARGV: P, now, spot, node, incarnation, authority, target
 _TRANSFER = """
 local now = now_of(ARGV[2])
-local spot, node, incarnation, target = ARGV[3], ARGV[4], ARGV[5], ARGV[7]
-local found = location(spot, now)
-if not found then return {'no_location'} end
-if found[3] ~= node or found[4] ~= incarnation or found[5] ~= ARGV[6] then
-  return {'stale', found}
-end
-if not live(node, incarnation, now) then return {'no_lease'} end
+local spot, target = ARGV[3], ARGV[7]
+local found, refused = writable(spot, ARGV[4], ARGV[5], ARGV[6], now, 'no_location')
+if refused then return refused end
 local to = redis.call('HMGET', P .. 'node:' .. target, 'incarnation', 'lease_until')
 if not to[1] or tonumber(to[2]) < now then return {'no_target'} end
 local left = claims_left(now)
@@ -221,14 +223,9 @@ return {'moved', {found[1], found[2], target, to[1], authority, found[6], to[2],
 
 # ARGV: P, now, spot, node, incarnation, authority
 _CLEAR_FIRST = """
-local now = now_of(ARGV[2])
-local spot, node, incarnation = ARGV[3], ARGV[4], ARGV[5]
-local found = location(spot, now)
-if not found then return {'none'} end
-if found[3] ~= node or found[4] ~= incarnation or found[5] ~= ARGV[6] then
-  return {'stale', found}
-end
-if not live(node, incarnation, now) then return {'no_lease'} end
+local spot = ARGV[3]
+local found, refused = writable(spot, ARGV[4], ARGV[5], ARGV[6], now_of(ARGV[2]), 'none')
+if refused then return refused end
 if found[9] == '' then return {'none'} end
 redis.call('HDEL', P .. 'loc:' .. spot, 'first_type', 'first_payload')
 return {'done'}
@@ -453,10 +450,7 @@ class RedisLocationStore:
             "clear_first", spot_id, node, _int(incarnation), _int(authority_generation)
         )
         verdict = answer[0]
-        if verdict == "stale":
-            check_fence(_location(spot_id, answer[1]), node, incarnation, authority_generation)
-        if verdict == "no_lease":
-            raise no_lease(node, incarnation)
+        _refuse(spot_id, answer, node, incarnation, authority_generation)
         return bool(verdict == "done")
 
     def lookup(self, spot_id: str) -> Location | None:
@@ -469,10 +463,7 @@ class RedisLocationStore:
         an owner whose lease lapsed."""
         answer = self._run("release", spot_id, node, _int(incarnation), _int(authority_generation))
         verdict = answer[0]
-        if verdict == "stale":
-            check_fence(_location(spot_id, answer[1]), node, incarnation, authority_generation)
-        if verdict == "no_lease":
-            raise no_lease(node, incarnation)
+        _refuse(spot_id, answer, node, incarnation, authority_generation)
         return bool(verdict == "done")
 
     def transfer(
@@ -487,10 +478,7 @@ class RedisLocationStore:
         verdict = answer[0]
         if verdict == "no_location":
             raise Unavailable(f"{spot_id!r} has no location to transfer")
-        if verdict == "stale":
-            check_fence(_location(spot_id, answer[1]), node, incarnation, authority_generation)
-        if verdict == "no_lease":
-            raise no_lease(node, incarnation)
+        _refuse(spot_id, answer, node, incarnation, authority_generation)
         if verdict == "no_target":
             raise Unavailable(f"node {target!r} holds no lease: {spot_id!r} stays")
         if verdict == "recovering":
@@ -569,6 +557,16 @@ def _location(spot_id: str, fields: Sequence[str]) -> Location:
     first = (first_type, first_payload) if first_type else None
     return Location(spot_id, kind, type_name, owner, int(incarnation), int(authority),
                     int(generation), float(lease_until), live == "1", first)  # fmt: skip
+
+
+def _refuse(
+    spot_id: str, answer: Sequence[Any], node: str, incarnation: int, authority: int
+) -> None:
+    """Raise what a fenced script's ``stale`` or ``no_lease`` answer means (else nothing)."""
+    if answer[0] == "stale":
+        check_fence(_location(spot_id, answer[1]), node, incarnation, authority)
+    if answer[0] == "no_lease":
+        raise no_lease(node, incarnation)
 
 
 def _int(value: int) -> str:

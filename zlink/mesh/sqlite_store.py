@@ -294,15 +294,8 @@ class SqliteLocationStore:
         ``False`` if there was none."""
 
         def clear(conn: sqlite3.Connection) -> bool:
-            now = self._now()
-            row = _one(conn, _SELECT_LOCATION, (spot_id,))
-            if row is None:
-                return False
-            found = _location(row, now)
-            check_fence(found, node, incarnation, authority_generation)
-            if _one(conn, _LIVE, (node, incarnation, now)) is None:
-                raise no_lease(node, incarnation)
-            if found.first is None:
+            found = self._writable(conn, spot_id, node, incarnation, authority_generation)
+            if found is None or found.first is None:
                 return False
             conn.execute(
                 "UPDATE locations SET first_type = NULL, first_payload = NULL WHERE spot_id = ?",
@@ -326,13 +319,8 @@ class SqliteLocationStore:
         an owner whose lease lapsed."""
 
         def forget(conn: sqlite3.Connection) -> bool:
-            now = self._now()
-            row = _one(conn, _SELECT_LOCATION, (spot_id,))
-            if row is None:
+            if self._writable(conn, spot_id, node, incarnation, authority_generation) is None:
                 return False
-            check_fence(_location(row, now), node, incarnation, authority_generation)
-            if _one(conn, _LIVE, (node, incarnation, now)) is None:
-                raise no_lease(node, incarnation)
             conn.execute("DELETE FROM locations WHERE spot_id = ?", (spot_id,))
             return True
 
@@ -347,13 +335,9 @@ class SqliteLocationStore:
 
         def move(conn: sqlite3.Connection) -> Location:
             now = self._now()
-            row = _one(conn, _SELECT_LOCATION, (spot_id,))
-            if row is None:
+            found = self._writable(conn, spot_id, node, incarnation, authority_generation)
+            if found is None:
                 raise Unavailable(f"{spot_id!r} has no location to transfer")
-            found = _location(row, now)
-            check_fence(found, node, incarnation, authority_generation)
-            if _one(conn, _LIVE, (node, incarnation, now)) is None:
-                raise no_lease(node, incarnation)
             to = _one(
                 conn,
                 "SELECT incarnation, lease_until FROM nodes WHERE node_id = ? AND lease_until >= ?",
@@ -374,6 +358,22 @@ class SqliteLocationStore:
             )  # fmt: skip
 
         return self._write(move)
+
+    def _writable(
+        self, conn: sqlite3.Connection, spot_id: str, node: str, incarnation: int,
+        authority_generation: int,
+    ) -> Location | None:  # fmt: skip
+        """(In a write.) ``spot_id``'s location if ``node`` may write it (``None``: there is
+        none); a stale owner, or one whose lease lapsed, is refused (raises)."""
+        now = self._now()
+        row = _one(conn, _SELECT_LOCATION, (spot_id,))
+        if row is None:
+            return None
+        found = _location(row, now)
+        check_fence(found, node, incarnation, authority_generation)
+        if _one(conn, _LIVE, (node, incarnation, now)) is None:
+            raise no_lease(node, incarnation)
+        return found
 
     def _check_claims(self, conn: sqlite3.Connection, now: float) -> None:
         """Refuse a claim while the store waits out one lease after losing its data."""
