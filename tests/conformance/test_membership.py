@@ -155,6 +155,8 @@ def test_a_renewal_the_store_refuses_fences_at_once(clock: ManualClock) -> None:
         counters = node.counters()
         assert counters["lease_renewals_refused"] == 1 and counters["self_fenced"] == 1
         assert node.incarnation > old
+        cluster.wait_idle(WAIT)  # it met its peers anew (none here) and serves again
+        assert not node.status().fenced
         again = node.client().request_to_spot("r", Ping()).wait(WAIT)  # re-homed here
         assert again == "pong" and node.counters()["spots_rehomed"] == 1
 
