@@ -304,7 +304,12 @@ class Node:
         return [] if self._rt.router is None else self._rt.router.peers()
 
     def client(self) -> Client:
-        """The route client and managers for code outside the runtime (python-api §6)."""
+        """The route client and managers for code outside the runtime (python-api §6).
+        ``InvalidOperation`` before ``start()``: nothing could answer its calls yet."""
+        if self._state == "new":
+            raise InvalidOperation(
+                f"node {self.node_id} is not started: call start() first, or use it in a with block"
+            )
         return self._client
 
     def status(self) -> NodeStatus:

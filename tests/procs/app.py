@@ -186,3 +186,8 @@ class Journal(zlink.InstanceSpot):
         _audit(self.context, f"mark:{msg.tag}")
         if msg.hold_on == _node(self.context):
             RELEASE_HOLD.wait(30)
+
+
+def make_app() -> zlink.App:
+    """A factory (``zlink run tests.procs.app:make_app --factory``)."""
+    return app

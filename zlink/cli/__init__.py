@@ -1,4 +1,10 @@
-"""The ``zlink`` command line (typer): ``zlink run MODULE:ATTR`` starts an embedded node."""
+"""The ``zlink`` command line (typer): ``zlink run MODULE:ATTR`` starts an embedded node.
+
+A user's mistake (a target that does not import or is not what the command needs, a port in
+use, a value a setting refuses) ends the command with one ``Error: ...`` line on stderr and
+exit status 1, as uvicorn does; its traceback is logged only with ``--log-level debug``.
+Options of ``zlink run`` can also come from ``ZLINK_<OPTION>`` environment variables.
+"""
 
 from __future__ import annotations
 
@@ -14,21 +20,86 @@ import socket
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from enum import StrEnum
 from typing import Annotated, Any
 
+import pydantic
 import typer
+import zmq
 
 from ..admin import AdminServer, parse_address
 from ..app import App
 from ..config import NodeConfig
-from ..errors import InvalidArgument
+from ..errors import InvalidArgument, ZLinkError
 from ..node import Node
 from ..status import NodeStatus, OwnerStatus
 
 cli = typer.Typer(
-    add_completion=False, help="ZLink for Python: Spots and Actors, one turn at a time."
+    help="ZLink for Python: Spots and Actors, one turn at a time.",
+    pretty_exceptions_show_locals=False,
 )
+
+
+class LogLevel(StrEnum):
+    """``--log-level``: how much the node logs."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+_log = logging.getLogger("zlink.cli")
+
+
+def _explain(exc: BaseException) -> str:
+    """One line that says what went wrong, for a user's mistake."""
+    if isinstance(exc, ZLinkError) and isinstance(exc.__cause__, pydantic.ValidationError):
+        return f"invalid setting: {_explain(exc.__cause__)}"
+    if isinstance(exc, pydantic.ValidationError):
+        return "; ".join(
+            f"{'.'.join(str(part) for part in err['loc']) or 'value'}: {err['msg']}"
+            for err in exc.errors()
+        )
+    if isinstance(exc, ModuleNotFoundError):
+        return f"cannot import {exc.name!r}: {exc}"
+    if isinstance(exc, zmq.ZMQError) and exc.errno == zmq.EADDRINUSE:
+        return f"the address is in use: {exc}"
+    if isinstance(exc, OSError) and exc.errno is not None and "in use" in str(exc).lower():
+        return f"the address is in use: {exc}"
+    return str(exc) or type(exc).__name__
+
+
+@contextlib.contextmanager
+def _user_errors() -> Iterator[None]:
+    """Turn a user's mistake into one ``Error:`` line and exit status 1 (the traceback only
+    at ``--log-level debug``)."""
+    try:
+        yield
+    except (ZLinkError, ImportError, OSError, pydantic.ValidationError, zmq.ZMQError) as exc:
+        _log.debug("the command failed", exc_info=exc)
+        typer.echo(f"Error: {_explain(exc)}", err=True)
+        raise typer.Exit(1) from None
+
+
+def _version(value: bool) -> None:
+    if value:
+        from .. import __version__
+
+        typer.echo(f"zlink {__version__}")
+        raise typer.Exit()
+
+
+@cli.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True,
+                     help="print the version and exit"),
+    ] = False,
+) -> None:  # fmt: skip
+    """ZLink for Python: Spots and Actors, one turn at a time."""
 
 
 def _app_dir() -> None:
@@ -39,7 +110,7 @@ def _app_dir() -> None:
 
 
 def load(target: str, factory: bool = False) -> Any:
-    """Import ``MODULE:ATTR``; call it when ``factory`` is set."""
+    """Import ``MODULE:ATTR``; call it when ``factory`` is set (it must return an App)."""
     _app_dir()
     module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
@@ -49,7 +120,18 @@ def load(target: str, factory: bool = False) -> Any:
         obj = getattr(module, attr)
     except AttributeError:
         raise InvalidArgument(f"module {module_name!r} has no attribute {attr!r}") from None
-    return obj() if factory else obj
+    if not factory:
+        return obj
+    if isinstance(obj, App):
+        raise InvalidArgument(f"{target} is a zlink.App, not a factory: leave out --factory")
+    if isinstance(obj, type) or not callable(obj):
+        raise InvalidArgument(f"{target} is not a factory (a function that returns a zlink.App)")
+    made = obj()
+    if not isinstance(made, App):
+        raise InvalidArgument(
+            f"the factory {target} returned {type(made).__name__}, not a zlink.App"
+        )
+    return made
 
 
 def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
@@ -71,39 +153,59 @@ def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
 def run(
     target: Annotated[str, typer.Argument(help="MODULE:ATTR of a zlink.App or a main()")],
     factory: Annotated[bool, typer.Option(help="ATTR is a factory returning an App")] = False,
-    node_id: Annotated[str, typer.Option(help="this node's id")] = "node-1",
-    workers: Annotated[int | None, typer.Option(help="worker threads (default: cores)")] = None,
+    node_id: Annotated[str, typer.Option(envvar="ZLINK_NODE_ID", help="this node's id")] = "node-1",
+    workers: Annotated[
+        int | None, typer.Option(envvar="ZLINK_WORKERS", help="worker threads (default: cores)")
+    ] = None,
     admin: Annotated[
-        str | None, typer.Option(help="serve status on HOST:PORT (loopback; port 0 picks one)")
+        str | None,
+        typer.Option(
+            envvar="ZLINK_ADMIN", help="serve status on HOST:PORT (loopback; port 0 picks one)"
+        ),
     ] = None,
     admin_allow_remote: Annotated[
         bool, typer.Option(help="allow a non-loopback admin address")
     ] = False,
-    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            envvar="ZLINK_LOG_LEVEL",
+            case_sensitive=False,
+            help="how much to log (debug: tracebacks)",
+        ),
+    ] = LogLevel.INFO,
     listen: Annotated[
         str | None,
-        typer.Option(help="tcp://HOST:PORT for peers and clients (port 0: any free one)"),
+        typer.Option(
+            envvar="ZLINK_LISTEN",
+            help="tcp://HOST:PORT for peers and clients (port 0: any free one)",
+        ),
     ] = None,
     store: Annotated[
         str | None,
         typer.Option(
+            envvar="ZLINK_STORE",
             help='Location Store: "memory", "sqlite:///PATH" or "redis://HOST:PORT/DB"'
-            " (shared by the mesh)"
+            " (shared by the mesh)",
         ),
     ] = None,
-    mesh: Annotated[str, typer.Option(help="the mesh's name")] = "main",
+    mesh: Annotated[str, typer.Option(envvar="ZLINK_MESH", help="the mesh's name")] = "main",
     lease: Annotated[
         float | None,
         typer.Option(
+            envvar="ZLINK_LEASE",
             help="node lease in the store, seconds (default 3): a node that cannot"
-            " renew it stops serving; a dead node's Spots move after it"
+            " renew it stops serving; a dead node's Spots move after it",
         ),
     ] = None,
     insecure: Annotated[
         bool, typer.Option(help="allow a non-loopback --listen without CURVE keys (logged)")
     ] = False,
     keys: Annotated[
-        str | None, typer.Option(help="keys folder (zlink keys generate): CURVE on the mesh")
+        str | None,
+        typer.Option(
+            envvar="ZLINK_KEYS", help="keys folder (zlink keys generate): CURVE on the mesh"
+        ),
     ] = None,
     nodes: Annotated[
         int | None,
@@ -124,31 +226,38 @@ def run(
     --listen's on, or free ones; the store a SQLite file in a fresh temporary folder unless
     --store says), and SIGINT/SIGTERM stops them all."""
     logging.basicConfig(
-        level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if nodes is not None:
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
-                           insecure, keys, log_level, lease))  # fmt: skip
-    obj = load(target, factory)
-    if not isinstance(obj, App):
-        if callable(obj):
-            obj()
+                           insecure, keys, log_level.value, lease))  # fmt: skip
+    with _user_errors():
+        obj = load(target, factory)
+        if not isinstance(obj, App):
+            _run_callable(target, obj, admin)
             return
-        raise typer.BadParameter(f"{target} is neither a zlink.App nor callable")
-    stop = threading.Event()
-    with _SignalWaker() as waker:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, functools.partial(_on_stop_signal, stop))
-        server = None
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, mesh=mesh, insecure=insecure,
             keys=keys, **({} if store is None else {"store": store}),
             **({} if lease is None else {"lease_seconds": lease}),
         )  # fmt: skip
-        with Node(obj, config) as node:
-            if admin is not None:
-                host, port = parse_address(admin)
-                server = AdminServer(node, host, port, allow_remote=admin_allow_remote).start()
+    stop = threading.Event()
+    with _SignalWaker() as waker:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, functools.partial(_on_stop_signal, stop))
+        server = None
+        with _user_errors():  # a port in use, a store that will not open: one line
+            node = Node(obj, config).start()
+            try:
+                if admin is not None:
+                    host, port = parse_address(admin)
+                    server = AdminServer(node, host, port,
+                                         allow_remote=admin_allow_remote).start()  # fmt: skip
+            except BaseException:
+                node.shutdown(5.0)
+                raise
+        with node:
+            if server is not None:
                 bound = server.address
                 typer.echo(f"admin on http://{bound[0]}:{bound[1]}", err=False)
             if listen is not None:
@@ -176,6 +285,22 @@ def run(
             # on a thread of its own: this (main) thread stays free for a second signal
             waker.run(graceful, "zlink-graceful-stop")
     typer.echo("stopped")
+
+
+def _run_callable(target: str, obj: Any, admin: str | None) -> None:
+    """``zlink run MODULE:ATTR`` of a ``main()``: run it, refusing what is not one."""
+    if isinstance(obj, type):
+        raise InvalidArgument(
+            f"{target} is a class ({obj.__name__}), not a zlink.App or a main() function"
+        )
+    if not callable(obj):
+        raise InvalidArgument(f"{target} is neither a zlink.App nor callable")
+    if admin is not None:
+        raise InvalidArgument(
+            "--admin serves a node's status: it needs a zlink.App target, not a function"
+        )
+    if isinstance(obj(), App):
+        raise InvalidArgument(f"{target} returned a zlink.App: it is a factory; add --factory")
 
 
 def _run_many(
@@ -264,7 +389,9 @@ def keys_generate(
     "client"); give the folder to nodes (--keys) and clients (zlink.connect(keys=...))."""
     from ..mesh.keys import generate
 
-    for path in generate(folder, client):
+    with _user_errors():
+        paths = generate(folder, client)
+    for path in paths:
         typer.echo(str(path))
 
 
@@ -285,7 +412,8 @@ def mesh_cmd(
     from ..mesh.stores import open_store
     from ..mesh.zmq_transport import MeshEndpoint
 
-    opened = open_store(store)
+    with _user_errors():
+        opened = open_store(store)
     try:
         records = opened.nodes()
         owned = opened.owned()

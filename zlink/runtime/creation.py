@@ -268,7 +268,11 @@ class Creation:
 
     def _timed(self, call: CreateCall[Any]) -> Completion:
         completion = Completion()
-        self.arm(completion, call.deadline, "not created in time")
+        self.arm(
+            completion, call.deadline,
+            f"{call.kind} {call.object_id or '(new)'!r} not created within"
+            f" {self.deadline_of(call.deadline):g} s",
+        )  # fmt: skip
         return completion
 
     def deadline_of(self, deadline: float | None) -> float:

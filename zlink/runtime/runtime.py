@@ -207,6 +207,13 @@ class Runtime:
     def new_gate(self, name: str) -> Gate:
         return Gate(self.pool, self.clock, self.budget, name)
 
+    def _no_reply(self, call: MessageCall) -> str:
+        """What a request that timed out says: its target and its limit."""
+        return (
+            f"no reply from {call.kind} {call.target!r} within"
+            f" {self.deadline_of(call.deadline):g} s"
+        )
+
     @property
     def incarnation(self) -> int:
         """This node's incarnation in the store: what its claims and fenced writes name."""
@@ -356,7 +363,7 @@ class Runtime:
             job.ran = recorded
         job.at = self._now()
         if reply is not None and reply.timer is None:  # a diverted call was armed already
-            self.arm(reply, call.deadline, "no reply in time")
+            self.arm(reply, call.deadline, self._no_reply(call))
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
             run_free(job, self.pool)
@@ -546,7 +553,7 @@ class Runtime:
         if lanes.app_waiters or lanes.life_waiters:
             lanes.end_waits()  # each routed again now, in its order (_room_sealed)
         if reply is not None and reply.timer is None:  # its deadline runs from now on
-            self.arm(reply, call.deadline, "no reply in time")
+            self.arm(reply, call.deadline, self._no_reply(call))
         relocator = self.relocator
         if relocator is not None and relocator.divert(call, reply, hops):
             return reply  # type: ignore[return-value]
@@ -574,7 +581,7 @@ class Runtime:
             local = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
             if local is None:
                 if reply is not None and reply.timer is None:
-                    self.arm(reply, call.deadline, "no reply in time")
+                    self.arm(reply, call.deadline, self._no_reply(call))
                 try:
                     router.send_call(call, reply, hops, room)
                 except ZLinkError as exc:  # unreachable, or no room to it: nothing was sent

@@ -1,0 +1,71 @@
+"""A user's mistakes on the command line end with one ``Error:`` line and a non-zero exit,
+never a traceback (issue "Running ZLink as a service"); ``--version``; options from
+``ZLINK_*`` environment variables."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.unit.test_cli import ROOT
+from zlink.cli import cli
+
+runner = CliRunner()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["run", "no_colon_here"], "Error: expected MODULE:ATTR, got 'no_colon_here'"),
+        (["run", "nosuch_module_zz:app"], "Error: cannot import 'nosuch_module_zz'"),
+        (["run", "tests.procs.app:nothing"], "has no attribute 'nothing'"),
+        (["run", "tests.procs.app:app", "--factory"], "is a zlink.App, not a factory"),
+        (["run", "tests.procs.app:make_app"], "it is a factory; add --factory"),
+        (["run", "tests.procs.app:Bump"], "is a class (Bump), not a zlink.App or a main()"),
+        (["run", "examples.counter:main", "--admin", "127.0.0.1:0"], "needs a zlink.App"),
+        (["run", "tests.procs.app:app", "--workers", "0"], "Error: invalid setting: workers:"),
+        (["run", "tests.procs.app:app", "--store", "sqlite:///x.db"], "Error: a Location Store"),
+    ],
+)
+def test_a_mistake_is_one_error_line_and_exit_1(args: list[str], says: str) -> None:
+    result = runner.invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert says in result.output
+    assert "Traceback" not in result.output and "pydantic" not in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_log_level_that_is_not_one_is_a_usage_error() -> None:
+    result = runner.invoke(cli, ["run", "tests.procs.app:app", "--log-level", "LOUD"])
+    assert result.exit_code == 2
+    assert "'LOUD' is not one of" in result.output and "Traceback" not in result.output
+
+
+def test_options_come_from_zlink_environment_variables() -> None:
+    result = runner.invoke(cli, ["run", "tests.procs.app:app"], env={"ZLINK_WORKERS": "0"})
+    assert result.exit_code == 1 and "invalid setting: workers" in result.output
+
+
+def test_version_flag() -> None:
+    result = runner.invoke(cli, ["--version"])
+    assert result.exit_code == 0 and result.output.strip() == "zlink 0.1.0"
+
+
+def test_a_port_in_use_is_one_error_line_and_its_traceback_only_at_debug() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--listen",
+                f"tcp://127.0.0.1:{port}"]  # fmt: skip
+        plain = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        debug = subprocess.run([*args, "--log-level", "debug"], cwd=ROOT, capture_output=True,
+                               text=True, timeout=60)  # fmt: skip
+    assert plain.returncode == 1
+    assert plain.stderr.strip().splitlines()[-1].startswith("Error: the address is in use")
+    assert "Traceback" not in plain.stderr
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
