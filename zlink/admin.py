@@ -1,9 +1,15 @@
 """The admin endpoint of a node: read-only HTTP on loopback (``zlink run --admin``).
 
-``GET /status`` returns ``NodeStatus`` as JSON; ``GET /health`` returns ``{"ok": true}``. It runs
-on its own thread (``http.server``), never on an application worker or the infrastructure
-thread, so looking at a node never slows it. It binds a loopback address only, unless the caller
-asks for another one explicitly with ``allow_remote=True``.
+``GET /status`` returns ``NodeStatus`` as JSON; ``GET /health`` returns ``{"ok": true}``;
+``GET /metrics`` returns the node's counters and gauges in the Prometheus text format
+(``prometheus_client``, read from ``node.status()`` when scraped: nothing is added to a turn).
+It runs on its own threads (``http.server``), never on an application worker or the
+infrastructure thread, so looking at a node never slows it. It binds a loopback address only,
+unless the caller asks for another one explicitly with ``allow_remote=True``.
+
+Guarantees / assumes: at most ``max_connections`` connections are served at once (one more is
+closed at once, counted as ``admin_connections_refused``), and a connection idle or half-open
+for ``timeout`` seconds is closed (a thread per connection, bounded).
 """
 
 from __future__ import annotations
@@ -12,8 +18,13 @@ import ipaddress
 import json
 import logging
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from .errors import InvalidArgument
 
@@ -42,28 +53,91 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class AdminServer:
-    """Serves a node's status over HTTP on its own thread."""
+class _NodeCollector(Collector):
+    """The node's status as Prometheus metrics, read when scraped."""
 
-    def __init__(self, node: Node, host: str, port: int, *, allow_remote: bool = False) -> None:
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._node.status()
+        labels = ["node", "mesh"]
+        who = [s.node_id, s.mesh]
+        counters = CounterMetricFamily(
+            "zlink_events", "Node counters: messages refused and dropped (by reason), late "
+            "replies, relocations, lease renewals, ...", labels=[*labels, "name"],
+        )  # fmt: skip
+        for name, value in sorted(s.counters.items()):
+            counters.add_metric([*who, name], value)
+        yield counters
+        for name, doc, value in (
+            ("zlink_workers", "Application worker threads", s.workers),
+            ("zlink_workers_busy", "Workers running a turn now", s.workers_busy),
+            ("zlink_spots", "Spots active on the node", s.spots),
+            ("zlink_actors", "Actors active on the node", s.actors),
+            ("zlink_infrastructure_backlog", "Tasks waiting for the infrastructure thread",
+             s.infrastructure_backlog),
+            ("zlink_worker_calls_in_flight", "context.workers calls running",
+             s.worker_calls_in_flight),
+            ("zlink_fenced", "1 while the node has fenced itself (its lease)", int(s.fenced)),
+        ):  # fmt: skip
+            gauge = GaugeMetricFamily(name, doc, labels=labels)
+            gauge.add_metric(who, value)
+            yield gauge
+        by_type: dict[tuple[str, str], list[int]] = {}
+        for o in s.owners:
+            row = by_type.setdefault((o.kind, o.type), [0, 0, 0, 0])
+            row[0] += o.app_items
+            row[1] += o.app_bytes
+            row[2] += o.waiters
+            row[3] += o.refused
+        families: list[GaugeMetricFamily | CounterMetricFamily] = [
+            GaugeMetricFamily("zlink_queue_items", "Messages queued, by owner kind and type",
+                              labels=[*labels, "kind", "type"]),
+            GaugeMetricFamily("zlink_queue_bytes", "Bytes queued, by owner kind and type",
+                              labels=[*labels, "kind", "type"]),
+            GaugeMetricFamily("zlink_admission_waiters", "Senders waiting for room (§9)",
+                              labels=[*labels, "kind", "type"]),
+            CounterMetricFamily("zlink_admissions_refused", "Sends refused for a full lane",
+                                labels=[*labels, "kind", "type"]),
+        ]  # fmt: skip
+        for (kind, type_), values in sorted(by_type.items()):
+            for family, value in zip(families, values, strict=True):
+                family.add_metric([*who, kind, type_], value)
+        yield from families
+
+
+class AdminServer:
+    """Serves a node's status over HTTP on its own threads (see the module docstring)."""
+
+    def __init__(
+        self, node: Node, host: str, port: int, *, allow_remote: bool = False,
+        max_connections: int = 16, timeout: float = 5.0,
+    ) -> None:  # fmt: skip
         if not is_loopback(host) and not allow_remote:
             raise InvalidArgument(
                 f"the admin endpoint binds loopback addresses only, not {host!r}; "
                 "pass allow_remote (--admin-allow-remote) to expose it deliberately"
             )
         node_ref = node
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(_NodeCollector(node))
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                kind = "application/json"
                 if self.path == "/status":
                     body = node_ref.status().model_dump_json().encode()
                 elif self.path == "/health":
                     body = json.dumps({"ok": True, "node_id": node_ref.node_id}).encode()
+                elif self.path == "/metrics":
+                    body = generate_latest(registry)
+                    kind = "text/plain; version=0.0.4; charset=utf-8"
                 else:
-                    self.send_error(404, "try /status or /health")
+                    self.send_error(404, "try /status, /health or /metrics")
                     return
                 self.send_response(200)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -71,7 +145,8 @@ class AdminServer:
             def log_message(self, format: str, *args: Any) -> None:
                 _log.debug("admin: " + format, *args)
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
+        Handler.timeout = timeout  # idle or half-open connections end (socket timeout)
+        self._server = _BoundedServer((host, port), Handler, max_connections, node)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="zlink-admin", daemon=True
@@ -90,3 +165,32 @@ class AdminServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _BoundedServer(ThreadingHTTPServer):
+    """A thread per connection, at most ``limit`` at once: one more is closed at once."""
+
+    def __init__(self, address: tuple[str, int], handler: Any, limit: int, node: Node) -> None:
+        super().__init__(address, handler)
+        self._slots = threading.BoundedSemaphore(limit)
+        self._node = node
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            self._node._runtime.metrics.add("admin_connections_refused")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        _log.debug("admin: a connection from %s failed", client_address, exc_info=True)

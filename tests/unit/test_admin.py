@@ -60,6 +60,8 @@ def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
         assert owners[0]["waiters"] == 0 and owners[0]["refused"] == 0  # python-api §9
         assert "counter.lobby@node-1" in zl("inspect", "spots")
         assert "workers busy" in zl("status")
+        status = json.loads(zl("status", "--json"))
+        assert status["node_id"] == "node-1" and status["workers"] >= 1
         assert "workers busy" in zl("status", "--watch", "--count", "1", "--interval", "0.1")
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
@@ -77,3 +79,70 @@ def test_inspect_reports_a_node_that_does_not_answer():
     assert "no node answers" in result.output
     result = CliRunner().invoke(cli, ["inspect", "everything"])
     assert result.exit_code == 2
+
+
+class Poke(zlink.Message, type_name="t.adm.poke"):
+    pass
+
+
+def _admin(make_node, **options):  # type: ignore[no-untyped-def]
+    app = zlink.App("admin-metrics")
+
+    @app.user_spot("t.adm.room")
+    class Room(zlink.UserSpot):
+        @zlink.handler
+        def poke(self, msg: Poke) -> None:
+            pass
+
+    node = make_node(app)
+    node.client().spots.get_or_create("r", "t.adm.room").wait(5)
+    return node, AdminServer(node, "127.0.0.1", 0, **options).start()
+
+
+def _get(address: tuple[str, int], path: str) -> tuple[str, str]:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{address[0]}:{address[1]}{path}", timeout=10) as r:
+        return r.headers["Content-Type"], r.read().decode()
+
+
+def test_metrics_are_served_in_the_prometheus_text_format(make_node):
+    """Issue "Running ZLink as a service": /metrics (prometheus_client) has the node's
+    counters, gauges, and queue depths and admission waiters by Spot type."""
+    _node, server = _admin(make_node)
+    try:
+        kind, text = _get(server.address, "/metrics")
+        assert kind.startswith("text/plain; version=0.0.4")
+        assert 'zlink_workers{mesh="main",node="node-1"} 2.0' in text
+        assert 'zlink_queue_items{kind="spot",mesh="main",node="node-1",type="t.adm.room"}' in text
+        assert "zlink_admission_waiters{" in text and "zlink_fenced{" in text
+        assert "# TYPE zlink_events_total counter" in text or "# TYPE zlink_events counter" in text
+    finally:
+        server.stop()
+
+
+def test_the_admin_endpoint_caps_its_connections_and_closes_idle_ones(make_node):
+    """A connection past the cap is closed at once (counted); an idle one is closed after the
+    timeout, so a client that connects and says nothing holds no thread for long."""
+    import socket
+    import time
+
+    node, server = _admin(make_node, max_connections=2, timeout=0.5)
+    held = []
+    try:
+        for _ in range(2):
+            conn = socket.create_connection(server.address, timeout=10)
+            held.append(conn)
+        extra = socket.create_connection(server.address, timeout=10)
+        held.append(extra)
+        assert extra.recv(16) == b""  # closed at once: over the cap
+        started = time.monotonic()
+        assert held[0].recv(16) == b""  # idle past the timeout: closed by the server
+        assert time.monotonic() - started < 5.0
+        assert node.counters()["admin_connections_refused"] == 1
+        _kind, body = _get(server.address, "/health")  # slots freed: served again
+        assert json.loads(body)["ok"] is True
+    finally:
+        for conn in held:
+            conn.close()
+        server.stop()

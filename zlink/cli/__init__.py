@@ -591,8 +591,12 @@ def status(
     watch: Annotated[bool, typer.Option(help="refresh until Ctrl-C")] = False,
     interval: Annotated[float, typer.Option(min=0.1, help="seconds between refreshes")] = 1.0,
     count: Annotated[int | None, typer.Option(help="stop after this many refreshes")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print the status as JSON")] = False,
 ) -> None:
     """Show a node's workers, backlog and counters; --watch refreshes it."""
+    if json_out:
+        typer.echo(_fetch(admin).model_dump_json(indent=2))
+        return
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
