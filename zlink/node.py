@@ -10,6 +10,7 @@ locks are taken in ``zlink.lock_order``'s order by the parts that own them.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
@@ -240,6 +241,7 @@ class Node:
             )  # fmt: skip
             transport.serve_clients(self._client_server)
         self._subscribers: list[StatusSubscription] = []
+        self._started = ""  # ISO 8601, set by start()
 
     @property
     def incarnation(self) -> int:
@@ -288,6 +290,7 @@ class Node:
         for activated in self._rt.start():
             activated.wait(self.config.request_timeout)
         self._state = "running"
+        self._started = datetime.datetime.now(datetime.UTC).isoformat()
         _log.info("node %s started with %d workers", self.node_id, self._pool.size)
         return self
 
@@ -319,6 +322,8 @@ class Node:
             node_id=self.node_id,
             mesh=self.config.mesh,
             at=self.clock.now(),
+            time=datetime.datetime.now(datetime.UTC).isoformat(),
+            started=self._started,
             workers=self._pool.size,
             workers_busy=self._pool.busy,
             infrastructure_backlog=self._infra.backlog(),

@@ -22,6 +22,19 @@ from pydantic import BaseModel, ConfigDict
 _log = logging.getLogger("zlink.status")
 
 
+class TimerStatus(BaseModel):
+    """One timer of an owner (``zlink inspect timers``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    interval: float  # seconds
+    next_due_in: float  # seconds until its next tick is due (node clock; negative: late)
+    sequence: int  # the last tick delivered
+    late_ticks: int  # ticks counted late, never queued (python-api §11)
+    queued: int  # ticks admitted and not yet finished
+
+
 class OwnerStatus(BaseModel):
     """One serial execution object: its lanes, its gate and its timers."""
 
@@ -43,6 +56,7 @@ class OwnerStatus(BaseModel):
     waiters: int = 0  # callers waiting for room in its lanes now (python-api §9)
     waited: int = 0  # callers that had to wait for room, since it started
     refused: int = 0  # puts refused for want of room (count or bytes), since it started
+    timer_details: list[TimerStatus] = []  # its timers: interval, next due, sequence, late
 
 
 class NodeStatus(BaseModel):
@@ -53,6 +67,8 @@ class NodeStatus(BaseModel):
     node_id: str
     mesh: str
     at: float  # node clock
+    time: str = ""  # the wall clock at ``at``, ISO 8601 in UTC
+    started: str = ""  # when the node started, ISO 8601 in UTC ("" before it started)
     workers: int
     workers_busy: int
     infrastructure_backlog: int

@@ -108,3 +108,37 @@ def test_bad_subscriptions_are_invalid_argument(make_node):
         node.subscribe_status(print, capacity=0)
     with pytest.raises(zlink.InvalidArgument):
         node.subscribe_status("not callable")  # type: ignore[arg-type]
+
+
+def test_status_shows_each_timer_interval_next_due_sequence_and_late_ticks(make_node, clock):
+    """Issue "Running ZLink as a service": ``zlink inspect timers`` shows each timer's
+    interval, when its next tick is due, its sequence and its late ticks (node.status())."""
+    import zlink as zl
+
+    app = zl.App("status-timers")
+    ticked = threading.Event()
+
+    @app.user_spot("t.st.clock")
+    class Clock(zl.UserSpot):
+        def on_initialize(self) -> None:
+            self.context.timers.register("beat", 2.0)
+
+        @zl.timer_handler("beat")
+        def beat(self, tick: object) -> None:
+            ticked.set()
+
+    node = make_node(app)
+    node.client().spots.get_or_create("c", "t.st.clock").wait(5)
+    clock.advance(2.0)
+    assert ticked.wait(5)
+    node.wait_idle(5)
+    (owner,) = [o for o in node.status().owners if o.owner.startswith("c")]
+    (timer,) = owner.timer_details
+    assert (timer.name, timer.interval, timer.sequence, timer.late_ticks) == ("beat", 2.0, 1, 0)
+    assert 0.0 < timer.next_due_in <= 2.0
+    import datetime
+
+    status = node.status()  # wall-clock times, ISO 8601 in UTC
+    now = datetime.datetime.fromisoformat(status.time)
+    started = datetime.datetime.fromisoformat(status.started)
+    assert now.tzinfo is not None and started <= now

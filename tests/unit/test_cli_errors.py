@@ -69,3 +69,16 @@ def test_a_port_in_use_is_one_error_line_and_its_traceback_only_at_debug() -> No
     assert plain.stderr.strip().splitlines()[-1].startswith("Error: the address is in use")
     assert "Traceback" not in plain.stderr
     assert debug.returncode == 1 and "Traceback" in debug.stderr
+
+
+def test_log_format_json_writes_one_json_object_per_line() -> None:
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "zlink", "run", "examples.counter:main", "--log-format", "json"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
+    assert records and all({"time", "level", "logger", "message"} <= set(r) for r in records)
+    assert any(r["message"].startswith("node demo started") for r in records)

@@ -9,6 +9,7 @@ Options of ``zlink run`` can also come from ``ZLINK_<OPTION>`` environment varia
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
 import importlib
 import json
@@ -48,6 +49,37 @@ class LogLevel(StrEnum):
     INFO = "info"
     WARNING = "warning"
     ERROR = "error"
+
+
+class LogFormat(StrEnum):
+    """``--log-format``: lines for people, or one JSON object per line for log collectors."""
+
+    TEXT = "text"
+    JSON = "json"
+
+
+class _JsonFormatter(logging.Formatter):
+    """One JSON object per record: time (ISO 8601, UTC), level, logger, message, traceback."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def _logging(level: LogLevel, fmt: LogFormat) -> None:
+    handler = logging.StreamHandler()
+    if fmt is LogFormat.JSON:
+        handler.setFormatter(_JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level.value.upper(), handlers=[handler])
 
 
 _log = logging.getLogger("zlink.cli")
@@ -166,6 +198,14 @@ def run(
     admin_allow_remote: Annotated[
         bool, typer.Option(help="allow a non-loopback admin address")
     ] = False,
+    log_format: Annotated[
+        LogFormat,
+        typer.Option(
+            envvar="ZLINK_LOG_FORMAT",
+            case_sensitive=False,
+            help="text, or json: one JSON object per line",
+        ),
+    ] = LogFormat.TEXT,
     log_level: Annotated[
         LogLevel,
         typer.Option(
@@ -225,9 +265,7 @@ def run(
     python-api §10); with --nodes K, K node processes start on this machine (ports from
     --listen's on, or free ones; the store a SQLite file in a fresh temporary folder unless
     --store says), and SIGINT/SIGTERM stops them all."""
-    logging.basicConfig(
-        level=log_level.value.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _logging(log_level, log_format)
     if nodes is not None:
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
                            insecure, keys, log_level.value, lease))  # fmt: skip
@@ -541,7 +579,10 @@ _VIEWS: dict[str, tuple[list[str], Callable[[OwnerStatus], bool]]] = {
         lambda o: True,
     ),
     "spots": (["owner", "type", "state", "app items", "timers"], lambda o: o.kind == "spot"),
-    "timers": (["owner", "kind", "timers"], lambda o: bool(o.timers)),
+    "timers": (
+        ["owner", "kind", "timer", "interval", "next due in", "sequence", "late ticks", "queued"],
+        lambda o: bool(o.timers),
+    ),
 }
 
 
@@ -556,7 +597,7 @@ def _row(view: str, o: OwnerStatus) -> list[str]:
                 str(o.refused)]  # fmt: skip
     if view == "spots":
         return [o.owner, o.type, o.state, str(o.app_items), str(len(o.timers))]
-    return [o.owner, o.kind, ", ".join(o.timers)]
+    return [o.owner, o.kind, ", ".join(o.timers)]  # (timers: a row per timer, in ``inspect``)
 
 
 @cli.command()
@@ -581,6 +622,12 @@ def inspect(
     for column in columns:
         table.add_column(column)
     for o in owners:
+        if view == "timers":  # a row per timer
+            for t in o.timer_details:
+                table.add_row(o.owner, o.kind, t.name, f"{t.interval:g} s",
+                              f"{t.next_due_in:+.3f} s", str(t.sequence), str(t.late_ticks),
+                              str(t.queued))  # fmt: skip
+            continue
         table.add_row(*_row(view, o))
     Console().print(table)
 

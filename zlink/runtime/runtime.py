@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from ..executor import Clock, InfraExecutor, WorkerPool
     from ..handlers import HandlerSpec
     from ..messaging.message import Message
+    from ..timers import Timer
     from .ports import LeaseHolder, RelocationPort, RemoteJoinPort
     from .routing import MeshRouter
 from ..messaging.calls import (
@@ -75,7 +76,7 @@ from ..messaging.calls import (
 )
 from ..messaging.completion import Admitted, Completion, expire, in_progress
 from ..messaging.message import check_reply, wire_size, wire_size_many
-from ..status import OwnerStatus
+from ..status import OwnerStatus, TimerStatus
 from ..types import SpotKind
 from .acts import (
     GONE,
@@ -798,7 +799,14 @@ class Runtime:
         now = self.clock.now()
         out: list[OwnerStatus] = []
 
-        def add(owner: Owner, kind: str, type_: str, state: ActState, timers: list[str]) -> None:
+        def details(timers: list[Timer]) -> list[TimerStatus]:
+            return [
+                TimerStatus(name=t.name, interval=t.interval, next_due_in=t.next_due - now,
+                            sequence=t.sequence, late_ticks=t.late_ticks, queued=t.queued)
+                for t in sorted(timers, key=lambda t: t.name)
+            ]  # fmt: skip
+
+        def add(owner: Owner, kind: str, type_: str, state: ActState, timers: list[Timer]) -> None:
             lanes = owner.lanes
             ai, ab, li, lb = lanes.reserved()
             gate = owner.gate
@@ -823,7 +831,8 @@ class Runtime:
                     running_turn_age=age,
                     oldest_item_age=oldest,
                     held=owner.held,
-                    timers=timers,
+                    timers=[t.name for t in timers],
+                    timer_details=details(timers),
                     waiters=lanes.waiting(),
                     waited=lanes.waited,
                     refused=lanes.refused,
@@ -831,12 +840,13 @@ class Runtime:
             )
 
         for act in list(self.spots.values()):
-            add(act.owner, "spot", act.spec.name, act.state, sorted(act.timers))
-            for timer in list(act.timers.values()):
+            own = list(act.timers.values())
+            add(act.owner, "spot", act.spec.name, act.state, own)
+            for timer in own:
                 if timer.owner is not act.owner:
-                    add(timer.owner, "timer", act.spec.name, act.state, [timer.name])
+                    add(timer.owner, "timer", act.spec.name, act.state, [timer])
         for actor in list(self.actors.values()):
-            add(actor.owner, "actor", actor.spec.name, actor.state, sorted(actor.timers))
+            add(actor.owner, "actor", actor.spec.name, actor.state, list(actor.timers.values()))
         return out
 
 
