@@ -175,6 +175,9 @@ class TimerRuntime(Protocol):
     def stopping(self) -> bool: ...
 
     @property
+    def draining(self) -> bool: ...
+
+    @property
     def clock(self) -> Clock: ...
 
     @property
@@ -351,6 +354,8 @@ class Timer:
             self.undelivered -= 1
             if self.cancelled or rt.stopping:
                 return None
+            if rt.draining:  # the node drains (or fenced itself): no tick runs here now; the
+                return None  # periods stay owed, and go with a Spot that moves (its policy)
             due = self._due(now)
             if due == 0:
                 return None

@@ -79,3 +79,39 @@ def test_drain_without_other_nodes_moves_nothing_and_stops_admission(make_node):
     assert result.moved == [] and result.stayed == {"room": "no other node to move to"}
     with pytest.raises(zlink.Unavailable):
         client.send_to_spot("room", Add()).submit()
+
+
+def test_timers_tick_no_more_once_the_node_drains(make_node, clock):
+    """Issue "Running ZLink as a service": timers stop before the drain (a draining node
+    refuses the calls its handlers make, so ticks there only fail); their periods stay owed
+    and go with a Spot that moves."""
+    import threading
+
+    import zlink as zl
+
+    app = zl.App("drain-timers")
+    ticks: list[int] = []
+    ticked = threading.Event()
+
+    @app.user_spot("t.dt.clock")
+    class Clock(zl.UserSpot):
+        def on_initialize(self) -> None:
+            self.context.timers.register("beat", 1.0)
+
+        @zl.timer_handler("beat")
+        def beat(self, tick: zl.TimerTick) -> None:
+            ticks.append(tick.sequence)
+            ticked.set()
+
+    node = make_node(app)
+    node.client().spots.get_or_create("c", "t.dt.clock").wait(5)
+    clock.advance(1.0)
+    assert ticked.wait(5)
+    node.wait_idle(5)
+    assert ticks == [1]
+    result = node.drain(timeout=5)
+    assert result.stayed and not result.moved  # one node: nowhere to move to
+    for _ in range(3):
+        clock.advance(1.0)
+        node.wait_idle(5)
+    assert ticks == [1]  # nothing ran while it drained

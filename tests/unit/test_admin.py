@@ -67,7 +67,7 @@ def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
         assert "drained: 0 Spots moved, 1 stayed" in out  # one node: nowhere to move to
-        assert "stopped" in out
+        assert "stopped: 0 Spots moved, 1 stayed; 0 messages discarded" in out
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -306,9 +306,12 @@ def run(
             sys.stdout.flush()
             waker.wait(stop)
 
+            summary: dict[str, int] = {"moved": 0, "stayed": 0}
+
             def graceful() -> None:
                 if drain:
                     drained = node.drain()  # Spots that can move go to the other nodes first
+                    summary["moved"], summary["stayed"] = len(drained.moved), len(drained.stayed)
                     typer.echo(
                         f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
                     )
@@ -322,7 +325,13 @@ def run(
 
             # on a thread of its own: this (main) thread stays free for a second signal
             waker.run(graceful, "zlink-graceful-stop")
-    typer.echo("stopped")
+    dropped = {k.removeprefix("messages_discarded_"): v for k, v in node.counters().items()
+               if k.startswith("messages_discarded_") and v}  # fmt: skip
+    reasons = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
+    typer.echo(
+        f"stopped: {summary['moved']} Spots moved, {summary['stayed']} stayed;"
+        f" {sum(dropped.values())} messages discarded{f' ({reasons})' if reasons else ''}"
+    )
 
 
 def _run_callable(target: str, obj: Any, admin: str | None) -> None:
