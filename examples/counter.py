@@ -86,7 +86,13 @@ def main() -> None:
     with zlink.Node(app, zlink.NodeConfig(node_id="demo")) as node:
         client = node.client()
         room = client.spots.get_or_create("room-1", "counter.room").wait(5)
-        print(f"created {room.spot_id} (generation {room.spot_ref.object_generation})")
+        generation = room.spot_ref.object_generation
+        print(
+            f"created {room.spot_id} (generation {generation}: the number of this incarnation"
+            " of the room, unique on the node (in a mesh: in its store); the Lobby, an Entry"
+            " Spot, took 1; a room closed and made again, or re-homed, gets a new one, and"
+            " spots.close(ref) closes only the incarnation its ref names)"
+        )
         for _ in range(1000):
             client.send_to_spot("room-1", Add(amount=1)).submit()
         players = [client.actors.create("counter.player").wait(5).actor_id for _ in range(3)]
