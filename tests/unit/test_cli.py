@@ -123,3 +123,22 @@ def test_run_stops_gracefully_on_sigint_and_at_once_on_a_second_one():
         reader.join(WAIT_LINES)  # it ends at the end of the output
         assert proc.stdout is not None
         proc.stdout.close()
+
+
+def test_bingo_says_when_it_is_overloaded_and_fails_on_handler_errors(monkeypatch):
+    """Issue "Running ZLink as a service": a p50 far past the draw interval is called
+    overloaded, and handler errors make the command fail, instead of a summary in silence."""
+    from zlink.samples.bingo import play as play_module
+
+    def slow_play(rooms, players, **_options):  # type: ignore[no-untyped-def]
+        return play_module.Summary(
+            rooms=rooms, players=players, games=rooms, winners={}, marks=0, messages=0,
+            p50_ms=3000.0, p99_ms=9000.0, seconds=1.0, workers=2,
+            counters={"handler_errors": 7},
+        )  # fmt: skip
+
+    monkeypatch.setattr(play_module, "play", slow_play)
+    result = runner.invoke(cli, ["bingo", "play", "--rooms", "2", "--players", "3"])
+    assert result.exit_code == 1
+    assert "overloaded: a mark takes 3,000 ms (p50) after its draw" in result.output
+    assert "7 handler errors" in result.output

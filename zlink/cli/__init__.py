@@ -741,7 +741,17 @@ def bingo_play(
     ):
         table.add_row(key, value)
     console.print(table)
-    if summary.games != rooms:
+    slow = summary.p50_ms > max(50.0, 10 * draw_ms)
+    if slow:  # marks queue up behind draws: say so, rather than a p50 of seconds in silence
+        console.print(
+            f"[yellow]overloaded:[/] a mark takes {summary.p50_ms:,.0f} ms (p50) after its draw,"
+            f" {summary.p50_ms / draw_ms:,.0f}x the draw interval ({draw_ms:g} ms): the nodes"
+            " cannot keep up; try fewer rooms or players, more --workers or a larger --draw-ms"
+        )
+    errors = summary.counters.get("handler_errors", 0)
+    if errors:
+        console.print(f"[red]{errors} handler errors[/]: the log above says which")
+    if summary.games != rooms or errors:
         raise typer.Exit(1)
 
 
