@@ -492,28 +492,26 @@ class ZmqTransport:
         found = self._peers.get(peer)
         return found is not None and found.paused
 
-    def _complete(self, peer: _Peer, bodies: list[bytes]) -> None:
-        """(Infrastructure thread.) Hand COMPLETION frames to the node, in order."""
+    def _hand_on(self, peer: _Peer, channel: Channel, bodies: list[bytes]) -> None:
+        """(Infrastructure thread.) Hand frames of one channel to the node, in order; one
+        that fails is counted, and the frames after it are still handed on."""
         link = self._link
         assert link is not None
         for body in bodies:
             try:
-                link.received(peer.node_id, Channel.COMPLETION, body)
+                link.received(peer.node_id, channel, body)
             except Exception:  # noqa: BLE001 - the frames after it are still handed on
                 self._count("receive_errors")
-                _log.exception("node %s: a COMPLETION frame failed", self._node_id)
+                _log.exception("node %s: a %s frame failed", self._node_id, channel.value)
+
+    def _complete(self, peer: _Peer, bodies: list[bytes]) -> None:
+        """(Infrastructure thread.) Hand COMPLETION frames to the node, in order."""
+        self._hand_on(peer, Channel.COMPLETION, bodies)
 
     def _deliver(self, peer: _Peer, bodies: list[bytes]) -> None:
         """(Infrastructure thread.) Hand DATA frames to the node, in order; then they are
         credited back."""
-        link = self._link
-        assert link is not None
-        for body in bodies:
-            try:
-                link.received(peer.node_id, Channel.DATA, body)
-            except Exception:  # noqa: BLE001 - the frames after it are still handed on
-                self._count("receive_errors")
-                _log.exception("node %s: a DATA frame failed", self._node_id)
+        self._hand_on(peer, Channel.DATA, bodies)
         self._credit(peer, len(bodies))
 
     def _credit(self, peer: _Peer, n: int) -> None:
