@@ -234,23 +234,19 @@ class MeshRouter:
                         route = known
                 elif location is not None and reserve is not None:  # the store chose this node
                     self._activate_recorded(reserve, found, location)
-                elif (
-                    isinstance(found, Reservation) and found.created and location is not None
-                    and (instance := self._instance_type(location)) is not None
-                ):  # fmt: skip
-                    # an Instance Spot re-homed by a call that did not name it as one: its
-                    # first record, if its dead owner left one, still runs first
-                    self._activate_recorded(instance, found, location)
-                elif (
-                    isinstance(found, Reservation) and found.created and location is not None
-                    and not self.rt.rehome(location)
-                ):  # fmt: skip
-                    lost = found.previous.owner_node if found.previous is not None else "?"
-                    error = NotFound(  # an Actor is not re-homed: its node is gone, it with it
-                        f"{location.kind} {target!r} was lost with node {lost!r}"
-                    )
-                    self.store_worker.call(self.store.release, target, me, self.rt.incarnation,
-                                           location.authority_generation)  # fmt: skip
+                elif isinstance(found, Reservation) and found.created and location is not None:
+                    instance = self._instance_type(location)
+                    if instance is not None:  # an Instance Spot re-homed by a call that did
+                        # not name it as one: a first record its dead owner left runs first
+                        self._activate_recorded(instance, found, location)
+                    elif not self.rt.rehome(location):
+                        lost = found.previous.owner_node if found.previous is not None else "?"
+                        error = NotFound(  # an Actor is not re-homed: its node is gone, with it
+                            f"{location.kind} {target!r} was lost with node {lost!r}"
+                        )
+                        self.store_worker.call(self.store.release, target, me,
+                                               self.rt.incarnation,
+                                               location.authority_generation)  # fmt: skip
             self._answer(waiting, route, error)
 
     def _instance_type(self, location: Location) -> TypeSpec | None:
