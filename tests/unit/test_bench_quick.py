@@ -75,3 +75,12 @@ def test_the_rehome_benchmark_runs_in_quick_mode(capsys):
     assert rehome.main(["--quick"]) == 0  # kill -9 a node process; its Spot serves again
     out = capsys.readouterr().out
     assert "sqlite lease 1s: vs lease" in out
+
+
+@pytest.mark.timeout(120)
+def test_the_chains_benchmark_runs_in_quick_mode(capsys):
+    from bench import chains
+
+    assert chains.main(["--quick", "--workers", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "ping-pong" in out and "ring of 100 Spots" in out

@@ -251,7 +251,7 @@ class Gate:
         self._ring.append(owner)
         flag = self._flag
         if not flag.locked() and flag.acquire(False):  # see Owner._flag
-            self._pool.submit(self._run)
+            self._pool.submit_next(self._run)  # a worker's LIFO slot when a turn made it ready
 
     @property
     def busy(self) -> bool:
@@ -389,7 +389,7 @@ class Gate:
 
     def _deliver_keep(self, turn: Turn, value: Any, error: BaseException | None) -> None:
         self._cont = _Resume(turn, value, error)
-        self._pool.submit(self._run)
+        self._pool.submit_next(self._run)
 
 
 def run_free(job: Job, pool: WorkerPool) -> None:

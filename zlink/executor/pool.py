@@ -1,18 +1,26 @@
-"""The application domain's workers: N threads and one shared run queue (execution-model §10).
+"""The application domain's workers: N threads, one shared run queue and a LIFO slot per
+worker (execution-model §10, §12).
 
 Guarantees / assumes:
 * The run queue is a ``queue.SimpleQueue`` (C, lock-free for callers on both builds). A gate is
   put on it once per scheduling (its own flag sees to that), never once per message.
 * The number of threads is fixed at start (cores by default) and never grows with the number of
   gates or owners: 10,000 Spots run on the same N threads (§10).
-* ``_lock`` protects only the pending counter (``wait_idle``). Each worker marks itself busy in
-  its own slot of ``_running`` (one writer per slot: no lock), which status adds up.
+* ``_lock`` protects the pending counter (``wait_idle``). Each worker marks itself busy in its
+  own slot of ``_running`` (one writer per slot: no lock), which status adds up.
 * An exception from a work item is logged; a worker never dies of one.
 * Execution is *hand-off*: consecutive turns of one gate may run on different threads, so no
-  turn state lives in thread-local storage (§6, §12). We chose hand-off over pinning because
-  Python's per-thread cache locality is dwarfed by interpreter overhead (a pool that woke the
-  worker idle last, keeping one hot Spot on one thread, measured the same), while pinning would
-  concentrate hot Spots on one thread and, on the free-threaded build, waste cores.
+  turn state lives in thread-local storage (§6, §12). The one thing a worker keeps is
+  scheduling state: its **LIFO slot** (Tokio's LIFO slot, Go's ``runnext``). A gate that a
+  worker's running turn makes ready (a handler sending to another Spot) goes to that worker's
+  slot, not to the shared queue, and runs next on the same worker, so a chain of messages (a
+  ping-pong, a token round a ring) does not hand every hop to another thread. A second such
+  gate moves the first one to the shared queue, where idle workers take it.
+* Nothing waits in a slot for long: an idle worker looks at the other workers' slots every
+  ``_POLL`` seconds while slots are in use (``_POLL_IDLE`` after a while without) and takes an
+  item it finds there twice in a row (a turn that runs long after making a gate ready). A
+  worker that has run ``_SLOT_STREAK`` slot items in a row while the shared queue holds work
+  moves its slot item to the back of the shared queue instead, so chains never starve it.
 """
 
 from __future__ import annotations
@@ -24,21 +32,35 @@ from collections.abc import Callable
 
 _log = logging.getLogger("zlink.pool")
 
+_POLL = 0.001  # an idle worker's look at the slots while they are in use (seconds)
+_POLL_IDLE = 0.02  # ... and after _QUIET empty looks in a row
+_QUIET = 50
+_SLOT_STREAK = 16  # slot items in a row before the shared queue, if it holds work, goes first
+
+Work = Callable[[], None]
+
+
+class _Worker(threading.local):
+    slot: list[Work] | None = None  # this thread's LIFO slot; None off the pool's workers
+
 
 class WorkerPool:
-    """A fixed set of application worker threads draining one run queue."""
+    """A fixed set of application worker threads draining one run queue and their slots."""
 
     def __init__(self, workers: int, name: str = "zlink-worker") -> None:
         if workers < 1:
             raise ValueError(f"a worker pool needs at least one thread, got {workers}")
         self.size = workers
         self._name = name
-        self._queue: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._pending = 0  # submitted and not yet finished
         self._running = [0] * workers  # worker i writes only slot i
+        self._slots: list[list[Work]] = [[] for _ in range(workers)]  # at most one item each
+        self._taken = [0] * workers  # items worker i took from its own slot (one writer each)
+        self._here = _Worker()
         self._waiting_idle = 0  # threads in wait_idle: only then do workers notify
         self._started = False
 
@@ -53,13 +75,37 @@ class WorkerPool:
             t.start()
             self._threads.append(t)
 
-    def submit(self, fn: Callable[[], None]) -> None:
-        """Put ``fn`` on the run queue; some worker calls it soon. Never blocks."""
+    def submit(self, fn: Work) -> None:
+        """Put ``fn`` at the back of the shared run queue; some worker calls it soon. Never
+        blocks. (A gate whose batch budget is spent goes here: to the back, §9.)"""
         lock = self._lock  # acquire/release, not ``with``: once per scheduled gate (hot)
         lock.acquire()
         self._pending += 1
         lock.release()
         self._queue.put(fn)
+
+    def submit_next(self, fn: Work) -> None:
+        """Run ``fn`` next on this worker if called from one (its LIFO slot), else ``submit``.
+
+        A gate made ready by the running turn; what the slot held before goes to the shared
+        queue. Never blocks, never runs ``fn`` here.
+        """
+        slot = self._here.slot
+        if slot is None:
+            self.submit(fn)
+            return
+        lock = self._lock
+        lock.acquire()
+        self._pending += 1
+        lock.release()
+        if slot:
+            try:
+                bumped = slot.pop()
+            except IndexError:  # an idle worker took it meanwhile
+                bumped = None
+            if bumped is not None:
+                self._queue.put(bumped)
+        slot.append(fn)
 
     @property
     def busy(self) -> int:
@@ -94,13 +140,48 @@ class WorkerPool:
                 t.join(timeout)
 
     def _work(self, index: int) -> None:
-        get = self._queue.get
+        q = self._queue
+        get, empty = q.get, q.empty
         lock = self._lock
         running = self._running
+        slot = self._here.slot = self._slots[index]
+        pop = slot.pop
+        taken = self._taken
+        streak = 0
+        seen: list[tuple[Work | None, int]] = [(None, 0)] * self.size  # slots at the last look
+        quiet = 0
         while True:
-            fn = get()
+            fn: Work | None = None
+            if slot:
+                if streak >= _SLOT_STREAK and not empty():
+                    streak = 0  # the shared queue goes first; the slot item to its back
+                    try:
+                        fn = pop()
+                    except IndexError:  # an idle worker took it
+                        fn = None
+                    if fn is not None:
+                        q.put(fn)
+                        fn = None
+                else:
+                    try:
+                        fn = pop()
+                        streak += 1
+                        taken[index] += 1
+                    except IndexError:  # an idle worker took it
+                        pass
             if fn is None:
-                return
+                streak = 0
+                while True:
+                    try:
+                        fn = get(timeout=_POLL if quiet < _QUIET else _POLL_IDLE)
+                        break
+                    except queue.Empty:
+                        fn, in_use = self._steal(index, seen)
+                        if fn is not None:
+                            break
+                        quiet = 0 if in_use else quiet + 1
+                if fn is None:
+                    return
             running[index] = 1
             try:
                 fn()
@@ -113,3 +194,27 @@ class WorkerPool:
             if self._waiting_idle:
                 self._idle.notify_all()
             lock.release()
+
+    def _steal(self, index: int, seen: list[tuple[Work | None, int]]) -> tuple[Work | None, bool]:
+        """An item that another worker's slot has held since this worker's last look (the
+        same item, and its worker took nothing from its slot since), taken; and whether any
+        slot held an item. ``seen`` is what each slot held at the last look."""
+        in_use = False
+        for i, other in enumerate(self._slots):
+            if i == index:
+                continue
+            try:
+                head = other[0]
+            except IndexError:
+                seen[i] = (None, 0)
+                continue
+            in_use = True
+            mark = (head, self._taken[i])
+            if mark[0] is seen[i][0] and mark[1] == seen[i][1]:
+                seen[i] = (None, 0)
+                try:
+                    return other.pop(), True
+                except IndexError:  # its worker took it meanwhile
+                    continue
+            seen[i] = mark
+        return None, in_use

@@ -1,0 +1,134 @@
+"""The worker pool's LIFO slot (issue "Performance": chains of messages; execution-model §10,
+§12): a gate made ready by a running item runs next on the same worker, what the slot held
+before goes to the shared queue, an item left in a slot is taken by an idle worker, and chains
+never starve the shared queue."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from zlink.executor import WorkerPool
+from zlink.executor import pool as pool_module
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def _started(workers: int) -> WorkerPool:
+    pool = WorkerPool(workers)
+    pool.start()
+    return pool
+
+
+def test_an_item_made_ready_by_a_running_item_runs_next_ahead_of_the_shared_queue():
+    pool = _started(1)
+    order: list[str] = []
+    done = threading.Event()
+
+    def first() -> None:
+        pool.submit(lambda: order.append("shared"))  # queued first, at the back
+        pool.submit_next(lambda: order.append("next"))
+
+    pool.submit(first)
+    pool.submit(done.set)
+    assert done.wait(5)
+    assert order == ["next", "shared"]
+    pool.shutdown()
+
+
+def test_a_second_item_moves_the_first_to_the_shared_queue_and_both_run_once():
+    pool = _started(1)
+    order: list[str] = []
+    done = threading.Event()
+
+    def first() -> None:
+        pool.submit(lambda: order.append("shared"))
+        pool.submit_next(lambda: order.append("bumped"))  # goes to the back of the queue
+        pool.submit_next(lambda: order.append("next"))
+        pool.submit(done.set)
+
+    pool.submit(first)
+    assert done.wait(5)
+    assert order == ["next", "shared", "bumped"]
+    assert pool.wait_idle(5)
+    assert pool.pending == 0
+    pool.shutdown()
+
+
+def test_off_the_pool_submit_next_is_a_plain_submit():
+    pool = _started(1)
+    ran = threading.Event()
+    pool.submit_next(ran.set)  # from the test's thread: no slot
+    assert ran.wait(5)
+    pool.shutdown()
+
+
+def test_an_item_left_in_a_slot_behind_a_long_turn_is_taken_by_an_idle_worker():
+    pool = _started(2)
+    ran_on: list[str] = []
+    stolen = threading.Event()
+    blocker_thread: list[str] = []
+
+    def slotted() -> None:
+        ran_on.append(threading.current_thread().name)
+        stolen.set()
+
+    def long_turn() -> None:
+        blocker_thread.append(threading.current_thread().name)
+        pool.submit_next(slotted)
+        # keeps its worker until the slotted item ran elsewhere: it never would on this one
+        assert stolen.wait(10), "the item in this worker's slot was never taken"
+
+    pool.submit(long_turn)
+    assert stolen.wait(10)
+    assert ran_on != blocker_thread
+    assert pool.wait_idle(5)
+    pool.shutdown()
+
+
+def test_a_chain_of_slot_items_lets_the_shared_queue_in_after_a_bounded_streak():
+    pool = _started(1)
+    hops = [0]
+    shared_ran_at: list[int] = []
+    done = threading.Event()
+
+    def hop() -> None:
+        hops[0] += 1
+        if hops[0] == 1:
+            pool.submit(lambda: shared_ran_at.append(hops[0]))
+        if hops[0] < 200:
+            pool.submit_next(hop)
+        else:
+            done.set()
+
+    pool.submit(hop)
+    assert done.wait(10)
+    assert shared_ran_at and shared_ran_at[0] <= pool_module._SLOT_STREAK + 1
+    pool.shutdown()
+
+
+def test_a_ping_pong_of_gates_keeps_to_one_worker_while_it_runs(monkeypatch):
+    """Consecutive hops stay on the thread that made them ready: no hand-over per hop. (An
+    idle worker may still take one over after a long pause; hops it takes are counted.)"""
+    pool = _started(2)
+    threads: list[str] = []
+    done = threading.Event()
+
+    def hop(n: int) -> Callable[[], None]:
+        def run() -> None:
+            threads.append(threading.current_thread().name)
+            if n:
+                pool.submit_next(hop(n - 1))
+            else:
+                done.set()
+
+        return run
+
+    pool.submit(hop(1000))
+    assert done.wait(10)
+    changes = sum(a != b for a, b in itertools.pairwise(threads))
+    assert changes <= 10, f"{changes} hand-overs in 1,000 hops"
+    pool.shutdown()
