@@ -1,16 +1,19 @@
 """``Message`` and ``Request[T]``: frozen pydantic models with a wire name (python-api §1).
 
 A payload is validated once, when it is built; the runtime never validates a built message
-again (hot path). Its wire form is JSON bytes from pydantic's serializer; the byte size that
-lane admission reserves (execution-model §7) is the length of that form.
+again (hot path). Its wire form is JSON bytes from pydantic's serializer. What lane admission
+reserves for it (execution-model §7, the payload's bytes) is ``lane_size``: the length of that
+form where it is cheap to know, else a bound it never exceeds, so the byte limit holds without
+serializing a message that never leaves the process (issue "Performance", target 1).
 """
 
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Callable
 from functools import cache
-from typing import Any, ClassVar, ForwardRef, Generic, TypeVar
+from typing import Any, ClassVar, ForwardRef, Generic, TypeVar, Union, get_args, get_origin
 from weakref import ref
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
@@ -35,8 +38,8 @@ class Message(BaseModel):
     zlink_type_name: ClassVar[str] = "zlink.Message"
 
     def __init__(self, /, **data: Any) -> None:
-        try:
-            super().__init__(**data)
+        try:  # what BaseModel.__init__ does, without its frame (a message per send: hot)
+            self.__pydantic_validator__.validate_python(data, self_instance=self)
         except ValidationError as exc:  # python-api §1: refused at the sender, typed
             raise InvalidArgument(f"invalid {type(self).__qualname__}: {exc}") from exc
 
@@ -151,6 +154,118 @@ def wire_size(msg: Message) -> int:
     except TypeError:  # a subclass with __slots__ and no __weakref__
         _LAST_SIZE = (_dead, 0)
     return size
+
+
+_I64 = 1 << 63  # an int in [-2**63, 2**63) takes at most 20 bytes of JSON
+# Most bytes a value of a flat field takes in JSON, and what the sample value takes.
+_MOST = {bool: (5, False, 5), int: (20, 0, 1), float: (24, 0.0, 3), str: (2, "", 2)}
+_NONE = 4  # null
+_EXACT = -1  # a class sized by serializing each message
+_BOUNDS: dict[type, int] = {}  # bound of a class's JSON without its str characters, or _EXACT
+_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # its int and str fields
+
+
+def lane_size(msg: Message) -> int:
+    """Bytes a local lane reserves for ``msg`` (execution-model §7): never less than its wire
+    form, and exact where serializing it is the cheap way to know.
+
+    A class whose fields are all ``bool``, ``int``, ``float``, ``str`` or one of those or
+    ``None``, with no custom serializer, has a bound: its JSON with every number at its
+    longest (a float's repr is at most 24 bytes, an int below 2**63 in absolute value 20),
+    plus its strs counted exactly: a printable ASCII str takes its length, its quotes and a
+    backslash before each ``"`` and ``\\`` (the only escapes it needs). A bigger int, a str
+    with a control character or beyond ASCII (also where a lone surrogate shows: it has no
+    JSON form, ``InvalidArgument`` here), and any other class are serialized and measured
+    (``wire_size``).
+    """
+    tp = type(msg)
+    bound = _BOUNDS.get(tp)
+    if bound is None:
+        bound = _learn(tp)
+    if bound == _EXACT:
+        return wire_size(msg)
+    ints, strs = _FIELDS[tp]
+    if ints or strs:
+        values = msg.__dict__
+        for name in ints:
+            v = values[name]
+            if v is not None and (type(v) is not int or not -_I64 <= v < _I64):
+                return wire_size(msg)
+        for name in strs:
+            v = values[name]
+            if v is not None:
+                if type(v) is not str or not v.isascii() or not v.isprintable():
+                    return wire_size(msg)
+                bound += len(v) + v.count('"') + v.count("\\")
+    return bound
+
+
+def _learn(tp: type[Message]) -> int:
+    """Work out (once per class) whether ``tp`` has a bound, and what it is."""
+    bound = _EXACT
+    ints: list[str] = []
+    strs: list[str] = []
+    decorators = tp.__pydantic_decorators__
+    if not (
+        decorators.field_serializers
+        or decorators.model_serializers
+        or decorators.computed_fields
+        or tp.model_config.get("extra") == "allow"  # extra fields go on the wire too
+        or tp.__pydantic_generic_metadata__["origin"] is not None
+    ):
+        sample: dict[str, Any] = {}
+        extra = 0
+        for name, field in tp.model_fields.items():
+            flat, optional = _flat(field.annotation)
+            if flat is None:
+                sample = {}
+                break
+            most, value, size = _MOST[flat]
+            if optional:
+                value, size = None, _NONE
+                most = max(most, _NONE)
+            sample[name] = value
+            extra += most - size
+            if flat is int:
+                ints.append(name)
+            elif flat is str:
+                strs.append(name)
+        else:
+            try:
+                bound = len(wire_bytes(tp.model_construct(**sample))) + extra
+            except Exception:  # noqa: BLE001 - a class the sample does not fit: measured exactly
+                bound = _EXACT
+    _FIELDS[tp] = (tuple(ints), tuple(strs))
+    _BOUNDS[tp] = bound
+    return bound
+
+
+def _flat(annotation: Any) -> tuple[type | None, bool]:
+    """``(bool|int|float|str, optional)`` for a flat field's annotation, else ``(None, _)``."""
+    if annotation in _MOST:
+        return annotation, False
+    if get_origin(annotation) in (Union, types.UnionType):
+        args = get_args(annotation)
+        if len(args) == 2 and type(None) in args:
+            inner = args[0] if args[1] is type(None) else args[1]
+            if inner in _MOST:
+                return inner, True
+    return None, False
+
+
+def lane_size_many(msgs: list[Message], tp: type[Message] | None) -> int:
+    """What a local lane reserves for a batch (see ``lane_size``): for a class with a bound,
+    its messages' reservations added up (``len(msgs)`` times the bound if it needs no look at
+    the values), else ``wire_size_many``."""
+    if tp is not None:
+        bound = _BOUNDS.get(tp)
+        if bound is None:
+            bound = _learn(tp)
+        if bound != _EXACT:
+            if _FIELDS[tp] == ((), ()):
+                return bound * len(msgs)
+            return sum(map(lane_size, msgs))
+    return wire_size_many(msgs, tp)
 
 
 def wire_size_many(msgs: list[Message], tp: type[Message] | None) -> int:

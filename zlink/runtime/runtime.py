@@ -75,7 +75,7 @@ from ..messaging.calls import (
     WorkerCall,
 )
 from ..messaging.completion import Admitted, Completion, expire, in_progress
-from ..messaging.message import check_reply, wire_size, wire_size_many
+from ..messaging.message import check_reply, lane_size, lane_size_many
 from ..status import OwnerStatus, TimerStatus
 from ..types import SpotKind
 from .acts import (
@@ -287,7 +287,7 @@ class Runtime:
                     job.act, job.handler, job.msg = act_, fast, call.msg
                     owner = turn.owner if turn is not None else None
                     job.sender = owner.name if owner is not None else None
-                    job.size = wire_size(call.msg)
+                    job.size = lane_size(call.msg)
                     job.at = self._now()
                     verdict = act_.owner.lanes.put_app(job, job.size)  # Owner.put_app inline
                     if verdict is ADMITTED:
@@ -369,7 +369,7 @@ class Runtime:
         if owner is None:  # a Channel: each request is its own turn on any worker
             run_free(job, self.pool)
             return reply  # type: ignore[return-value]
-        job.size = wire_size(msg)
+        job.size = lane_size(msg)
         verdict = owner.put_app(job)  # (a handler never runs at the call site: §6, §11)
         if verdict != ADMITTED:
             assert not isinstance(act, ChannelAct)  # a Channel has no lanes
@@ -520,7 +520,7 @@ class Runtime:
             return
         one = next(iter(types)) if len(types) == 1 else None
         handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
-        total = wire_size_many(msgs, one)
+        total = lane_size_many(msgs, one)
         job = BatchJob(act, handlers, msgs, sender, total)
         job.at = self._now()
         verdict = act.owner.put_app(job)
@@ -607,7 +607,7 @@ class Runtime:
     def _publish(self, call: MessageCall, turn: Turn | None) -> None:
         """Fan a Logical Multicast event out to every subscribed Spot's queue."""
         msg = call.msg
-        size = wire_size(msg)
+        size = lane_size(msg)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         for spot_id in self.topics.get(call.target, ()):
             act = self.spots.get(spot_id)
