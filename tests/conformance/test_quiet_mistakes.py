@@ -1,5 +1,6 @@
 """Mistakes that used to pass quietly say what is wrong (issue "Running ZLink as a service"):
-a client of a node not started, and a request timeout that names its target and limit."""
+a client of a node not started, a request timeout that names its target and limit, and a
+call built and never given a terminal (python-api §4: exactly one terminal per call)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,10 @@ class Slow(zlink.Request[str], type_name="t.qm.slow"):
     pass
 
 
+class Note(zlink.Message, type_name="t.qm.note"):
+    n: int = 0
+
+
 def _app() -> zlink.App:
     app = zlink.App("quiet-mistakes")
 
@@ -29,6 +34,10 @@ def _app() -> zlink.App:
             HELD.set()
             HOLD.wait(WAIT)
             return "late"
+
+        @zlink.handler
+        def note(self, msg: Note) -> None:
+            pass
 
     return app
 
@@ -50,3 +59,33 @@ def test_a_request_timeout_names_its_target_and_its_limit(make_node, clock: Manu
     with pytest.raises(zlink.DeadlineExceeded, match=r"no reply from spot 'kitchen' within 2 s"):
         call.result(WAIT)
     HOLD.set()
+
+
+def test_a_call_never_given_a_terminal_warns_when_it_is_collected(make_node) -> None:
+    """As asyncio warns of a coroutine never awaited: ``send_to_spot(...)`` without
+    ``.submit()`` sent nothing, and says so, naming the call, its target and its payload."""
+    node = make_node(_app())
+    client = node.client()
+    with pytest.warns(RuntimeWarning, match=r"SendCall to 'r' with Note was never given a ter"):
+        client.send_to_spot("r", Note(n=1))
+    with pytest.warns(RuntimeWarning, match=r"RequestCall to 'r' with Slow"):
+        client.request_to_spot("r", Slow()).timeout(5)  # an option is not a terminal
+    with pytest.warns(RuntimeWarning, match=r"BatchSendCall to 'r'"):
+        client.send_many_to_spot("r", [Note(n=1), Note(n=2)])
+    with pytest.warns(RuntimeWarning, match=r"CreateCall"):
+        client.spots.get_or_create("r", "t.qm.room")
+
+
+def test_a_call_ended_or_refused_does_not_warn(make_node, recwarn) -> None:
+    node = make_node(_app())
+    client = node.client()
+    assert client.spots.get_or_create("r", "t.qm.room").wait(WAIT).created
+    client.send_to_spot("r", Note(n=1)).submit()
+    client.send_to_spot("r", Note(n=1)).wait(WAIT)
+    client.send_many_to_spot("r", [Note(n=1)]).future().result(WAIT)
+    with pytest.raises(zlink.InvalidArgument):
+        client.request_to_spot("r", Slow()).timeout(-1)  # the caller heard of it already
+    with pytest.raises(zlink.InvalidArgument):
+        client.send_to_spot("r", Note()).wait(-1)
+    assert node.wait_idle(WAIT)
+    assert [str(w.message) for w in recwarn.list if w.category is RuntimeWarning] == []

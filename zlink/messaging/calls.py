@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Generator
+import contextlib
+import functools
+import warnings
+from collections.abc import Callable, Generator
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -116,13 +119,31 @@ def _bridge_loop(what: str) -> asyncio.AbstractEventLoop:
         ) from None
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _option_method(method: _F) -> _F:
+    """An option that refuses a bad value marks its call as one a terminal was tried on: the
+    caller has heard of the call already, so it is not also warned of as never ended."""
+
+    @functools.wraps(method)
+    def checked(self: _Call, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            self._attempt()
+            raise
+
+    return checked  # type: ignore[return-value]
+
+
 class _Call:
     __slots__ = ("_ended", "_options", "_rt")
 
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
         self._options: set[str] | None = None  # made on the first option: most calls have none
-        self._ended = False
+        self._ended: bool | None = False  # None: a terminal was tried and refused (no warning)
 
     def _option(self, name: str) -> None:
         if self._ended:
@@ -132,6 +153,11 @@ class _Call:
         elif name in self._options:
             raise InvalidOperation(f"option {name} given twice on one call")
         self._options.add(name)
+
+    def _attempt(self) -> None:
+        """A terminal is being tried: if it is refused, the call is not one never ended."""
+        if self._ended is False:
+            self._ended = None
 
     def _unspent(self) -> None:
         """Refuse a repeated terminal before it does anything (python-api §11)."""
@@ -152,6 +178,7 @@ class _Completing(_Call, Generic[T]):
         raise NotImplementedError
 
     def __await__(self) -> Generator[Any, Any, T]:
+        self._attempt()
         if current_turn() is None:  # asyncio code outside the runtime: bridge to its loop
             return (yield from self._await_bridged())
         self._terminal()
@@ -174,6 +201,7 @@ class _Completing(_Call, Generic[T]):
 
     def yield_(self) -> _Yielding[T]:
         """Wait releasing the shared gate (SpotWide User Spot / Instance Spot turns only)."""
+        self._attempt()
         self._rt.check_yield(self)
         self._terminal()
         return _Yielding(self)
@@ -181,6 +209,7 @@ class _Completing(_Call, Generic[T]):
     def wait(self, timeout: float | None = None) -> T:
         """Outside the runtime: submit and block up to ``timeout`` real seconds (``None``: no
         limit but the call's own; python-api §9: else ``1e-3 .. 1e7``, checked first)."""
+        self._attempt()
         _outside_only(f"{type(self).__name__}.wait()")
         timeout = check_timeout(timeout, "a wait timeout")
         self._terminal()
@@ -188,6 +217,7 @@ class _Completing(_Call, Generic[T]):
 
     def future(self) -> concurrent.futures.Future[T]:
         """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
+        self._attempt()
         _outside_only(f"{type(self).__name__}.future()")
         self._terminal()
         return self._submit(NO_WAIT).future()
@@ -216,6 +246,7 @@ class MessageCall(_Call):
         self.target = target
         self.msg = msg
 
+    @_option_method
     def metadata(self, key: str, value: str) -> MessageCall:
         """Attach a string header, once per key; keys and values are str of valid UTF-8."""
         _check_text("a metadata key", key)
@@ -226,6 +257,7 @@ class MessageCall(_Call):
         self.meta[key] = value
         return self
 
+    @_option_method
     def instance_spot(self, stable_type: str | None = None) -> MessageCall:
         """Address an Instance Spot, activating it (of ``stable_type``) on its first message."""
         if self.kind != _SPOT:
@@ -236,6 +268,7 @@ class MessageCall(_Call):
         self.instance, self.instance_type = True, stable_type
         return self
 
+    @_option_method
     def in_mesh(self, mesh_name: str) -> MessageCall:
         """Route within the mesh named ``mesh_name``."""
         check_id("mesh name", mesh_name)
@@ -261,6 +294,7 @@ class _OneWay(_Call):
         ``NodeConfig.admission_timeout``) for room in a full lane; returns once admitted.
         ``DeadlineExceeded`` if there was no room in time (nothing was queued);
         ``ResourceExhausted`` at once if too many callers wait for room already."""
+        self._attempt()
         _outside_only(f"{type(self).__name__}.wait()")
         timeout = check_timeout(timeout, "a wait timeout")
         self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
@@ -268,6 +302,7 @@ class _OneWay(_Call):
     def future(self) -> concurrent.futures.Future[None]:
         """Outside the runtime: a future that completes once admitted, waiting for room as
         ``wait()`` does."""
+        self._attempt()
         _outside_only(f"{type(self).__name__}.future()")
         return self._waiting(None, NO_WAIT).future()
 
@@ -275,6 +310,7 @@ class _OneWay(_Call):
         """In a handler: wait for room keeping the turn, then go on; a wait only this turn's
         own gate could end is ``InvalidOperation``. In asyncio code outside the runtime: wait
         for admission on the running loop, as ``future()`` does (python-api §10)."""
+        self._attempt()
         if current_turn() is None:
             _bridge_loop(f"`await {type(self).__name__}`")
             room = self._waiting(None, NO_WAIT)
@@ -346,6 +382,7 @@ class RequestCall(MessageCall, _Completing[T]):
 
     __slots__ = ()
 
+    @_option_method
     def timeout(self, seconds: float) -> RequestCall[T]:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
         value = check_seconds(seconds, "a timeout")
@@ -404,6 +441,7 @@ class CreateCall(_Completing[T]):
         self.deadline: float | None = None
         self.mesh: str | None = None
 
+    @_option_method
     def request(self, msg: Message) -> CreateCall[T]:
         """The message ``on_create`` / ``on_create_actor`` receives."""
         if not isinstance(msg, Message):
@@ -412,6 +450,7 @@ class CreateCall(_Completing[T]):
         self.request_msg = msg
         return self
 
+    @_option_method
     def timeout(self, seconds: float) -> CreateCall[T]:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
         value = check_seconds(seconds, "a timeout")
@@ -419,6 +458,7 @@ class CreateCall(_Completing[T]):
         self.deadline = value
         return self
 
+    @_option_method
     def in_mesh(self, mesh_name: str) -> CreateCall[T]:
         """Create within the mesh named ``mesh_name``."""
         check_id("mesh name", mesh_name)
@@ -443,15 +483,16 @@ class WorkerCall(_Completing[T]):
     def __init__(
         self, rt: Runtime, pool: str, fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> None:
-        super().__init__(rt)
-        if not callable(fn):
+        if not callable(fn):  # before anything is set: a half-made call warns of nothing
             raise InvalidArgument(f"workers.{pool}() takes a callable, got {fn!r}")
+        super().__init__(rt)
         self.pool = pool  # "io" or "cpu"
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
         self.deadline: float | None = None
 
+    @_option_method
     def timeout(self, seconds: float) -> WorkerCall[T]:
         """Fail the wait with ``DeadlineExceeded`` after ``seconds`` (the work still runs)."""
         value = check_seconds(seconds, "a timeout")
@@ -486,6 +527,7 @@ class JoinCall(_Call):
         and marked spent only once it is.
         """
         self._unspent()
+        self._attempt()
         self._rt.defer_join(self)
         self._ended = True
 
@@ -510,5 +552,70 @@ class RelocationReadyCall(_Call):
         check (python-api §11).
         """
         self._unspent()
+        self._attempt()
         self._rt.defer_relocation_ready(self)
         self._ended = True
+
+
+# -- calls never given a terminal ------------------------------------------------------------
+def _warn_unended(call: _Call) -> None:
+    """``__del__`` of the calls the public builders return: a call collected without a
+    terminal was never sent, which is almost always a forgotten ``.submit()`` (as asyncio
+    warns of a coroutine never awaited). Internal calls are the plain classes: no cost."""
+    if getattr(call, "_ended", None) is not False:  # ended, tried, or never fully made
+        return
+    target = getattr(call, "target", None) or getattr(call, "spot_id", None)
+    what = type(call).__mro__[1].__name__
+    msg = getattr(call, "msg", None)
+    detail = f" with {type(msg).__qualname__}" if msg is not None else ""
+    # At interpreter exit the warnings module may be gone; a warning turned into an error
+    # (``-W error``) still propagates, and Python reports it as raised in __del__.
+    with contextlib.suppress(AttributeError, TypeError, ImportError):
+        warnings.warn(
+            f"{what} to {target!r}{detail} was never given a terminal (.submit(), .wait(), "
+            ".future() or await): nothing was sent",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+class WatchedSendCall(SendCall):
+    """A ``SendCall`` from a public builder; warns if collected without a terminal."""
+
+    __slots__ = ()
+    __del__ = _warn_unended
+
+
+class WatchedBatchSendCall(BatchSendCall):
+    """A ``BatchSendCall`` from a public builder; warns if collected without a terminal."""
+
+    __slots__ = ()
+    __del__ = _warn_unended
+
+
+class WatchedRequestCall(RequestCall[T]):
+    """A ``RequestCall`` from a public builder; warns if collected without a terminal."""
+
+    __slots__ = ()
+    __del__ = _warn_unended
+
+
+class WatchedCreateCall(CreateCall[T]):
+    """A ``CreateCall`` from a public builder; warns if collected without a terminal."""
+
+    __slots__ = ()
+    __del__ = _warn_unended
+
+
+class WatchedWorkerCall(WorkerCall[T]):
+    """A ``WorkerCall`` from a public builder; warns if collected without a terminal."""
+
+    __slots__ = ()
+    __del__ = _warn_unended
+
+
+class WatchedJoinCall(JoinCall):
+    """A ``JoinCall`` from a public builder; warns if collected without a terminal."""
+
+    __slots__ = ()
+    __del__ = _warn_unended

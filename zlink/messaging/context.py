@@ -19,6 +19,12 @@ from .calls import (
     RelocationReadyCall,
     RequestCall,
     SendCall,
+    WatchedBatchSendCall,
+    WatchedCreateCall,
+    WatchedJoinCall,
+    WatchedRequestCall,
+    WatchedSendCall,
+    WatchedWorkerCall,
     WorkerCall,
     check_id,
 )
@@ -108,11 +114,13 @@ class RouteClient:
             spot_id = check_id("spot_id", spot_id)  # else surely valid: check_id's fast path
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
-        return SendCall(self._rt, _SPOT, spot_id, msg)
+        return WatchedSendCall(self._rt, _SPOT, spot_id, msg)
 
     def request_to_spot(self, spot_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Spot; its reply is the request's ``T``."""
-        return RequestCall(self._rt, _SPOT, check_id("spot_id", spot_id), _message(req, True))
+        return WatchedRequestCall(
+            self._rt, _SPOT, check_id("spot_id", spot_id), _message(req, True)
+        )
 
     def send_to_actor(self, actor_id: str, msg: Message) -> SendCall:
         """A one-way message to an Actor (always into the Actor's own queue, §2)."""
@@ -120,28 +128,36 @@ class RouteClient:
             actor_id = check_id("actor_id", actor_id)  # as in send_to_spot
         if _KIND.get(type(msg)) is not False:  # a one-way type seen before needs no check
             msg = _message(msg, False)
-        return SendCall(self._rt, _ACTOR, actor_id, msg)
+        return WatchedSendCall(self._rt, _ACTOR, actor_id, msg)
 
     def request_to_actor(self, actor_id: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to an Actor."""
-        return RequestCall(self._rt, _ACTOR, check_id("actor_id", actor_id), _message(req, True))
+        return WatchedRequestCall(
+            self._rt, _ACTOR, check_id("actor_id", actor_id), _message(req, True)
+        )
 
     def send(self, channel: str, msg: Message) -> SendCall:
         """A one-way message to a Channel."""
-        return SendCall(self._rt, _CHANNEL, check_id("channel", channel), _message(msg, False))
+        return WatchedSendCall(
+            self._rt, _CHANNEL, check_id("channel", channel), _message(msg, False)
+        )
 
     def request(self, channel: str, req: Request[Any]) -> RequestCall[Any]:
         """A request to a Channel; each request is its own turn."""
-        return RequestCall(self._rt, _CHANNEL, check_id("channel", channel), _message(req, True))
+        return WatchedRequestCall(
+            self._rt, _CHANNEL, check_id("channel", channel), _message(req, True)
+        )
 
     def send_many_to_spot(self, spot_id: str, msgs: Iterable[Message]) -> BatchSendCall:
         """One-way messages to a Spot, admitted together: each is still its own turn, in
         order; the batch costs one admission and one wake-up (the batch send path)."""
-        return BatchSendCall(self._rt, _SPOT, check_id("spot_id", spot_id), _messages(msgs))
+        return WatchedBatchSendCall(self._rt, _SPOT, check_id("spot_id", spot_id), _messages(msgs))
 
     def send_many_to_actor(self, actor_id: str, msgs: Iterable[Message]) -> BatchSendCall:
         """One-way messages to an Actor, admitted together (see ``send_many_to_spot``)."""
-        return BatchSendCall(self._rt, _ACTOR, check_id("actor_id", actor_id), _messages(msgs))
+        return WatchedBatchSendCall(
+            self._rt, _ACTOR, check_id("actor_id", actor_id), _messages(msgs)
+        )
 
     def publish(self, topic: str, event: Message) -> SendCall:
         """A Logical Multicast event to every Spot subscribed to ``topic`` (no Yield, §16).
@@ -149,7 +165,7 @@ class RouteClient:
         Each subscriber gets it in its Spot queue; one whose lane is full misses it (counted
         as ``publish_dropped``), which never fails the publish for the others.
         """
-        return SendCall(self._rt, _TOPIC, check_id("topic", topic), _message(event, False))
+        return WatchedSendCall(self._rt, _TOPIC, check_id("topic", topic), _message(event, False))
 
 
 class WorkerManager:
@@ -162,11 +178,11 @@ class WorkerManager:
 
     def io(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkerCall[Any]:
         """Blocking work (files, sockets, a database driver) on the I/O pool."""
-        return WorkerCall(self._rt, "io", fn, args, kwargs)
+        return WatchedWorkerCall(self._rt, "io", fn, args, kwargs)
 
     def cpu(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkerCall[Any]:
         """CPU-bound work on the CPU pool (one thread per core; parallel on 3.13t)."""
-        return WorkerCall(self._rt, "cpu", fn, args, kwargs)
+        return WatchedWorkerCall(self._rt, "cpu", fn, args, kwargs)
 
 
 class SpotManager:
@@ -179,12 +195,12 @@ class SpotManager:
 
     def create(self, spot_type: str) -> CreateCall[Any]:
         """A new User Spot of ``spot_type`` with a generated id."""
-        return CreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), None, False)
+        return WatchedCreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), None, False)
 
     def get_or_create(self, spot_id: str, spot_type: str) -> CreateCall[Any]:
         """The User Spot ``spot_id``, created as ``spot_type`` if it does not exist."""
         check_id("spot_id", spot_id)
-        return CreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), spot_id, True)
+        return WatchedCreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), spot_id, True)
 
     def close(self, spot_ref: SpotRef) -> bool:
         """Close exactly the incarnation ``spot_ref`` names; returns once the close is begun.
@@ -207,12 +223,16 @@ class ActorManager:
         """A new Actor; ``actor_id`` may be given, else one is generated."""
         if actor_id is not None:
             check_id("actor_id", actor_id)
-        return CreateCall(self._rt, _ACTOR, check_id("actor_type", actor_type), actor_id, False)
+        return WatchedCreateCall(
+            self._rt, _ACTOR, check_id("actor_type", actor_type), actor_id, False
+        )
 
     def get_or_create(self, actor_id: str, actor_type: str) -> CreateCall[Any]:
         """The Actor ``actor_id``, created as ``actor_type`` if it does not exist."""
         check_id("actor_id", actor_id)
-        return CreateCall(self._rt, _ACTOR, check_id("actor_type", actor_type), actor_id, True)
+        return WatchedCreateCall(
+            self._rt, _ACTOR, check_id("actor_type", actor_type), actor_id, True
+        )
 
 
 class Client(RouteClient):
@@ -281,7 +301,7 @@ class EntrySpotContext(SpotContext):
     ) -> JoinCall:
         """Join one of this Entry Spot's Actors into a User Spot; end it with ``.defer()``."""
         check_id("target_spot_id", target_spot_id)
-        return JoinCall(self._rt, actor.context.actor_id, target_spot_id, request)
+        return WatchedJoinCall(self._rt, actor.context.actor_id, target_spot_id, request)
 
 
 class InstanceSpotContext(SpotContext):
@@ -318,7 +338,7 @@ class ActorContext(_Context):
         check_id("target_spot_id", target_spot_id)
         if request is not None and not isinstance(request, Message):
             raise InvalidArgument("a join request is a zlink.Message")
-        return JoinCall(self._rt, self.actor_id, target_spot_id, request)
+        return WatchedJoinCall(self._rt, self.actor_id, target_spot_id, request)
 
     def leave(self) -> None:
         """Leave the current User Spot and return to the Entry Spot."""
