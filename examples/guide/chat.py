@@ -153,9 +153,10 @@ class User(zlink.Actor):
         super().__init__(context)
         self.nick = ""
         self.room: str | None = None
-        self.where = "in the lobby"
+        self.news = "new"  # what happened last, for WhoAmI
         self.heard: list[str] = []
 
+    # [start:join]
     @zlink.handler
     def enter(self, msg: EnterRoom) -> None:
         # Defer() only registers the Join: it runs after this handler ends normally
@@ -164,10 +165,11 @@ class User(zlink.Actor):
     def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
         if completion.joined and isinstance(completion.reply, Welcome):
             self.room, self.nick = completion.spot_id, completion.reply.nick
-            self.where = f"{self.nick} in {self.room} ({completion.reply.members} there)"
-        else:  # refused, or the room does not exist: the error says which
-            self.where = f"in the lobby: {completion.error}"
+            self.news = f"{completion.reply.members} there"
+        else:  # refused, or no such room: the error says which
+            self.news = f"Join failed: {completion.error}"
 
+    # [end:join]
     @zlink.handler
     def say(self, req: Say) -> bool:
         if self.room is None:
@@ -180,7 +182,7 @@ class User(zlink.Actor):
     @zlink.handler
     def leave_room(self, msg: LeaveRoom) -> None:
         self.context.leave()  # back to the lobby, once this handler is over
-        self.where = f"in the lobby (left {self.room})"
+        self.news = f"left {self.room}"
         self.room = None
 
     @zlink.handler
@@ -189,7 +191,8 @@ class User(zlink.Actor):
 
     @zlink.handler
     def whoami(self, req: WhoAmI) -> str:
-        return self.where
+        place = f"{self.nick} in {self.room}" if self.room else "in the lobby"
+        return f"{place} ({self.news})"
 
     @zlink.handler
     def inbox(self, req: Inbox) -> list[str]:

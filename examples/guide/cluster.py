@@ -37,16 +37,21 @@ class Counter(zlink.UserSpot):
         return f"total {self.total} on {self.context.spot_ref.node_rid}"
 
 
-# moves with its state
-app.user_spot("cluster.kept", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))(
-    Counter
-)
-# moves as a fresh instance: its state starts again
-app.user_spot("cluster.fresh", relocation=zlink.Relocation.recreate())(
-    type("Fresh", (Counter,), {})
-)
-# never moves (the default of a SPOT_WIDE User Spot)
-app.user_spot("cluster.pinned")(type("Pinned", (Counter,), {}))
+@app.user_spot("cluster.kept", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+class Kept(Counter):
+    """Moves with its state."""
+
+
+@app.user_spot("cluster.fresh", relocation=zlink.Relocation.recreate())
+class Fresh(Counter):
+    """Moves as a fresh instance: its state starts again."""
+
+
+@app.user_spot("cluster.pinned")  # a SPOT_WIDE User Spot's default: Relocation.disabled()
+class Pinned(Counter):
+    """Never moves."""
+
+
 # [end:app]
 
 

@@ -2,12 +2,15 @@
 
 The node serves the tutorial's chat App on a free port of 127.0.0.1; the clients use only the
 message classes. They run in this process to keep the example self-contained; from another
-process the code is the same. Run it with ``python -m examples.guide.remote``.
+process the code is the same. Run it with ``python -m examples.guide.remote``, or, against a
+node you started yourself (``zlink run examples.guide.chat:app --listen tcp://127.0.0.1:7101``),
+with ``python -m examples.guide.remote tcp://127.0.0.1:7101``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import zlink
 from examples.guide.chat import EnterRoom, Say, Transcript, WhoAmI, app
@@ -18,7 +21,7 @@ def blocking_client(endpoint: str) -> None:
     """A plain thread: terminals that block (wait) or return futures."""
     with zlink.connect(endpoint, timeout=5.0) as client:
         client.spots.get_or_create("lounge", "chat.room").wait(5)
-        client.actors.create("chat.user", actor_id="carol").wait(5)
+        client.actors.get_or_create("carol", "chat.user").wait(5)
         client.send_to_actor("carol", EnterRoom(room="lounge", nick="carol")).wait(5)
         print("carol:", client.request_to_actor("carol", WhoAmI()).timeout(2).wait(5))
         client.request_to_actor("carol", Say(text="anyone here?")).timeout(2).wait(5)
@@ -32,7 +35,7 @@ def blocking_client(endpoint: str) -> None:
 async def asyncio_client(endpoint: str) -> None:
     """asyncio code: ``await`` a call; the event loop is never blocked."""
     with zlink.connect(endpoint, timeout=5.0) as client:
-        await client.actors.create("chat.user", actor_id="dave")
+        await client.actors.get_or_create("dave", "chat.user")
         await client.send_to_actor("dave", EnterRoom(room="lounge", nick="dave"))
         print("dave:", await client.request_to_actor("dave", WhoAmI()).timeout(2))
         await client.request_to_actor("dave", Say(text="hi carol")).timeout(2)
@@ -45,6 +48,10 @@ async def asyncio_client(endpoint: str) -> None:
 
 # [start:main]
 def main() -> None:
+    if len(sys.argv) > 1:  # a node that runs elsewhere: python -m examples.guide.remote ENDPOINT
+        blocking_client(sys.argv[1])
+        asyncio.run(asyncio_client(sys.argv[1]))
+        return
     config = zlink.NodeConfig(node_id="chat-1", listen="tcp://127.0.0.1:0")  # 0: a free port
     with zlink.Node(app, config) as node:
         endpoint = node.address  # tcp://127.0.0.1:<the port it bound>
