@@ -613,3 +613,9 @@ def test_the_generated_and_the_precise_paths_both_refuse_bad_frames(
         record.fast_decode(frame)
     with pytest.raises(wire._Bad):
         record.decode(frame)
+
+
+def test_a_value_json_cannot_carry_reads_the_same_on_both_backends() -> None:
+    """A user reads the same words whichever backend the interpreter has (3.13t has no orjson)."""
+    with pytest.raises(TypeError, match=r"^Type is not JSON serializable: set$"):
+        codec.dumps({"seen": {1, 2}})
