@@ -25,9 +25,7 @@ def dumps(value: Any) -> bytes:
     if _orjson is not None:
         out: bytes = _orjson.dumps(value)
         return out
-    return json.dumps(
-        value, separators=(",", ":"), ensure_ascii=False, default=_refuse
-    ).encode()
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=_refuse).encode()
 
 
 def _refuse(value: Any) -> Any:
