@@ -55,6 +55,8 @@ from .node import Node as Node
 from .status import NodeStatus as NodeStatus
 from .status import OwnerStatus as OwnerStatus
 from .status import StatusSubscription as StatusSubscription
+from .status import TimerStatus as TimerStatus
+from .status import TypeStatus as TypeStatus
 from .timers import OverrunPolicy as OverrunPolicy
 from .timers import TimerHandle as TimerHandle
 from .timers import TimerManager as TimerManager
@@ -135,7 +137,9 @@ __all__ = [
     "TimerHandle",
     "TimerManager",
     "TimerOptions",
+    "TimerStatus",
     "TimerTick",
+    "TypeStatus",
     "Unavailable",
     "UserSpot",
     "WorkerCall",

@@ -48,6 +48,7 @@ from .relocation.relocator import Relocator
 from .relocation.remote_join import RemoteJoin
 from .runtime.routing import MeshRouter
 from .runtime.runtime import Runtime
+from .runtime.type_stats import LATENCY_BOUNDS, SAMPLE_EVERY
 from .status import NodeStatus, StatusSubscription
 
 _log = logging.getLogger("zlink.node")
@@ -338,6 +339,9 @@ class Node:
             paused_peers=[] if rt.router is None else rt.router.paused_peers(),
             incarnation=self.incarnation,
             fenced=rt.fenced,
+            types=rt.type_statuses(),
+            latency_bounds=list(LATENCY_BOUNDS[:-1]),
+            latency_sample_every=SAMPLE_EVERY,
         )
 
     def subscribe_status(

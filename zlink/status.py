@@ -59,6 +59,29 @@ class OwnerStatus(BaseModel):
     timer_details: list[TimerStatus] = []  # its timers: interval, next due, sequence, late
 
 
+class TypeStatus(BaseModel):
+    """One Spot or Actor type on a node since it started (issue 15; ``runtime.type_stats``):
+    exact counts, and the handler latency of one message in ``latency_sample_every`` per
+    object. ``latency_buckets`` counts samples per bucket (not cumulative): one per upper bound
+    of ``NodeStatus.latency_bounds`` (seconds), and a last one past them (+Inf);
+    ``latency_p50`` / ``latency_p99`` are the upper bounds of the buckets that hold those
+    quantiles (None without samples)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: str  # "spot" or "actor"
+    type: str
+    live: int  # active on the node now
+    handled: int  # messages whose handler ran here (a batch counts each)
+    refused: int  # sends refused for want of room in its lanes
+    waited: int  # senders that waited for room (python-api §9)
+    latency_samples: int
+    latency_sum: float  # seconds, over the samples
+    latency_buckets: list[int]
+    latency_p50: float | None
+    latency_p99: float | None
+
+
 class NodeStatus(BaseModel):
     """A node at one moment: workers, infrastructure backlog, counters and every owner."""
 
@@ -83,6 +106,9 @@ class NodeStatus(BaseModel):
     paused_peers: list[str] = []  # peers whose application DATA it does not take now (§9)
     incarnation: int = 0  # its incarnation in the mesh's store (new after it fenced itself)
     fenced: bool = False  # it fenced itself (its lease may lapse) and serves nothing now
+    types: list[TypeStatus] = []  # per Spot / Actor type: handled, refused, handler latency
+    latency_bounds: list[float] = []  # ``TypeStatus`` buckets' finite upper bounds (seconds)
+    latency_sample_every: int = 0  # one message in this many per object is timed
 
 
 class StatusSubscription:

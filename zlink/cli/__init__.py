@@ -609,19 +609,46 @@ def _row(view: str, o: OwnerStatus) -> list[str]:
     return [o.owner, o.kind, ", ".join(o.timers)]  # (timers: a row per timer, in ``inspect``)
 
 
+def _upto(seconds: float | None) -> str:
+    """A latency bucket's upper bound, as ``<= 250 us``."""
+    if seconds is None:
+        return "-"
+    if seconds < 0.001:
+        return f"<= {seconds * 1e6:g} us"
+    return f"<= {seconds * 1e3:g} ms" if seconds < 1 else f"<= {seconds:g} s"
+
+
 @cli.command()
 def inspect(
-    view: Annotated[str, typer.Argument(help="queues, spots or timers")],
+    view: Annotated[str, typer.Argument(help="queues, spots, timers or types")],
     admin: Annotated[str, typer.Option(help="the node's admin HOST:PORT")] = "127.0.0.1:8765",
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
-    """Show a running node's owners: lane depths, bytes, gate state, oldest item age, timers."""
+    """Show a running node's owners: lane depths, bytes, gate state, oldest item age, timers;
+    or per Spot / Actor type (``types``): messages handled, refused, and handler latency."""
     from rich.console import Console
     from rich.table import Table
 
-    if view not in _VIEWS:
-        raise typer.BadParameter(f"choose queues, spots or timers, not {view!r}")
+    if view not in _VIEWS and view != "types":
+        raise typer.BadParameter(f"choose queues, spots, timers or types, not {view!r}")
     status = _fetch(admin)
+    if view == "types":
+        if json_out:
+            typer.echo(json.dumps([ty.model_dump() for ty in status.types], indent=2))
+            return
+        table = Table(
+            title=f"types on {status.node_id}",
+            caption=f"handler latency: one message in {status.latency_sample_every} per "
+            "object timed",
+        )
+        for column in ("type", "kind", "live", "handled", "refused", "waited", "p50", "p99"):
+            table.add_column(column, no_wrap=column == "type")
+        for ty in status.types:
+            counts = (f"{n:,}" for n in (ty.handled, ty.refused, ty.waited))
+            table.add_row(ty.type, ty.kind, str(ty.live), *counts, _upto(ty.latency_p50),
+                          _upto(ty.latency_p99))  # fmt: skip
+        Console().print(table)
+        return
     columns, keep = _VIEWS[view]
     owners = [o for o in status.owners if keep(o)]
     if json_out:

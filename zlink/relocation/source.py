@@ -555,9 +555,7 @@ class Outbound(RelocatorState):
             return
         with router.route_lock, rt.directory.lock:  # from now on stale routes relay to the target
             for obj in out.objects:
-                table: dict[str, Any] = rt.spots if obj is out.spot else rt.actors
-                if table.get(obj.name) is obj:
-                    del table[obj.name]
+                rt.directory.forget(obj)
         for obj in out.objects:
             obj.state = GONE
         out.committed = True

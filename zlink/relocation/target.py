@@ -355,9 +355,7 @@ class Inbound(RelocatorState):
                 if self._in_ids.get(obj.name) is inc:
                     del self._in_ids[obj.name]
                 obj.state = GONE
-                table: dict[str, Any] = rt.spots if obj is inc.spot else rt.actors
-                if table.get(obj.name) is obj:
-                    del table[obj.name]
+                rt.directory.forget(obj)
             for member in inc.members:  # an Actor unit joined an open shell: it never came
                 if inc.spot.members.get(member.actor_id) is member:
                     del inc.spot.members[member.actor_id]

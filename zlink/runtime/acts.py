@@ -63,6 +63,7 @@ class ObjectAct:
     """What Spot and Actor activations share: timers and the last time they did work."""
 
     __slots__ = ("activity", "authority", "idle_since", "seen_activity", "timers")
+    stats_kind = ""  # how ``/metrics`` and ``node.status()`` name its kind (type_stats)
     rt: Runtime
     instance: Any
     spec: TypeSpec
@@ -82,8 +83,10 @@ class ObjectAct:
         raise NotImplementedError
 
     def touch(self) -> None:
-        """Record activity (idle eviction reads it); only the owner's gate holder calls it."""
-        self.activity += 1
+        """Activity that is not a message (a keep-alive timer tick): idle eviction starts
+        counting again from now. ``activity`` itself counts messages only (their handled count,
+        ``type_stats``)."""
+        self.idle_since = self.rt.clock.now()
 
     def timer_owner(self, name: str) -> Owner:
         """Where this object's timer ticks queue (§2): its own lanes, unless PerActor."""
@@ -121,6 +124,8 @@ class ObjectAct:
 
 class SpotAct(ObjectAct):
     """One live Spot: its gate, its own lanes, its instance and its members."""
+
+    stats_kind = "spot"
 
     __slots__ = (
         "activated",
@@ -196,6 +201,8 @@ class SpotAct(ObjectAct):
 
 class ActorAct(ObjectAct):
     """One live Actor: its own lanes (always, §2), its own gate and its current Spot."""
+
+    stats_kind = "actor"
 
     __slots__ = (
         "activated",

@@ -173,8 +173,7 @@ class Closing:
         act.state = GONE
         act.closing_turn = None
         with self.rt.directory.lock:
-            if self.rt.spots.get(act.spot_id) is act:
-                del self.rt.spots[act.spot_id]
+            self.rt.directory.forget(act)
         for topic, ids in list(self.rt.topics.items()):
             if act.spot_id in ids:
                 self.rt.subscribe(act.spot_id, topic, False)
@@ -254,10 +253,10 @@ class Closing:
             actors = list(rt.actors.values())
             for spot in spots:
                 spot.state = GONE
-                del rt.spots[spot.spot_id]
+                rt.directory.forget(spot)
             for actor in actors:
                 actor.state = GONE
-                del rt.actors[actor.actor_id]
+                rt.directory.forget(actor)
             for entry in rt.spots.values():
                 entry.members.clear()
         error = Unavailable(f"node {rt.node_id} fenced itself ({why}); nothing it held runs")

@@ -147,8 +147,7 @@ class Creation:
         what was queued for it is discarded (``messages_discarded_not_created``)."""
         act.state = GONE
         with self.rt.directory.lock:
-            if self.rt.spots.get(act.spot_id) is act:
-                del self.rt.spots[act.spot_id]
+            self.rt.directory.forget(act)
         if act.activated is not None:
             act.activated.set(None, error)
         self._discard_queued(act, NotFound(f"spot {act.spot_id!r} failed to activate"))
@@ -372,8 +371,7 @@ class Creation:
             tells ``completion`` too), and what was sent to it is discarded and counted."""
             act.state = GONE
             with self.rt.directory.lock:
-                if self.rt.actors.get(actor_id) is act:
-                    del self.rt.actors[actor_id]
+                self.rt.directory.forget(act)
             if act.activated is not None:
                 act.activated.set(None, error)
             self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))
@@ -419,7 +417,7 @@ class Creation:
             completion.add_callback(timed_out)
         elif verdict != Admission.ADMITTED:
             with self.rt.directory.lock:
-                del self.rt.actors[actor_id]
+                self.rt.directory.forget(act)
             completion.timer.cancel()  # type: ignore[union-attr]
             if verdict == Admission.CLOSED:
                 raise Unavailable(f"{entry.spot_id!r} is closing")

@@ -6,17 +6,20 @@ Guarantees / assumes:
   Lock order (``zlink.lock_order``): route -> relocator -> directory -> leaves.
 * The tables are created once and never rebound, so the runtime may hold them directly.
 * ``next_generation`` numbers incarnations made without a Location Store (one node alone).
+* A Spot or Actor leaves its table only through ``forget`` (under
+  ``lock``), which keep what it counted in ``stats`` (``type_stats``).
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..executor import ranked_lock
 from ..lock_order import LockRank
 from ..types import SpotKind
 from .acts import GONE, ActorAct, ChannelAct, SpotAct
+from .type_stats import TypeStats
 
 if TYPE_CHECKING:
     from ..app import App
@@ -32,6 +35,7 @@ class Directory:
         self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
         self.topics: dict[str, frozenset[str]] = {}  # topic -> subscribed Spot ids (copy on write)
         self.lock = ranked_lock("runtime.directory", LockRank.DIRECTORY)
+        self.stats = TypeStats()  # per-type counts and latency (its lock is a leaf)
         self._generations = itertools.count(1)
         instance_types = [s.name for s in app.spots.values() if s.kind is SpotKind.INSTANCE]
         self.only_instance_type = instance_types[0] if len(instance_types) == 1 else None
@@ -39,6 +43,13 @@ class Directory:
     def next_generation(self) -> int:
         """A new ``ObjectGeneration`` for an incarnation made without a store."""
         return next(self._generations)
+
+    def forget(self, act: SpotAct | ActorAct) -> None:
+        """``act`` leaves its table if it is there (the caller holds ``lock``)."""
+        table: dict[str, Any] = self.spots if isinstance(act, SpotAct) else self.actors
+        if table.get(act.name) is act:
+            del table[act.name]
+            self.stats.retire(act)
 
     def has_live(self, target: str) -> bool:
         """Whether a Spot or Actor ``target`` lives on this node (in any state but gone)."""

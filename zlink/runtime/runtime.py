@@ -76,7 +76,7 @@ from ..messaging.calls import (
 )
 from ..messaging.completion import Admitted, Completion, expire, in_progress
 from ..messaging.message import check_reply, lane_size, lane_size_many
-from ..status import OwnerStatus, TimerStatus
+from ..status import OwnerStatus, TimerStatus, TypeStatus
 from ..types import SpotKind
 from .acts import (
     GONE,
@@ -794,6 +794,17 @@ class Runtime:
             )
 
     # -- status ------------------------------------------------------------------------------------
+    def type_statuses(self) -> list[TypeStatus]:
+        """Per Spot and Actor type: handled, refused, waited and sampled handler latency."""
+        live = [*self.spots.values(), *self.actors.values()]
+        return [
+            TypeStatus(kind=r.kind, type=r.type, live=r.live, handled=r.handled,
+                       refused=r.refused, waited=r.waited, latency_samples=r.samples,
+                       latency_sum=r.sum, latency_buckets=r.buckets,
+                       latency_p50=r.quantile(0.5), latency_p99=r.quantile(0.99))
+            for r in self.directory.stats.rows(live)
+        ]  # fmt: skip
+
     def owner_statuses(self) -> list[OwnerStatus]:
         """Every owner's lanes, gate and timers, read without stopping any turn."""
         now = self.clock.now()
