@@ -338,6 +338,8 @@ def run(
                     typer.echo(
                         f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
                     )
+                else:  # --no-drain: none moves, so every Spot the node holds stays (and closes)
+                    summary["stayed"] = node.status().spots
                 typer.echo(
                     "stopping: refusing new work, finishing running turns "
                     "(SIGINT or SIGTERM again exits at once)"
