@@ -115,3 +115,52 @@ def test_timers_tick_no_more_once_the_node_drains(make_node, clock):
         clock.advance(1.0)
         node.wait_idle(5)
     assert ticks == [1]  # nothing ran while it drained
+
+
+def test_a_drained_node_says_it_is_draining_not_shutting_down(make_node):
+    """Issue 15 review: every call made on a drained node (send, request, batch, create) is
+    refused with an ``Unavailable`` that names the drain, so an operator is not told the node
+    is stopping when it only drains; after ``shutdown()`` it says "shutting down"."""
+    node = make_node(build_app())
+    client = node.client()
+    client.spots.get_or_create("room", "t.dr.room").wait(WAIT)
+    node.drain(timeout=WAIT)
+    calls = {
+        "send": lambda: client.send_to_spot("room", Add()).submit(),
+        "send with an option": lambda: (
+            client.send_to_spot("room", Add()).metadata("k", "v").submit()
+        ),
+        "request": lambda: client.request_to_spot("room", Total()).wait(WAIT),
+        "batch": lambda: client.send_many_to_spot("room", [Add(), Add()]).submit(),
+        "get_or_create": lambda: client.spots.get_or_create("new", "t.dr.room").wait(WAIT),
+        "create": lambda: client.spots.create("t.dr.room").wait(WAIT),
+    }
+    for what, call in calls.items():
+        with pytest.raises(zlink.Unavailable) as refused:
+            call()
+        assert str(refused.value).startswith("node node-1 is draining: "), what
+        assert "shutting down" not in str(refused.value), what
+    node.shutdown(WAIT)
+    for call in calls.values():
+        with pytest.raises(zlink.Unavailable, match="node node-1 is shutting down"):
+            call()
+
+
+def test_a_fenced_node_says_it_fenced_itself_for_a_batch_too(make_node):
+    """A node that fenced itself (lease not renewed) refuses with that reason on every path;
+    the batch path used to report its drain flag as "shutting down"."""
+    node = make_node(build_app())
+    client = node.client()
+    client.spots.get_or_create("room", "t.dr.room").wait(WAIT)
+    rt = node._runtime
+    rt.fenced, rt.draining = True, True  # what the membership's fencing sets (node._MeshEvents)
+    try:
+        for call in (
+            lambda: client.send_to_spot("room", Add()).submit(),
+            lambda: client.send_many_to_spot("room", [Add()]).submit(),
+            lambda: client.spots.get_or_create("new", "t.dr.room").wait(WAIT),
+        ):
+            with pytest.raises(zlink.Unavailable, match="fenced itself"):
+                call()
+    finally:
+        rt.fenced, rt.draining = False, False

@@ -124,6 +124,34 @@ def test_metrics_are_served_in_the_prometheus_text_format(make_node):
         server.stop()
 
 
+def test_the_metric_names_the_docs_give_are_the_ones_metrics_serves(make_node):
+    """Issue 15 review: README and the guide name the series a scrape really has (a counter's
+    series ends in ``_total``: ``zlink_events_total``, not ``zlink_events``), and README names
+    every series ``/metrics`` serves."""
+    import re
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    node, server = _admin(make_node)
+    node._runtime.metrics.add("handler_errors")  # so the counter family has a series
+    try:
+        _kind, text = _get(server.address, "/metrics")
+    finally:
+        server.stop()
+    served = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert "zlink_events_total" in served and "zlink_admissions_refused_total" in served
+    named = re.compile(r"`(zlink_[a-z_]+)")  # a metric as the docs write one: in backticks
+    readme = set(named.findall((ROOT / "README.md").read_text()))
+    guide = {
+        name
+        for page in sorted((ROOT / "docs" / "guide").glob("*.md"))
+        for name in named.findall(page.read_text())
+    }
+    assert readme - served == set(), "README names series /metrics does not serve"
+    assert guide - served == set(), "docs/guide names series /metrics does not serve"
+    assert served - readme == set(), "README leaves out series /metrics serves"
+
+
 def test_the_admin_endpoint_caps_its_connections_and_closes_idle_ones(make_node):
     """A connection past the cap is closed at once (counted); an idle one is closed after the
     timeout, so a client that connects and says nothing holds no thread for long."""

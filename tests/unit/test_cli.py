@@ -125,6 +125,32 @@ def test_run_stops_gracefully_on_sigint_and_at_once_on_a_second_one():
         proc.stdout.close()
 
 
+@pytest.mark.timeout(60)
+def test_a_stop_without_a_drain_counts_the_spots_that_stayed():
+    """Issue 15 review: the stop's summary line accounts for every Spot. Without a drain none
+    moves, so each one the node holds (here the counter's Entry Spot) stayed, and says so."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "examples.counter:app", "--no-drain",
+         "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        _until(lines, "SIGINT or SIGTERM stops it", 30)
+        proc.send_signal(signal.SIGTERM)
+        seen = _until(lines, "stopped:", 30)
+        assert proc.wait(timeout=30) == 0
+        assert not any(line.startswith("drained:") for line in seen), seen
+        assert seen[-1].strip() == "stopped: 0 Spots moved, 1 stayed; 0 messages discarded"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        reader.join(WAIT_LINES)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
 def test_bingo_says_when_it_is_overloaded_and_fails_on_handler_errors(monkeypatch):
     """Issue "Running ZLink as a service": a p50 far past the draw interval is called
     overloaded, and handler errors make the command fail, instead of a summary in silence."""

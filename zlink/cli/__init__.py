@@ -21,7 +21,7 @@ import socket
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -184,7 +184,9 @@ def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
 @cli.command()
 def run(
     target: Annotated[str, typer.Argument(help="MODULE:ATTR of a zlink.App or a main()")],
-    factory: Annotated[bool, typer.Option(help="ATTR is a factory returning an App")] = False,
+    factory: Annotated[
+        bool, typer.Option(envvar="ZLINK_FACTORY", help="ATTR is a factory returning an App")
+    ] = False,
     node_id: Annotated[str, typer.Option(envvar="ZLINK_NODE_ID", help="this node's id")] = "node-1",
     workers: Annotated[
         int | None, typer.Option(envvar="ZLINK_WORKERS", help="worker threads (default: cores)")
@@ -196,7 +198,8 @@ def run(
         ),
     ] = None,
     admin_allow_remote: Annotated[
-        bool, typer.Option(help="allow a non-loopback admin address")
+        bool,
+        typer.Option(envvar="ZLINK_ADMIN_ALLOW_REMOTE", help="allow a non-loopback admin address"),
     ] = False,
     log_format: Annotated[
         LogFormat,
@@ -239,7 +242,11 @@ def run(
         ),
     ] = None,
     insecure: Annotated[
-        bool, typer.Option(help="allow a non-loopback --listen without CURVE keys (logged)")
+        bool,
+        typer.Option(
+            envvar="ZLINK_INSECURE",
+            help="allow a non-loopback --listen without CURVE keys (logged)",
+        ),
     ] = False,
     keys: Annotated[
         str | None,
@@ -249,10 +256,19 @@ def run(
     ] = None,
     nodes: Annotated[
         int | None,
-        typer.Option(min=1, max=64, help="start this many node processes here, stopped together"),
+        typer.Option(
+            envvar="ZLINK_NODES",
+            min=1,
+            max=64,
+            help="start this many node processes here, stopped together",
+        ),
     ] = None,
     drain: Annotated[
-        bool, typer.Option(help="at SIGINT/SIGTERM move Spots to other nodes before stopping")
+        bool,
+        typer.Option(
+            envvar="ZLINK_DRAIN",
+            help="at SIGINT/SIGTERM move Spots to other nodes before stopping",
+        ),
     ] = True,
     stop_with_stdin: Annotated[
         bool, typer.Option(hidden=True, help="stop when stdin closes (--nodes children)")
@@ -267,8 +283,15 @@ def run(
     --store says), and SIGINT/SIGTERM stops them all."""
     _logging(log_level, log_format)
     if nodes is not None:
+        with _user_errors():  # a bad --admin: one line
+            admin_port = None if admin is None else parse_address(admin)[1]
+        if admin is not None and admin_port != 0:
+            typer.echo(f"--admin {admin} is not served: {nodes} nodes cannot share one port"
+                       " (port 0 gives each node one of its own)", err=True)  # fmt: skip
+            admin = None
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
-                           insecure, keys, log_level.value, lease))  # fmt: skip
+                           insecure, keys, log_level.value, lease, log_format.value, admin,
+                           admin_allow_remote))  # fmt: skip
     with _user_errors():
         obj = load(target, factory)
         if not isinstance(obj, App):
@@ -315,6 +338,8 @@ def run(
                     typer.echo(
                         f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
                     )
+                else:  # --no-drain: none moves, so every Spot the node holds stays (and closes)
+                    summary["stayed"] = node.status().spots
                 typer.echo(
                     "stopping: refusing new work, finishing running turns "
                     "(SIGINT or SIGTERM again exits at once)"
@@ -353,7 +378,8 @@ def _run_callable(target: str, obj: Any, admin: str | None) -> None:
 def _run_many(
     target: str, factory: bool, node_id: str, count: int, workers: int | None,
     listen: str | None, store: str | None, mesh: str, insecure: bool, keys: str | None,
-    log_level: str, lease: float | None = None,
+    log_level: str, lease: float | None = None, log_format: str = "text",
+    admin: str | None = None, admin_allow_remote: bool = False,
 ) -> int:  # fmt: skip
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
@@ -367,6 +393,7 @@ def _run_many(
         typer.echo(f"Location Store: {store}")
     base = listen or "tcp://127.0.0.1:0"
     host, _, port = base.rpartition(":")
+    child_env = _child_env(os.environ)
     procs: list[subprocess.Popen[bytes]] = []
     stop = threading.Event()
 
@@ -383,17 +410,13 @@ def _run_many(
         try:
             for i in range(1, count + 1):
                 address = base if port in ("0", "*") else f"{host}:{int(port) + i - 1}"
-                args = [sys.executable, "-m", "zlink", "run", target, "--node-id",
-                        f"{node_id}-{i}", "--listen", address, "--store", store, "--mesh", mesh,
-                        "--no-drain", "--log-level", log_level]  # fmt: skip
-                args += ["--factory", "--stop-with-stdin"] if factory else ["--stop-with-stdin"]
-                args += ["--insecure"] if insecure else []
-                args += [] if keys is None else ["--keys", keys]
-                args += [] if workers is None else ["--workers", str(workers)]
-                args += [] if lease is None else ["--lease", repr(lease)]
+                args = _child_args(target, factory, f"{node_id}-{i}", address, store, mesh,
+                                   insecure, keys, workers, lease, log_level, log_format, admin,
+                                   admin_allow_remote)  # fmt: skip
                 # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
                 # pipe closes and the node stops (no node outlives its parent)
-                procs.append(subprocess.Popen(args, start_new_session=True, stdin=subprocess.PIPE))
+                procs.append(subprocess.Popen(args, start_new_session=True, env=child_env,
+                                              stdin=subprocess.PIPE))  # fmt: skip
             typer.echo(f"{count} node processes started; SIGINT or SIGTERM stops them all")
             sys.stdout.flush()
 
@@ -419,6 +442,40 @@ def _run_many(
                     proc.stdin.close()
     typer.echo("all nodes stopped")
     return max((abs(p.returncode or 0) for p in procs), default=0)
+
+
+def _child_args(
+    target: str, factory: bool, node_id: str, address: str, store: str, mesh: str,
+    insecure: bool, keys: str | None, workers: int | None, lease: float | None,
+    log_level: str, log_format: str, admin: str | None, admin_allow_remote: bool,
+) -> list[str]:  # fmt: skip
+    """The command line of one ``--nodes`` child: every setting the parent was given that a
+    node needs, explicitly (its environment is the parent's, less ``_child_env``'s drops).
+    ``admin`` is passed on only as port 0 (each child picks a port of its own)."""
+    args = [sys.executable, "-m", "zlink", "run", target, "--node-id", node_id,
+            "--listen", address, "--store", store, "--mesh", mesh, "--no-drain",
+            "--log-level", log_level, "--log-format", log_format,
+            "--stop-with-stdin"]  # fmt: skip
+    # a flag both ways: a ZLINK_FACTORY / ZLINK_INSECURE the parent was told to override
+    # (--no-factory) is still in the child's environment
+    args += ["--factory"] if factory else ["--no-factory"]
+    args += ["--insecure"] if insecure else ["--no-insecure"]
+    args += [] if keys is None else ["--keys", keys]
+    args += [] if workers is None else ["--workers", str(workers)]
+    args += [] if lease is None else ["--lease", repr(lease)]
+    if admin is not None and parse_address(admin)[1] == 0:
+        args += ["--admin", admin] + (["--admin-allow-remote"] if admin_allow_remote else [])
+    return args
+
+
+_NOT_INHERITED = ("ZLINK_NODES", "ZLINK_ADMIN")
+
+
+def _child_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The environment of a ``--nodes`` child: the parent's, without ``ZLINK_NODES`` (each
+    child would start K more nodes) and ``ZLINK_ADMIN`` (K nodes cannot share a fixed port;
+    the parent passes ``--admin`` on itself when it names port 0)."""
+    return {k: v for k, v in environ.items() if k not in _NOT_INHERITED}
 
 
 keys_cli = typer.Typer(add_completion=False, help="CURVE keys of a mesh (python-api §10).")

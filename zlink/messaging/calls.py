@@ -26,7 +26,7 @@ import functools
 import warnings
 from collections.abc import Callable, Generator
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from ..durations import check_seconds, check_timeout
 from ..errors import Cancelled, InvalidArgument, InvalidOperation
@@ -247,7 +247,7 @@ class MessageCall(_Call):
         self.msg = msg
 
     @_option_method
-    def metadata(self, key: str, value: str) -> MessageCall:
+    def metadata(self, key: str, value: str) -> Self:
         """Attach a string header, once per key; keys and values are str of valid UTF-8."""
         _check_text("a metadata key", key)
         _check_text("a metadata value", value)
@@ -258,7 +258,7 @@ class MessageCall(_Call):
         return self
 
     @_option_method
-    def instance_spot(self, stable_type: str | None = None) -> MessageCall:
+    def instance_spot(self, stable_type: str | None = None) -> Self:
         """Address an Instance Spot, activating it (of ``stable_type``) on its first message."""
         if self.kind != _SPOT:
             raise InvalidOperation("instance_spot() applies to Spot calls only")
@@ -269,7 +269,7 @@ class MessageCall(_Call):
         return self
 
     @_option_method
-    def in_mesh(self, mesh_name: str) -> MessageCall:
+    def in_mesh(self, mesh_name: str) -> Self:
         """Route within the mesh named ``mesh_name``."""
         check_id("mesh name", mesh_name)
         self._option("in_mesh")
@@ -383,7 +383,7 @@ class RequestCall(MessageCall, _Completing[T]):
     __slots__ = ()
 
     @_option_method
-    def timeout(self, seconds: float) -> RequestCall[T]:
+    def timeout(self, seconds: float) -> Self:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
         value = check_seconds(seconds, "a timeout")
         self._option("timeout")
@@ -442,7 +442,7 @@ class CreateCall(_Completing[T]):
         self.mesh: str | None = None
 
     @_option_method
-    def request(self, msg: Message) -> CreateCall[T]:
+    def request(self, msg: Message) -> Self:
         """The message ``on_create`` / ``on_create_actor`` receives."""
         if not isinstance(msg, Message):
             raise InvalidArgument(f"a create request is a zlink.Message, got {type(msg).__name__}")
@@ -451,7 +451,7 @@ class CreateCall(_Completing[T]):
         return self
 
     @_option_method
-    def timeout(self, seconds: float) -> CreateCall[T]:
+    def timeout(self, seconds: float) -> Self:
         """Fail with ``DeadlineExceeded`` after ``seconds`` on the node's clock."""
         value = check_seconds(seconds, "a timeout")
         self._option("timeout")
@@ -459,7 +459,7 @@ class CreateCall(_Completing[T]):
         return self
 
     @_option_method
-    def in_mesh(self, mesh_name: str) -> CreateCall[T]:
+    def in_mesh(self, mesh_name: str) -> Self:
         """Create within the mesh named ``mesh_name``."""
         check_id("mesh name", mesh_name)
         self._option("in_mesh")
@@ -493,7 +493,7 @@ class WorkerCall(_Completing[T]):
         self.deadline: float | None = None
 
     @_option_method
-    def timeout(self, seconds: float) -> WorkerCall[T]:
+    def timeout(self, seconds: float) -> Self:
         """Fail the wait with ``DeadlineExceeded`` after ``seconds`` (the work still runs)."""
         value = check_seconds(seconds, "a timeout")
         self._option("timeout")

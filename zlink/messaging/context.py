@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, ParamSpec, Protocol, TypeVar
 
 from ..errors import InvalidArgument, InvalidOperation
-from ..types import SpotKind, SpotRef, TargetKind
+from ..types import ActorCreateResult, SpotCreateResult, SpotKind, SpotRef, TargetKind
 from .calls import (
     BatchSendCall,
     CreateCall,
@@ -29,6 +29,9 @@ from .calls import (
     check_id,
 )
 from .message import Message, Request
+
+R = TypeVar("R")  # the reply type of a Request[R], the result of a worker function
+P = ParamSpec("P")
 
 _SPOT, _ACTOR = TargetKind.SPOT, TargetKind.ACTOR
 _CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
@@ -116,8 +119,8 @@ class RouteClient:
             msg = _message(msg, False)
         return WatchedSendCall(self._rt, _SPOT, spot_id, msg)
 
-    def request_to_spot(self, spot_id: str, req: Request[Any]) -> RequestCall[Any]:
-        """A request to a Spot; its reply is the request's ``T``."""
+    def request_to_spot(self, spot_id: str, req: Request[R]) -> RequestCall[R]:
+        """A request to a Spot; its reply is the ``R`` of a ``Request[R]``."""
         return WatchedRequestCall(
             self._rt, _SPOT, check_id("spot_id", spot_id), _message(req, True)
         )
@@ -130,7 +133,7 @@ class RouteClient:
             msg = _message(msg, False)
         return WatchedSendCall(self._rt, _ACTOR, actor_id, msg)
 
-    def request_to_actor(self, actor_id: str, req: Request[Any]) -> RequestCall[Any]:
+    def request_to_actor(self, actor_id: str, req: Request[R]) -> RequestCall[R]:
         """A request to an Actor."""
         return WatchedRequestCall(
             self._rt, _ACTOR, check_id("actor_id", actor_id), _message(req, True)
@@ -142,7 +145,7 @@ class RouteClient:
             self._rt, _CHANNEL, check_id("channel", channel), _message(msg, False)
         )
 
-    def request(self, channel: str, req: Request[Any]) -> RequestCall[Any]:
+    def request(self, channel: str, req: Request[R]) -> RequestCall[R]:
         """A request to a Channel; each request is its own turn."""
         return WatchedRequestCall(
             self._rt, _CHANNEL, check_id("channel", channel), _message(req, True)
@@ -176,11 +179,11 @@ class WorkerManager:
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
 
-    def io(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkerCall[Any]:
+    def io(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkerCall[R]:
         """Blocking work (files, sockets, a database driver) on the I/O pool."""
         return WatchedWorkerCall(self._rt, "io", fn, args, kwargs)
 
-    def cpu(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkerCall[Any]:
+    def cpu(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkerCall[R]:
         """CPU-bound work on the CPU pool (one thread per core; parallel on 3.13t)."""
         return WatchedWorkerCall(self._rt, "cpu", fn, args, kwargs)
 
@@ -193,11 +196,11 @@ class SpotManager:
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
 
-    def create(self, spot_type: str) -> CreateCall[Any]:
+    def create(self, spot_type: str) -> CreateCall[SpotCreateResult]:
         """A new User Spot of ``spot_type`` with a generated id."""
         return WatchedCreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), None, False)
 
-    def get_or_create(self, spot_id: str, spot_type: str) -> CreateCall[Any]:
+    def get_or_create(self, spot_id: str, spot_type: str) -> CreateCall[SpotCreateResult]:
         """The User Spot ``spot_id``, created as ``spot_type`` if it does not exist."""
         check_id("spot_id", spot_id)
         return WatchedCreateCall(self._rt, _SPOT, check_id("spot_type", spot_type), spot_id, True)
@@ -219,7 +222,9 @@ class ActorManager:
     def __init__(self, rt: Runtime) -> None:
         self._rt = rt
 
-    def create(self, actor_type: str, *, actor_id: str | None = None) -> CreateCall[Any]:
+    def create(
+        self, actor_type: str, *, actor_id: str | None = None
+    ) -> CreateCall[ActorCreateResult]:
         """A new Actor; ``actor_id`` may be given, else one is generated."""
         if actor_id is not None:
             check_id("actor_id", actor_id)
@@ -227,7 +232,7 @@ class ActorManager:
             self._rt, _ACTOR, check_id("actor_type", actor_type), actor_id, False
         )
 
-    def get_or_create(self, actor_id: str, actor_type: str) -> CreateCall[Any]:
+    def get_or_create(self, actor_id: str, actor_type: str) -> CreateCall[ActorCreateResult]:
         """The Actor ``actor_id``, created as ``actor_type`` if it does not exist."""
         check_id("actor_id", actor_id)
         return WatchedCreateCall(

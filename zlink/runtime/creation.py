@@ -44,7 +44,7 @@ from ..types import (
     SpotKind,
 )
 from .acts import GONE, READY, ActorAct, SpotAct
-from .jobs import LifeJob, discard_jobs, failure, lifecycle_error, run_steps
+from .jobs import LifeJob, discard_jobs, failure, lifecycle_error, not_serving, run_steps
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -208,10 +208,8 @@ class Creation:
         asked.add_callback(reserved)
 
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
-        if self.rt.fenced:
-            raise Unavailable(f"node {self.rt.node_id} fenced itself: it could not renew its lease")
-        if self.rt.stopping or self.rt.draining:
-            raise Unavailable(f"node {self.rt.node_id} is shutting down")
+        if self.rt.fenced or self.rt.stopping or self.rt.draining:
+            raise not_serving(self.rt)
         if call.mesh is not None and call.mesh != self.rt.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.rt.node_id}")
         if call.kind == TargetKind.ACTOR:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import (
     Cancelled,
     HandlerError,
+    Unavailable,
     ZLinkError,
 )
 from ..executor import CLOSED, Job, Lane, Turn, current_turn, run_turns
@@ -312,6 +313,22 @@ async def run_steps(job: LifeJob, *steps: tuple[str, Callable[[], Any]]) -> Any:
         if isinstance(out, Coroutine):
             out = await out
     return out
+
+
+def not_serving(rt: Runtime) -> Unavailable:
+    """Why ``rt`` refuses a call made on it, for a node that is fenced, stopping or drained.
+
+    Checked in that order: a node that fenced itself is also marked draining, and a drained
+    node that then shuts down is stopping. A drained node still relays calls routed to it and
+    serves what stayed (python-api §8 ``node.drain``); only calls made on it are refused.
+    """
+    if rt.fenced:
+        return Unavailable(f"node {rt.node_id} fenced itself: it could not renew its lease")
+    if rt.stopping:
+        return Unavailable(f"node {rt.node_id} is shutting down")
+    return Unavailable(
+        f"node {rt.node_id} is draining: it takes no new calls; make them on another node"
+    )
 
 
 def handler_error(exc: BaseException) -> HandlerError:

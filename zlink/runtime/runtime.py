@@ -92,7 +92,7 @@ from .acts import (
 from .closing import Closing
 from .creation import Creation
 from .directory import Directory
-from .jobs import BatchJob, MessageJob, RecordedJob, SendJob, handler_error
+from .jobs import BatchJob, MessageJob, RecordedJob, SendJob, handler_error, not_serving
 from .membership import Membership
 from .metrics import Metrics
 
@@ -312,9 +312,9 @@ class Runtime:
     ) -> Completion:  # fmt: skip
         """``submit``'s general path: resolve the destination, then admit (see ``submit``)."""
         if self.fenced:
-            raise Unavailable(f"node {self.node_id} fenced itself: it could not renew its lease")
+            raise not_serving(self)
         if (self.stopping or self.draining) and not (hops and self.router is not None):
-            raise Unavailable(f"node {self.node_id} is shutting down")  # a drained node relays
+            raise not_serving(self)  # a drained node relays
         if call.mesh is not None and call.mesh != self.mesh:
             raise NotFound(f"mesh {call.mesh!r} is not reachable from node {self.node_id}")
         turn = current_turn()
@@ -492,8 +492,8 @@ class Runtime:
 
     def _route_many(self, call: BatchSendCall, room: Admitted | None, mode: WaitMode) -> None:
         """``submit_many``'s body: admit, send to the target's node, go one by one, or wait."""
-        if self.stopping or self.draining:
-            raise Unavailable(f"node {self.node_id} is shutting down")
+        if self.stopping or self.draining:  # (a fenced node is marked draining too)
+            raise not_serving(self)
         act = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
         if act is None or act.state in PAST_READY:
             router = self.router
