@@ -12,8 +12,10 @@ Guarantees / assumes:
   both ways, written only through ``subscribe`` (under ``lock``), each value a frozenset
   replaced whole (readers take no lock). A Spot's subscriptions belong to its incarnation on
   this node: ``forget`` drops them, so whatever way a Spot stops living here (closed,
-  evicted, failed to activate, dropped by a fencing), the tables list only Spots in
-  ``spots``, and a later incarnation under the same id starts with none.
+  evicted, failed to activate, dropped by a fencing, moved away, a move in that did not
+  happen), the tables list only Spots in ``spots``, and a later incarnation under the same
+  id starts with none. A move takes them along: the source reads them (``subscribed``) into
+  its payload, the target adds them (``subscribe_all``) as the Spot arrives.
 """
 
 from __future__ import annotations
@@ -69,6 +71,12 @@ class Directory:
         ids, mine = (ids | {spot_id}, mine | {topic}) if on else (ids - {spot_id}, mine - {topic})
         _put(self.topics, topic, ids)
         _put(self.subscribed, spot_id, mine)
+
+    def subscribe_all(self, spot_id: str, topics: tuple[str, ...]) -> None:
+        """``spot_id`` subscribes to each of ``topics`` (it arrives with them; the caller holds
+        ``lock``)."""
+        for topic in topics:
+            self.subscribe(spot_id, topic, True)
 
     def has_live(self, target: str) -> bool:
         """Whether a Spot or Actor ``target`` lives on this node (in any state but gone)."""
