@@ -1,5 +1,10 @@
 """Logical Multicast (guide §1: matched payloads go to the Spot queue; Instance Spots refuse
-subscription at registration; §16: publish offers no Yield)."""
+subscription at registration; §16: publish offers no Yield).
+
+A subscription belongs to its Spot's incarnation on its node: a Spot that stops living here
+(closed, evicted, failed to activate, or dropped when its node fences itself, python-api §10
+"Failure") leaves the topic table with it, so a later incarnation under the same id starts
+with none. (Relocation, which takes them along: ``test_relocation_subscriptions.py``.)"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import pytest
 
 import zlink
 from tests.conftest import WAIT
+from zlink.errors import Unavailable
+from zlink.testing import LocalCluster, ManualClock
 
 
 class News(zlink.Message, type_name="t.mc.news"):
@@ -28,6 +35,9 @@ class Heard(zlink.Request[list[str]], type_name="t.mc.heard"):
 
 class Ask(zlink.Request[str], type_name="t.mc.ask"):
     pass
+
+
+FRAGILE: list[int] = []  # activations of "t.mc.fragile" so far
 
 
 def build_app() -> zlink.App:
@@ -53,6 +63,14 @@ def build_app() -> zlink.App:
         @zlink.subscription
         def on_news(self, event: News, context: zlink.MessageContext) -> None:
             self.heard.append(f"{context.topic}:{event.text}")
+
+    @app.user_spot("t.mc.fragile")
+    class Fragile(Listener):
+        def on_initialize(self) -> None:  # the first one subscribes, then fails
+            FRAGILE.append(1)
+            if len(FRAGILE) == 1:
+                self.context.subscribe("t")
+                raise RuntimeError("first activation fails")
 
     @app.instance_spot("t.mc.inst")
     class Inst(zlink.InstanceSpot):
@@ -148,3 +166,71 @@ def test_publish_offers_no_yield_and_refuses_bad_payloads(make_node):
         client.publish("t", Heard())  # a request is not an event
     with pytest.raises(zlink.InvalidArgument):
         client.publish("", News(text="x"))
+
+
+def test_an_evicted_spot_leaves_the_topic_table(make_node, clock: ManualClock):
+    node = make_node(build_app(), idle_timeout=10.0)
+    _listeners(node, "a")
+    node.client().send_to_spot("a", Join(topic="t")).submit()
+    node.wait_idle(WAIT)
+    assert node._runtime.topics["t"] == {"a"}
+    for _ in range(8):
+        clock.advance(2.5)
+        node.wait_idle(WAIT)
+    assert "a" not in node._runtime.spots
+    assert "t" not in node._runtime.topics
+
+
+def test_a_spot_that_fails_to_activate_leaves_no_subscription_behind(make_node):
+    """Its next incarnation under the same id hears nothing it did not subscribe to."""
+    FRAGILE.clear()
+    node = make_node(build_app())
+    client = node.client()
+    with pytest.raises(zlink.ZLinkError):
+        client.spots.get_or_create("f", "t.mc.fragile").wait(WAIT)
+    node.wait_idle(WAIT)
+    assert "t" not in node._runtime.topics
+    client.spots.get_or_create("f", "t.mc.fragile").wait(WAIT)
+    client.publish("t", News(text="not for you")).submit()
+    node.wait_idle(WAIT)
+    assert _heard(node, "f") == []
+
+
+def test_a_node_that_fences_itself_drops_its_spots_subscriptions(clock: ManualClock):
+    """python-api §10 "Failure": a node that cannot renew its lease drops its Spots (they may
+    live elsewhere next); their subscriptions go with them."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        n1 = cluster.node(0)
+        _listeners(n1, "a")
+        n1.client().send_to_spot("a", Join(topic="t")).submit()
+        cluster.wait_idle(WAIT)
+        assert n1._runtime.topics["t"] == {"a"}
+        real = cluster.store.renew_node
+
+        def refuse_n1(node_id: str, *args: object) -> object:
+            if node_id == "node-1":
+                raise Unavailable("the store is slow for node-1")
+            return real(node_id, *args)  # type: ignore[arg-type]
+
+        cluster.store.renew_node = refuse_n1  # type: ignore[method-assign]
+        for _ in range(12):  # 3 s: it fences itself before its lease can lapse
+            if n1.counters().get("self_fenced"):
+                break
+            clock.advance(0.25)
+            cluster.wait_idle(WAIT)
+        assert n1.counters().get("self_fenced") == 1
+        assert "a" not in n1._runtime.spots
+        assert "t" not in n1._runtime.topics
+
+
+def test_the_context_of_a_spot_that_is_gone_cannot_subscribe_it_again(make_node):
+    node = make_node(build_app())
+    _listeners(node, "a")
+    act = node._runtime.spots["a"]
+    context = act.instance.context
+    assert node.client().spots.close(act.ref)
+    node.wait_idle(WAIT)
+    with pytest.raises(zlink.Unavailable, match="no longer lives"):
+        context.subscribe("t")
+    context.unsubscribe("t")  # a no-op
+    assert "t" not in node._runtime.topics

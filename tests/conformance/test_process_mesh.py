@@ -121,6 +121,26 @@ def test_a_room_moved_50_times_across_processes_under_4_senders(tmp_path: Path) 
         assert moves == 50
 
 
+def test_a_room_s_subscriptions_move_with_it_between_processes(tmp_path: Path) -> None:
+    """A Spot's Logical Multicast subscriptions cross in its relocation envelope (wire
+    ``RelocObject.topics``; test_relocation_subscriptions.py): after a move to another process,
+    events published in that process reach it, and the source lists it no more."""
+    with mesh(tmp_path, ["n1", "n2"]) as nodes:
+        _meshed(nodes)
+        nodes["n1"].ask("create", spot="room", type="mp.room")
+        assert nodes["n1"].ask("follow", spot="room", topic="news") is True
+        nodes["n1"].ask("publish", topic="news", text="before")
+        _until(lambda: nodes["n1"].ask("heard", spot="room") == ["n1:news:before"], "heard")
+        nodes["n1"].ask("relocate", spot="room", to="n2", move_timeout=10)
+        assert nodes["n1"].ask("subscribed", spot="room") == []
+        assert nodes["n2"].ask("subscribed", spot="room") == ["news"]
+        nodes["n2"].ask("publish", topic="news", text="after")
+        _until(
+            lambda: nodes["n2"].ask("heard", spot="room") == ["n1:news:before", "n2:news:after"],
+            "the event published on n2 heard there",
+        )
+
+
 def test_a_reply_arrives_over_completion_while_data_from_that_peer_is_paused(
     tmp_path: Path,
 ) -> None:

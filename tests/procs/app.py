@@ -42,6 +42,20 @@ class HoldOne(zlink.Message, type_name="mp.hold_one"):
     pass
 
 
+class Follow(zlink.Request[bool], type_name="mp.follow"):
+    """Subscribe the room to ``topic`` (a request: handled where the room is now)."""
+
+    topic: str
+
+
+class News(zlink.Message, type_name="mp.news"):
+    text: str
+
+
+class Heard(zlink.Request[list[str]], type_name="mp.heard"):
+    """The events the room handled, each ``node:topic:text``."""
+
+
 app = zlink.App("mp")
 
 
@@ -50,6 +64,20 @@ class Room(zlink.UserSpot):
     def __init__(self, context: zlink.SpotContext) -> None:
         super().__init__(context)
         self.seen: dict[str, list[int]] = {}
+        self.heard: list[str] = []
+
+    @zlink.handler
+    def follow(self, req: Follow) -> bool:
+        self.context.subscribe(req.topic)
+        return True
+
+    @zlink.handler
+    def get_heard(self, req: Heard) -> list[str]:
+        return self.heard
+
+    @zlink.subscription
+    def on_news(self, event: News, context: zlink.MessageContext) -> None:
+        self.heard.append(f"{_node(self.context)}:{context.topic}:{event.text}")
 
     @zlink.handler
     def bump(self, msg: Bump) -> None:

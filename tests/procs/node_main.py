@@ -22,11 +22,14 @@ from tests.procs.app import (
     RESTORING,
     Bump,
     Enter,
+    Follow,
     Gen,
+    Heard,
     Hold,
     HoldOne,
     Log,
     Mark,
+    News,
     Total,
     Where,
     app,
@@ -132,6 +135,15 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
     if op == "relocate":
         node.relocate_spot(cmd["spot"], cmd["to"], cmd.get("move_timeout", 10))
         return None
+    if op == "follow":  # the room subscribes to a topic, here or where it lives
+        return client.request_to_spot(cmd["spot"], Follow(topic=cmd["topic"])).wait(15)
+    if op == "publish":  # reaches the subscribers in this process only
+        client.publish(cmd["topic"], News(text=cmd["text"])).wait(15)
+        return None
+    if op == "heard":
+        return client.request_to_spot(cmd["spot"], Heard()).timeout(10).wait(15)
+    if op == "subscribed":  # the topics this process lists the Spot under
+        return sorted(rt.directory.subscribed.get(cmd["spot"], ()))
     if op == "restoring":  # a move into this node waits in its restore (mp.held_move)
         return RESTORING.is_set()
     if op == "owns":

@@ -79,8 +79,8 @@ RELOC = RelocEnvelope(
     source_node="n1", relocation_id=3, target="room-1", spot_type="t.w.room",
     object_generation=12, chunk_count=2,
     objects=(
-        RelocObject("room-1", "t.w.room", JOBS, TIMERS),
-        RelocObject("actor-1", "t.w.player", (), ()),
+        RelocObject("room-1", "t.w.room", JOBS, TIMERS, ("topic-a", "news/é 🎲")),
+        RelocObject("actor-1", "t.w.player", (), (), ()),
     ),
     signaled=True, unit="spot", join=None,
 )  # fmt: skip
@@ -200,7 +200,7 @@ def test_every_kind_round_trips(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 2
+    assert frame["version"] == WIRE_VERSION == 3
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -216,6 +216,18 @@ def test_nested_records_keep_their_types() -> None:
     reply = decode(encode(SAMPLES["reply-error"]))
     assert isinstance(reply, ReplyEnvelope) and reply.error is not None
     assert reply.error.code is ErrorCode.HANDLER_ERROR
+
+
+def test_a_moved_spots_subscriptions_cross_with_it() -> None:
+    """A relocated Spot's Logical Multicast topics travel in its record, in order, as a
+    tuple of str; an object with none carries an empty tuple."""
+    frame = _frame(RELOC)
+    assert frame["objects"][0]["topics"] == ["topic-a", "news/é 🎲"]
+    assert frame["objects"][1]["topics"] == []
+    back = decode(encode(RELOC))
+    assert isinstance(back, RelocEnvelope)
+    assert back.objects[0].topics == ("topic-a", "news/é 🎲")
+    assert back.objects[1].topics == ()
 
 
 def test_an_int_is_taken_for_a_float_and_comes_back_a_float() -> None:
@@ -301,7 +313,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 3, "2", 2.0, True, None, [2]])
+@pytest.mark.parametrize("version", [0, 1, 2, 4, "3", 3.0, True, None, [3]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""
@@ -449,6 +461,9 @@ def test_a_wrong_typed_field_is_refused(name: str, field: str, value: object) ->
         (lambda f: f["objects"][0]["timers"][1].update(interval="60"),
          "objects[0].timers[1].interval"),
         (lambda f: f["objects"][1].update(jobs=None), "objects[1].jobs"),
+        (lambda f: f["objects"][0].update(topics="topic-a"), "objects[0].topics"),
+        (lambda f: f["objects"][0].update(topics=["topic-a", 1]), "objects[0].topics"),
+        (lambda f: f["objects"][1].pop("topics"), "objects[1].topics"),
     ],
 )  # fmt: skip
 def test_a_wrong_nested_field_is_refused_with_its_path(spoil: Any, path: str) -> None:

@@ -54,9 +54,10 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 2
+WIRE_VERSION: Final = 3
 """The version every envelope carries; a node decodes its own version only.
 
+3: ``RelocObject.topics`` (a moving Spot's Logical Multicast subscriptions go with it).
 2: ``reloc_abort`` (a move withdrawn before its commit: the target forgets what it restored).
 ``dropped`` (a one-way message a node could not deliver, told to its origin), ``batch`` (a
 batch send, admitted all or none where its target lives).
@@ -209,7 +210,8 @@ class RelocTimer:
 
 @dataclass(frozen=True, slots=True)
 class RelocObject:
-    """One object (the Spot or one Actor) of a relocation unit: identity, queue and timers."""
+    """One object (the Spot or one Actor) of a relocation unit: identity, queue, timers and
+    subscriptions."""
 
     object_id: str
     """The Spot id or Actor id."""
@@ -219,6 +221,9 @@ class RelocObject:
     """Everything queued behind the barrier, in order."""
     timers: tuple[RelocTimer, ...]
     """Its timers (empty for a PER_ACTOR shell, whose timers do not move)."""
+    topics: tuple[str, ...]
+    """The Logical Multicast topics it is subscribed to; the target subscribes it to them
+    again (a Spot, a PER_ACTOR shell too; always empty for an Actor, which cannot subscribe)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -353,9 +353,12 @@ class Outbound(RelocatorState):
                 keep = obj is not out.spot or act.shared or act.kind is not SpotKind.USER
                 timers[obj.name] = out.timers[obj.name] if keep else ()
                 obj.cancel_timers()
+            # the Spot's subscriptions go with it (sealed, it changes them no more here); the
+            # commit drops them here, a move that does not happen leaves them as they are
+            topics = tuple(sorted(self.rt.directory.subscribed.get(act.spot_id, ())))
             objects = tuple(
                 wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(out, obj),
-                                 timers[obj.name])
+                                 timers[obj.name], topics if obj is act else ())
                 for obj in out.objects
             )  # fmt: skip
             blob = codec.dumps(states).decode()
@@ -555,7 +558,7 @@ class Outbound(RelocatorState):
             return
         with router.route_lock, rt.directory.lock:  # from now on stale routes relay to the target
             for obj in out.objects:
-                rt.directory.forget(obj)
+                rt.directory.forget(obj)  # a Spot's subscriptions too: they live on the target
         for obj in out.objects:
             obj.state = GONE
         out.committed = True

@@ -72,7 +72,12 @@ class Inbound(RelocatorState):
         kind = TargetKind(env.unit)
         actor_objects = objects[1:] if kind == TargetKind.SPOT else objects
         actor_specs = [rt.app.actors.get(o.object_type) for o in actor_objects]
-        if spec is None or None in actor_specs or len(chunks) != env.chunk_count:
+        if (
+            spec is None
+            or None in actor_specs
+            or len(chunks) != env.chunk_count
+            or any(o.topics for o in actor_objects)  # an Actor cannot subscribe
+        ):
             self._answer(env, "the payload does not match this node's app or is incomplete")
             return
         states: dict[str, str | None] = codec.loads("".join(chunks))
@@ -112,6 +117,9 @@ class Inbound(RelocatorState):
                     rt.actors[member.actor_id] = member
                 if shell is None:
                     rt.spots[act.spot_id] = act
+                    # its subscriptions, as on the source; no event reaches it before it opens
+                    # (sealed), and forgetting the move (``_forget_in``) drops them again
+                    rt.directory.subscribe_all(act.spot_id, objects[0].topics)
             for obj in arriving:
                 self.router.arrived(obj.name)
         self._restore(env, inc, states, 1)

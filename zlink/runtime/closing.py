@@ -172,11 +172,8 @@ class Closing:
         """``on_closing`` ended (a failure was counted by its job) or was discarded unrun."""
         act.state = GONE
         act.closing_turn = None
-        with self.rt.directory.lock:
+        with self.rt.directory.lock:  # its subscriptions go with it (``Directory.forget``)
             self.rt.directory.forget(act)
-        for topic, ids in list(self.rt.topics.items()):
-            if act.spot_id in ids:
-                self.rt.subscribe(act.spot_id, topic, False)
         router = self.rt.router
         if router is not None:  # on the store thread; fenced: a stale owner's is refused
             router.store_worker.call(
@@ -253,7 +250,7 @@ class Closing:
             actors = list(rt.actors.values())
             for spot in spots:
                 spot.state = GONE
-                rt.directory.forget(spot)
+                rt.directory.forget(spot)  # with its subscriptions
             for actor in actors:
                 actor.state = GONE
                 rt.directory.forget(actor)
@@ -264,10 +261,6 @@ class Closing:
             act.cancel_timers()
             act.owner.lanes.end_waits()
             discard_jobs(rt, act.owner.drain(), error, "fenced")
-        for topic, ids in list(rt.topics.items()):
-            for spot in spots:
-                if spot.spot_id in ids:
-                    rt.subscribe(spot.spot_id, topic, False)
         dropped = len(spots) + len(actors)
         if dropped:
             rt.metrics.add("activations_dropped_fenced", dropped)

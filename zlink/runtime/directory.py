@@ -8,6 +8,14 @@ Guarantees / assumes:
 * ``next_generation`` numbers incarnations made without a Location Store (one node alone).
 * A Spot or Actor leaves its table only through ``forget`` (under
   ``lock``), which keep what it counted in ``stats`` (``type_stats``).
+* ``topics`` (topic -> Spot ids) and ``subscribed`` (Spot id -> topics) are one relation kept
+  both ways, written only through ``subscribe`` (under ``lock``), each value a frozenset
+  replaced whole (readers take no lock). A Spot's subscriptions belong to its incarnation on
+  this node: ``forget`` drops them, so whatever way a Spot stops living here (closed,
+  evicted, failed to activate, dropped by a fencing, moved away, a move in that did not
+  happen), the tables list only Spots in ``spots``, and a later incarnation under the same
+  id starts with none. A move takes them along: the source reads them (``subscribed``) into
+  its payload, the target adds them (``subscribe_all``) as the Spot arrives.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ class Directory:
         self.channels: dict[str, ChannelAct] = {}
         self.entries: dict[str, SpotAct] = {}  # actor type -> its Entry Spot
         self.topics: dict[str, frozenset[str]] = {}  # topic -> subscribed Spot ids (copy on write)
+        self.subscribed: dict[str, frozenset[str]] = {}  # Spot id -> its topics (copy on write)
         self.lock = ranked_lock("runtime.directory", LockRank.DIRECTORY)
         self.stats = TypeStats()  # per-type counts and latency (its lock is a leaf)
         self._generations = itertools.count(1)
@@ -45,13 +54,39 @@ class Directory:
         return next(self._generations)
 
     def forget(self, act: SpotAct | ActorAct) -> None:
-        """``act`` leaves its table if it is there (the caller holds ``lock``)."""
+        """``act`` leaves its table if it is there, a Spot with its subscriptions (the caller
+        holds ``lock``)."""
         table: dict[str, Any] = self.spots if isinstance(act, SpotAct) else self.actors
         if table.get(act.name) is act:
             del table[act.name]
             self.stats.retire(act)
+            if isinstance(act, SpotAct):
+                for topic in self.subscribed.get(act.name, ()):
+                    self.subscribe(act.name, topic, False)
+
+    def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
+        """Add (``on``) or remove one subscription of ``spot_id`` (the caller holds ``lock``)."""
+        ids = self.topics.get(topic, frozenset())
+        mine = self.subscribed.get(spot_id, frozenset())
+        ids, mine = (ids | {spot_id}, mine | {topic}) if on else (ids - {spot_id}, mine - {topic})
+        _put(self.topics, topic, ids)
+        _put(self.subscribed, spot_id, mine)
+
+    def subscribe_all(self, spot_id: str, topics: tuple[str, ...]) -> None:
+        """``spot_id`` subscribes to each of ``topics`` (it arrives with them; the caller holds
+        ``lock``)."""
+        for topic in topics:
+            self.subscribe(spot_id, topic, True)
 
     def has_live(self, target: str) -> bool:
         """Whether a Spot or Actor ``target`` lives on this node (in any state but gone)."""
         act = self.spots.get(target) or self.actors.get(target)
         return act is not None and act.state != GONE
+
+
+def _put(table: dict[str, frozenset[str]], key: str, value: frozenset[str]) -> None:
+    """``table[key] = value``, or no entry at all for an empty ``value``."""
+    if value:
+        table[key] = value
+    else:
+        table.pop(key, None)

@@ -593,16 +593,14 @@ class Runtime:
         return self.submit(call, reply, mode, hops, room=room)  # it arrived here meanwhile
 
     def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
+        """A Spot's subscription to ``topic`` on or off (``Directory.subscribe``). Only a Spot
+        living on this node subscribes: a context whose Spot left (closed, moved away) gets
+        ``Unavailable``, so the table never lists a Spot that is not here."""
         with self.directory.lock:
-            ids = set(self.topics.get(topic, ()))
-            if on:
-                ids.add(spot_id)
-            else:
-                ids.discard(spot_id)
-            if ids:
-                self.topics[topic] = frozenset(ids)
-            else:
-                self.topics.pop(topic, None)
+            act = self.spots.get(spot_id)
+            if on and (act is None or act.state == GONE):
+                raise Unavailable(f"spot {spot_id!r} no longer lives on node {self.node_id}")
+            self.directory.subscribe(spot_id, topic, on)
 
     def _publish(self, call: MessageCall, turn: Turn | None) -> None:
         """Fan a Logical Multicast event out to every subscribed Spot's queue."""
