@@ -8,6 +8,8 @@ with none. (Relocation, which takes them along: ``test_relocation_subscriptions.
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import zlink
@@ -38,6 +40,7 @@ class Ask(zlink.Request[str], type_name="t.mc.ask"):
 
 
 FRAGILE: list[int] = []  # activations of "t.mc.fragile" so far
+CLOSING_STARTED, LET_CLOSE = threading.Event(), threading.Event()  # "t.mc.slow_close"
 
 
 def build_app() -> zlink.App:
@@ -71,6 +74,12 @@ def build_app() -> zlink.App:
             if len(FRAGILE) == 1:
                 self.context.subscribe("t")
                 raise RuntimeError("first activation fails")
+
+    @app.user_spot("t.mc.slow_close")
+    class SlowClose(Listener):
+        def on_closing(self, closing: zlink.SpotClosingContext) -> None:
+            CLOSING_STARTED.set()
+            assert LET_CLOSE.wait(WAIT)
 
     @app.instance_spot("t.mc.inst")
     class Inst(zlink.InstanceSpot):
@@ -234,3 +243,25 @@ def test_the_context_of_a_spot_that_is_gone_cannot_subscribe_it_again(make_node)
         context.subscribe("t")
     context.unsubscribe("t")  # a no-op
     assert "t" not in node._runtime.topics
+
+
+def test_an_event_a_closing_subscriber_cannot_take_is_counted(make_node):
+    """Nothing accepted is lost silently: a publish that meets a subscriber past READY (closing
+    here; sealed for a move the same way) counts it as ``publish_missed_<state>``."""
+    CLOSING_STARTED.clear()
+    LET_CLOSE.clear()
+    node = make_node(build_app())
+    client = node.client()
+    ref = client.spots.get_or_create("s", "t.mc.slow_close").wait(WAIT).spot_ref
+    client.send_to_spot("s", Join(topic="t")).submit()
+    node.wait_idle(WAIT)
+    closed = threading.Thread(target=client.spots.close, args=(ref,))
+    closed.start()
+    try:
+        assert CLOSING_STARTED.wait(WAIT)
+        client.publish("t", News(text="too late")).submit()
+    finally:
+        LET_CLOSE.set()
+        closed.join(WAIT)
+    node.wait_idle(WAIT)
+    assert node.counters()["publish_missed_closing"] == 1

@@ -14,7 +14,10 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``worker_calls_abandoned_at_shutdown`` / ``worker_calls_discarded_at_shutdown``: a
   ``context.workers`` call still running when shutdown's timeout ran out (left on its daemon
   thread, its waiter failed with ``Unavailable``) / still queued (never run);
-* ``relocation_restore_errors``: a restore attempt of an arriving Spot failed.
+* ``relocation_restore_errors``: a restore attempt of an arriving Spot failed;
+* ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
+  Multicast event a subscriber did not get: its lane was full, it has no handler for the
+  type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``).
 """
 
 from __future__ import annotations

@@ -609,7 +609,9 @@ class Runtime:
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         for spot_id in self.topics.get(call.target, ()):
             act = self.spots.get(spot_id)
-            if act is None or act.state in PAST_READY:
+            if act is None or act.state in PAST_READY:  # closing, sealed for a move, gone
+                state = GONE if act is None else act.state
+                self.metrics.add(f"publish_missed_{state.value}")
                 continue
             handler = act.spec.subscriptions.get(type(msg))
             if handler is None:
