@@ -1,7 +1,7 @@
 """The worker pool's LIFO slot (issue "Performance": chains of messages; execution-model §10,
 §12): a gate made ready by a running item runs next on the same worker, what the slot held
 before goes to the shared queue, an item left in a slot is taken by an idle worker, and chains
-never starve the shared queue."""
+never starve the shared queue. And how idle workers park and are woken (no wake-up lost)."""
 
 from __future__ import annotations
 
@@ -132,3 +132,68 @@ def test_a_ping_pong_of_gates_keeps_to_one_worker_while_it_runs(monkeypatch):
     changes = sum(a != b for a, b in itertools.pairwise(threads))
     assert changes <= 10, f"{changes} hand-overs in 1,000 hops"
     pool.shutdown()
+
+
+def test_no_wake_up_is_lost_when_only_submits_can_wake_a_worker(monkeypatch):
+    """The parking protocol (``pool`` docstring, "Waking"): with the polls pushed out to a
+    minute, only a submit wakes a parked worker. Bursts from several threads, onto workers
+    that park between them, all run within seconds (a lost wake-up, or a searching count that
+    leaks and so stops submits from waking anyone, leaves an item waiting a minute)."""
+    monkeypatch.setattr(pool_module, "_POLL", 60.0)
+    monkeypatch.setattr(pool_module, "_POLL_IDLE", 60.0)
+    pool = _started(2)
+    ran = itertools.count()
+    lock = threading.Lock()
+    seen = [0]
+
+    def item() -> None:
+        next(ran)
+        with lock:
+            seen[0] += 1
+
+    try:
+
+        def produce(n: int) -> None:
+            for _ in range(n):
+                pool.submit(item)
+
+        for burst in range(200):
+            producers = [threading.Thread(target=produce, args=(burst % 7 + 1,)) for _ in range(3)]
+            for t in producers:
+                t.start()
+            for t in producers:
+                t.join(5)
+            assert pool.wait_idle(5), f"burst {burst}: an item waited for a wake-up"
+        assert seen[0] == sum(3 * (b % 7 + 1) for b in range(200))
+        assert next(ran) == seen[0]
+    finally:
+        pool.shutdown()
+
+
+def test_a_submit_that_lands_while_a_worker_decides_to_park_is_not_lost(monkeypatch):
+    """The window the re-check under ``_lock`` closes: a worker found nothing and, before it
+    parks, a submit comes; the submit sees a searching worker and wakes nobody, so the worker
+    must see the item itself (with the polls pushed out to a minute, nothing else would)."""
+    monkeypatch.setattr(pool_module, "_POLL", 60.0)
+    monkeypatch.setattr(pool_module, "_POLL_IDLE", 60.0)
+    pool = WorkerPool(1)
+    real = pool._steal
+    armed = [True]
+    done = threading.Event()
+
+    def steal(
+        index: int, seen: list[tuple[Callable[[], None] | None, int]]
+    ) -> tuple[Callable[[], None] | None, bool]:
+        if armed[0]:  # the first look found nothing: a submit lands now, from another thread
+            armed[0] = False
+            submitter = threading.Thread(target=pool.submit, args=(done.set,))
+            submitter.start()
+            submitter.join(5)
+        return real(index, seen)
+
+    pool._steal = steal  # type: ignore[method-assign]
+    pool.start()
+    try:
+        assert done.wait(5)
+    finally:
+        pool.shutdown()

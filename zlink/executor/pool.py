@@ -2,12 +2,25 @@
 worker (execution-model §10, §12).
 
 Guarantees / assumes:
-* The run queue is a ``queue.SimpleQueue`` (C, lock-free for callers on both builds). A gate is
-  put on it once per scheduling (its own flag sees to that), never once per message.
+* The run queue is a ``collections.deque``; a gate is put on it once per scheduling (its own
+  flag sees to that), never once per message.
+* **Waking.** A worker with nothing to do first *searches* (it looks at the queue and the
+  slots; without the GIL it also spins on the queue for a few tens of microseconds, since a
+  thread woken from the kernel costs that much), then *parks* on a lock of its own. A submit
+  wakes a parked worker only when no worker is searching, and the woken one counts as
+  searching until it finds work; a searcher that finds work and sees more queued wakes the
+  next (Tokio's rule). So a burst of submits wakes one worker, not one per item, and a
+  producer whose items a searching worker picks up makes no system call at all. Every state
+  change (queue append, searching count, parked list) happens under ``_lock``, which the
+  submit takes anyway for the pending count: a worker re-checks the queue under it before
+  parking, so no wake-up is lost. A parked worker also wakes every ``_POLL`` / ``_POLL_IDLE``
+  to look at the slots (see below), a floor under any mistake here.
 * The number of threads is fixed at start (cores by default) and never grows with the number of
   gates or owners: 10,000 Spots run on the same N threads (§10).
-* ``_lock`` protects the pending counter (``wait_idle``). Each worker marks itself busy in its
-  own slot of ``_running`` (one writer per slot: no lock), which status adds up.
+* ``_lock`` protects the pending counter (``wait_idle``), the queue's appends, the searching
+  count and the parked list. Lock order: ``_lock`` before a worker's park lock (a park lock is
+  only released, never waited on, under ``_lock``). Each worker marks itself busy in its own
+  slot of ``_running`` (one writer per slot: no lock), which status adds up.
 * An exception from a work item is logged; a worker never dies of one.
 * Execution is *hand-off*: consecutive turns of one gate may run on different threads, so no
   turn state lives in thread-local storage (§6, §12). The one thing a worker keeps is
@@ -26,8 +39,9 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import logging
-import queue
+import sys
 import threading
+from collections import deque
 from collections.abc import Callable
 
 _log = logging.getLogger("zlink.pool")
@@ -36,6 +50,10 @@ _POLL = 0.001  # an idle worker's look at the slots while they are in use (secon
 _POLL_IDLE = 0.02  # ... and after _QUIET empty looks in a row
 _QUIET = 50
 _SLOT_STREAK = 16  # slot items in a row before the shared queue, if it holds work, goes first
+# Looks at the queue a searching worker spins through before it parks, without the GIL only
+# (~40 us on 3.13t; with the GIL a spinning thread would hold up the one that has work).
+_SPIN = 0 if getattr(sys, "_is_gil_enabled", lambda: True)() else 1000
+_STOP: Callable[[], None] = lambda: None  # noqa: E731 - the item that ends a worker
 
 Work = Callable[[], None]
 
@@ -52,7 +70,9 @@ class WorkerPool:
             raise ValueError(f"a worker pool needs at least one thread, got {workers}")
         self.size = workers
         self._name = name
-        self._queue: queue.SimpleQueue[Work | None] = queue.SimpleQueue()
+        self._queue: deque[Work] = deque()  # appended under _lock, popped anywhere
+        self._parked: list[threading.Lock] = []  # park locks of parked workers (under _lock)
+        self._searching = 0  # workers looking for work, woken ones included (under _lock)
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -81,8 +101,27 @@ class WorkerPool:
         lock = self._lock  # acquire/release, not ``with``: once per scheduled gate (hot)
         lock.acquire()
         self._pending += 1
+        self._queue.append(fn)
+        if self._parked and not self._searching:
+            self._searching += 1  # the woken worker searches until it finds work
+            park = self._parked.pop()  # the last to park: its cache is the warmest
+            lock.release()
+            park.release()
+            return
         lock.release()
-        self._queue.put(fn)
+
+    def _requeue(self, fn: Work) -> None:
+        """``fn``, already counted as pending, to the back of the shared queue."""
+        lock = self._lock
+        lock.acquire()
+        self._queue.append(fn)
+        park = None
+        if self._parked and not self._searching:
+            self._searching += 1
+            park = self._parked.pop()
+        lock.release()
+        if park is not None:
+            park.release()
 
     def submit_next(self, fn: Work) -> None:
         """Run ``fn`` next on this worker if called from one (its LIFO slot), else ``submit``.
@@ -104,7 +143,7 @@ class WorkerPool:
             except IndexError:  # an idle worker took it meanwhile
                 bumped = None
             if bumped is not None:
-                self._queue.put(bumped)
+                self._requeue(bumped)
         slot.append(fn)
 
     @property
@@ -132,8 +171,12 @@ class WorkerPool:
 
     def shutdown(self, timeout: float | None = 5.0) -> None:
         """Stop after the items already queued; join the threads for up to ``timeout``."""
-        for _ in self._threads:
-            self._queue.put(None)
+        with self._lock:
+            self._queue.extend([_STOP] * len(self._threads))
+            parked, self._parked = self._parked, []
+            self._searching += len(parked)
+        for park in parked:
+            park.release()
         me = threading.current_thread()
         for t in self._threads:
             if t is not me:
@@ -141,7 +184,7 @@ class WorkerPool:
 
     def _work(self, index: int) -> None:
         q = self._queue
-        get, empty = q.get, q.empty
+        popleft = q.popleft
         lock = self._lock
         running = self._running
         slot = self._here.slot = self._slots[index]
@@ -149,18 +192,19 @@ class WorkerPool:
         taken = self._taken
         streak = 0
         seen: list[tuple[Work | None, int]] = [(None, 0)] * self.size  # slots at the last look
-        quiet = 0
+        park = threading.Lock()
+        park.acquire()  # held: a park waits on it until a submit (or the poll) lets it go
         while True:
             fn: Work | None = None
             if slot:
-                if streak >= _SLOT_STREAK and not empty():
+                if streak >= _SLOT_STREAK and q:
                     streak = 0  # the shared queue goes first; the slot item to its back
                     try:
                         fn = pop()
                     except IndexError:  # an idle worker took it
                         fn = None
                     if fn is not None:
-                        q.put(fn)
+                        self._requeue(fn)
                         fn = None
                 else:
                     try:
@@ -171,16 +215,11 @@ class WorkerPool:
                         pass
             if fn is None:
                 streak = 0
-                while True:
-                    try:
-                        fn = get(timeout=_POLL if quiet < _QUIET else _POLL_IDLE)
-                        break
-                    except queue.Empty:
-                        fn, in_use = self._steal(index, seen)
-                        if fn is not None:
-                            break
-                        quiet = 0 if in_use else quiet + 1
-                if fn is None:
+                try:
+                    fn = popleft()
+                except IndexError:
+                    fn = self._search(index, seen, park)
+                if fn is _STOP:
                     return
             running[index] = 1
             try:
@@ -194,6 +233,60 @@ class WorkerPool:
             if self._waiting_idle:
                 self._idle.notify_all()
             lock.release()
+
+    def _search(
+        self, index: int, seen: list[tuple[Work | None, int]], park: threading.Lock
+    ) -> Work:
+        """Nothing in the slot or the queue: search, then park until there is work (see the
+        module docstring, "Waking"); returns the item found."""
+        q = self._queue
+        lock = self._lock
+        parked = self._parked
+        lock.acquire()
+        self._searching += 1
+        alone = self._searching == 1
+        lock.release()
+        quiet = 0
+        while True:
+            if _SPIN and alone:  # no GIL, and no other worker searching: spin a little
+                n = _SPIN
+                while n and not q:
+                    n -= 1
+            fn: Work | None
+            try:
+                fn = q.popleft()
+            except IndexError:
+                fn, in_use = self._steal(index, seen)
+                quiet = 0 if in_use else quiet + 1
+            if fn is not None:
+                lock.acquire()
+                self._searching -= 1
+                wake = None
+                if q and parked and not self._searching:  # more work: the next one searches
+                    self._searching += 1
+                    wake = parked.pop()
+                lock.release()
+                if wake is not None:
+                    wake.release()
+                return fn
+            lock.acquire()
+            if q:  # queued since the look above: no park
+                lock.release()
+                continue
+            self._searching -= 1
+            parked.append(park)
+            lock.release()
+            woken = park.acquire(timeout=_POLL if quiet < _QUIET else _POLL_IDLE)
+            if not woken:
+                lock.acquire()
+                if park in parked:  # the poll: searching again (the slots)
+                    parked.remove(park)
+                    self._searching += 1
+                    lock.release()
+                else:  # a submit took it off the list as the poll ran out: its release comes
+                    lock.release()
+                    park.acquire()
+            alone = False  # woken or polling: look, do not spin
 
     def _steal(self, index: int, seen: list[tuple[Work | None, int]]) -> tuple[Work | None, bool]:
         """An item that another worker's slot has held since this worker's last look (the

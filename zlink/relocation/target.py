@@ -239,6 +239,7 @@ class Inbound(RelocatorState):
                     del self._in_ids[obj.name]
                 obj.state = READY
         act = inc.spot
+        self.rt.metrics.add("relocated_in")  # counted before anything it held back runs
         if inc.signaled:  # first of all, before the messages and ticks it held back
             self.rt.relocation_ready_completed(act, RelocationReadyStatus.RELOCATED)
         if inc.join is not None:  # a cross-node Join: joined callbacks, then it runs
@@ -249,7 +250,6 @@ class Inbound(RelocatorState):
                 member.owner.unhold(act.gate if act.shared else member.own_gate)
         if inc.kind == TargetKind.SPOT:
             act.owner.unhold()  # queued messages and ticks run now
-        self.rt.metrics.add("relocated_in")
         with contextlib.suppress(Unavailable):  # the source is gone: nothing waits there
             self.router.post(inc.key[0], wire.RelocOpenedEnvelope(inc.key[1]))
 
