@@ -39,6 +39,7 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from collections import deque
@@ -50,9 +51,20 @@ _POLL = 0.001  # an idle worker's look at the slots while they are in use (secon
 _POLL_IDLE = 0.02  # ... and after _QUIET empty looks in a row
 _QUIET = 50
 _SLOT_STREAK = 16  # slot items in a row before the shared queue, if it holds work, goes first
-# Looks at the queue a searching worker spins through before it parks, without the GIL only
-# (~40 us on 3.13t; with the GIL a spinning thread would hold up the one that has work).
+# Looks at the queue a searching worker spins through before it parks, without the GIL and
+# with more than one CPU to run on only (~40 us on 3.13t; with the GIL, or on one CPU, a
+# spinning thread would only hold up the one that has work).
 _SPIN = 0 if getattr(sys, "_is_gil_enabled", lambda: True)() else 1000
+
+
+def _cpus() -> int:
+    """CPUs this process may run on (its affinity where the OS tells it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 _STOP: Callable[[], None] = lambda: None  # noqa: E731 - the item that ends a worker
 
 Work = Callable[[], None]
@@ -73,6 +85,7 @@ class WorkerPool:
         self._queue: deque[Work] = deque()  # appended under _lock, popped anywhere
         self._parked: list[threading.Lock] = []  # park locks of parked workers (under _lock)
         self._searching = 0  # workers looking for work, woken ones included (under _lock)
+        self._spin = _SPIN if _cpus() > 1 else 0
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -247,9 +260,10 @@ class WorkerPool:
         alone = self._searching == 1
         lock.release()
         quiet = 0
+        spin = self._spin
         while True:
-            if _SPIN and alone:  # no GIL, and no other worker searching: spin a little
-                n = _SPIN
+            if spin and alone:  # no GIL, and no other worker searching: spin a little
+                n = spin
                 while n and not q:
                     n -= 1
             fn: Work | None
