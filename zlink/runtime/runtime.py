@@ -714,6 +714,8 @@ class Runtime:
         if turn is None or not isinstance(act, SpotAct):
             return None
         with self._yield_lock:
+            if act.yielded is None:
+                act.yielded = set()
             act.yielded.add(turn)
         if act.closing_overdue:  # a close past its deadline waits for no new suspension
             turn.cancel(Cancelled(f"the close of {act.spot_id!r} passed its deadline"))
@@ -726,10 +728,15 @@ class Runtime:
             return
         act, turn = token
         with self._yield_lock:
-            act.yielded.discard(turn)
-            if act.yielded or not act.quiet:
+            yielded = act.yielded
+            if yielded is not None:
+                yielded.discard(turn)
+                if yielded:
+                    return
+                act.yielded = None  # an idle Spot keeps no empty set
+            quiet, act.quiet = act.quiet, None
+            if not quiet:
                 return
-            quiet, act.quiet = act.quiet, []
         for then in quiet:
             then()
 
@@ -739,13 +746,15 @@ class Runtime:
         with self._yield_lock:
             if not act.yielded:
                 return True
+            if act.quiet is None:
+                act.quiet = []
             act.quiet.append(then)
             return False
 
     def suspended_yields(self, act: SpotAct) -> list[Turn]:
         """The turns of ``act`` and its members suspended in a Yield now."""
         with self._yield_lock:
-            return list(act.yielded)
+            return list(act.yielded or ())
 
     def check_yield(self, call: Any) -> None:
         """§3, §16: Yield only in SpotWide User Spot / Instance Spot owner turns."""
