@@ -16,6 +16,19 @@ from zlink.testing import ManualClock
 WAIT = 5.0  # real seconds any test waits for an event or a result before failing
 
 
+def refuse_renewals(store: Any, node_id: str) -> None:
+    """Make ``store`` refuse ``node_id``'s lease renewals (``Unavailable``), as a store too
+    slow for that node would; other nodes renew as before."""
+    real = store.renew_node
+
+    def refuse(renewing: str, *args: object) -> object:
+        if renewing == node_id:
+            raise zlink.Unavailable(f"the store is slow for {node_id}")
+        return real(renewing, *args)
+
+    store.renew_node = refuse
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()

@@ -9,7 +9,7 @@ import threading
 import pytest
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, refuse_renewals
 from zlink.errors import Unavailable
 from zlink.testing import LocalCluster, ManualClock
 
@@ -110,14 +110,7 @@ def test_a_node_that_cannot_renew_fences_itself_before_its_lease_lapses(
         made = n1.client().spots.get_or_create("r", "t.mb.room").wait(WAIT)
         old = n1.incarnation
         (lease_end,) = [r.lease_until for r in cluster.store.nodes() if r.node_id == "node-1"]
-        real = cluster.store.renew_node
-
-        def refuse_n1(node_id: str, *args: object) -> object:
-            if node_id == "node-1":
-                raise Unavailable("the store is slow for node-1")
-            return real(node_id, *args)  # type: ignore[arg-type]
-
-        cluster.store.renew_node = refuse_n1  # type: ignore[method-assign]
+        refuse_renewals(cluster.store, "node-1")
         while not n1.counters().get("self_fenced"):
             assert clock.now() < lease_end, "n1 still served when its lease could have lapsed"
             clock.advance(0.25)  # a quarter of a renewal period: each renewal is handled

@@ -13,8 +13,7 @@ import threading
 import pytest
 
 import zlink
-from tests.conftest import WAIT
-from zlink.errors import Unavailable
+from tests.conftest import WAIT, refuse_renewals
 from zlink.testing import LocalCluster, ManualClock
 
 
@@ -214,14 +213,7 @@ def test_a_node_that_fences_itself_drops_its_spots_subscriptions(clock: ManualCl
         n1.client().send_to_spot("a", Join(topic="t")).submit()
         cluster.wait_idle(WAIT)
         assert n1._runtime.topics["t"] == {"a"}
-        real = cluster.store.renew_node
-
-        def refuse_n1(node_id: str, *args: object) -> object:
-            if node_id == "node-1":
-                raise Unavailable("the store is slow for node-1")
-            return real(node_id, *args)  # type: ignore[arg-type]
-
-        cluster.store.renew_node = refuse_n1  # type: ignore[method-assign]
+        refuse_renewals(cluster.store, "node-1")
         for _ in range(12):  # 3 s: it fences itself before its lease can lapse
             if n1.counters().get("self_fenced"):
                 break
