@@ -161,11 +161,14 @@ _I64 = 1 << 63  # an int in [-2**63, 2**63) takes at most 20 bytes of JSON
 _MOST = {bool: (5, False, 5), int: (20, 0, 1), float: (24, 0.0, 3), str: (2, "", 2)}
 _NONE = 4  # null
 _EXACT = -1  # a class sized by serializing each message
-_BOUNDS: dict[type, int] = {}  # bound of a class's JSON without its str characters, or _EXACT
-_FIELDS: dict[type, tuple[tuple[str, ...], tuple[str, ...]]] = {}  # its int and str fields
+# per class: the bound of its JSON without its str characters (or _EXACT), its int and str fields
+_PLANS: dict[type, tuple[int, tuple[str, ...], tuple[str, ...]]] = {}
 
 
-def lane_size(msg: Message) -> int:
+def lane_size(
+    msg: Message, _plans: dict[type, tuple[int, tuple[str, ...], tuple[str, ...]]] = _PLANS,
+    _type: type[type] = type, _int: type[int] = int, _str: type[str] = str, _hi: int = _I64,
+) -> int:  # fmt: skip
     """Bytes a local lane reserves for ``msg`` (execution-model §7): never less than its wire
     form, and exact where serializing it is the cheap way to know.
 
@@ -177,30 +180,32 @@ def lane_size(msg: Message) -> int:
     with a control character or beyond ASCII (also where a lone surrogate shows: it has no
     JSON form, ``InvalidArgument`` here), and any other class are serialized and measured
     (``wire_size``).
+
+    (The defaults bind what it reads as locals: this runs once per send, and the free-threaded
+    build does not specialize global lookups.)
     """
-    tp = type(msg)
-    bound = _BOUNDS.get(tp)
-    if bound is None:
-        bound = _learn(tp)
-    if bound == _EXACT:
+    plan = _plans.get(_type(msg))
+    if plan is None:
+        plan = _learn(_type(msg))
+    bound, ints, strs = plan
+    if bound < 0:  # _EXACT
         return wire_size(msg)
-    ints, strs = _FIELDS[tp]
     if ints or strs:
         values = msg.__dict__
         for name in ints:
             v = values[name]
-            if v is not None and (type(v) is not int or not -_I64 <= v < _I64):
+            if v is not None and (_type(v) is not _int or not -_hi <= v < _hi):
                 return wire_size(msg)
         for name in strs:
             v = values[name]
             if v is not None:
-                if type(v) is not str or not v.isascii() or not v.isprintable():
+                if _type(v) is not _str or not v.isascii() or not v.isprintable():
                     return wire_size(msg)
                 bound += len(v) + v.count('"') + v.count("\\")
     return bound
 
 
-def _learn(tp: type[Message]) -> int:
+def _learn(tp: type[Message]) -> tuple[int, tuple[str, ...], tuple[str, ...]]:
     """Work out (once per class) whether ``tp`` has a bound, and what it is."""
     bound = _EXACT
     ints: list[str] = []
@@ -235,9 +240,8 @@ def _learn(tp: type[Message]) -> int:
                 bound = len(wire_bytes(tp.model_construct(**sample))) + extra
             except Exception:  # noqa: BLE001 - a class the sample does not fit: measured exactly
                 bound = _EXACT
-    _FIELDS[tp] = (tuple(ints), tuple(strs))
-    _BOUNDS[tp] = bound
-    return bound
+    plan = _PLANS[tp] = (bound, tuple(ints), tuple(strs))
+    return plan
 
 
 def _flat(annotation: Any) -> tuple[type | None, bool]:
@@ -258,11 +262,12 @@ def lane_size_many(msgs: list[Message], tp: type[Message] | None) -> int:
     its messages' reservations added up (``len(msgs)`` times the bound if it needs no look at
     the values), else ``wire_size_many``."""
     if tp is not None:
-        bound = _BOUNDS.get(tp)
-        if bound is None:
-            bound = _learn(tp)
+        plan = _PLANS.get(tp)
+        if plan is None:
+            plan = _learn(tp)
+        bound, ints, strs = plan
         if bound != _EXACT:
-            if _FIELDS[tp] == ((), ()):
+            if not ints and not strs:
                 return bound * len(msgs)
             return sum(map(lane_size, msgs))
     return wire_size_many(msgs, tp)
