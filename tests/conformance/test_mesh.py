@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -409,3 +410,27 @@ def test_a_failing_undeliverable_handler_does_not_stop_the_outbox(cluster):
     outbox.put("node-9", wire.RouteEnvelope("q", "node-2", 1, 1))  # unknown peer: fails
     assert n1.client().request_to_spot("q", Total()).wait(WAIT) == 0  # later ones still go
     outbox._failed = real
+
+
+def test_a_call_the_receiving_node_fails_to_take_gets_a_typed_error_not_a_timeout(cluster):
+    """The infrastructure thread survives any exception of a task and counts it (python-api
+    §9); a request that met one answers ``Unavailable`` at once instead of leaving its caller
+    to wait out the deadline (a fault in the intake of a remote call, found in a soak)."""
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create("room", "t.ms.room").wait(WAIT)
+    real = n1._runtime.submit
+
+    def broken(*args: object, **kwargs: object) -> object:
+        if kwargs.get("hops"):  # a call that came from another node
+            raise RuntimeError("a bug in the intake")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    n1._runtime.submit = broken  # type: ignore[method-assign]
+    started = time.monotonic()
+    with pytest.raises(zlink.Unavailable, match="could not take"):
+        n2.client().request_to_spot("room", Total()).timeout(60.0).wait(WAIT)
+    assert time.monotonic() - started < WAIT
+    n2.client().send_to_spot("room", Add(n=1)).submit()
+    cluster.wait_idle(WAIT)
+    assert n1.counters()["call_intake_errors"] == 2
+    assert n1.counters()["sends_dropped_intake_error"] == 1

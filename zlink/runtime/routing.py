@@ -873,7 +873,12 @@ class MeshRouter:
         try:
             done = self.rt.submit(call, Completion() if request else None, NO_WAIT,
                                   hops=env.hops + 1, force=force, room=room)  # fmt: skip
-        except ZLinkError as exc:
+        except Exception as exc:  # noqa: BLE001 - a fault here fails this call, typed, at once
+            if not isinstance(exc, ZLinkError):  # a fault of the intake itself, not a refusal
+                self.rt.metrics.add("call_intake_errors")
+                _log.error("node %s could not take a call for %r", self.rt.node_id, env.target,
+                           exc_info=exc)  # fmt: skip
+                exc = _IntakeError(f"node {self.rt.node_id} could not take the call: {exc!r}")
             if isinstance(env, wire.RequestEnvelope):
                 self.reply(env.origin_node, env.correlation, error=exc)
             else:
@@ -1037,8 +1042,15 @@ class _NotYours(Unavailable):
     lease ends): the caller may try again then."""
 
 
+class _IntakeError(Unavailable):
+    """A call a node failed to take for a fault of its own (counted ``call_intake_errors``);
+    its caller sees ``Unavailable``."""
+
+
 def _drop_reason(error: BaseException) -> str:
     """The counter suffix for why a one-way message was dropped."""
+    if isinstance(error, _IntakeError):
+        return "intake_error"
     if isinstance(error, NotFound):
         return "not_found"
     if isinstance(error, ResourceExhausted):
