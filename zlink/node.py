@@ -519,13 +519,21 @@ class Node:
         self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         self._settle(graceful)
-        self._rt.abandon_workers()  # their waiters get Unavailable; the calls run on, unjoined
+        # Calls awaiting a reply or room fail first, then worker calls are abandoned: a turn
+        # that the abandoned call resumes and that fails on it must find its caller answered
+        # already (Unavailable, not the HandlerError of a turn cut short by the shutdown).
         error = Unavailable(f"node {self.node_id} shut down")
-        for handle in self._infra.take_pending():
+        pending = self._infra.take_pending()
+        with self._rt.workers_idle:
+            of_workers = {id(run.completion) for run in self._rt.worker_runs}
+        # (a worker call's own deadline last, with the rest of the worker calls)
+        pending.sort(key=lambda h: h.fn is expire and id(h.args[0]) in of_workers)
+        for handle in pending:
             if handle.fn is expire:
                 expire(handle.args[0], error)
             elif getattr(handle.fn, "__func__", None) is Admitted.abandon:  # a wait for room
                 handle.fn(error)
+        self._rt.abandon_workers()  # their waiters get Unavailable; the calls run on, unjoined
         self._rt.cancel_suspended()  # the closing deadlines left the heap too: due now
         self._pool.wait_idle(max(0.0, end - time.monotonic()))
         discarded = self._rt.discard_queued()
