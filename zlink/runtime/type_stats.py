@@ -1,5 +1,7 @@
 """Per-type work counts and handler latency on one node (issue 15: ``/metrics`` and
-``node.status()``).
+``node.status()``). Execution-model §13: metric collectors take no progress right, and
+observing must not slow message processing: hence exact counts read off what a turn keeps
+anyway, and latency sampled. §15: a handler's failure is counted like any other turn.
 
 Guarantees / assumes:
 * **Handled counts are exact and cost the hot path nothing new.** Each Spot or Actor
