@@ -17,7 +17,7 @@ import pytest
 
 from zlink.errors import Unavailable
 from zlink.mesh.transport import Channel
-from zlink.mesh.zmq_transport import ZmqTransport
+from zlink.mesh.zmq_transport import ZmqTransport, _Kind
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -333,6 +333,71 @@ def test_a_peer_dropped_while_its_pipes_were_up_is_met_again(nodes):
     a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again")
     b.infra.run_until(lambda: b"again" in b.link.seen("data", "a"), "b takes a's DATA")
     b.infra.run_until(lambda: b"reply" in b.link.seen("completion", "a"), "and its reply")
+
+
+class _LingeringPipe:
+    """An out socket whose pipe to ``ident``, once disconnected, stays writable and leads
+    nowhere until ``gone`` is set: libzmq's, with ``IMMEDIATE``, until the socket handles the
+    command that ends it (which the test cannot time). Everything else is the real socket."""
+
+    def __init__(self, sock: Any, ident: bytes, gone: threading.Event) -> None:
+        self._sock, self._ident, self._gone = sock, ident, gone
+        self.disconnected = False
+        self.swallowed: list[list[bytes]] = []
+
+    def disconnect(self, endpoint: str) -> None:
+        self._sock.disconnect(endpoint)
+        self.disconnected = True
+
+    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+        if self.disconnected and frames[0] == self._ident and not self._gone.is_set():
+            self.swallowed.append(frames)
+            return
+        self._sock.send_multipart(frames, flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def test_a_peer_met_again_is_greeted_only_on_its_new_connection(nodes):
+    """``a`` takes ``b`` down and the store lists ``b`` again before ``a``'s out sockets have
+    ended the pipes of the old connections, which bear ``b``'s routing id. ``a`` must not
+    greet ``b`` through them: its HELLOs, and what it sent next, were lost there, and ``a``
+    took ``b`` for up; once those pipes ended, before the new ones came, a send found none and
+    took ``b`` down again, failing calls to a peer that had come back with ``Unavailable``."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    gone = threading.Event()
+    pipes: list[_LingeringPipe] = []
+
+    def drop_b() -> None:
+        outs = a.transport._outs
+        for channel, sock in outs.items():
+            pipes.append(_LingeringPipe(sock, a.transport._peers["b"].ident, gone))
+            outs[channel] = pipes[-1]  # type: ignore[assignment]
+        a.transport._down(a.transport._peers["b"], "test")
+
+    _on_thread(a.transport, drop_b)
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
+
+    def meet_b_and_send() -> None:  # all before a's thread greets b
+        a.transport.learn([b.member()])  # the store lists b
+        ZmqTransport._take_learned(a.transport)
+        assert a.transport.send("a", "b", Channel.DATA, b"again")
+        assert a.transport.send("a", "b", Channel.COMPLETION, b"reply")
+
+    _on_thread(a.transport, meet_b_and_send)
+    _on_thread(a.transport, lambda: None)  # a's thread went once through greeting and sending
+    assert a.transport.peers() == []  # still connecting: not up on the strength of old pipes
+    assert all(p.disconnected for p in pipes)
+    gone.set()
+    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again")
+    b.infra.run_until(lambda: b"again" in b.link.seen("data", "a"), "b takes a's DATA")
+    b.infra.run_until(lambda: b"reply" in b.link.seen("completion", "a"), "and its reply")
+    assert len(a.link.seen("down", "b")) == 1
+    for pipe in pipes:  # the old pipes took nothing but probes
+        assert {frames[1][1] for frames in pipe.swallowed} <= {_Kind.PING}
 
 
 def test_a_peer_taken_down_that_still_sends_is_met_again_and_loses_nothing(nodes):

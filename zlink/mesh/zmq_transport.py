@@ -34,7 +34,10 @@ while it connects wait, in order. It is *down* (``peer_down``) when a send to it
 when it says goodbye, or when it does not come up within ``connect_timeout``; its pending calls
 then fail with ``Unavailable`` at once (the router's part). Pings on both channels every
 ``ping_interval`` find a dead peer that nothing else was sent to. Whether a node is a member is
-the store's word, never a connection's (issue "Node leases").
+the store's word, never a connection's (issue "Node leases"). A peer met again at endpoints this
+node has just disconnected from (it took the peer down) is connected to, and greeted, once the
+old connection's pipe is gone (``_settle``): that pipe still bears the peer's routing id, and
+would take the HELLOs into a connection that is ending.
 
 Bad input never stops the thread: a frame with the wrong shape, version or kind, a HELLO that
 does not parse or names another mesh, a member (HELLO or store record) at endpoints ZeroMQ will
@@ -224,6 +227,9 @@ class ZmqTransport:
         self._thread: threading.Thread | None = None
         self._endpoint: MeshEndpoint | None = None
         self._connected: dict[Channel, dict[str, int]] = {Channel.DATA: {}, Channel.COMPLETION: {}}
+        # endpoints disconnected whose pipe may still be there, with the routing id it bears:
+        # not connected to again until it is gone (``_settle``; transport thread)
+        self._lingering: dict[tuple[Channel, str], bytes] = {}
         self._wake_lock = threading.Lock()  # guards the wake-up socket's sending side (leaf)
         self.sent = 0
 
@@ -374,6 +380,7 @@ class ZmqTransport:
             poller.unregister(sock)
             sock.close(linger=0)
         self._connected = {Channel.DATA: {}, Channel.COMPLETION: {}}
+        self._lingering = {}
         self._by_ident.clear()
         self._strangers.clear()
         self._incarnation = incarnation
@@ -734,13 +741,19 @@ class ZmqTransport:
             return False
 
     def _greet(self) -> None:
-        """Try the HELLOs of peers still connecting; up once both went through."""
+        """Try the HELLOs of peers still connecting (on the pipes they are connected to, see
+        ``_settle``); up once both went through."""
+        self._settle()
         now = time.monotonic()
         for peer in list(self._peers.values()):
             if peer.state is not _State.CONNECTING:
                 continue
             for channel in Channel:
-                if channel not in peer.greeted and self._probe(peer, channel):
+                if (
+                    channel not in peer.greeted
+                    and (channel, _address(peer.endpoint, channel)) not in self._lingering
+                    and self._probe(peer, channel)
+                ):
                     peer.greeted.add(channel)
             if len(peer.greeted) == len(Channel):
                 self._up(peer)
@@ -799,19 +812,61 @@ class ZmqTransport:
     def _release(self, peer: _Peer) -> None:
         """Stop reconnecting to a peer's endpoints once no live peer uses them."""
         self._unuse(((Channel.DATA, peer.endpoint.data),
-                     (Channel.COMPLETION, peer.endpoint.completion)))  # fmt: skip
+                     (Channel.COMPLETION, peer.endpoint.completion)), peer.ident)  # fmt: skip
 
-    def _unuse(self, used: Iterable[tuple[Channel, str]]) -> None:
+    def _unuse(self, used: Iterable[tuple[Channel, str]], ident: bytes) -> None:
+        """``used`` (endpoints of the peer reached at ``ident``) have one user less; those
+        left with none are disconnected, and lingering until their pipe is gone."""
         for channel, ep in used:
             users = self._connected[channel]
             users[ep] = users.get(ep, 1) - 1
             if users[ep] <= 0:
                 del users[ep]
+                self._lingering[(channel, ep)] = ident
                 with contextlib.suppress(zmq.ZMQError):
                     self._outs[channel].disconnect(ep)
 
+    def _settle(self) -> None:
+        """Forget the endpoints disconnected (``_unuse``) whose old pipe is gone, and connect
+        to those that peers met since then use.
+
+        Why wait: with ``IMMEDIATE`` a pipe is not tied to its endpoint, so ``disconnect``
+        only ends the connection's session (in ZeroMQ's I/O thread); the pipe stays, writable
+        and under the peer's routing id, until the out socket handles the command that ends
+        it. Connected again at once, this node sent its HELLOs into that pipe, where they were
+        lost, and took the peer for up: what it sent next was lost too, or found no pipe once
+        the old one ended before the new one came (``EHOSTUNREACH``) and took the peer down
+        again, failing its calls with ``Unavailable``. Before this node connects again, a pipe
+        under that routing id can only be the old one; once a send to it fails, it has ended
+        for good (a new connection's pipe then takes the id over, ``ROUTER_HANDOVER``), so
+        HELLOs go only into the new connection. The probe is a PING (incarnation 0: any): one
+        the old pipe takes is dropped with its session, or ignored by the peer."""
+        for (channel, ep), ident in list(self._lingering.items()):
+            sock = self._outs[channel]
+            sock.getsockopt(zmq.EVENTS)  # the socket handles its commands (a send may not)
+            try:
+                sock.send_multipart([ident, _HEADER.pack(VERSION, _Kind.PING, 0), b""],
+                                    zmq.NOBLOCK)  # fmt: skip
+                continue  # still there
+            except zmq.ZMQError as exc:
+                if exc.errno == zmq.EAGAIN:
+                    continue  # there, and full
+                if exc.errno != zmq.EHOSTUNREACH:
+                    raise
+            del self._lingering[(channel, ep)]
+            if ep not in self._connected[channel]:
+                continue  # no peer wants it now
+            try:
+                sock.connect(ep)
+            except zmq.ZMQError as exc:  # it was connected to before: not expected
+                self._count("peers_refused")
+                for peer in list(self._peers.values()):
+                    if _address(peer.endpoint, channel) == ep:
+                        self._down(peer, f"cannot connect to {ep}: {exc}")
+
     def _meet(self, node_id: str, incarnation: int, endpoint: MeshEndpoint) -> _Peer | None:
-        """A node at ``incarnation``: the peer to talk to (connecting if new), or ``None``
+        """A node at ``incarnation``: the peer to talk to (connecting if new; to endpoints
+        just disconnected from, once their old pipe is gone: ``_settle``), or ``None``
         if it is this node, an incarnation older than the one known, or at endpoints ZeroMQ
         will not connect to (counted: ``peers_refused``)."""
         if node_id == self._node_id:
@@ -830,12 +885,12 @@ class ZmqTransport:
             for channel, ep in ((Channel.DATA, endpoint.data),
                                 (Channel.COMPLETION, endpoint.completion)):  # fmt: skip
                 users = self._connected[channel]
-                if ep not in users:
-                    self._outs[channel].connect(ep)
+                if ep not in users and (channel, ep) not in self._lingering:
+                    self._outs[channel].connect(ep)  # else once the old pipe is gone
                 users[ep] = users.get(ep, 0) + 1
                 used.append((channel, ep))
         except zmq.ZMQError as exc:  # raised, it would stop the members after it too
-            self._unuse(used)
+            self._unuse(used, peer.ident)
             self._count("peers_refused")
             _log.warning("node %s cannot connect to %s at %s: %s", self._node_id, node_id,
                          endpoint.encode(), exc)  # fmt: skip
@@ -1019,3 +1074,8 @@ class ZmqTransport:
 
 
 _KINDS = frozenset(k.value for k in _Kind)
+
+
+def _address(endpoint: MeshEndpoint, channel: Channel) -> str:
+    """Where ``endpoint``'s in socket for ``channel`` is."""
+    return endpoint.data if channel is Channel.DATA else endpoint.completion
