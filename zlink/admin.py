@@ -220,10 +220,16 @@ class _BoundedServer(ThreadingHTTPServer):
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """``ThreadingMixIn``'s, with the slot given back *before* the connection closes: a
+        client that sees the close and connects again at once finds the slot free (the
+        other order refused it now and then, under load)."""
         try:
-            super().process_request_thread(request, client_address)
+            self.finish_request(request, client_address)
+        except Exception:  # noqa: BLE001 - as ThreadingMixIn: reported, the thread ends
+            self.handle_error(request, client_address)
         finally:
             self._slots.release()
+            self.shutdown_request(request)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         _log.debug("admin: a connection from %s failed", client_address, exc_info=True)

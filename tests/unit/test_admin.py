@@ -7,6 +7,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 from typer.testing import CliRunner
@@ -152,6 +153,31 @@ def test_the_metric_names_the_docs_give_are_the_ones_metrics_serves(make_node):
     assert readme - served - histograms == set(), "README names series /metrics does not serve"
     assert guide - served - histograms == set(), "docs/guide names series /metrics does not serve"
     assert served - readme == set(), "README leaves out series /metrics serves"
+
+
+def test_a_connection_gives_its_slot_back_before_its_client_sees_the_close(make_node):
+    """Else a client that reconnects the moment it sees the close may be refused (a flake of
+    the test below under load): when the server closes a served connection, its slot is free."""
+    node, server = _admin(make_node, max_connections=1)
+    bounded = server._server
+    free_at_close: list[int] = []
+    closed = threading.Semaphore(0)
+    real = bounded.shutdown_request
+
+    def shutdown_request(request: object) -> None:
+        free_at_close.append(bounded._slots._value)
+        real(request)
+        closed.release()
+
+    bounded.shutdown_request = shutdown_request  # type: ignore[method-assign]
+    try:
+        for _ in range(2):
+            _get(server.address, "/health")
+            assert closed.acquire(timeout=10)  # the server closed it
+    finally:
+        server.stop()
+    assert free_at_close == [1, 1]
+    assert "admin_connections_refused" not in node.counters()
 
 
 def test_the_admin_endpoint_caps_its_connections_and_closes_idle_ones(make_node):
