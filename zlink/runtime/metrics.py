@@ -15,6 +15,9 @@ Every fault and every discard is counted once, under a name that says what it wa
   ``context.workers`` call still running when shutdown's timeout ran out (left on its daemon
   thread, its waiter failed with ``Unavailable``) / still queued (never run);
 * ``relocation_restore_errors``: a restore attempt of an arriving Spot failed;
+* ``call_intake_errors``: a call from another node this node failed to take for a fault of
+  its own (its caller gets ``Unavailable`` at once; a one-way one is also counted as
+  ``sends_dropped_intake_error``);
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
   type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``).
