@@ -80,6 +80,7 @@ from ..errors import Unavailable
 from ..messaging.completion import Completion
 
 if TYPE_CHECKING:
+    from ..executor import OwnerLanes
     from ..messaging.calls import MessageCall
 
 from .source import Outbound
@@ -124,11 +125,22 @@ class Relocator(Outbound, Inbound):
             for env in parked:  # refused here now (fenced): their callers are told
                 self.router.redeliver(env)
 
-    def divert(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
-        """Keep a call for an object that is moving; ``False`` if it is not moving."""
+    def divert(
+        self, call: MessageCall, reply: Completion | None, hops: int,
+        lanes: OwnerLanes | None = None,
+    ) -> bool:  # fmt: skip
+        """Keep a call for an object that is moving; ``False`` if it is not moving (nothing
+        done then). ``lanes``: the object's; calls still waiting for room there came first,
+        so their waits end and they are routed again (kept, in their order) before this one,
+        all under this lock, which every other call kept for a move takes too (per-sender
+        order: a call another thread keeps meanwhile never goes ahead of them)."""
         target = call.target
         with self._lock:
             out = self._out_ids.get(target)
+            if lanes is not None and (out is not None or target in self._in_ids):
+                if lanes.app_waiters or lanes.life_waiters:
+                    lanes.end_waits()  # each comes back here (reentrant), in its order
+                out = self._out_ids.get(target)
             if out is not None:  # its reply comes from the move's target: lost with it
                 env = self.router.envelope(call, reply, hops, peer=out.target)
                 return self.divert_envelope(target, env)

@@ -240,35 +240,15 @@ class Outbound(RelocatorState):
         Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn.
         ``caller``: what the caller of the move waits on, when not ``done`` (a PER_ACTOR
         Spot's shell move is one step of it)."""
-        from ..runtime.acts import READY, SEALED
-
-        with self._lock, self.rt.directory.lock:
-            members = list(act.members.values())
-            if unit is not None:
-                objects: list[SpotAct | ActorAct] = [unit]
-                members = [unit]
-            elif act.shared or act.kind is not SpotKind.USER:
-                objects = [act, *members]  # SpotWide: one unit with its members
-            else:
-                objects = [act]  # PER_ACTOR: the shell first; each Actor moves later
-            for member in members:
-                if member.spec.relocation.kind is RelocationPolicy.DISABLED:
-                    raise InvalidOperation(
-                        f"member {member.actor_id!r} is a {member.spec.name!r}, registered "
-                        "with Relocation.disabled(); its Spot cannot move while it is a member"
-                    )
-            if any(o.state != READY for o in objects):
-                raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
-            out = Outgoing(next(self._ids), unit or act, act, objects, target, done,
-                           signaled=signaled, caller=caller)  # fmt: skip
-            if join is not None:
-                out.into, out.join = join
-            for obj in objects:
-                obj.state = SEALED  # from here calls are parked; nothing accepted is lost
-                self._out_ids[obj.name] = out
-            self._out[out.rid] = out
-        for obj in objects:
-            obj.owner.lanes.set_closed(True)  # atomic with producers: none slips past
+        with self._lock:  # released only once the waits the seal ends are parked (below)
+            with self.rt.directory.lock:
+                out = self._seal_objects(act, target, done, signaled, unit, join, caller)
+            # Admission closes atomically with every producer, and the calls that waited for
+            # room in these lanes are routed again (parked, in their order) while this lock
+            # is still held: a call another thread takes for the sealed objects meanwhile is
+            # diverted under this lock too, so behind them (per-sender order, python-api §9).
+            for obj in out.objects:
+                obj.owner.lanes.set_closed(True)
         if join is not None:  # held at its boundary already: capture and ship now
             try:
                 states = self._capture(out)
@@ -279,6 +259,46 @@ class Outbound(RelocatorState):
                 self._send(out, states)
             return
         self._barrier(out, first=signaled)  # the boundary the Spot chose: nothing runs first
+
+    def _seal_objects(
+        self,
+        act: SpotAct,
+        target: str,
+        done: Completion,
+        signaled: bool,
+        unit: ActorAct | None,
+        join: tuple[str, wire.JoinGrant] | None,
+        caller: Completion | None,
+    ) -> Outgoing:
+        """(Relocator and directory locks held.) Mark the objects of one move sealed and
+        record the move; ``Unavailable`` / ``InvalidOperation`` with nothing changed."""
+        from ..runtime.acts import READY, SEALED
+
+        members = list(act.members.values())
+        if unit is not None:
+            objects: list[SpotAct | ActorAct] = [unit]
+            members = [unit]
+        elif act.shared or act.kind is not SpotKind.USER:
+            objects = [act, *members]  # SpotWide: one unit with its members
+        else:
+            objects = [act]  # PER_ACTOR: the shell first; each Actor moves later
+        for member in members:
+            if member.spec.relocation.kind is RelocationPolicy.DISABLED:
+                raise InvalidOperation(
+                    f"member {member.actor_id!r} is a {member.spec.name!r}, registered "
+                    "with Relocation.disabled(); its Spot cannot move while it is a member"
+                )
+        if any(o.state != READY for o in objects):
+            raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
+        out = Outgoing(next(self._ids), unit or act, act, objects, target, done,
+                       signaled=signaled, caller=caller)  # fmt: skip
+        if join is not None:
+            out.into, out.join = join
+        for obj in objects:
+            obj.state = SEALED  # from here calls are parked; nothing accepted is lost
+            self._out_ids[obj.name] = out
+        self._out[out.rid] = out
+        return out
 
     def _barrier(self, out: Outgoing, first: bool) -> None:
         """Queue the move's barrier turn on its unit's lifecycle lane (``first``: ahead of

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ..executor import OwnerLanes
     from ..messaging.calls import MessageCall
     from ..messaging.completion import Completion
     from ..messaging.message import Message
@@ -22,8 +23,12 @@ if TYPE_CHECKING:
 class RelocationPort(Protocol):
     """The relocator as the runtime and its router see it."""
 
-    def divert(self, call: MessageCall, reply: Completion | None, hops: int) -> bool:
-        """Keep a call for an object that is moving; ``False`` if it is not moving."""
+    def divert(
+        self, call: MessageCall, reply: Completion | None, hops: int,
+        lanes: OwnerLanes | None = None,
+    ) -> bool:  # fmt: skip
+        """Keep a call for an object that is moving; ``False`` if it is not moving. Calls
+        waiting for room in its ``lanes`` are routed again first, in their order."""
         ...
 
     def divert_envelope(self, target: str, env: Relayable) -> bool:

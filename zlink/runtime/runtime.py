@@ -551,13 +551,14 @@ class Runtime:
         (routed on), or it is closing (refused before any queue change). Calls still waiting
         for room in its lanes came first: they are routed the same way before this one."""
         lanes = act.owner.lanes
-        if lanes.app_waiters or lanes.life_waiters:
-            lanes.end_waits()  # each routed again now, in its order (_room_sealed)
         if reply is not None and reply.timer is None:  # its deadline runs from now on
             self.arm(reply, call.deadline, self._no_reply(call))
-        relocator = self.relocator
-        if relocator is not None and relocator.divert(call, reply, hops):
+        relocator = self.relocator  # (a moving target's waiters go first, under its lock)
+        if relocator is not None and relocator.divert(call, reply, hops, lanes):
             return reply  # type: ignore[return-value]
+        if act.state in PAST_READY and (lanes.app_waiters or lanes.life_waiters):
+            # each routed again now, in its order (_room_sealed); not once it is open again
+            lanes.end_waits()  # (then they stay in the queue, ahead of this call)
         if act.state == GONE or act.state not in PAST_READY:  # moved or reopened: go again
             return self.submit(call, reply, mode, hops, room=room)  # the same deadline
         if reply is not None and reply.timer is not None:

@@ -1,0 +1,77 @@
+"""Per-sender order across a move, for calls that wait for room when the seal comes
+(kotlin-spot-interface relocation: "Nothing accepted is lost or run twice", per-sender order;
+python-api §9, §11).
+
+A call from another node that finds the Spot's lane full waits for room there (a
+``RoomWaiter``). The seal ends those waits and routes each again, to be parked for the move.
+A later call of the same sender that the node takes meanwhile (on its infrastructure thread)
+must be parked behind them, never ahead: the hook below holds the sealing thread between
+ending the waits and routing the first of them, and lets the later call in.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from tests.conformance.test_relocation import Add, build_app
+from tests.conftest import WAIT
+from zlink.executor import RoomWaiter
+from zlink.testing import LocalCluster, run_until_idle
+
+LATER_GRACE = 1.0  # seconds the hook gives the later call to be parked first (it must not be)
+
+
+def _parked(rt: Any, spot_id: str) -> int:
+    out = rt.relocator._out_ids.get(spot_id)
+    return 0 if out is None else len(out.parked)
+
+
+def test_a_call_taken_while_a_seal_ends_the_waits_for_room_is_parked_behind_them() -> None:
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4) as cluster:
+        n1, n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rl.room").wait(WAIT)
+        run_until_idle(n1, WAIT)  # the activation's last turn settles first
+        rt1 = n1._runtime
+        act = rt1.spots["room"]
+        assert act.gate._flag.acquire(False)  # hold the gate: nothing of the room runs
+        local, remote = n1.client(), n2.client()
+        for _ in range(4):  # the lane is full
+            local.send_to_spot("room", Add()).submit()
+        for seq in range(3):  # node-2's calls wait for room on node-1, in order
+            remote.send_to_spot("room", Add(sender=2, seq=seq)).wait(WAIT)
+        lanes = act.owner.lanes
+        deadline = time.monotonic() + WAIT
+        while len(lanes.app_waiters or ()) < 3:
+            assert time.monotonic() < deadline, "node-2's calls never waited for room"
+            time.sleep(0.005)
+        first: RoomWaiter = lanes.app_waiters[0]  # type: ignore[index]
+        notify = first.notify
+        later_sent = threading.Event()
+
+        def hooked(verdict: Any) -> None:
+            # the seal ended the waits; before the first is routed again, node-2's next call
+            # reaches node-1 (its infrastructure thread diverts it for the move)
+            before = _parked(rt1, "room")
+            send = threading.Thread(  # (node-2's own thread: this one holds node-1's locks)
+                target=lambda: remote.send_to_spot("room", Add(sender=2, seq=3)).wait(WAIT)
+            )
+            send.start()
+            send.join(WAIT)
+            later_sent.set()
+            until = time.monotonic() + LATER_GRACE
+            while _parked(rt1, "room") == before and time.monotonic() < until:
+                time.sleep(0.005)
+            notify(verdict)
+
+        first.notify = hooked
+        moving = rt1.relocator.start(act, "node-3")
+        assert later_sent.is_set()
+        rt1.pool.submit(act.gate._run)  # the barrier turn runs; the room moves
+        moving.wait(WAIT)
+        cluster.wait_idle(WAIT)
+        room = n3._runtime.spots["room"].instance
+        assert room.seen["2"] == [0, 1, 2, 3]
+        assert room.disorder == 0
+        assert room.total == 8
