@@ -115,7 +115,10 @@ class _NodeCollector(Collector):
             labels=typed,
         )  # fmt: skip
         refused = CounterMetricFamily(
-            "zlink_admissions_refused", "Sends refused for a full lane, by type", labels=typed
+            "zlink_admissions_refused",
+            "Sends refused for a full lane of a Spot or Actor, by type (a PerActor Spot's timer "
+            "lanes, which take only ticks, are not counted)",
+            labels=typed,
         )
         waited = CounterMetricFamily(
             "zlink_admissions_waited", "Senders that waited for room (§9), by type", labels=typed

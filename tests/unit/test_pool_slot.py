@@ -201,10 +201,10 @@ def test_a_submit_that_lands_while_a_worker_decides_to_park_is_not_lost(monkeypa
 
 def test_workers_spin_only_without_the_gil_and_with_more_than_one_cpu(monkeypatch):
     """On one CPU a spinning worker would only take the time of the thread that has work."""
-    monkeypatch.setattr(pool_module, "_SPIN", 1000)
+    monkeypatch.setattr(pool_module, "_gil_enabled", lambda: False)
     monkeypatch.setattr(pool_module, "_cpus", lambda: 1)
     assert WorkerPool(2)._spin == 0
     monkeypatch.setattr(pool_module, "_cpus", lambda: 2)
-    assert WorkerPool(2)._spin == 1000
-    monkeypatch.setattr(pool_module, "_SPIN", 0)  # the GIL is on
+    assert WorkerPool(2)._spin == pool_module._SPIN > 0
+    monkeypatch.setattr(pool_module, "_gil_enabled", lambda: True)  # the GIL is on (again)
     assert WorkerPool(2)._spin == 0

@@ -54,7 +54,13 @@ _SLOT_STREAK = 16  # slot items in a row before the shared queue, if it holds wo
 # Looks at the queue a searching worker spins through before it parks, without the GIL and
 # with more than one CPU to run on only (~40 us on 3.13t; with the GIL, or on one CPU, a
 # spinning thread would only hold up the one that has work).
-_SPIN = 0 if getattr(sys, "_is_gil_enabled", lambda: True)() else 1000
+_SPIN = 1000
+
+
+def _gil_enabled() -> bool:
+    """Whether the GIL is on now (a C extension that does not support free threading turns
+    it back on when imported, so this is asked when a pool is made, not at import)."""
+    return bool(getattr(sys, "_is_gil_enabled", lambda: True)())
 
 
 def _cpus() -> int:
@@ -85,7 +91,7 @@ class WorkerPool:
         self._queue: deque[Work] = deque()  # appended under _lock, popped anywhere
         self._parked: list[threading.Lock] = []  # park locks of parked workers (under _lock)
         self._searching = 0  # workers looking for work, woken ones included (under _lock)
-        self._spin = _SPIN if _cpus() > 1 else 0
+        self._spin = _SPIN if _cpus() > 1 and not _gil_enabled() else 0
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
@@ -184,9 +190,10 @@ class WorkerPool:
 
     def shutdown(self, timeout: float | None = 5.0) -> None:
         """Stop after the items already queued; join the threads for up to ``timeout``."""
-        with self._lock:
+        with self._lock:  # the same list object: a worker's _search holds it
             self._queue.extend([_STOP] * len(self._threads))
-            parked, self._parked = self._parked, []
+            parked = self._parked[:]
+            self._parked.clear()
             self._searching += len(parked)
         for park in parked:
             park.release()
@@ -240,7 +247,7 @@ class WorkerPool:
             except BaseException:  # noqa: BLE001 - a worker never dies of a work item
                 _log.exception("work item %r failed", fn)
             running[index] = 0
-            fn = None  # not kept while this thread waits in get(): it may hold a message
+            fn = None  # not kept while this thread searches or parks: it may hold a message
             lock.acquire()  # not ``with``: once per work item, and ``with`` costs twice as much
             self._pending -= 1
             if self._waiting_idle:

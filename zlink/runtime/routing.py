@@ -870,20 +870,22 @@ class MeshRouter:
             call.deadline = env.deadline
         peer = env.via
         room = Admitted(peer=peer)  # a full lane: it waits, bounded by the peer's backlog
+        reply = Completion() if request else None
+        done: Completion | None
         try:
-            done = self.rt.submit(call, Completion() if request else None, NO_WAIT,
-                                  hops=env.hops + 1, force=force, room=room)  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - a fault here fails this call, typed, at once
-            if not isinstance(exc, ZLinkError):  # a fault of the intake itself, not a refusal
-                self.rt.metrics.add("call_intake_errors")
-                _log.error("node %s could not take a call for %r", self.rt.node_id, env.target,
-                           exc_info=exc)  # fmt: skip
-                exc = _IntakeError(f"node {self.rt.node_id} could not take the call: {exc!r}")
-            if isinstance(env, wire.RequestEnvelope):
-                self.reply(env.origin_node, env.correlation, error=exc)
-            else:
-                self._dropped(env, exc)
+            done = self.rt.submit(call, reply, NO_WAIT, hops=env.hops + 1, force=force, room=room)
+        except ZLinkError as exc:
+            self._not_taken(env, exc)
             return
+        except Exception as exc:  # noqa: BLE001 - a fault of the intake itself, not a refusal
+            self.rt.metrics.add("call_intake_errors")
+            _log.error("node %s could not take a call for %r", self.rt.node_id, env.target,
+                       exc_info=exc)  # fmt: skip
+            fault = _IntakeError(f"node {self.rt.node_id} could not take the call: {exc!r}")
+            if room.abandon(fault):  # nothing was queued: its caller may safely try again
+                self._not_taken(env, fault)
+                return
+            done = reply  # queued before the fault: it runs, and its outcome stands
         if isinstance(env, wire.RequestEnvelope):
             if done is not None:
                 origin, corr = env.origin_node, env.correlation
@@ -892,6 +894,14 @@ class MeshRouter:
         else:
             send = env
             self._follow(peer, room, lambda error: self._dropped(send, error))
+
+    def _not_taken(self, env: CallEnvelope, error: ZLinkError) -> None:
+        """A call from another node this node did not take: a request hears ``error``, a
+        one-way message is counted as dropped at both ends."""
+        if isinstance(env, wire.RequestEnvelope):
+            self.reply(env.origin_node, env.correlation, error=error)
+        else:
+            self._dropped(env, error)
 
     def _on_batch(self, env: wire.BatchEnvelope) -> None:
         """A batch for a target here: admitted all or none (waiting for room as a call from
@@ -1044,7 +1054,8 @@ class _NotYours(Unavailable):
 
 class _IntakeError(Unavailable):
     """A call a node failed to take for a fault of its own (counted ``call_intake_errors``);
-    its caller sees ``Unavailable``."""
+    its caller sees ``Unavailable``, only when nothing of the call was queued (so trying again
+    cannot run it twice)."""
 
 
 def _drop_reason(error: BaseException) -> str:

@@ -806,13 +806,15 @@ class Runtime:
     # -- status ------------------------------------------------------------------------------------
     def type_statuses(self) -> list[TypeStatus]:
         """Per Spot and Actor type: handled, refused, waited and sampled handler latency."""
-        live = [*self.spots.values(), *self.actors.values()]
+        with self.directory.lock:  # (then the stats' leaf lock) none counted live and gone
+            live = [*self.spots.values(), *self.actors.values()]
+            rows = self.directory.stats.rows(live)
         return [
             TypeStatus(kind=r.kind, type=r.type, live=r.live, handled=r.handled,
                        refused=r.refused, waited=r.waited, latency_samples=r.samples,
                        latency_sum=r.sum, latency_buckets=r.buckets,
                        latency_p50=r.quantile(0.5), latency_p99=r.quantile(0.99))
-            for r in self.directory.stats.rows(live)
+            for r in rows
         ]  # fmt: skip
 
     def owner_statuses(self) -> list[OwnerStatus]:
