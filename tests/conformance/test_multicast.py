@@ -237,6 +237,25 @@ def test_the_context_of_a_spot_that_is_gone_cannot_subscribe_it_again(make_node)
     assert "t" not in node._runtime.topics
 
 
+def test_the_context_of_a_closed_spot_touches_not_the_next_one_under_its_id(make_node):
+    """A subscription belongs to an incarnation: the context of a closed Spot neither
+    subscribes nor unsubscribes the Spot made next under the same id."""
+    node = make_node(build_app())
+    client = node.client()
+    _listeners(node, "a")
+    old = node._runtime.spots["a"]
+    context = old.instance.context
+    assert client.spots.close(old.ref)
+    node.wait_idle(WAIT)
+    _listeners(node, "a")  # a new incarnation
+    client.send_to_spot("a", Join(topic="t")).submit()
+    node.wait_idle(WAIT)
+    with pytest.raises(zlink.Unavailable, match="no longer lives"):
+        context.subscribe("u")
+    context.unsubscribe("t")  # a no-op: not its subscription
+    assert node._runtime.topics.get("t") == {"a"} and "u" not in node._runtime.topics
+
+
 def test_an_event_a_closing_subscriber_cannot_take_is_counted(make_node):
     """Nothing accepted is lost silently: a publish that meets a subscriber past READY (closing
     here; sealed for a move the same way) counts it as ``publish_missed_<state>``."""

@@ -631,7 +631,7 @@ class _Connection:
     def yield_end(self, token: Any) -> None:
         raise InvalidOperation("a remote client has no turn to yield")
 
-    def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
+    def subscribe(self, ref: SpotRef, topic: str, on: bool) -> None:
         raise InvalidOperation("subscriptions belong to Spots, not to a remote client")
 
     def leave(

@@ -281,11 +281,11 @@ class SpotContext(_Context):
 
     def subscribe(self, topic: str) -> None:
         """Receive events published to ``topic`` (through ``@zlink.subscription`` handlers)."""
-        self._rt.subscribe(self.spot_id, check_id("topic", topic), True)
+        self._rt.subscribe(self.spot_ref, check_id("topic", topic), True)
 
     def unsubscribe(self, topic: str) -> None:
         """Stop receiving ``topic``; a no-op if not subscribed."""
-        self._rt.subscribe(self.spot_id, check_id("topic", topic), False)
+        self._rt.subscribe(self.spot_ref, check_id("topic", topic), False)
 
     def leave_actor(self, actor: _HasActorContext) -> None:
         """Send a member Actor back to its Entry Spot (after this turn's queue position)."""

@@ -71,8 +71,8 @@ class RuntimePort(Protocol):
         """The Yield's continuation resumed (or its submission failed)."""
         ...
 
-    def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
-        """Add or remove a Spot's Logical Multicast subscription."""
+    def subscribe(self, ref: SpotRef, topic: str, on: bool) -> None:
+        """Add or remove the Logical Multicast subscription of the incarnation ``ref``."""
         ...
 
     def leave(

@@ -53,7 +53,7 @@ from ..executor import (
     run_free,
 )
 from ..lock_order import LockRank
-from ..types import TargetKind
+from ..types import SpotRef, TargetKind
 from .routing import MAX_HOPS
 
 if TYPE_CHECKING:
@@ -593,14 +593,24 @@ class Runtime:
                 return reply  # type: ignore[return-value]
         return self.submit(call, reply, mode, hops, room=room)  # it arrived here meanwhile
 
-    def subscribe(self, spot_id: str, topic: str, on: bool) -> None:
-        """A Spot's subscription to ``topic`` on or off (``Directory.subscribe``). Only a Spot
-        living on this node subscribes: a context whose Spot left (closed, moved away) gets
-        ``Unavailable``, so the table never lists a Spot that is not here."""
+    def subscribe(self, ref: SpotRef, topic: str, on: bool) -> None:
+        """A Spot's subscription to ``topic`` on or off (``Directory.subscribe``). Only the
+        incarnation ``ref`` names, living on this node, subscribes: a context whose Spot left
+        (closed, moved away) gets ``Unavailable`` and unsubscribes nothing, so the table never
+        lists a Spot that is not here, and never changes for an old context of a new Spot
+        under the same id."""
+        spot_id = ref.spot_id
         with self.directory.lock:
             act = self.spots.get(spot_id)
-            if on and (act is None or act.state == GONE):
-                raise Unavailable(f"spot {spot_id!r} no longer lives on node {self.node_id}")
+            gone = (
+                act is None
+                or act.state == GONE
+                or act.ref.object_generation != ref.object_generation
+            )
+            if gone:
+                if on:
+                    raise Unavailable(f"spot {spot_id!r} no longer lives on node {self.node_id}")
+                return
             self.directory.subscribe(spot_id, topic, on)
 
     def _publish(self, call: MessageCall, turn: Turn | None) -> None:
