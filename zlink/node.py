@@ -525,9 +525,9 @@ class Node:
         error = Unavailable(f"node {self.node_id} shut down")
         pending = self._infra.take_pending()
         with self._rt.workers_idle:
-            of_workers = {id(run.completion) for run in self._rt.worker_runs}
+            of_workers = {run.completion for run in self._rt.worker_runs}
         # (a worker call's own deadline last, with the rest of the worker calls)
-        pending.sort(key=lambda h: h.fn is expire and id(h.args[0]) in of_workers)
+        pending.sort(key=lambda h: h.fn is expire and h.args[0] in of_workers)
         for handle in pending:
             if handle.fn is expire:
                 expire(handle.args[0], error)

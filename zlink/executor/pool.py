@@ -121,26 +121,29 @@ class WorkerPool:
         lock.acquire()
         self._pending += 1
         self._queue.append(fn)
-        if self._parked and not self._searching:
-            self._searching += 1  # the woken worker searches until it finds work
-            park = self._parked.pop()  # the last to park: its cache is the warmest
-            lock.release()
-            park.release()
-            return
+        park = self._take_parked() if self._parked else None  # (no call while none is parked)
         lock.release()
+        if park is not None:
+            park.release()
 
     def _requeue(self, fn: Work) -> None:
         """``fn``, already counted as pending, to the back of the shared queue."""
         lock = self._lock
         lock.acquire()
         self._queue.append(fn)
-        park = None
-        if self._parked and not self._searching:
-            self._searching += 1
-            park = self._parked.pop()
+        park = self._take_parked()
         lock.release()
         if park is not None:
             park.release()
+
+    def _take_parked(self) -> threading.Lock | None:
+        """(Under ``_lock``.) The park lock of a worker to wake for work just queued, when none
+        is searching; it counts as searching from now until it finds work. The caller releases
+        it once it has released ``_lock``."""
+        if self._parked and not self._searching:
+            self._searching += 1
+            return self._parked.pop()  # the last to park: its cache is the warmest
+        return None
 
     def submit_next(self, fn: Work) -> None:
         """Run ``fn`` next on this worker if called from one (its LIFO slot), else ``submit``.
@@ -282,10 +285,7 @@ class WorkerPool:
             if fn is not None:
                 lock.acquire()
                 self._searching -= 1
-                wake = None
-                if q and parked and not self._searching:  # more work: the next one searches
-                    self._searching += 1
-                    wake = parked.pop()
+                wake = self._take_parked() if q else None  # more work: the next one searches
                 lock.release()
                 if wake is not None:
                     wake.release()

@@ -6,8 +6,8 @@ Guarantees / assumes:
   Lock order (``zlink.lock_order``): route -> relocator -> directory -> leaves.
 * The tables are created once and never rebound, so the runtime may hold them directly.
 * ``next_generation`` numbers incarnations made without a Location Store (one node alone).
-* A Spot or Actor leaves its table only through ``forget`` (under
-  ``lock``), which keep what it counted in ``stats`` (``type_stats``).
+* A Spot or Actor leaves its table only through ``forget`` (under ``lock``), which keeps what
+  it counted in ``stats`` (``type_stats``).
 * ``topics`` (topic -> Spot ids) and ``subscribed`` (Spot id -> topics) are one relation kept
   both ways, written only through ``subscribe`` (under ``lock``), each value a frozenset
   replaced whole (readers take no lock). A Spot's subscriptions belong to its incarnation on

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine, Iterable
+from functools import partial
 from itertools import repeat
 from typing import TYPE_CHECKING, Any
 
@@ -58,18 +59,16 @@ class SendJob(Job):
         if act.rt.stopping:
             raise Discarded
         h = self.handler
+        fn = h.fn
         if act.owner is not None:  # a Channel (a MessageJob's) has none
             # messages handled (idle eviction, type_stats); only the gate holder writes it
             n = act.activity = act.activity + 1
             if not n & 63:  # one in SAMPLE_EVERY is timed (a literal: no global on this path)
-                if h.wants_context:
-                    ctx = MessageContext(self.meta or {}, self.sender, h.is_request, self.topic)
-                    return timed(act, h.fn, act.instance, self.msg, ctx)
-                return timed(act, h.fn, act.instance, self.msg)
+                fn = partial(timed, act, fn)
         if h.wants_context:
             ctx = MessageContext(self.meta or {}, self.sender, h.is_request, self.topic)
-            return h.fn(act.instance, self.msg, ctx)
-        return h.fn(act.instance, self.msg)
+            return fn(act.instance, self.msg, ctx)
+        return fn(act.instance, self.msg)
 
     def finish(self, turn: Turn) -> None:
         if self.reply is None and turn.error is None and turn.barriers is None:

@@ -854,11 +854,7 @@ class MeshRouter:
             msg = from_wire(env.message_type, env.payload)
         except Exception as exc:  # noqa: BLE001 - a bad payload fails that request only
             self.rt.metrics.add("bad_wire_payloads")
-            bad = InvalidArgument(f"bad payload for {env.message_type}: {exc}")
-            if isinstance(env, wire.RequestEnvelope):
-                self.reply(env.origin_node, env.correlation, error=bad)
-            else:
-                self._dropped(env, bad)
+            self._not_taken(env, InvalidArgument(f"bad payload for {env.message_type}: {exc}"))
             return
         call_cls = RequestCall if request else SendCall
         call: MessageCall = call_cls(self.rt, TargetKind(env.target_kind), env.target, msg)
