@@ -90,6 +90,7 @@ class InfraExecutor:
         self._seq = itertools.count()
         self._state = "new"
         self._busy = False  # a batch is running (read by wait_quiet)
+        self._sleeping = False  # the thread waits on _cond for work (submit notifies only then)
         self._thread: threading.Thread | None = None
         clock.add_listener(self._wake)
 
@@ -111,7 +112,8 @@ class InfraExecutor:
         """Run ``fn(*args)`` on the infrastructure thread as soon as possible. Never blocks."""
         with self._cond:
             self._ready.append((fn, args))
-            self._cond.notify()
+            if self._sleeping:  # else it takes this with its next batch: no notify's cost
+                self._cond.notify()
 
     def call_at(self, deadline: float, fn: Callable[..., Any], *args: Any) -> DeadlineHandle:
         """Run ``fn(*args)`` on the infrastructure thread once the clock reaches ``deadline``.
@@ -254,4 +256,8 @@ class InfraExecutor:
                     self._state = "stopped"
                     return None
                 wait = self._clock.real_wait(heap[0][0]) if heap else None
-                self._cond.wait(None if wait is None else min(wait, _MAX_WAIT))
+                self._sleeping = True
+                try:
+                    self._cond.wait(None if wait is None else min(wait, _MAX_WAIT))
+                finally:
+                    self._sleeping = False

@@ -77,6 +77,9 @@ class Outbox:
         self._held: dict[str, deque[tuple[wire.Envelope, bytes | None, int]]] = {}
         self._bytes: dict[str, int] = {}  # peer -> estimated DATA bytes queued (under _lock)
         self._waiters: dict[str, deque[Go]] = {}  # peer -> callers waiting for room
+        # peer -> bytes the transport took in this flush, released together at its end (infra
+        # only): one take of the lock per flush, not one per frame (senders wait on that lock)
+        self._taken: dict[str, int] = {}
         # peer -> waiters let go whose put has not happened yet: they still come first (a go
         # may wait for a lock the next caller holds; that caller must not overtake it)
         self._going: dict[str, int] = {}
@@ -93,6 +96,21 @@ class Outbox:
                 return
             self._scheduled = True
         self._submit(self._flush)
+
+    def put_if_room(self, peer: str, envelope: wire.Envelope) -> bool:
+        """``put`` application DATA for ``peer`` if there is room now (see ``has_room``), in one
+        take of the lock: ``False``, and nothing queued, if not (the caller then waits)."""
+        size = estimated_size(envelope)
+        with self._lock:
+            if not self._free(peer):
+                return False
+            self._queue.append((peer, envelope, size))
+            self._bytes[peer] = self._bytes.get(peer, 0) + size
+            if self._scheduled:
+                return True
+            self._scheduled = True
+        self._submit(self._flush)
+        return True
 
     def has_room(self, peer: str) -> bool:
         """Whether application DATA for ``peer`` may be put now without waiting."""
@@ -143,6 +161,7 @@ class Outbox:
                 held.appendleft((envelope, data, size))  # refused again: it and the rest
                 self._held[peer] = held  # wait for the next writable
                 break
+        self._release_taken()
         self._serve(peer)
 
     def peer_down(self, peer: str) -> None:
@@ -173,6 +192,7 @@ class Outbox:
                 if size:
                     touched.add(peer)
                 self._send_one(peer, envelope, size)
+            self._release_taken()
         for peer in touched:
             self._serve(peer)
 
@@ -206,8 +226,8 @@ class Outbox:
         except Exception as exc:  # noqa: BLE001 - a transport fault fails this one only
             error = Unavailable(f"transport failed: {exc!r}")
         else:
-            if taken:
-                self._release(peer, size)
+            if taken and size:
+                self._taken[peer] = self._taken.get(peer, 0) + size
             return taken
         self._release(peer, size)
         self._fail(peer, envelope, error)
@@ -216,11 +236,25 @@ class Outbox:
     def _release(self, peer: str, size: int) -> None:
         if size:
             with self._lock:
-                left = self._bytes.get(peer, 0) - size
-                if left > 0:
-                    self._bytes[peer] = left
-                else:
-                    self._bytes.pop(peer, None)
+                self._give_back(peer, size)
+
+    def _give_back(self, peer: str, size: int) -> None:
+        """(Under ``_lock``.) ``size`` bytes for ``peer`` are no longer queued here."""
+        left = self._bytes.get(peer, 0) - size
+        if left > 0:
+            self._bytes[peer] = left
+        else:
+            self._bytes.pop(peer, None)
+
+    def _release_taken(self) -> None:
+        """Give back, in one take of the lock, the bytes of what the transport took."""
+        taken = self._taken
+        if not taken:
+            return
+        self._taken = {}
+        with self._lock:
+            for peer, size in taken.items():
+                self._give_back(peer, size)
 
     def _serve(self, peer: str) -> None:
         """Let waiters for ``peer`` go, in order, while there is room (each one's put counts

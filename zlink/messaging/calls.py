@@ -237,6 +237,7 @@ class MessageCall(_Call):
     deadline: float | None = None  # seconds (requests)
     origin: str | None = None  # the node a relayed call started on (mesh routing)
     via: str | None = None  # the node that handed it over last (mesh routing)
+    wire: tuple[str, str] | None = None  # the message's wire form, once made (mesh routing)
 
     def __init__(self, rt: Runtime, kind: TargetKind, target: str, msg: Message) -> None:
         self._rt = rt  # _Call.__init__ inlined: this runs once per message

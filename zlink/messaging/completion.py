@@ -40,6 +40,11 @@ class Completion:
         """Whether the outcome is set."""
         return self._done
 
+    @property
+    def error(self) -> BaseException | None:
+        """The error it completed with; ``None`` while it is not done, or done with a value."""
+        return self._error
+
     def set(self, value: Any, error: BaseException | None) -> bool:
         """Set the outcome; ``False`` (and nothing happens) if it was already set."""
         lock = self._lock

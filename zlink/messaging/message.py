@@ -43,6 +43,10 @@ class Message(BaseModel):
         except ValidationError as exc:  # python-api §1: refused at the sender, typed
             raise InvalidArgument(f"invalid {type(self).__qualname__}: {exc}") from exc
 
+    # It builds what BaseModel.__init__ builds: pydantic may make a message from JSON or a
+    # dict without calling it (else each decoded message was validated twice, 2 -> 1 us).
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     def __init_subclass__(cls, type_name: str | None = None, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         _PENDING_NAMES[cls] = type_name  # read once pydantic has finished the class

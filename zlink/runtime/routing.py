@@ -90,6 +90,7 @@ Located = Callable[["Route | None", BaseException | None], None]
 or the store's error."""
 
 _log = logging.getLogger("zlink.mesh")
+_TARGET_KINDS: dict[str, TargetKind] = {str(kind): kind for kind in TargetKind}
 
 
 class MeshRouter:
@@ -377,7 +378,11 @@ class MeshRouter:
             return
         route = self._known(target)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
-            if hops or admitted or self._outbox_room(call, reply, room, route.node):
+            if hops or admitted:
+                self._post_call(call, reply, hops, route)
+            elif reply is None and self._post_send_if_room(call, route.node):
+                pass  # a one-way message made here, and room for it: queued (the common case)
+            elif self._outbox_room(call, reply, room, route.node):
                 self._post_call(call, reply, hops, route)
             return
         waiter = functools.partial(self._send_located, call, reply, hops, room)
@@ -478,6 +483,14 @@ class MeshRouter:
         if reply is None and timed and room.timer is None:
             self.rt.arm_room(room, f"the outbound queue to node {peer!r}")
         return False
+
+    def _post_send_if_room(self, call: MessageCall, peer: str) -> bool:
+        """Queue a one-way message made here for ``peer`` if the outbox has room for it now,
+        in one take of the outbox lock (senders hold ``route_lock`` meanwhile); ``False``, and
+        nothing queued, if it has not. ``Unavailable`` if ``peer`` is not reachable."""
+        if not self.transport.reachable(peer):
+            raise Unavailable(f"node {peer!r} is not reachable")
+        return self.outbox.put_if_room(peer, self.envelope(call, None))
 
     def _post_call(
         self, call: MessageCall, reply: Completion | None, hops: int, route: Route
@@ -663,7 +676,7 @@ class MeshRouter:
     ) -> CallEnvelope:
         """``call`` as it crosses the boundary; a request's reply is awaited here from now
         (``peer``: where it goes first, whose loss fails it at once; "" while not yet known)."""
-        type_name, payload = to_wire(call.msg)
+        type_name, payload = call.wire or to_wire(call.msg)
         me = self.rt.node_id
         common = (
             str(call.kind), call.target, type_name, payload, call.meta or None, me,
@@ -857,19 +870,26 @@ class MeshRouter:
             self._not_taken(env, InvalidArgument(f"bad payload for {env.message_type}: {exc}"))
             return
         call_cls = RequestCall if request else SendCall
-        call: MessageCall = call_cls(self.rt, TargetKind(env.target_kind), env.target, msg)
+        kind = _TARGET_KINDS[env.target_kind]  # (the envelope's decoder checked the name)
+        call: MessageCall = call_cls(self.rt, kind, env.target, msg)
         call.meta = env.meta
         call.origin = env.first_origin
         call.via = env.via
         call.instance, call.instance_type = env.instance, env.instance_type
+        call.wire = (env.message_type, env.payload)  # a relay sends it on as it came
         if isinstance(env, wire.RequestEnvelope):
             call.deadline = env.deadline
         peer = env.via
         room = Admitted(peer=peer)  # a full lane: it waits, bounded by the peer's backlog
         reply = Completion() if request else None
+        # a one-way message with no option, not kept for a move: the runtime's fast path may
+        # take it (a ready target here with a plain handler); anything else routes as usual
+        plain = not request and env.meta is None and not env.instance and not force
         done: Completion | None
         try:
-            done = self.rt.submit(call, reply, NO_WAIT, hops=env.hops + 1, force=force, room=room)
+            done = self.rt.submit(
+                call, reply, NO_WAIT, hops=env.hops + 1, force=force, plain=plain, room=room
+            )
         except ZLinkError as exc:
             self._not_taken(env, exc)
             return
@@ -887,7 +907,7 @@ class MeshRouter:
                 origin, corr = env.origin_node, env.correlation
                 done.add_callback(lambda value, error: self.reply(origin, corr, value, error))
             self._follow(peer, room, None)  # (its reply carries a failure back)
-        else:
+        elif not room.done or room.error is not None:  # (else admitted: nothing to follow)
             send = env
             self._follow(peer, room, lambda error: self._dropped(send, error))
 
@@ -910,7 +930,7 @@ class MeshRouter:
             for message_type in env.message_types:
                 self._count_drop(env.target, message_type, env.first_origin, "bad_payload")
             return
-        kind = TargetKind(env.target_kind)
+        kind = _TARGET_KINDS[env.target_kind]
         act = (self.rt.actors if kind == TargetKind.ACTOR else self.rt.spots).get(env.target)
         if act is None or act.state is not READY:
             for message_type, payload in zip(env.message_types, env.payloads, strict=True):

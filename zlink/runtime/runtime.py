@@ -75,7 +75,7 @@ from ..messaging.calls import (
     WorkerCall,
 )
 from ..messaging.completion import Admitted, Completion, expire, in_progress
-from ..messaging.message import check_reply, lane_size, lane_size_many
+from ..messaging.message import check_reply, lane_size, lane_size_many, to_wire
 from ..status import OwnerStatus, TimerStatus, TypeStatus
 from ..types import SpotKind
 from .acts import (
@@ -579,6 +579,8 @@ class Runtime:
         assert router is not None
         if hops > MAX_HOPS:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
+        if call.wire is None:  # serialized before the route lock: senders hold it briefly
+            call.wire = to_wire(call.msg)
         with router.route_lock:
             local = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
             if local is None:

@@ -1,0 +1,93 @@
+"""The outbox's byte account (python-api §9): a one-way message made here is queued in one take
+of the outbox lock when there is room, and never overtakes a caller that waits for room; the
+bytes the transport took come back once per flush."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from zlink.errors import ZLinkError
+from zlink.mesh import wire
+from zlink.mesh.outbox import Outbox, estimated_size
+from zlink.mesh.transport import Channel, InProcessTransport
+
+
+class _Receiver:
+    """The receiving node's side of the in-process transport: the frames it was handed."""
+
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def received(self, peer: str, channel: Channel, data: bytes) -> None:
+        self.frames.append(data)
+
+    def peer_up(self, peer: str) -> None:
+        pass
+
+    def peer_down(self, peer: str) -> None:
+        pass
+
+    def writable(self, peer: str) -> None:
+        pass
+
+
+class _Jobs:
+    """An infrastructure thread run by hand: jobs wait here until ``run`` (deterministic)."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
+
+    def __call__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.queue.append((fn, args))
+
+    def run(self) -> None:
+        while self.queue:
+            fn, args = self.queue.pop(0)
+            fn(*args)
+
+
+def _send(n: int) -> wire.SendEnvelope:
+    return wire.SendEnvelope(
+        "spot", "room-1", "t.o.bump", f'{{"n":{n}}}', None, "a", "a", "a", 0, False, None
+    )
+
+
+def _outbox(limit: int) -> tuple[Outbox, _Jobs, _Jobs, _Receiver, list[ZLinkError]]:
+    transport = InProcessTransport()
+    receiver, theirs, ours = _Receiver(), _Jobs(), _Jobs()
+    transport.attach("b", receiver, theirs)
+    transport.attach("a", _Receiver(), ours)
+    failures: list[ZLinkError] = []
+    outbox = Outbox("a", transport, ours, lambda _p, _e, error: failures.append(error), limit)
+    ours.run()
+    theirs.run()  # (the peer_up notices)
+    return outbox, ours, theirs, receiver, failures
+
+
+def test_a_send_with_room_is_queued_counted_and_its_bytes_come_back_after_the_flush() -> None:
+    outbox, ours, theirs, receiver, failures = _outbox(limit=1 << 20)
+    assert outbox.put_if_room("b", _send(1)) and outbox.put_if_room("b", _send(2))
+    assert outbox._bytes["b"] == 2 * estimated_size(_send(1))
+    assert len(ours.queue) == 1  # one flush scheduled for both
+    ours.run()
+    assert "b" not in outbox._bytes and not outbox._taken  # given back, once, at the flush end
+    theirs.run()
+    assert [wire.decode(f) for f in receiver.frames] == [_send(1), _send(2)]
+    assert failures == []
+
+
+def test_no_room_queues_nothing_and_a_waiter_is_never_overtaken() -> None:
+    one = estimated_size(_send(1))
+    outbox, ours, _theirs, _receiver, _failures = _outbox(limit=one)
+    assert outbox.put_if_room("b", _send(1))  # fills the account to the limit
+    assert not outbox.put_if_room("b", _send(2))  # no room: refused, nothing queued
+    assert outbox._bytes["b"] == one and len(outbox._queue) == 1
+    went: list[str] = []
+    assert not outbox.wait_room("b", lambda: went.append("waiter"))
+    ours.run()  # the first goes out; its bytes come back; the waiter is let go first
+    assert went == ["waiter"]
+    outbox._going["b"] = 1  # (a waiter let go whose put has not happened yet)
+    assert not outbox.put_if_room("b", _send(3))  # it still comes first
+    del outbox._going["b"]
+    assert outbox.put_if_room("b", _send(3))
