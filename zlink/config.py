@@ -80,7 +80,7 @@ class NodeConfig(BaseModel):
         False, description="allow a non-loopback listen address without CURVE keys (logged)"
     )
     data_frames_in_flight: int = Field(
-        256, ge=1, description="DATA frames sent to one peer and not yet taken there"
+        1024, ge=1, description="DATA frames sent to one peer and not yet taken there"
     )
     max_frame_bytes: int = Field(
         64 * MiB, ge=1024, description="largest frame taken from a peer or a client"

@@ -63,7 +63,7 @@ class LocalCluster:
 
     def __init__(
         self, app: App, nodes: int = 2, *, clock: ManualClock | None = None,
-        data_limit: int = 256, **config: Any,
+        data_limit: int = 1024, **config: Any,
     ) -> None:  # fmt: skip
         if nodes < 1:
             raise ValueError("a cluster has at least one node")

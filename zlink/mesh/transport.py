@@ -146,7 +146,7 @@ class InProcessTransport:
     this part on a network).
     """
 
-    def __init__(self, data_limit: int = 256) -> None:
+    def __init__(self, data_limit: int = 1024) -> None:
         if data_limit < 1:
             raise ValueError("data_limit is at least 1")
         self._lock = threading.Lock()

@@ -180,7 +180,7 @@ class ZmqTransport:
         listen: str,
         *,
         mesh: str = "main",
-        data_limit: int = 256,
+        data_limit: int = 1024,
         max_frame_bytes: int = 64 * 1024 * 1024,
         ping_interval: float = 0.2,
         connect_timeout: float = 5.0,
