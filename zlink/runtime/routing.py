@@ -91,6 +91,8 @@ or the store's error."""
 
 _log = logging.getLogger("zlink.mesh")
 _TARGET_KINDS: dict[str, TargetKind] = {str(kind): kind for kind in TargetKind}
+_new_send = wire.maker(wire.SendEnvelope)  # (no frozen __setattr__ per field: a send is hot)
+_new_request = wire.maker(wire.RequestEnvelope)
 
 
 class MeshRouter:
@@ -685,9 +687,9 @@ class MeshRouter:
             hops, bool(call.instance), call.instance_type if call.instance else None,
         )  # fmt: skip
         if reply is None:
-            return wire.SendEnvelope(*common)
+            return _new_send(*common)
         corr = self.register_pending(reply, reply_type(type(call.msg)), peer)
-        return wire.RequestEnvelope(*common, corr, float(self.rt.deadline_of(call.deadline)))
+        return _new_request(*common, corr, float(self.rt.deadline_of(call.deadline)))
 
     def forward_create(self, call: CreateCall[Any], completion: Completion, at: Location) -> None:
         """``get_or_create`` of a User Spot that another node owns: ask that node."""
