@@ -352,7 +352,10 @@ class SendCall(MessageCall, _OneWay):
         self._rt.submit(self, None, NO_WAIT, 0, False, self._options is None)
 
     def _queue(self, room: Admitted, mode: WaitMode) -> None:
-        self._rt.submit(self, None, mode, room=room)
+        # (from a plain thread: the fast path, as submit() takes it; an await in a handler
+        # goes the general way, which refuses a wait on the turn's own gate, room or not)
+        plain = mode is NO_WAIT and self._options is None
+        self._rt.submit(self, None, mode, plain=plain, room=room)
 
 
 class BatchSendCall(_OneWay):

@@ -147,6 +147,8 @@ class Admitted(Completion):
     def wait_admitted(self, timeout: float | None) -> None:
         """Block until admitted; ``DeadlineExceeded`` (nothing queued) after ``timeout`` real
         seconds, or the node's admission deadline, whichever comes first."""
+        if self._done and self._error is None:  # admitted at once (the common case): no lock
+            return
         try:
             self.wait(timeout)
         except DeadlineExceeded as exc:
