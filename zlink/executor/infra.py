@@ -201,7 +201,11 @@ class InfraExecutor:
             except BaseException as exc:  # noqa: BLE001 - the infrastructure thread never dies
                 self._failed(exc, "the infrastructure thread's wait")
                 with self._cond:
-                    self._cond.wait(_FAILED_PAUSE)
+                    self._sleeping = True
+                    try:
+                        self._cond.wait(_FAILED_PAUSE)
+                    finally:
+                        self._sleeping = False
                 continue
             if batch is None:
                 return

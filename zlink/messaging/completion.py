@@ -52,8 +52,10 @@ class Completion:
         try:
             if self._done:
                 return False
-            self._done = True
+            # the outcome first, then the flag: ``wait_admitted`` and the router read both
+            # without the lock, and must never see it done with no error while one is set
             self._value, self._error = value, error
+            self._done = True
             callbacks, self._callbacks = self._callbacks, None
             waiter = self._waiter
         finally:

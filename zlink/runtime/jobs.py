@@ -39,8 +39,9 @@ _log = logging.getLogger("zlink.runtime")
 # --------------------------------------------------------------------------------------------
 class SendJob(Job):
     """A one-way message, without metadata, for a plain ``def`` handler of a Spot or Actor:
-    a ``light`` job (the gate runs it without the general turn machinery). Only
-    ``Runtime.send`` makes one, filling its slots without an ``__init__`` frame (the hottest
+    a ``light`` job (the gate runs it without the general turn machinery). Only the fast
+    path of ``Runtime.submit`` makes one (a ``submit()`` or a plain thread's ``wait()``, or a
+    send from another node), filling its slots without an ``__init__`` frame (the hottest
     path)."""
 
     __slots__ = ("act", "handler", "msg", "sender")
