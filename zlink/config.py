@@ -82,6 +82,10 @@ class NodeConfig(BaseModel):
     data_frames_in_flight: int = Field(
         1024, ge=1, description="DATA frames sent to one peer and not yet taken there"
     )
+    data_bytes_in_flight: int = Field(
+        16 * MiB, ge=1024,
+        description="bytes of those DATA frames (a larger frame still goes, alone)",
+    )  # fmt: skip
     max_frame_bytes: int = Field(
         64 * MiB, ge=1024, description="largest frame taken from a peer or a client"
     )

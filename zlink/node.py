@@ -180,6 +180,7 @@ class Node:
             transport = ZmqTransport(
                 self.config.listen, mesh=self.config.mesh,
                 data_limit=self.config.data_frames_in_flight,
+                data_bytes=self.config.data_bytes_in_flight,
                 max_frame_bytes=self.config.max_frame_bytes, count=self._rt.metrics.add,
                 keys=keys,
             )  # fmt: skip

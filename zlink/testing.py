@@ -70,7 +70,10 @@ class LocalCluster:
         self.store = InMemoryLocationStore(clock)  # leases on the cluster's clock
         if clock is not None:
             config.setdefault("lease_seconds", 3600.0)
-        self.transport = InProcessTransport(data_limit)  # DATA frames in flight per pair
+        data_bytes = config.get(
+            "data_bytes_in_flight", NodeConfig.model_fields["data_bytes_in_flight"].default
+        )  # (the nodes' own setting: the transport is what holds them to it)
+        self.transport = InProcessTransport(data_limit, data_bytes)  # in flight per pair
         self.nodes = [
             Node(
                 app,

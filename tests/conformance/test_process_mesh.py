@@ -19,7 +19,7 @@ import zmq
 
 from tests.procs.harness import CommandFailed, NodeProcess, mesh, start
 from zlink.mesh.sqlite_store import SqliteLocationStore
-from zlink.mesh.zmq_transport import MeshEndpoint, identity
+from zlink.mesh.zmq_transport import VERSION, MeshEndpoint, identity
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -247,27 +247,27 @@ def test_bad_frames_on_the_mesh_sockets_are_counted_and_never_stop_the_node(
             send(b"garbage")  # one frame, no header
             send(b"\x01\x02", b"truncated header")
             send(header.pack(9, 2, 0), b"unknown version")
-            send(header.pack(1, 77, 0), b"unknown kind")
-            send(header.pack(1, 1, 0), b"{not json")  # a HELLO that does not parse
+            send(header.pack(VERSION, 77, 0), b"unknown kind")
+            send(header.pack(VERSION, 1, 0), b"{not json")  # a HELLO that does not parse
             _until(lambda: n1.ask("counters").get("bad_frames", 0) >= 5, "5 bad frames")
-            send(header.pack(1, 2, record.incarnation + 5), b"for another incarnation")
+            send(header.pack(VERSION, 2, record.incarnation + 5), b"for another incarnation")
             _until(
                 lambda: n1.ask("counters").get("frames_wrong_incarnation", 0) >= 1,
                 "the frame for another incarnation",
             )
-            send(header.pack(1, 2, 0), b"x" * 100_000)  # over max_frame_bytes (64 KiB)
+            send(header.pack(VERSION, 2, 0), b"x" * 100_000)  # over max_frame_bytes (64 KiB)
             _until(lambda: n1.ask("counters").get("oversized_frames", 0) >= 1, "oversized")
             other = (
                 b'{"node": "evil", "incarnation": 1, "mesh": "other", "endpoint": '
                 + f'"{record.endpoint}"'.encode()
                 + b"}"
             )
-            send(header.pack(1, 1, 0), other)
+            send(header.pack(VERSION, 1, 0), other)
             _until(lambda: n1.ask("counters").get("peers_refused", 0) >= 1, "other mesh")
             hello = other.replace(b'"other"', b'"main"')
-            send(header.pack(1, 1, 0), hello)  # greeted now (its endpoint is n1's own)
-            send(header.pack(1, 2, 0), b'{"v": 99, "kind": "send"}')  # unknown version
-            send(header.pack(1, 2, 0), b'{"v": 2, "kind": "sen')  # truncated envelope
+            send(header.pack(VERSION, 1, 0), hello)  # greeted now (its endpoint is n1's own)
+            send(header.pack(VERSION, 2, 0), b'{"v": 99, "kind": "send"}')  # unknown version
+            send(header.pack(VERSION, 2, 0), b'{"v": 2, "kind": "sen')  # truncated envelope
             _until(lambda: n1.ask("counters").get("bad_envelopes", 0) >= 2, "bad envelopes")
         finally:
             ctx.destroy(linger=0)

@@ -91,3 +91,20 @@ def test_no_room_queues_nothing_and_a_waiter_is_never_overtaken() -> None:
     assert not outbox.put_if_room("b", _send(3))  # it still comes first
     del outbox._going["b"]
     assert outbox.put_if_room("b", _send(3))
+
+
+def test_the_in_process_transport_bounds_data_in_flight_in_bytes_too() -> None:
+    """python-api §9 (the same rule as ZmqTransport): frames and bytes in flight per pair are
+    both bounded; a frame larger than the byte bound goes alone."""
+    transport = InProcessTransport(data_limit=100, data_bytes=1000)
+    receiver, theirs, ours = _Receiver(), _Jobs(), _Jobs()
+    transport.attach("b", receiver, theirs)
+    transport.attach("a", _Receiver(), ours)
+    assert transport.send("a", "b", Channel.DATA, b"x" * 600)
+    assert not transport.send("a", "b", Channel.DATA, b"y" * 600)
+    theirs.run()
+    assert transport.send("a", "b", Channel.DATA, b"B" * 5000)  # alone: nothing in flight
+    assert not transport.send("a", "b", Channel.DATA, b"z")
+    theirs.run()
+    assert receiver.frames == [b"x" * 600, b"B" * 5000]
+    assert transport.send("a", "b", Channel.DATA, b"z")

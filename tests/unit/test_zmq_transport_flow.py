@@ -483,3 +483,24 @@ def test_a_node_remembers_one_old_incarnation_of_a_peer_not_all_of_them(nodes):
     _on_thread(a.transport, restarts)
     kept = [p.incarnation for p in a.transport._by_ident.values() if p.node_id == "b"]
     assert sorted(kept) == [6, 7]
+
+
+def test_data_in_flight_is_bounded_in_bytes_and_a_large_frame_still_goes_alone(nodes):
+    """python-api §9: the credit counts bytes as well as frames, so a receiver that pauses its
+    peer holds at most ``data_bytes`` of it (or one frame larger than that); the credit the
+    receiver returns names the bytes it took, and the sender may send again."""
+    a = nodes("a", data_limit=100, data_bytes=1000).attach()
+    b = nodes("b", data_limit=100, data_bytes=1000).attach()
+    _meshed(a, b)
+    assert b.transport.send("b", "a", Channel.DATA, b"x" * 400)
+    assert b.transport.send("b", "a", Channel.DATA, b"y" * 400)
+    assert not b.transport.send("b", "a", Channel.DATA, b"z" * 400)  # 1,200 > 1,000 bytes
+    assert not b.transport.send("b", "a", Channel.DATA, b"tiny" * 51)  # 1,004 > 1,000
+    a.infra.run_until(lambda: len(a.link.seen("data", "b")) == 2, "a takes both")
+    b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "the bytes credited back")
+    big = b"B" * 5000  # larger than the byte limit: it goes alone, once nothing is in flight
+    assert b.transport.send("b", "a", Channel.DATA, big)
+    assert not b.transport.send("b", "a", Channel.DATA, b"after")
+    a.infra.run_until(lambda: a.link.seen("data", "b")[-1:] == [big], "the large frame")
+    b.infra.run_until(lambda: len(b.link.seen("writable", "a")) == 2, "credited again")
+    assert b.transport.send("b", "a", Channel.DATA, b"after")

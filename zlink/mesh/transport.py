@@ -127,11 +127,19 @@ class _Attached:
     submit: Callable[..., None]
 
 
+def data_room(frames: int, size: int, more: int, frames_limit: int, bytes_limit: int) -> bool:
+    """Whether a DATA frame of ``more`` bytes may go to a peer that has ``frames`` frames of
+    ``size`` bytes in flight: under both limits, and always when nothing is in flight (a frame
+    larger than the byte limit goes alone). The credit rule of both transports (python-api §9)."""
+    return frames == 0 or (frames < frames_limit and size + more <= bytes_limit)
+
+
 @dataclass(eq=False)
 class _Flow:
     """DATA from one node to another: frames in flight, and what a pause holds back."""
 
     in_flight: int = 0  # sent and not yet taken by the receiver (held ones included)
+    in_flight_bytes: int = 0  # their bytes
     blocked: bool = False  # a send was refused: the sender waits for ``writable``
     paused: bool = False
     held: deque[bytes] = field(default_factory=deque)
@@ -142,13 +150,14 @@ class InProcessTransport:
 
     The boundary is real: only bytes cross it, so nothing relies on sharing Python objects
     between nodes, and a network transport (``ZmqTransport``) can replace it. ``data_limit``
-    DATA frames may be in flight from one node to another (ZeroMQ's high-water mark plays
-    this part on a network).
+    DATA frames, and ``data_bytes`` bytes of them (one frame always), may be in flight from
+    one node to another (``data_room``): what a paused receiver holds is bounded by both.
     """
 
-    def __init__(self, data_limit: int = 1024) -> None:
-        if data_limit < 1:
-            raise ValueError("data_limit is at least 1")
+    def __init__(self, data_limit: int = 1024, data_bytes: int = 16 * 1024 * 1024) -> None:
+        if data_limit < 1 or data_bytes < 1:
+            raise ValueError("data_limit and data_bytes are at least 1")
+        self._bytes_limit = data_bytes
         self._lock = threading.Lock()
         self._nodes: dict[str, _Attached] = {}
         self._flows: dict[tuple[str, str], _Flow] = {}  # (sender, receiver) -> its DATA flow
@@ -213,11 +222,13 @@ class InProcessTransport:
             flow = self._flows.get((sender, peer))
             if flow is None:
                 flow = self._flows[(sender, peer)] = _Flow()
-            if flow.in_flight >= self._limit:
+            if not data_room(flow.in_flight, flow.in_flight_bytes, len(data), self._limit,
+                             self._bytes_limit):  # fmt: skip
                 flow.blocked = True
                 return False
             self.sent += 1
             flow.in_flight += 1
+            flow.in_flight_bytes += len(data)
             if flow.paused:  # kept in order until resumed
                 flow.held.append(data)
             else:
@@ -234,7 +245,12 @@ class InProcessTransport:
         finally:
             with self._lock:
                 flow.in_flight -= 1
-                wake = flow.blocked and flow.in_flight <= self._limit // 2
+                flow.in_flight_bytes -= len(data)
+                wake = (
+                    flow.blocked
+                    and flow.in_flight <= self._limit // 2
+                    and flow.in_flight_bytes <= self._bytes_limit // 2
+                )
                 origin = self._nodes.get(sender) if wake else None
                 if wake:
                     flow.blocked = False

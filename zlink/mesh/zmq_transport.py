@@ -20,12 +20,13 @@ also names the incarnation it is for: one for another incarnation of this node, 
 incarnation of a peer, is dropped and counted (``frames_wrong_incarnation``).
 
 Flow control (python-api §9), the same contract as ``InProcessTransport``: at most
-``data_limit`` DATA frames from one node to another are in flight (sent, not yet taken by the
-receiving node's infrastructure thread). The receiver returns credit on COMPLETION as it takes
-them; a paused receiver holds what arrives (at most ``data_limit`` frames, since the sender has
-no more credit) and takes none, so the sender's ``send`` returns ``False`` and its senders wait
-at the source. ZeroMQ's own high-water marks count messages, not bytes; the byte bound is the
-sender's ``Outbox``.
+``data_limit`` DATA frames and ``data_bytes`` bytes of them (one frame always, however large)
+from one node to another are in flight (sent, not yet taken by the receiving node's
+infrastructure thread). The receiver returns credit, frames and bytes, on COMPLETION as it
+takes them; a paused receiver holds what arrives (at most those limits, since the sender has no
+more credit) and takes none, so the sender's ``send`` returns ``False`` and its senders wait at
+the source. ZeroMQ's own high-water marks count messages, not bytes; what waits before the
+transport is bounded in bytes by the sender's ``Outbox``.
 
 Peers: a node connects to every member the store lists (``learn``) and greets it (HELLO, with
 its endpoints, on both channels); a node greeted by one it did not know connects back. A peer is
@@ -70,13 +71,13 @@ import zmq
 from ..addresses import check_listen
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .keys import MeshKeys
-from .transport import Channel, NodeLink
+from .transport import Channel, NodeLink, data_room
 
 _log = logging.getLogger("zlink.mesh.zmq")
 
-VERSION = 1
+VERSION = 2  # 2: a CREDIT names the bytes it returns too
 _HEADER = struct.Struct("!BBQ")  # version, kind, the receiver's incarnation (0: any)
-_COUNT = struct.Struct("!Q")
+_CREDIT = struct.Struct("!QQ")  # DATA frames, and their bytes, taken
 _RECV_BATCH = 256  # frames read from one socket before the others get a turn
 _REFUSED_EVENTS = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -165,10 +166,12 @@ class _Peer:
     greeted: set[Channel] = field(default_factory=set)  # our HELLOs that went through
     waiting: deque[tuple[_Kind, bytes]] = field(default_factory=deque)  # sent while connecting
     in_flight: int = 0  # DATA sent to it and not yet credited back
+    in_flight_bytes: int = 0  # their bytes
     blocked: bool = False  # a send was refused: ``writable`` is owed
     paused: bool = False  # this node takes no DATA from it now
     held: deque[bytes] = field(default_factory=deque)  # its DATA that arrived while paused
     credit_due: int = 0  # DATA of its taken here and not yet credited back
+    credit_due_bytes: int = 0  # their bytes
     left: bool = False  # it said goodbye (what it sends after is not a reason to meet again)
 
 
@@ -181,6 +184,7 @@ class ZmqTransport:
         *,
         mesh: str = "main",
         data_limit: int = 1024,
+        data_bytes: int = 16 * 1024 * 1024,
         max_frame_bytes: int = 64 * 1024 * 1024,
         ping_interval: float = 0.2,
         connect_timeout: float = 5.0,
@@ -188,12 +192,14 @@ class ZmqTransport:
         count: Callable[..., None] | None = None,
         keys: MeshKeys | None = None,
     ) -> None:
-        if data_limit < 1:
-            raise InvalidArgument("data_limit is at least 1")
+        if data_limit < 1 or data_bytes < 1:
+            raise InvalidArgument("data_limit and data_bytes are at least 1")
         self._listen = check_listen(listen)
         self._mesh = mesh
         self._limit = data_limit
         self._credit_step = max(1, data_limit // 4)
+        self._bytes_limit = data_bytes
+        self._credit_step_bytes = max(1, data_bytes // 4)
         self._max_frame = max_frame_bytes
         self._ping_interval = ping_interval
         self._connect_timeout = connect_timeout
@@ -444,10 +450,12 @@ class ZmqTransport:
                     f"an envelope of {len(data)} bytes is over max_frame_bytes ({self._max_frame})"
                 )
             if channel is Channel.DATA:
-                if target.in_flight >= self._limit:
+                if not data_room(target.in_flight, target.in_flight_bytes, len(data), self._limit,
+                             self._bytes_limit):  # fmt: skip
                     target.blocked = True
                     return False
                 target.in_flight += 1
+                target.in_flight_bytes += len(data)
                 kind = _Kind.DATA
             else:
                 kind = _Kind.COMPLETION
@@ -519,13 +527,18 @@ class ZmqTransport:
         """(Infrastructure thread.) Hand DATA frames to the node, in order; then they are
         credited back."""
         self._hand_on(peer, Channel.DATA, bodies)
-        self._credit(peer, len(bodies))
+        self._credit(peer, len(bodies), sum(map(len, bodies)))
 
-    def _credit(self, peer: _Peer, n: int) -> None:
-        """``n`` DATA frames of ``peer`` were taken: credit them back (in steps)."""
+    def _credit(self, peer: _Peer, n: int, size: int) -> None:
+        """``n`` DATA frames of ``peer``, ``size`` bytes, were taken: credit them back (in
+        steps of a quarter of either limit)."""
         with self._lock:
             peer.credit_due += n
-            owe = peer.credit_due >= self._credit_step and peer not in self._credits
+            peer.credit_due_bytes += size
+            owe = (
+                peer.credit_due >= self._credit_step
+                or peer.credit_due_bytes >= self._credit_step_bytes
+            ) and peer not in self._credits
             if owe:
                 self._credits.append(peer)
         if owe:
@@ -636,11 +649,11 @@ class ZmqTransport:
             credits = []
             for peer in owed:
                 if peer.state is _State.UP:
-                    credits.append((peer, peer.credit_due))
-                    peer.credit_due = 0
-        for peer, n in credits:
+                    credits.append((peer, peer.credit_due, peer.credit_due_bytes))
+                    peer.credit_due = peer.credit_due_bytes = 0
+        for peer, n, size in credits:
             if peer.state is _State.UP:
-                self._frame(peer, _Kind.CREDIT, _COUNT.pack(n))
+                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size))
         # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
         # the order it was handed over (the two channels are separate connections: there is
         # no order between them to keep)
@@ -781,7 +794,7 @@ class ZmqTransport:
             lost = len(peer.waiting) + len(peer.held)
             peer.waiting.clear()
             peer.held.clear()
-            peer.in_flight = 0
+            peer.in_flight = peer.in_flight_bytes = 0
             if self._peers.get(peer.node_id) is peer:
                 del self._peers[peer.node_id]
         if lost:
@@ -953,7 +966,8 @@ class ZmqTransport:
             self._count("oversized_frames", dropped)
             known = self._by_ident.get(ident)
             if kind is _Kind.DATA and known is not None and known.state is not _State.DOWN:
-                self._credit(known, dropped)  # dropped, yet taken: the sender goes on
+                size = sum(len(b) for b in bodies if len(b) > self._max_frame)
+                self._credit(known, dropped, size)  # dropped, yet taken: the sender goes on
             if not fitting:
                 return
             bodies = fitting
@@ -1012,13 +1026,18 @@ class ZmqTransport:
         elif kind is _Kind.COMPLETION:
             self._submit(self._complete, peer, bodies)
         elif kind is _Kind.CREDIT:
-            if len(body) != _COUNT.size:
+            if len(body) != _CREDIT.size:
                 self._count("bad_frames")
                 return
-            (n,) = _COUNT.unpack(body)
+            n, size = _CREDIT.unpack(body)
             with self._lock:
                 peer.in_flight = max(0, peer.in_flight - n)
-                wake = peer.blocked and peer.in_flight <= self._limit // 2
+                peer.in_flight_bytes = max(0, peer.in_flight_bytes - size)
+                wake = (
+                    peer.blocked
+                    and peer.in_flight <= self._limit // 2
+                    and peer.in_flight_bytes <= self._bytes_limit // 2
+                )
                 if wake:
                     peer.blocked = False
             if wake:
