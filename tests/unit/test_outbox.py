@@ -108,3 +108,40 @@ def test_the_in_process_transport_bounds_data_in_flight_in_bytes_too() -> None:
     theirs.run()
     assert receiver.frames == [b"x" * 600, b"B" * 5000]
     assert transport.send("a", "b", Channel.DATA, b"z")
+
+
+class _Interrupted(BaseException):
+    """What no ``except Exception`` stops (as ``KeyboardInterrupt`` would be)."""
+
+
+def test_a_flush_that_something_escapes_leaves_the_rest_queued_and_scheduled() -> None:
+    outbox, ours, theirs, receiver, failures = _outbox(limit=1 << 20)
+    sends = outbox._transport.send
+    calls = [0]
+
+    def send_once_interrupted(*args: Any) -> bool:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise _Interrupted
+        return sends(*args)
+
+    outbox._transport.send = send_once_interrupted  # type: ignore[method-assign]
+    for n in range(4):
+        assert outbox.put_if_room("b", _send(n))
+    fn, args = ours.queue.pop(0)
+    try:
+        fn(*args)
+    except _Interrupted:
+        pass
+    else:  # pragma: no cover - the test's own premise
+        raise AssertionError("the flush was not interrupted")
+    assert [f for f, _ in ours.queue] == [outbox._flush]  # scheduled again, not wedged
+    ours.run()
+    theirs.run()
+    assert [wire.decode(f) for f in receiver.frames] == [_send(0), _send(2), _send(3)]
+    assert [type(e).__name__ for e in failures] == ["Unavailable"]  # the one interrupted
+    assert "b" not in outbox._bytes  # its bytes came back too
+    assert outbox.put_if_room("b", _send(4))
+    ours.run()
+    theirs.run()
+    assert wire.decode(receiver.frames[-1]) == _send(4)

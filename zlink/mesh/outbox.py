@@ -188,11 +188,25 @@ class Outbox:
                     self._scheduled = False
                     break
                 batch, self._queue = self._queue, deque()
-            for peer, envelope, size in batch:
-                if size:
-                    touched.add(peer)
-                self._send_one(peer, envelope, size)
-            self._release_taken()
+            current: tuple[str, wire.Envelope, int] | None = None
+            try:
+                while batch:
+                    current = peer, envelope, size = batch.popleft()
+                    if size:
+                        touched.add(peer)
+                    self._send_one(peer, envelope, size)
+                current = None
+            finally:
+                self._release_taken()
+                if current is not None:  # something escaped (a BaseException) while this one
+                    peer, envelope, size = current  # went out: counted as not sent
+                    self._release(peer, size)
+                    self._fail(peer, envelope, Unavailable("its send was interrupted"))
+                if batch:  # and the rest goes first, later (a flush stays scheduled)
+                    with self._lock:
+                        batch.extend(self._queue)
+                        self._queue = batch
+                    self._submit(self._flush)
         for peer in touched:
             self._serve(peer)
 
