@@ -47,14 +47,22 @@ def channel_of(envelope: wire.Envelope) -> Channel:
     return Channel.COMPLETION if isinstance(envelope, _COMPLETION) else Channel.DATA
 
 
+def _compact(data: bytes) -> bytes:
+    """``data`` in a buffer of its own size, to be held: orjson's output keeps the buffer it
+    was written in (4,096 bytes for a 250-byte frame, by tracemalloc)."""
+    return memoryview(data).tobytes()
+
+
 def estimated_size(envelope: wire.Envelope) -> int:
-    """About how much memory ``envelope`` holds while it waits here: its text fields, and
-    ~600 bytes for the objects around them (the dataclass, its strings, the queue entry)."""
+    """About how much memory ``envelope`` holds while it waits here: its text fields, ~600
+    bytes for the objects around them (the dataclass, its strings, the queue entry), and its
+    encoded frame while the transport takes no more (the same text again, ~300 bytes more)."""
     if isinstance(envelope, wire.SendEnvelope | wire.RequestEnvelope):
-        return len(envelope.payload) + len(envelope.target) + len(envelope.message_type) + 600
+        text = len(envelope.payload) + len(envelope.target) + len(envelope.message_type)
+        return 2 * text + 900
     if isinstance(envelope, wire.RelocChunkEnvelope):
-        return len(envelope.chunk) + 600
-    return 600
+        return 2 * len(envelope.chunk) + 900
+    return 900
 
 
 class Outbox:
@@ -72,9 +80,9 @@ class Outbox:
         self._lock = threading.Lock()
         self._queue: deque[tuple[str, wire.Envelope, int]] = deque()  # (peer, envelope, size)
         self._scheduled = False
-        # peers whose transport takes no DATA now: their DATA, in order (infra only); encoded
-        # only when handed over (an encoded frame may hold a buffer many times its length)
-        self._held: dict[str, deque[tuple[wire.Envelope, bytes | None, int]]] = {}
+        # peers whose transport takes no DATA now: their DATA, in order (infra only), encoded
+        # already (a refill hands frames straight over) into buffers of their own size
+        self._held: dict[str, deque[tuple[wire.Envelope, bytes, int]]] = {}
         self._bytes: dict[str, int] = {}  # peer -> estimated DATA bytes queued (under _lock)
         self._waiters: dict[str, deque[Go]] = {}  # peer -> callers waiting for room
         # peer -> bytes the transport took in this flush, released together at its end (infra
@@ -211,13 +219,14 @@ class Outbox:
             self._serve(peer)
 
     def _send_one(self, peer: str, envelope: wire.Envelope, size: int) -> None:
+        data = self._encode(peer, envelope, size)
+        if data is None:
+            return  # (failed, and counted)
         held = self._held.get(peer) if size else None
         if held is not None:  # the transport is full for this peer: wait behind the rest
-            held.append((envelope, None, size))
-            return
-        data = self._encode(peer, envelope, size)
-        if data is not None and not self._hand_over(peer, envelope, data, size):
-            self._held[peer] = deque([(envelope, data, size)])
+            held.append((envelope, _compact(data), size))
+        elif not self._hand_over(peer, envelope, data, size):
+            self._held[peer] = deque([(envelope, _compact(data), size)])
 
     def _encode(self, peer: str, envelope: wire.Envelope, size: int) -> bytes | None:
         try:
@@ -227,12 +236,8 @@ class Outbox:
             self._fail(peer, envelope, exc)
             return None
 
-    def _hand_over(self, peer: str, envelope: wire.Envelope, data: bytes | None, size: int) -> bool:
+    def _hand_over(self, peer: str, envelope: wire.Envelope, data: bytes, size: int) -> bool:
         """Give one frame to the transport; ``False`` if it took nothing (DATA at its limit)."""
-        if data is None:
-            data = self._encode(peer, envelope, size)
-            if data is None:
-                return True  # (nothing to hold: it failed)
         try:
             taken = self._transport.send(self._node_id, peer, channel_of(envelope), data)
         except ZLinkError as exc:  # not reachable, or a frame the transport will not carry
