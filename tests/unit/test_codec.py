@@ -4,22 +4,12 @@ orjson has no wheel, as on 3.13t), including the standard path's own fast encode
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.unit.json_backends import backend  # noqa: F401 - applies to every test here
 from zlink.messaging import codec
-
-
-@pytest.fixture(autouse=True, params=["orjson", "json"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    if request.param == "orjson" and codec._orjson is None:
-        pytest.skip("orjson is not installed on this interpreter")
-    if request.param == "json":
-        monkeypatch.setattr(codec, "_orjson", None)
-    yield request.param
-
 
 VALUES: list[Any] = [
     {"version": 3, "kind": "send", "payload": '{"x":1,"s":"é 🎲"}', "meta": None, "hops": 0},

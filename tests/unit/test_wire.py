@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.unit.json_backends import backend  # noqa: F401 - applies to every test here
 from zlink.errors import ErrorCode, InvalidArgument
 from zlink.mesh import wire
 from zlink.mesh.wire import (
@@ -50,17 +50,6 @@ from zlink.mesh.wire import (
 )
 from zlink.messaging import codec
 from zlink.timers import OverrunPolicy
-
-
-@pytest.fixture(autouse=True, params=["orjson", "json"])
-def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Every test runs on both JSON backends ``zlink.messaging.codec`` may pick."""
-    if request.param == "orjson" and codec._orjson is None:
-        pytest.skip("orjson is not installed on this interpreter")
-    if request.param == "json":
-        monkeypatch.setattr(codec, "_orjson", None)
-    yield request.param
-
 
 REQUEST = RequestEnvelope(
     target_kind="spot", target="room-1", message_type="t.w.move", payload='{"x":1,"s":"é 🎲"}',
