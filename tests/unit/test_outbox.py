@@ -145,3 +145,13 @@ def test_a_flush_that_something_escapes_leaves_the_rest_queued_and_scheduled() -
     ours.run()
     theirs.run()
     assert wire.decode(receiver.frames[-1]) == _send(4)
+
+
+def test_a_batch_counts_its_messages_in_the_byte_account() -> None:
+    """python-api §9: the outbox is bounded in bytes; a batch of 100 messages is not counted
+    as one small envelope."""
+    one = _send(1)
+    batch = wire.BatchEnvelope(
+        "spot", "room-1", ("t.o.bump",) * 100, (one.payload,) * 100, "a", "a", "a", 0
+    )
+    assert estimated_size(batch) > 10 * estimated_size(one)  # (it was counted as 600 bytes)

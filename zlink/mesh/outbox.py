@@ -60,6 +60,9 @@ def estimated_size(envelope: wire.Envelope) -> int:
     if isinstance(envelope, wire.SendEnvelope | wire.RequestEnvelope):
         text = len(envelope.payload) + len(envelope.target) + len(envelope.message_type)
         return 2 * text + 900
+    if isinstance(envelope, wire.BatchEnvelope):
+        text = sum(map(len, envelope.payloads)) + sum(map(len, envelope.message_types))
+        return 2 * (text + len(envelope.target)) + 900 + 100 * len(envelope.payloads)
     if isinstance(envelope, wire.RelocChunkEnvelope):
         return 2 * len(envelope.chunk) + 900
     return 900
