@@ -100,13 +100,9 @@ class Outbox:
         """Queue ``envelope`` for ``peer``. Never blocks, never refuses."""
         size = estimated_size(envelope) if channel_of(envelope) is Channel.DATA else 0
         with self._lock:
-            self._queue.append((peer, envelope, size))
-            if size:
-                self._bytes[peer] = self._bytes.get(peer, 0) + size
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._submit(self._flush)
+            schedule = self._append(peer, envelope, size)
+        if schedule:
+            self._submit(self._flush)
 
     def put_if_room(self, peer: str, envelope: wire.Envelope) -> bool:
         """``put`` application DATA for ``peer`` if there is room now (see ``has_room``), in one
@@ -115,12 +111,20 @@ class Outbox:
         with self._lock:
             if not self._free(peer):
                 return False
-            self._queue.append((peer, envelope, size))
+            schedule = self._append(peer, envelope, size)
+        if schedule:
+            self._submit(self._flush)
+        return True
+
+    def _append(self, peer: str, envelope: wire.Envelope, size: int) -> bool:
+        """(Under ``_lock``.) Queue ``envelope``, counting its ``size``; ``True`` if a flush
+        must be scheduled (none is)."""
+        self._queue.append((peer, envelope, size))
+        if size:
             self._bytes[peer] = self._bytes.get(peer, 0) + size
-            if self._scheduled:
-                return True
-            self._scheduled = True
-        self._submit(self._flush)
+        if self._scheduled:
+            return False
+        self._scheduled = True
         return True
 
     def has_room(self, peer: str) -> bool:

@@ -134,6 +134,12 @@ def data_room(frames: int, size: int, more: int, frames_limit: int, bytes_limit:
     return frames == 0 or (frames < frames_limit and size + more <= bytes_limit)
 
 
+def data_resumed(frames: int, size: int, frames_limit: int, bytes_limit: int) -> bool:
+    """Whether a sender refused by ``data_room`` is told ``writable`` again: once its frames
+    and bytes in flight are both down to half their limits."""
+    return frames <= frames_limit // 2 and size <= bytes_limit // 2
+
+
 @dataclass(eq=False)
 class _Flow:
     """DATA from one node to another: frames in flight, and what a pause holds back."""
@@ -246,10 +252,8 @@ class InProcessTransport:
             with self._lock:
                 flow.in_flight -= 1
                 flow.in_flight_bytes -= len(data)
-                wake = (
-                    flow.blocked
-                    and flow.in_flight <= self._limit // 2
-                    and flow.in_flight_bytes <= self._bytes_limit // 2
+                wake = flow.blocked and data_resumed(
+                    flow.in_flight, flow.in_flight_bytes, self._limit, self._bytes_limit
                 )
                 origin = self._nodes.get(sender) if wake else None
                 if wake:

@@ -71,7 +71,7 @@ import zmq
 from ..addresses import check_listen
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .keys import MeshKeys
-from .transport import Channel, NodeLink, data_room
+from .transport import Channel, NodeLink, data_resumed, data_room
 
 _log = logging.getLogger("zlink.mesh.zmq")
 
@@ -1033,10 +1033,8 @@ class ZmqTransport:
             with self._lock:
                 peer.in_flight = max(0, peer.in_flight - n)
                 peer.in_flight_bytes = max(0, peer.in_flight_bytes - size)
-                wake = (
-                    peer.blocked
-                    and peer.in_flight <= self._limit // 2
-                    and peer.in_flight_bytes <= self._bytes_limit // 2
+                wake = peer.blocked and data_resumed(
+                    peer.in_flight, peer.in_flight_bytes, self._limit, self._bytes_limit
                 )
                 if wake:
                     peer.blocked = False

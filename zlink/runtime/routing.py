@@ -147,9 +147,13 @@ class MeshRouter:
     def post(self, peer: str, envelope: wire.Envelope) -> None:
         """Send ``envelope`` to ``peer`` through the outbox; ``Unavailable`` at once if the
         peer is not reachable (nothing is queued then). Never blocks; any lock may be held."""
+        self._check_reachable(peer)
+        self.outbox.put(peer, envelope)
+
+    def _check_reachable(self, peer: str) -> None:
+        """``Unavailable`` if the transport cannot reach ``peer`` now."""
         if not self.transport.reachable(peer):
             raise Unavailable(f"node {peer!r} is not reachable")
-        self.outbox.put(peer, envelope)
 
     def peers(self) -> list[str]:
         """The other nodes reachable now."""
@@ -490,8 +494,7 @@ class MeshRouter:
         """Queue a one-way message made here for ``peer`` if the outbox has room for it now,
         in one take of the outbox lock (senders hold ``route_lock`` meanwhile); ``False``, and
         nothing queued, if it has not. ``Unavailable`` if ``peer`` is not reachable."""
-        if not self.transport.reachable(peer):
-            raise Unavailable(f"node {peer!r} is not reachable")
+        self._check_reachable(peer)
         return self.outbox.put_if_room(peer, self.envelope(call, None))
 
     def _post_call(
@@ -693,8 +696,7 @@ class MeshRouter:
 
     def forward_create(self, call: CreateCall[Any], completion: Completion, at: Location) -> None:
         """``get_or_create`` of a User Spot that another node owns: ask that node."""
-        if not self.transport.reachable(at.owner_node):
-            raise Unavailable(f"node {at.owner_node!r} is not reachable")
+        self._check_reachable(at.owner_node)
         corr = self.register_pending(completion, SpotCreateResult, at.owner_node)
         ask = wire.CreateEnvelope(call.object_id or "", call.type_name, self.rt.node_id, corr, 0)
         self.outbox.put(at.owner_node, ask)
