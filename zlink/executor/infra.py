@@ -11,6 +11,14 @@ Guarantees / assumes:
   its own wait is logged, counted once (``task_errors``, and ``on_error``) and the loop goes on.
   Deadlines are finite (``call_at`` refuses anything else) and a real-time wait is capped at
   ``_MAX_WAIT``, so no deadline, however far, asks a lock for a wait it cannot do.
+* Hosting I/O (:meth:`InfraExecutor.host`): a node whose transport owns sockets has this
+  thread do the transport's polling too, instead of a thread of the transport's own. Its idle
+  wait is then the transport's poll (``InfraIO.turn``), woken by ``InfraIO.wake``, and after
+  each batch of tasks the transport gets a non-blocking turn. A frame from a peer is then
+  handed to the node, and a frame the node sends leaves, with no hand-off between two threads:
+  a round trip between two node processes crosses four threads fewer (issue "A mesh of OS
+  processes": the round-trip numbers). ``wake`` is called with ``_cond`` released, never from
+  under it: the transport calls ``submit`` under its own lock.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ import math
 import threading
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from .clock import Clock
 
@@ -36,6 +44,21 @@ _FAILED_PAUSE = 0.01  # real seconds it pauses after its own wait failed (no hot
 def in_infrastructure() -> bool:
     """True when the caller runs on the infrastructure thread (§13 context marker)."""
     return _IN_INFRA.get()
+
+
+class InfraIO(Protocol):
+    """I/O the infrastructure thread does between its tasks (see :meth:`InfraExecutor.host`)."""
+
+    def turn(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` seconds (``None``: until woken or its own next event; ``0``:
+        not at all) for I/O, and do what is due. ``False``: the I/O is finished; the thread
+        stops hosting it. Never raises past one failure of its own (it counts those)."""
+        ...
+
+    def wake(self) -> None:
+        """Make a ``turn`` waiting now, or the next one, return soon (any thread; never
+        blocks; may be called with no turn waiting)."""
+        ...
 
 
 class DeadlineHandle:
@@ -91,6 +114,8 @@ class InfraExecutor:
         self._state = "new"
         self._busy = False  # a batch is running (read by wait_quiet)
         self._sleeping = False  # the thread waits on _cond for work (submit notifies only then)
+        self._io: InfraIO | None = None  # hosted I/O: the thread's idle wait is its turn
+        self._io_woken = False  # a wake-up is on its way to the hosted I/O's wait
         self._thread: threading.Thread | None = None
         clock.add_listener(self._wake)
 
@@ -108,12 +133,40 @@ class InfraExecutor:
         )
         self._thread.start()
 
+    def host(self, io: InfraIO) -> None:
+        """Have this thread do ``io``'s turns from now on (the module docstring: hosting I/O),
+        until a turn returns ``False``. One I/O at a time: ``InvalidOperation`` otherwise."""
+        with self._cond:
+            if self._io is not None:  # (the node's own wiring: never a user's input)
+                raise RuntimeError("the infrastructure thread already hosts I/O")
+            self._io = io
+            self._cond.notify()  # a wait on the condition becomes a wait on the I/O
+
+    @property
+    def hosting(self) -> bool:
+        """Whether the thread runs hosted I/O's turns (and will, while it lives)."""
+        return self._io is not None and self.alive
+
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the infrastructure thread as soon as possible. Never blocks."""
         with self._cond:
             self._ready.append((fn, args))
-            if self._sleeping:  # else it takes this with its next batch: no notify's cost
+            if not self._sleeping:  # it takes this with its next batch: no wake-up's cost
+                return
+            io = self._wake_io()
+            if io is None:
                 self._cond.notify()
+                return
+        io.wake()
+
+    def _wake_io(self) -> InfraIO | None:
+        """(Holds ``_cond``, the thread sleeping.) The hosted I/O to wake, once per sleep;
+        ``None`` when there is none (or a wake-up is already on its way)."""
+        io = self._io
+        if io is None or self._io_woken:
+            return None
+        self._io_woken = True
+        return io
 
     def call_at(self, deadline: float, fn: Callable[..., Any], *args: Any) -> DeadlineHandle:
         """Run ``fn(*args)`` on the infrastructure thread once the clock reaches ``deadline``.
@@ -124,10 +177,15 @@ class InfraExecutor:
         if not math.isfinite(deadline):
             raise ValueError(f"a deadline is a finite clock time, got {deadline!r}")
         handle = DeadlineHandle(deadline, fn, args, self)
+        io = None
         with self._cond:
             heapq.heappush(self._heap, (deadline, next(self._seq), handle))
             if self._heap[0][2] is handle:
                 self._cond.notify()
+                if self._sleeping:
+                    io = self._wake_io()
+        if io is not None:
+            io.wake()
         return handle
 
     def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> DeadlineHandle:
@@ -180,6 +238,9 @@ class InfraExecutor:
                 return
             self._state = "stopping"
             self._cond.notify()
+            io = self._wake_io() if self._sleeping else None
+        if io is not None:
+            io.wake()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout)
 
@@ -192,6 +253,9 @@ class InfraExecutor:
         with self._cond:
             self._ready.extend(self._pop_due())
             self._cond.notify()
+            io = self._wake_io() if self._sleeping else None
+        if io is not None:
+            io.wake()
 
     # -- the infrastructure thread ------------------------------------------------------------
     def _loop(self) -> None:
@@ -206,6 +270,7 @@ class InfraExecutor:
                         self._cond.wait(_FAILED_PAUSE)
                     finally:
                         self._sleeping = False
+                        self._io_woken = False
                 continue
             if batch is None:
                 return
@@ -213,6 +278,20 @@ class InfraExecutor:
             # Nothing of a batch stays referenced while this thread waits for the next one: a
             # task's arguments may be large (the bytes of a message from another node).
             del batch
+            io = self._io
+            if io is not None:  # what the batch sent leaves now; what came in is read
+                try:
+                    self._turn(io, 0.0)
+                except BaseException as exc:  # noqa: BLE001 - the thread never dies
+                    self._failed(exc, f"the hosted I/O {io!r}")
+
+    def _turn(self, io: InfraIO, timeout: float | None) -> None:
+        """One turn of the hosted I/O; one that says it is finished is hosted no more. What
+        it raises goes to ``_loop``, which counts it (and pauses, after a failed wait)."""
+        if not io.turn(timeout):
+            with self._cond:
+                if self._io is io:
+                    self._io = None
 
     def _run(self, batch: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
         for fn, args in batch:
@@ -260,8 +339,18 @@ class InfraExecutor:
                     self._state = "stopped"
                     return None
                 wait = self._clock.real_wait(heap[0][0]) if heap else None
+                wait = None if wait is None else min(wait, _MAX_WAIT)
                 self._sleeping = True
+                io = self._io
                 try:
-                    self._cond.wait(None if wait is None else min(wait, _MAX_WAIT))
+                    if io is None:
+                        self._cond.wait(wait)
+                    else:  # the I/O's wait, with the condition released (submit wakes it)
+                        self._cond.release()
+                        try:
+                            self._turn(io, wait)
+                        finally:
+                            self._cond.acquire()
                 finally:
                     self._sleeping = False
+                    self._io_woken = False

@@ -88,6 +88,16 @@ _BATCH_BODIES = 256  # frames of one kind to one peer sent as one ZeroMQ message
 _STRANGER_FRAMES = 64  # frames kept from an unknown sender until its HELLO arrives
 
 
+class IoHost(Protocol):
+    """A thread that runs the transport's turns between tasks of its own (the node's
+    infrastructure executor: ``zlink.executor.InfraExecutor.host``)."""
+
+    def host(self, io: Any) -> None: ...
+
+    @property
+    def alive(self) -> bool: ...
+
+
 class _Kind(IntEnum):
     """What a frame between nodes carries (its header's second byte)."""
 
@@ -230,7 +240,10 @@ class ZmqTransport:
         # a new incarnation to announce, the members to meet, what to run then (under _lock)
         self._reborn: tuple[int, list[tuple[str, int, str]], Callable[[], None]] | None = None
         self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._thread: threading.Thread | None = None  # its own thread, when it has no host
+        self._host: IoHost | None = None  # the infrastructure executor whose thread turns it
+        self._owner = 0  # the ident of the thread that turns it (the only one on its sockets)
+        self._finished = threading.Event()  # its last turn is over (detached)
         self._endpoint: MeshEndpoint | None = None
         self._connected: dict[Channel, dict[str, int]] = {Channel.DATA: {}, Channel.COMPLETION: {}}
         # endpoints disconnected whose pipe may still be there, with the routing id it bears:
@@ -328,14 +341,23 @@ class ZmqTransport:
         return self._endpoint.client
 
     def attach(
-        self, node_id: str, link: NodeLink, submit: Callable[..., None], incarnation: int = 0
-    ) -> None:
-        """Announce ``node_id`` at ``incarnation`` and start the transport thread."""
+        self, node_id: str, link: NodeLink, submit: Callable[..., None], incarnation: int = 0,
+        host: IoHost | None = None,
+    ) -> None:  # fmt: skip
+        """Announce ``node_id`` at ``incarnation``, and start the transport thread: with
+        ``host`` (the node's infrastructure executor, whose ``submit`` this is), that thread
+        is the host's own, which then polls the sockets between its tasks (``turn``); else a
+        thread of the transport's."""
         self.endpoint(node_id)
         self._node_id, self._incarnation = node_id, incarnation
         self._ident = identity(node_id, f"#{incarnation}")
         self._link, self._submit = link, submit
         self._outs = self._make_outs()
+        self._poller = self._make_poller()
+        if host is not None:
+            self._host = host
+            host.host(self)
+            return
         self._thread = threading.Thread(
             target=self._run, name=f"zlink-transport-{node_id}", daemon=True
         )
@@ -414,9 +436,16 @@ class ZmqTransport:
                 if peer.state is _State.UP:
                     self._outq.append((peer, _Kind.BYE, b""))
             self._stopping = True
-        self._wake()
-        if self._thread is not None:
-            self._thread.join(5.0)
+        host = self._host
+        if host is None:
+            self._wake()
+            if self._thread is not None:
+                self._thread.join(5.0)
+        elif self._owner == threading.get_ident() or not host.alive:
+            self.turn(0.0)  # no other thread turns it now: its last turn is this one's
+        else:
+            self._wake()
+            self._finished.wait(5.0)
         if self._auth is not None:
             self._auth.stop()
         if self._endpoint is not None:
@@ -464,6 +493,8 @@ class ZmqTransport:
                 target.waiting.append((kind, data))
                 return True
             self._outq.append((target, kind, data))
+            if self._owner == threading.get_ident():
+                return True  # the thread itself: its turn flushes this before it waits
             wake = not self._signalled
             self._signalled = True
         if wake:
@@ -474,6 +505,8 @@ class ZmqTransport:
         """Send ``data`` to a connected client (any thread; never blocks)."""
         with self._lock:
             self._outq.append((client, _Kind.DATA, data))
+            if self._owner == threading.get_ident():
+                return  # the thread itself: its turn flushes this before it waits
             wake = not self._signalled
             self._signalled = True
         if wake:
@@ -545,6 +578,8 @@ class ZmqTransport:
             self._wake()
 
     def _wake(self) -> None:
+        if self._owner == threading.get_ident():
+            return  # the thread itself: its turn sends what is due before it waits
         with self._lock:
             if self._signalled:
                 return
@@ -556,7 +591,7 @@ class ZmqTransport:
             self._wake_w.send(b"", zmq.NOBLOCK)
 
     # -- the transport thread -----------------------------------------------------------------
-    def _run(self) -> None:
+    def _make_poller(self) -> zmq.Poller:
         poller = zmq.Poller()
         poller.register(self._wake_r, zmq.POLLIN)
         for sock in self._ins.values():
@@ -567,53 +602,79 @@ class ZmqTransport:
         # connection to that peer (met again at the same endpoint) is refused for good.
         for sock in self._outs.values():
             poller.register(sock, zmq.POLLIN)
-        client_polled = True
         poller.register(self._client, zmq.POLLIN)
+        self._client_polled = True
         for monitor in self._monitors:
             poller.register(monitor, zmq.POLLIN)
-        next_ping = time.monotonic() + self._ping_interval
-        while True:
+        self._next_ping = time.monotonic() + self._ping_interval
+        return poller
+
+    def _run(self) -> None:
+        """The transport's own thread (no host): turns until it is detached."""
+        while self.turn(None):
+            pass
+
+    def wake(self) -> None:
+        """(``InfraIO``, any thread.) Make the current or next ``turn`` return soon. Takes
+        only the wake-up socket's leaf lock: the host calls it for a ``submit`` made under
+        ``_lock``."""
+        self._wake_now()
+
+    def turn(self, timeout: float | None) -> bool:
+        """(The transport thread: the host's, or its own.) Wait for the sockets up to
+        ``timeout`` seconds (``None``: until woken, or until the transport's own next ping or
+        HELLO), read what came, send what was handed over. ``False`` once detached: the
+        goodbyes are out, and the thread turns it no more. Survives any exception of its own
+        and counts it (``transport_errors``)."""
+        self._owner = threading.get_ident()
+        try:
+            own = max(0, int((self._next_ping - time.monotonic()) * 1000))
+            wait = min(own, self._greet_wait(time.monotonic()))
+            if timeout is not None:
+                wait = min(wait, max(0, int(timeout * 1000)))
+            poller = self._poller
+            ready = dict(poller.poll(wait))
+            if self._wake_r in ready:
+                self._drain_wake()
+            if self._reborn is not None:  # (asked for on the host's thread: no wake-up)
+                self._rebirth(poller)
+            for channel, sock in self._ins.items():
+                if sock in ready:
+                    self._read_peer(channel, sock)
+            for sock in self._outs.values():
+                if sock in ready:
+                    self._read_stray(sock)
+            if self._client in ready:
+                self._read_clients()
+            for monitor in self._monitors:
+                if monitor in ready:
+                    self._read_monitor(monitor)
+            with self._lock:
+                full = self._client_backlog >= self._client_backlog_limit
+            if full and self._client_polled:
+                poller.unregister(self._client)
+                self._client_polled = False
+            elif not full and not self._client_polled:
+                poller.register(self._client, zmq.POLLIN)
+                self._client_polled = True
+            self._take_learned()
+            self._greet()
+            self._flush()
+            now = time.monotonic()
+            if now >= self._next_ping:
+                self._next_ping = now + self._ping_interval
+                self._ping()
+                self._sweep(now)
+        except Exception:  # noqa: BLE001 - the thread never dies of one frame
+            self._count("transport_errors")
+            _log.exception("transport of node %s: error in its loop", self._node_id)
+        if self._stopping:
             try:
-                wait = max(0, int((next_ping - time.monotonic()) * 1000))
-                wait = min(wait, self._greet_wait(time.monotonic()))
-                ready = dict(poller.poll(wait))
-                if self._wake_r in ready:
-                    self._drain_wake()
-                    if self._reborn is not None:
-                        self._rebirth(poller)
-                for channel, sock in self._ins.items():
-                    if sock in ready:
-                        self._read_peer(channel, sock)
-                for sock in self._outs.values():
-                    if sock in ready:
-                        self._read_stray(sock)
-                if self._client in ready:
-                    self._read_clients()
-                for monitor in self._monitors:
-                    if monitor in ready:
-                        self._read_monitor(monitor)
-                with self._lock:
-                    full = self._client_backlog >= self._client_backlog_limit
-                if full and client_polled:
-                    poller.unregister(self._client)
-                    client_polled = False
-                elif not full and not client_polled:
-                    poller.register(self._client, zmq.POLLIN)
-                    client_polled = True
-                self._take_learned()
-                self._greet()
                 self._flush()
-                now = time.monotonic()
-                if now >= next_ping:
-                    next_ping = now + self._ping_interval
-                    self._ping()
-                    self._sweep(now)
-                if self._stopping:
-                    self._flush()
-                    return
-            except Exception:  # noqa: BLE001 - the thread never dies of one frame
-                self._count("transport_errors")
-                _log.exception("transport of node %s: error in its loop", self._node_id)
+            finally:
+                self._finished.set()
+            return False
+        return True
 
     def _greet_wait(self, now: float) -> int:
         """Milliseconds until the HELLOs of peers still connecting are tried again: 2 ms in a
