@@ -11,6 +11,7 @@ finished, or that raises, never stops the thread. ``PipeIO`` is a real I/O: a pi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import threading
@@ -51,10 +52,8 @@ class PipeIO:
             self._fail_once = False
             raise OSError("the I/O failed once")
         select.select([self._r], [], [], timeout)
-        try:
+        with contextlib.suppress(BlockingIOError):
             os.read(self._r, 4096)
-        except BlockingIOError:
-            pass
         if self._turns_left is not None:
             self._turns_left -= 1
             return self._turns_left > 0
@@ -140,12 +139,49 @@ def test_a_jump_of_the_manual_clock_ends_the_hosted_wait():
     infra.start()
     io = PipeIO()
     try:
+        done = threading.Event()
+        infra.call_later(5.0, done.set)  # before hosting: no wake-up of the I/O is owed for it
+        infra.host(io)
+        io.wait_turns(1)
+        assert io.timeouts[-1] is None  # a manual clock: only a jump, or a task, ends the wait
+        clock.advance(5.0)
+        assert done.wait(WAIT)
+    finally:
+        infra.stop(WAIT)
+        io.close()
+
+
+def test_stop_ends_the_hosted_wait():
+    infra = InfraExecutor(MonotonicClock())
+    infra.start()
+    io = PipeIO()
+    try:
+        infra.host(io)
+        io.wait_turns(1)
+        infra.stop(WAIT)
+        assert not infra.alive
+    finally:
+        io.close()
+
+
+def test_a_task_the_turn_submits_runs_without_a_wake_up_of_its_own(infra):
+    io = PipeIO()
+    wakes: list[int] = []
+    real_wake = io.wake
+
+    def wake() -> None:
+        wakes.append(threading.get_ident())
+        real_wake()
+
+    io.wake = wake  # type: ignore[method-assign]
+    try:
         infra.host(io)
         io.wait_turns(1)
         done = threading.Event()
-        infra.call_later(5.0, done.set)
-        clock.advance(5.0)
+        infra.submit(lambda: infra.submit(done.set))  # submitted on the thread itself
         assert done.wait(WAIT)
+        assert threading.get_ident() in wakes  # the test's submit woke it
+        assert all(ident == threading.get_ident() for ident in wakes)  # it never woke itself
     finally:
         infra.stop(WAIT)
         io.close()
@@ -232,8 +268,7 @@ class _HostedNode:
         self.infra = InfraExecutor(MonotonicClock(), name=f"infra-{node_id}")
         self.infra.start()
         # pings every 30 s: nothing but a wake-up, or the turn after a batch, sends a frame
-        self.transport = ZmqTransport("tcp://127.0.0.1:0", connect_timeout=30.0,
-                                      ping_interval=30.0)
+        self.transport = ZmqTransport("tcp://127.0.0.1:0", connect_timeout=30.0, ping_interval=30.0)
         self.endpoint = self.transport.endpoint(node_id)
         self.link = _Link()
         self.transport.attach(node_id, self.link, self.infra.submit, 1, host=self.infra)
@@ -290,3 +325,34 @@ def test_detach_after_the_host_stopped_still_says_goodbye(pair):
     a.infra.stop(WAIT)  # (a node stops its transport first; this one did not)
     a.transport.detach("a")  # its last turn runs here: nothing else turns it now
     assert b.link.wait_for("down")[0][1] == "a"
+
+
+def test_detach_on_the_host_thread_is_its_last_turn(pair):
+    a, b = pair
+    a.infra.submit(a.transport.detach, "a")
+    assert b.link.wait_for("down")[0][1] == "a"
+    end = time.monotonic() + WAIT
+    while a.infra.hosting and time.monotonic() < end:
+        assert _ran(a.infra).wait(WAIT)
+    assert not a.infra.hosting and a.infra.task_errors == 0
+
+
+def test_a_detach_that_gives_up_waiting_leaves_the_sockets_to_the_last_turn(pair):
+    a, b = pair
+    a.transport._detach_wait = 0.05
+    release = threading.Event()
+    busy = threading.Event()
+
+    def long_task() -> None:  # a task the host is still running when detach asks
+        busy.set()
+        release.wait(WAIT)
+
+    a.infra.submit(long_task)
+    assert busy.wait(WAIT)
+    a.transport.detach("a")  # gives up after 0.05 s: it must not close what the host turns
+    release.set()
+    assert b.link.wait_for("down")[0][1] == "a"  # the host's last turn said goodbye
+    end = time.monotonic() + WAIT
+    while a.infra.hosting and time.monotonic() < end:
+        assert _ran(a.infra).wait(WAIT)
+    assert not a.infra.hosting and a.infra.task_errors == 0

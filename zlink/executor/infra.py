@@ -117,6 +117,7 @@ class InfraExecutor:
         self._io: InfraIO | None = None  # hosted I/O: the thread's idle wait is its turn
         self._io_woken = False  # a wake-up is on its way to the hosted I/O's wait
         self._thread: threading.Thread | None = None
+        self._ident = 0  # the thread's ident, once it runs
         clock.add_listener(self._wake)
 
     # -- any thread ---------------------------------------------------------------------------
@@ -135,12 +136,24 @@ class InfraExecutor:
 
     def host(self, io: InfraIO) -> None:
         """Have this thread do ``io``'s turns from now on (the module docstring: hosting I/O),
-        until a turn returns ``False``. One I/O at a time: ``InvalidOperation`` otherwise."""
+        until a turn returns ``False`` or :meth:`release`. One I/O at a time: a second is the
+        node's wiring gone wrong (``RuntimeError``)."""
         with self._cond:
             if self._io is not None:  # (the node's own wiring: never a user's input)
                 raise RuntimeError("the infrastructure thread already hosts I/O")
             self._io = io
             self._cond.notify()  # a wait on the condition becomes a wait on the I/O
+
+    def release(self, io: InfraIO) -> None:
+        """Do ``io``'s turns no more (it finished its last turn itself, on this thread)."""
+        with self._cond:
+            if self._io is io:
+                self._io = None
+
+    def runs_here(self) -> bool:
+        """Whether the caller runs on this executor's own thread (not just any node's
+        infrastructure thread, which :func:`in_infrastructure` tells)."""
+        return self._ident == threading.get_ident()
 
     @property
     def hosting(self) -> bool:
@@ -163,8 +176,8 @@ class InfraExecutor:
         """(Holds ``_cond``, the thread sleeping.) The hosted I/O to wake, once per sleep;
         ``None`` when there is none (or a wake-up is already on its way)."""
         io = self._io
-        if io is None or self._io_woken:
-            return None
+        if io is None or self._io_woken or self._ident == threading.get_ident():
+            return None  # (its own thread is in the turn: it re-reads the queue after it)
         self._io_woken = True
         return io
 
@@ -259,6 +272,7 @@ class InfraExecutor:
 
     # -- the infrastructure thread ------------------------------------------------------------
     def _loop(self) -> None:
+        self._ident = threading.get_ident()
         while True:
             try:
                 batch = self._next_batch()

@@ -56,6 +56,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import secrets
 import struct
 import threading
@@ -93,6 +94,10 @@ class IoHost(Protocol):
     infrastructure executor: ``zlink.executor.InfraExecutor.host``)."""
 
     def host(self, io: Any) -> None: ...
+
+    def release(self, io: Any) -> None: ...
+
+    def runs_here(self) -> bool: ...
 
     @property
     def alive(self) -> bool: ...
@@ -244,6 +249,8 @@ class ZmqTransport:
         self._host: IoHost | None = None  # the infrastructure executor whose thread turns it
         self._owner = 0  # the ident of the thread that turns it (the only one on its sockets)
         self._finished = threading.Event()  # its last turn is over (detached)
+        self._abandoned = False  # detach gave up waiting: the last turn closes (under _lock)
+        self._detach_wait = 5.0  # seconds detach waits for the host's last turn
         self._endpoint: MeshEndpoint | None = None
         self._connected: dict[Channel, dict[str, int]] = {Channel.DATA: {}, Channel.COMPLETION: {}}
         # endpoints disconnected whose pipe may still be there, with the routing id it bears:
@@ -430,8 +437,12 @@ class ZmqTransport:
 
         Other threads may still hand work over meanwhile: the wake-up socket they send on is
         closed under ``_wake_lock`` (never under a sender: ZeroMQ sockets are not
-        thread-safe); a wake-up after that finds it closed and is a no-op."""
+        thread-safe); a wake-up after that finds it closed and is a no-op. Hosted, the host's
+        last turn says goodbye (here, on the host's thread or once it is gone); a host busy past
+        ``_detach_wait`` closes the sockets itself after that turn. A second call is a no-op."""
         with self._lock:
+            if self._stopping:  # detached already (a second call is a no-op)
+                return
             for peer in self._peers.values():
                 if peer.state is _State.UP:
                     self._outq.append((peer, _Kind.BYE, b""))
@@ -441,11 +452,24 @@ class ZmqTransport:
             self._wake()
             if self._thread is not None:
                 self._thread.join(5.0)
-        elif self._owner == threading.get_ident() or not host.alive:
+        elif host.runs_here() or not host.alive:
             self.turn(0.0)  # no other thread turns it now: its last turn is this one's
+            host.release(self)
         else:
             self._wake()
-            self._finished.wait(5.0)
+            finished = self._finished.wait(self._detach_wait)
+            with self._lock:
+                if not finished and not self._finished.is_set():
+                    # the host is still busy (a long task): its last turn closes the sockets,
+                    # on its own thread, since no other thread may touch them while it turns
+                    self._abandoned = True
+                    _log.warning("node %s: the transport's last turn is late; it closes the "
+                                 "sockets itself", self._node_id)  # fmt: skip
+                    return
+        self._close()
+
+    def _close(self) -> None:
+        """Close the sockets (once no thread turns them any more)."""
         if self._auth is not None:
             self._auth.stop()
         if self._endpoint is not None:
@@ -628,10 +652,11 @@ class ZmqTransport:
         and counts it (``transport_errors``)."""
         self._owner = threading.get_ident()
         try:
-            own = max(0, int((self._next_ping - time.monotonic()) * 1000))
+            # rounded up: a deadline's wait that ended early would spin on poll(0) until due
+            own = max(0, math.ceil((self._next_ping - time.monotonic()) * 1000))
             wait = min(own, self._greet_wait(time.monotonic()))
             if timeout is not None:
-                wait = min(wait, max(0, int(timeout * 1000)))
+                wait = min(wait, max(0, math.ceil(timeout * 1000)))
             poller = self._poller
             ready = dict(poller.poll(wait))
             if self._wake_r in ready:
@@ -671,8 +696,14 @@ class ZmqTransport:
         if self._stopping:
             try:
                 self._flush()
-            finally:
+            except Exception:  # noqa: BLE001 - counted like any error of its loop
+                self._count("transport_errors")
+                _log.exception("transport of node %s: error in its last flush", self._node_id)
+            with self._lock:
                 self._finished.set()
+                close = self._abandoned
+            if close:  # ``detach`` gave up waiting for this turn
+                self._close()
             return False
         return True
 
