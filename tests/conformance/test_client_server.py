@@ -254,6 +254,33 @@ def test_a_closed_client_refuses_calls_and_closes_twice(serve):
         assert _seen(other) == []
 
 
+def test_one_client_thread_reads_and_completes_and_a_close_from_a_callback_ends_it(serve):
+    """The client's own thread polls its socket and completes what it reads (no I/O thread
+    beside it); a client closed from a completion callback, on that very thread, closes."""
+    node = serve()
+    assert node.address is not None
+    before = set(threading.enumerate())
+    client = zlink.connect(node.address)
+    mine = [t for t in threading.enumerate() if t not in before and t.name.startswith("zlink-c")]
+    assert [t.name for t in mine] == ["zlink-client"]
+    _room(client)
+    on: list[threading.Thread] = []
+    closed = threading.Event()
+
+    def done(_: Any) -> None:
+        on.append(threading.current_thread())
+        client.close()  # its last turns run here, on the thread being closed
+        closed.set()
+
+    client.request_to_spot("r", Seen()).future().add_done_callback(done)
+    assert closed.wait(WAIT)
+    assert on == mine
+    mine[0].join(WAIT)
+    assert not mine[0].is_alive()
+    with pytest.raises(zlink.InvalidOperation):
+        client.send_to_spot("r", Note(n=1)).submit()
+
+
 # -- typed errors --------------------------------------------------------------------------------
 
 

@@ -7,11 +7,14 @@ call builders of ``node.client()`` (``zlink.messaging.calls``), handed to a remo
 ``zlink.mesh.client_wire`` on a DEALER connected to the node's client ROUTER. The client needs
 the message classes, not the App.
 
-Threads: one I/O thread owns the DEALER (ZeroMQ sockets are not thread-safe) and its monitor;
-callers hand frames over with an append under ``_lock`` and, when the thread may be asleep, one
-wake-up frame on an inproc PAIR; nothing they call blocks on a socket. An ``InfraExecutor`` of
-the client's own runs the deadline heap and every completion: the I/O thread hands it what
-arrives, so a slow callback of a caller never holds the socket.
+Threads: one thread of the client's own, an ``InfraExecutor``, runs the deadline heap, every
+completion, and the I/O: it owns the DEALER (ZeroMQ sockets are not thread-safe) and its
+monitor, and polls them between its tasks (``InfraExecutor.host``: its idle wait is the poll).
+Callers hand frames over with an append under ``_lock`` and, when the thread may be asleep, one
+wake-up frame on an inproc PAIR; nothing they call blocks on a socket. A reply read is
+completed on the same thread, with no hand-off to another (a round trip crosses one thread
+fewer than with an I/O thread of its own); a slow callback of a caller holds the socket until
+it returns, as it holds every other completion.
 
 Guarantees / assumes:
 * A call completes exactly once (python-api §5, execution-model §16): a request's deadline is
@@ -43,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 import threading
@@ -253,13 +257,20 @@ class _Connection:
             raise
         self._wake_lock = threading.Lock()  # the wake-up socket's sending side (leaf)
         self._wake_closed = False
-        self._io = threading.Thread(target=self._run, name="zlink-client-io", daemon=True)
+        self._poller = zmq.Poller()
+        self._poller.register(dealer, zmq.POLLIN)
+        self._poller.register(self._wake_r, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
+        self._blocked = False  # ZeroMQ took not all of _out: the poll also waits for room
+        self._hosted = False  # the infrastructure thread turns the I/O (from ``open``)
+        self._io_done = threading.Event()  # the last turn closed the sockets
 
     # -- opening and closing --------------------------------------------------------------------
     def open(self, timeout: float) -> None:
         """Start the threads and shake hands: ``Unavailable`` if no node answers in time."""
         self._infra.start()
-        self._io.start()
+        self._infra.host(self)
+        self._hosted = True
         hello = cw.Hello(0, f"{os.getpid()}@{socket.gethostname()}")
         with self._lock:
             self._out.append(cw.encode(hello))
@@ -289,10 +300,19 @@ class _Connection:
             lost, Cancelled("the client was closed before the call completed"), "client_closed"
         )
         self._wake_now()
-        if self._io.ident is None:  # never started: its sockets are closed here
+        if not self._hosted:  # never opened: its sockets are closed here
             self._close_sockets()
-        elif self._io is not threading.current_thread():
-            self._io.join(_CLOSE_LINGER_MS / 1000 + 5)
+        elif self._infra.runs_here() or not self._infra.alive:
+            # no other thread turns it now: its last turns are this thread's (bounded: what
+            # ZeroMQ would not take yet is left to the socket's linger)
+            for _ in range(3):
+                if not self.turn(0.0):
+                    break
+            else:
+                self._close_sockets()
+            self._infra.release(self)
+        else:  # the last turn writes the goodbye, then closes the sockets on its thread
+            self._io_done.wait(_CLOSE_LINGER_MS / 1000 + 5)
         self._infra.stop(5.0)
 
     def _take_all(self) -> tuple[list[_Pending], list[_InFlight], list[_Waiting]]:
@@ -778,36 +798,46 @@ class _Connection:
             with contextlib.suppress(zmq.ZMQError):  # its peer is gone at the very end
                 self._wake_w.send(b"", zmq.NOBLOCK)
 
-    def _run(self) -> None:
-        poller = zmq.Poller()
+    def wake(self) -> None:
+        """(``InfraIO``, any thread.) Make the current or next ``turn`` return soon."""
+        self._wake_now()
+
+    def turn(self, timeout: float | None) -> bool:
+        """(``InfraIO``: the infrastructure thread.) Wait for the DEALER up to ``timeout``
+        seconds (``None``: until woken), read what came (completed on this thread, after the
+        turn), write what callers handed over. ``False`` once closed or lost and what was
+        handed over is written: the sockets are closed, and the thread turns it no more. An
+        exception of its own ends the connection as a loss (``io_errors``)."""
+        if self._wake_closed:
+            return False
         dealer = self._dealer
-        poller.register(dealer, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
-        blocked = False
         try:
-            while True:
-                ready = dict(poller.poll())
-                if self._wake_r in ready:
-                    self._drain_wake()
-                if self._monitor in ready:
-                    self._read_monitor()
-                if ready.get(dealer, 0) & zmq.POLLIN:
-                    self._read()
-                now_blocked = self._write()
-                if now_blocked != blocked:
-                    blocked = now_blocked
-                    poller.modify(dealer, zmq.POLLIN | (zmq.POLLOUT if blocked else 0))
-                with self._lock:
-                    stop = self._stop_io and (not self._out or self._state is _State.LOST)
-                if stop:
-                    return
-        except Exception as exc:  # noqa: BLE001 - a failed I/O thread fails the connection
+            wait = None if timeout is None else max(0, math.ceil(timeout * 1000))
+            ready = dict(self._poller.poll(wait))
+            if self._wake_r in ready:
+                self._drain_wake()
+            if self._monitor in ready:
+                self._read_monitor()
+            if ready.get(dealer, 0) & zmq.POLLIN:
+                self._read()
+            now_blocked = self._write()
+            if now_blocked != self._blocked:
+                self._blocked = now_blocked
+                self._poller.modify(dealer, zmq.POLLIN | (zmq.POLLOUT if now_blocked else 0))
+            with self._lock:
+                stop = self._stop_io and (not self._out or self._state is _State.LOST)
+        except Exception as exc:  # noqa: BLE001 - a failed I/O fails the connection
             self.counters.add("io_errors")
-            _log.exception("client of %s: the I/O thread failed", self.endpoint)
-            self._infra.submit(self._lost, f"the client's I/O thread failed: {exc}")
-        finally:
-            self._close_sockets()
+            _log.exception("client of %s: its I/O failed", self.endpoint)
+            self._infra.submit(self._lost, f"the client's I/O failed: {exc}")
+            stop = True
+        if stop:
+            try:
+                self._close_sockets()
+            finally:
+                self._io_done.set()
+            return False
+        return True
 
     def _drain_wake(self) -> None:
         while True:
