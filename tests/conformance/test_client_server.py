@@ -28,6 +28,7 @@ from tests.conformance.client_process import Echo, Fail, Hold, News, Note, Seen
 from tests.conftest import WAIT
 from zlink.errors import ErrorCode
 from zlink.mesh import client_wire as cw
+from zlink.mesh.client import _Connection
 from zlink.types import TargetKind
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -240,6 +241,29 @@ def test_connect_refuses_bad_endpoints_and_times_out_where_nobody_answers():
         assert time.monotonic() - started < WAIT
     with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
         zlink.connect("tcp://127.0.0.1:7101", keys="somewhere")  # not a keys folder
+
+
+def test_a_client_closed_with_frames_zeromq_refused_closes_at_once_and_counts_them():
+    """A frame ZeroMQ refuses as the connection ends (it has no pipe to the node: a handshake
+    that failed, say) never goes: close() counts it and closes the sockets at once, instead of
+    waiting for room that never comes (its thread then stopped with the sockets open)."""
+    with socket.socket() as probe:  # a port nobody listens on (bound, never accepting)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        conn = _Connection(f"tcp://127.0.0.1:{port}", 8, 1 << 20, 1.0, None)
+
+        def refuse(data: Any, flags: int = 0, **_: Any) -> None:
+            raise zmq.Again()
+
+        conn._dealer.send = refuse  # type: ignore[method-assign]
+        with pytest.raises(zlink.Unavailable):
+            conn.open(0.2)  # its hello is refused, and nobody answers
+        started = time.monotonic()
+        conn.close()
+    assert time.monotonic() - started < 3.0
+    assert conn._dealer.closed
+    assert conn.counters.snapshot().get("frames_unsent_at_close") == 1
+    assert not conn._infra.alive
 
 
 def test_a_closed_client_refuses_calls_and_closes_twice(serve):

@@ -4,6 +4,7 @@ counted (``handshakes_refused``), and nothing it sent reaches a Spot."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -131,6 +132,14 @@ def test_zlink_connect_with_the_mesh_keys_is_served_and_an_unknown_client_is_ref
         with pytest.raises(zlink.Unavailable):  # ... but not a client key the mesh knows
             zlink.connect(n1.address, timeout=1.0, keys=tmp_path / "other", client="mallory")
         assert n1.counters().get("handshakes_refused", 0) > refused
+        before = set(threading.enumerate())
+        started = time.monotonic()
         with pytest.raises(zlink.Unavailable):  # no keys at all
             zlink.connect(n1.address, timeout=1.0)
+        # its hello never left (no handshake, so no pipe): the failed connect closes at once,
+        # its thread ends and its sockets are closed, instead of waiting out close()'s linger
+        assert time.monotonic() - started < 3.0
+        for thread in set(threading.enumerate()) - before:
+            thread.join(10)
+            assert not thread.is_alive(), thread.name
         assert n1.client().request_to_spot("room", Total()).wait(10) == 10  # nothing came in

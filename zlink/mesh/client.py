@@ -805,9 +805,10 @@ class _Connection:
     def turn(self, timeout: float | None) -> bool:
         """(``InfraIO``: the infrastructure thread.) Wait for the DEALER up to ``timeout``
         seconds (``None``: until woken), read what came (completed on this thread, after the
-        turn), write what callers handed over. ``False`` once closed or lost and what was
-        handed over is written: the sockets are closed, and the thread turns it no more. An
-        exception of its own ends the connection as a loss (``io_errors``)."""
+        turn), write what callers handed over. ``False`` once closed or lost: what ZeroMQ took
+        leaves within the socket's linger, what it refused (it had no connection) is counted
+        (``frames_unsent_at_close``), the sockets are closed, and the thread turns it no more.
+        An exception of its own ends the connection as a loss (``io_errors``)."""
         if self._wake_closed:
             return False
         dealer = self._dealer
@@ -825,7 +826,12 @@ class _Connection:
                 self._blocked = now_blocked
                 self._poller.modify(dealer, zmq.POLLIN | (zmq.POLLOUT if now_blocked else 0))
             with self._lock:
-                stop = self._stop_io and (not self._out or self._state is _State.LOST)
+                stop = self._stop_io
+                # ZeroMQ refuses a frame only when it has no pipe to the node at all (no
+                # high-water mark here): what it refused as the connection ends never goes
+                unsent = len(self._out) if stop else 0
+            if unsent:
+                self.counters.add("frames_unsent_at_close", unsent)
         except Exception as exc:  # noqa: BLE001 - a failed I/O fails the connection
             self.counters.add("io_errors")
             _log.exception("client of %s: its I/O failed", self.endpoint)
