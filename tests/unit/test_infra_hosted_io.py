@@ -79,6 +79,19 @@ def infra() -> Iterator[InfraExecutor]:
     executor.stop(WAIT)
 
 
+@pytest.fixture
+def hosted(infra: InfraExecutor) -> Iterator[PipeIO]:
+    """A ``PipeIO`` hosted by ``infra``, waiting in its first turn."""
+    io = PipeIO()
+    try:
+        infra.host(io)
+        io.wait_turns(1)
+        yield io
+    finally:
+        infra.stop(WAIT)
+        io.close()
+
+
 def _ran(infra: InfraExecutor, fn: Any = None, *args: Any) -> threading.Event:
     done = threading.Event()
 
@@ -91,46 +104,25 @@ def _ran(infra: InfraExecutor, fn: Any = None, *args: Any) -> threading.Event:
     return done
 
 
-def test_a_submit_ends_the_hosted_wait_and_the_task_runs_on_the_same_thread(infra):
-    io = PipeIO()
-    try:
-        infra.host(io)
-        io.wait_turns(1)  # it waits in the I/O now, with no deadline: only a wake-up ends it
-        assert io.timeouts[0] is None
-        seen: list[int] = []
-        assert _ran(infra, lambda: seen.append(threading.get_ident())).wait(WAIT)
-        assert seen and io.threads == {seen[0]}  # one thread does both
-        assert infra.hosting
-    finally:
-        infra.stop(WAIT)
-        io.close()
+def test_a_submit_ends_the_hosted_wait_and_the_task_runs_on_the_same_thread(infra, hosted):
+    assert hosted.timeouts[0] is None  # no deadline: only a wake-up ends this wait
+    seen: list[int] = []
+    assert _ran(infra, lambda: seen.append(threading.get_ident())).wait(WAIT)
+    assert seen and hosted.threads == {seen[0]}  # one thread does both
+    assert infra.hosting
 
 
-def test_the_io_gets_a_turn_with_no_wait_after_each_batch(infra):
-    io = PipeIO()
-    try:
-        infra.host(io)
-        io.wait_turns(1)
-        assert _ran(infra).wait(WAIT)
-        io.wait_turns(3)  # the turn after the batch, then the next wait
-        assert 0.0 in io.timeouts[1:]
-    finally:
-        infra.stop(WAIT)
-        io.close()
+def test_the_io_gets_a_turn_with_no_wait_after_each_batch(infra, hosted):
+    assert _ran(infra).wait(WAIT)
+    hosted.wait_turns(3)  # the turn after the batch, then the next wait
+    assert 0.0 in hosted.timeouts[1:]
 
 
-def test_a_deadline_bounds_the_hosted_wait(infra):
-    io = PipeIO()
-    try:
-        infra.host(io)
-        io.wait_turns(1)
-        done = threading.Event()
-        infra.call_later(0.05, done.set)  # the new head of the heap wakes the I/O's wait
-        assert done.wait(WAIT)
-        assert any(t is not None and t <= 0.05 for t in io.timeouts)
-    finally:
-        infra.stop(WAIT)
-        io.close()
+def test_a_deadline_bounds_the_hosted_wait(infra, hosted):
+    done = threading.Event()
+    infra.call_later(0.05, done.set)  # the new head of the heap wakes the I/O's wait
+    assert done.wait(WAIT)
+    assert any(t is not None and t <= 0.05 for t in hosted.timeouts)
 
 
 def test_a_jump_of_the_manual_clock_ends_the_hosted_wait():
@@ -164,27 +156,20 @@ def test_stop_ends_the_hosted_wait():
         io.close()
 
 
-def test_a_task_the_turn_submits_runs_without_a_wake_up_of_its_own(infra):
-    io = PipeIO()
+def test_a_task_the_turn_submits_runs_without_a_wake_up_of_its_own(infra, hosted):
     wakes: list[int] = []
-    real_wake = io.wake
+    real_wake = hosted.wake
 
     def wake() -> None:
         wakes.append(threading.get_ident())
         real_wake()
 
-    io.wake = wake  # type: ignore[method-assign]
-    try:
-        infra.host(io)
-        io.wait_turns(1)
-        done = threading.Event()
-        infra.submit(lambda: infra.submit(done.set))  # submitted on the thread itself
-        assert done.wait(WAIT)
-        assert threading.get_ident() in wakes  # the test's submit woke it
-        assert all(ident == threading.get_ident() for ident in wakes)  # it never woke itself
-    finally:
-        infra.stop(WAIT)
-        io.close()
+    hosted.wake = wake  # type: ignore[method-assign]
+    done = threading.Event()
+    infra.submit(lambda: infra.submit(done.set))  # submitted on the thread itself
+    assert done.wait(WAIT)
+    assert threading.get_ident() in wakes  # the test's submit woke it
+    assert all(ident == threading.get_ident() for ident in wakes)  # it never woke itself
 
 
 def test_an_io_that_is_finished_is_hosted_no_more_and_tasks_still_run(infra):
@@ -219,15 +204,9 @@ def test_an_io_that_raises_is_counted_and_the_thread_goes_on(infra):
         io.close()
 
 
-def test_one_io_at_a_time(infra):
-    io = PipeIO()
-    try:
-        infra.host(io)
-        with pytest.raises(RuntimeError):
-            infra.host(PipeIO())
-    finally:
-        infra.stop(WAIT)
-        io.close()
+def test_one_io_at_a_time(infra, hosted):
+    with pytest.raises(RuntimeError):
+        infra.host(PipeIO())
 
 
 # -- two ZmqTransports, each hosted by its own infrastructure executor ---------------------------
