@@ -172,6 +172,14 @@ class InfraExecutor:
                 return
         io.wake()
 
+    def _rouse(self) -> InfraIO | None:
+        """(Holds ``_cond``.) Wake the thread for a change it must look at (a new first
+        deadline, a clock jump, a stop): the condition is notified, and the hosted I/O to
+        wake, if the thread sleeps in it, is returned (woken by the caller, ``_cond``
+        released)."""
+        self._cond.notify()
+        return self._wake_io() if self._sleeping else None
+
     def _wake_io(self) -> InfraIO | None:
         """(Holds ``_cond``, the thread sleeping.) The hosted I/O to wake, once per sleep;
         ``None`` when there is none (or a wake-up is already on its way)."""
@@ -194,9 +202,7 @@ class InfraExecutor:
         with self._cond:
             heapq.heappush(self._heap, (deadline, next(self._seq), handle))
             if self._heap[0][2] is handle:
-                self._cond.notify()
-                if self._sleeping:
-                    io = self._wake_io()
+                io = self._rouse()
         if io is not None:
             io.wake()
         return handle
@@ -250,8 +256,7 @@ class InfraExecutor:
                 self._state = "stopped"
                 return
             self._state = "stopping"
-            self._cond.notify()
-            io = self._wake_io() if self._sleeping else None
+            io = self._rouse()
         if io is not None:
             io.wake()
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -265,8 +270,7 @@ class InfraExecutor:
         """
         with self._cond:
             self._ready.extend(self._pop_due())
-            self._cond.notify()
-            io = self._wake_io() if self._sleeping else None
+            io = self._rouse()
         if io is not None:
             io.wake()
 

@@ -303,13 +303,7 @@ class _Connection:
         if not self._hosted:  # never opened: its sockets are closed here
             self._close_sockets()
         elif self._infra.runs_here() or not self._infra.alive:
-            # no other thread turns it now: its last turns are this thread's (bounded: what
-            # ZeroMQ would not take yet is left to the socket's linger)
-            for _ in range(3):
-                if not self.turn(0.0):
-                    break
-            else:
-                self._close_sockets()
+            self.turn(0.0)  # no other thread turns it now: its last turn (it closes) is here
             self._infra.release(self)
         else:  # the last turn writes the goodbye, then closes the sockets on its thread
             self._io_done.wait(_CLOSE_LINGER_MS / 1000 + 5)
