@@ -492,6 +492,116 @@ def test_a_send_waiting_in_the_outbox_stays_ahead_of_calls_kept_behind_a_later_f
         assert [n for s, n in seen if s == 3] == [0, 1, 2, 3, 4, 5]
 
 
+def _moved_while_waiting(
+    cluster: LocalCluster, wait: Any, arrive: bool = True
+) -> tuple[Any, threading.Event]:
+    """Node-2's send (``wait()``: made by the caller) waits for room in its outbox to node-1
+    while node-2's path to "hot" changes, and stays waiting once the change is over: "hot"
+    moved from node-1 onto node-2 (``arrive``; its fence back, the Spot open here), or node-2
+    heard that "hot" moved elsewhere, and the fence that followed found it on node-1 after all
+    (the route forgotten: the store says, when next asked). Then the send is let go with the
+    Location Store held, so a call that asks the store waits there. Returns the wait and the
+    store's gate."""
+    from zlink.mesh import wire
+    from zlink.mesh.transport import Channel
+
+    n1, n2 = cluster.nodes
+    n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+    c2 = n2.client()
+    c2.send_to_spot("hot", Bump(sender=2, n=0)).wait(WAIT)  # node-2 learns the route
+    cluster.wait_idle(WAIT)
+    router = n2._runtime.router
+    outbox = router.outbox
+    cluster.transport.pause("node-1", "node-2")  # DATA from node-2 is held
+    outbox.limit = 1
+    c2.send_to_spot("hot", Bump(sender=2, n=1)).wait(WAIT)  # the transport holds it
+    c2.send_to_spot("hot", Bump(sender=2, n=2)).wait(WAIT)  # the outbox holds it
+    waiting = wait(c2)
+    assert n2.wait_idle(WAIT) and outbox.waiting("node-1") == 1
+    outbox.limit = 0  # nobody is let go while the path changes
+    if arrive:
+        moved = threading.Thread(target=n1.relocate_spot, args=("hot", "node-2", WAIT))
+        moved.start()
+        cluster.transport.resume("node-1", "node-2")
+        moved.join(WAIT)
+        assert not moved.is_alive() and n2._runtime.spots["hot"].state.value == "ready"
+    else:
+        hint = wire.RouteEnvelope("hot", "node-3", 999, 999)  # "it moved": a fence starts
+        n2._infra.submit(router.received, "node-3", Channel.COMPLETION, wire.encode(hint))
+        assert n2.wait_idle(WAIT) and n2.counters()["route_fences"] == 1
+        cluster.transport.resume("node-1", "node-2")
+        cluster.wait_idle(WAIT)
+        assert router._known("hot") is None and "hot" not in router._switching
+    assert n2.wait_idle(WAIT) and not waiting.done() and outbox.waiting("node-1") == 1
+    answer, lookup = threading.Event(), cluster.store.lookup
+    cluster.store.lookup = lambda target: (answer.wait(WAIT), lookup(target))[1]  # type: ignore[method-assign]
+    outbox.limit = 4 * 1024 * 1024
+    n2._infra.submit(outbox.writable, "node-1")  # room, as the transport would say
+    return waiting, answer
+
+
+def test_a_send_waiting_in_the_outbox_while_its_spot_arrives_here_keeps_its_order(clock):
+    """Found by the 50-moves process-mesh test on 3.13t with a smaller outbox: a send that
+    waited for room in the outbox to the Spot's old node, let go after the Spot had moved onto
+    the sender's own node, asked the Location Store where to go and told its caller it was
+    queued; the sender's next send found the Spot here and ran first (per-sender order across
+    a move, kotlin-spot-interface relocation; python-api §9)."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, data_limit=1) as cluster:
+        waiting, answer = _moved_while_waiting(
+            cluster, lambda c: c.send_to_spot("hot", Bump(sender=2, n=3)).future()
+        )
+        c2 = cluster.nodes[1].client()
+        try:
+            assert waiting.result(WAIT) is None
+            c2.send_to_spot("hot", Bump(sender=2, n=4)).wait(WAIT)
+        finally:
+            answer.set()
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 2] == [0, 1, 2, 3, 4]
+
+
+def test_a_batch_waiting_in_the_outbox_while_its_spot_arrives_here_is_not_lost(clock):
+    """The same with a batch: once let go, it found no route to the old node and was dropped
+    without a word while its caller heard it was accepted (python-api §8, §9)."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, data_limit=1) as cluster:
+        batch = [Bump(sender=2, n=3), Bump(sender=2, n=4)]
+        waiting, answer = _moved_while_waiting(
+            cluster, lambda c: c.send_many_to_spot("hot", batch).future()
+        )
+        c2 = cluster.nodes[1].client()
+        try:
+            assert waiting.result(WAIT) is None
+            c2.send_to_spot("hot", Bump(sender=2, n=5)).wait(WAIT)
+        finally:
+            answer.set()
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 2] == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_batch_waiting_in_the_outbox_while_its_route_is_forgotten_is_not_lost(clock):
+    """A batch let go after its node forgot the route (a fence found the Spot elsewhere than
+    the hint said) was dropped without a word while its caller heard it was accepted; its
+    messages now ask the store, in order, ahead of the sender's next send (python-api §8,
+    §9)."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, data_limit=1) as cluster:
+        batch = [Bump(sender=2, n=3), Bump(sender=2, n=4)]
+        waiting, answer = _moved_while_waiting(
+            cluster, lambda c: c.send_many_to_spot("hot", batch).future(), arrive=False
+        )
+        c2 = cluster.nodes[1].client()
+        try:
+            assert waiting.result(WAIT) is None
+            later = c2.send_to_spot("hot", Bump(sender=2, n=5)).future()
+        finally:
+            answer.set()
+        assert later.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 2] == [0, 1, 2, 3, 4, 5]
+
+
 def test_a_batch_to_another_node_is_all_or_none_there_and_waits_for_room(clock):
     """A batch to a Spot on another node travels as one envelope: admitted all or none
     where the Spot lives (python-api §8), and it waits for room there (§9); a plain batch

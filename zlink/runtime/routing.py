@@ -421,15 +421,14 @@ class MeshRouter:
         keeps its order behind what waits. Any thread; takes ``route_lock``."""
         with self.route_lock:
             target = call.target
-            if target in self._switching or target in self._locating:
+            route = self._known(target)
+            settled = target not in self._switching and target not in self._locating
+            if not settled or route is None or route.node == self.rt.node_id:
                 if admitted:  # it waited in the outbox: its messages go on, in order
                     for msg in call.msgs:
                         self.send_call(SendCall(self.rt, call.kind, target, msg), None, 0,
                                        admitted=True)  # fmt: skip
                     return True
-                return False
-            route = self._known(target)
-            if route is None or route.node == self.rt.node_id:
                 return False
             if not admitted and not self._outbox_room(call, None, room, route.node):
                 return True  # it waits for room in the outbox (``room`` tells its caller)
@@ -471,6 +470,9 @@ class MeshRouter:
                 return  # it gave up meanwhile
             try:
                 with self.route_lock:
+                    if self._arrived_here(call):  # (its ``room`` completes once queued here)
+                        self._submit_here(call, reply, room)
+                        return
                     if isinstance(call, BatchSendCall):
                         self.send_batch(call, None, admitted=True)
                     else:
@@ -478,6 +480,8 @@ class MeshRouter:
             except ZLinkError as exc:
                 if reply is not None:
                     reply.set(None, exc)
+                elif not timed:  # accepted already: nobody waits to hear it
+                    self._count_lost(call, exc)
                 room.set(None, exc)
                 return
             room.set(None, None)
@@ -489,6 +493,37 @@ class MeshRouter:
         if reply is None and timed and room.timer is None:
             self.rt.arm_room(room, f"the outbound queue to node {peer!r}")
         return False
+
+    def _arrived_here(self, call: MessageCall | BatchSendCall) -> bool:
+        """(``route_lock`` held.) Whether ``call``'s target came to live on this node while the
+        call waited for room to its old one, its arrival's fence back already (with a fence
+        out, ``send_call`` keeps the call ahead of what the fence keeps). The caller's next
+        call finds the target here (``Runtime._remote``), so this one must be queued here
+        before its caller is told it is: asking the store first let that next call overtake
+        it (per-sender order across a move, python-api §9)."""
+        target = call.target
+        if target in self._switching:
+            return False
+        rt = self.rt
+        return (rt.actors if call.kind == TargetKind.ACTOR else rt.spots).get(target) is not None
+
+    def _submit_here(
+        self, call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted
+    ) -> None:
+        """Queue a call that waited for outbox room on this node instead, where its target
+        arrived meanwhile: it waits for room in the lane as it did in the outbox, and
+        ``room`` completes once it is queued (``Runtime.submit``)."""
+        if isinstance(call, BatchSendCall):
+            self.rt.submit_many(call, room)
+        else:
+            self.rt.submit(call, reply, NO_WAIT, 0, room=room)
+
+    def _count_lost(self, call: MessageCall | BatchSendCall, error: ZLinkError) -> None:
+        """A send its caller was told is accepted failed once let go: counted, with why."""
+        msgs = call.msgs if isinstance(call, BatchSendCall) else (call.msg,)
+        for msg in msgs:
+            self._count_drop(call.target, msg.zlink_type_name, self.rt.node_id,
+                             _drop_reason(error))  # fmt: skip
 
     def _post_send_if_room(self, call: MessageCall, peer: str) -> bool:
         """Queue a one-way message made here for ``peer`` if the outbox has room for it now,
