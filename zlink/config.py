@@ -10,6 +10,7 @@ from .addresses import check_listen, is_loopback
 from .errors import InvalidArgument
 from .executor import LaneLimits
 
+KiB = 1024
 MiB = 1024 * 1024
 
 
@@ -42,7 +43,13 @@ class NodeConfig(BaseModel):
         256, ge=1, description="calls from one peer waiting for room before it is paused"
     )
     peer_outbound_bytes: int = Field(
-        4 * MiB, ge=1, description="bytes queued for one peer before its senders wait"
+        256 * KiB, ge=1, description="bytes queued for one peer before its senders wait"
+    )
+    peer_outbound_submit_bytes: int = Field(
+        4 * MiB,
+        ge=1,
+        description="bytes queued for one peer before submit() to it is refused (never below "
+        "peer_outbound_bytes)",
     )
     admission_waiters: int = Field(
         1024, ge=1, description="callers waiting for room, per target and lane (python-api §9)"

@@ -211,6 +211,7 @@ class Node:
                 self._rt, store, transport, worker,
                 backlog_limit=self.config.peer_backlog_items,
                 outbound_limit=self.config.peer_outbound_bytes,
+                outbound_submit_limit=self.config.peer_outbound_submit_bytes,
             )  # fmt: skip
             relocator = self._relocator = Relocator(
                 self._rt, router, self.config.relocation_payload_chunk_limit_bytes

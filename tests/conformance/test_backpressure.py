@@ -368,6 +368,101 @@ def test_a_slow_spot_on_another_node_pauses_its_sender_and_nothing_is_lost(clock
             assert not [k for k in node.counters() if "dropped" in k]
 
 
+def test_submit_fills_the_outbox_past_where_waiting_senders_stop(clock):
+    """python-api §9 with two limits per peer: senders that may wait (``wait``, ``future``,
+    requests) wait once ``peer_outbound_bytes`` are queued; ``submit()`` is refused only past
+    ``peer_outbound_submit_bytes``, or while anyone waits (it must not overtake them)."""
+    with LocalCluster(
+        build_app(), nodes=2, clock=clock, workers=2, data_limit=1,
+        peer_outbound_bytes=2048, peer_outbound_submit_bytes=16 * 1024,
+    ) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+        c2 = n2.client()
+        c2.send_to_spot("hot", Bump(sender=2, n=0)).wait(WAIT)  # node-2 learns the route
+        cluster.wait_idle(WAIT)
+        outbox = n2._runtime.router.outbox
+        assert (outbox.limit, outbox.submit_limit) == (2048, 16 * 1024)
+        cluster.transport.pause("node-1", "node-2")  # what node-2 sends stays in its outbox
+        n = 1
+        with pytest.raises(zlink.ResourceExhausted, match="outbound"):
+            for n in range(1, 100):  # bounded: 16 KiB hold about 16 of them
+                c2.send_to_spot("hot", Bump(sender=2, n=n)).submit()
+        submitted = n - 1
+        assert submitted > 8  # well past the 2 KiB where a waiting sender stops
+        assert n2.wait_idle(WAIT)
+        waiting = c2.send_to_spot("hot", Bump(sender=2, n=n)).future()
+        assert not waiting.done() and outbox.waiting("node-1") == 1
+        cluster.transport.resume("node-1", "node-2")
+        assert waiting.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [m for s, m in seen if s == 2] == list(range(n + 1))
+        assert n2.counters()["admission_waits"] >= 1
+
+
+def test_submits_that_waited_for_the_store_fit_under_the_submit_limit(clock):
+    """A burst of ``submit()`` sends that waited for the Location Store (the first calls to a
+    Spot this node has no route to) is judged as submits are once answered: under
+    ``peer_outbound_submit_bytes`` nobody waits, and the next ``submit()`` is taken. (They
+    were held to ``peer_outbound_bytes``, waited, and the next submit was refused.)"""
+    with LocalCluster(
+        build_app(), nodes=2, clock=clock, workers=2, data_limit=1,
+        peer_outbound_bytes=2048, peer_outbound_submit_bytes=16 * 1024,
+    ) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+        answer, lookup = threading.Event(), cluster.store.lookup
+        cluster.store.lookup = lambda target: (answer.wait(WAIT), lookup(target))[1]  # type: ignore[method-assign]
+        cluster.transport.pause("node-1", "node-2")  # what node-2 sends stays in its outbox
+        c2 = n2.client()
+        for n in range(6):  # all wait for the store, accepted
+            c2.send_to_spot("hot", Bump(sender=2, n=n)).submit()
+        answer.set()
+        assert n2.wait_idle(WAIT)
+        outbox = n2._runtime.router.outbox
+        assert outbox.waiting("node-1") == 0
+        c2.send_to_spot("hot", Bump(sender=2, n=6)).submit()  # room for it: taken
+        cluster.transport.resume("node-1", "node-2")
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [m for s, m in seen if s == 2] == list(range(7))
+
+
+def test_a_submit_is_refused_while_a_sender_waits_for_the_outbox(clock):
+    """A ``submit()`` under ``peer_outbound_submit_bytes`` is still refused while an earlier
+    send waits for room: it would overtake it (per-sender order of ``future()`` then
+    ``submit()``, python-api §9)."""
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        _blocked(n1)
+        c2 = n2.client()
+        futures = [c2.send_to_spot("hot", Bump(sender=2, n=n)).future() for n in range(200)]
+        assert _until_paused(cluster)
+        outbox = n2._runtime.router.outbox
+        assert outbox.waiting("node-1") > 0
+        with outbox._lock:
+            queued = outbox._bytes.get("node-1", 0)
+        assert queued < outbox.submit_limit  # room for a submit, were nobody waiting
+        with pytest.raises(zlink.ResourceExhausted, match="wait"):
+            c2.send_to_spot("hot", Bump(sender=2, n=999)).submit()
+        GATE.set()
+        for f in futures:
+            assert f.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [m for s, m in seen if s == 2] == list(range(200))
+
+
+def test_the_submit_limit_is_never_below_the_wait_limit(clock):
+    with LocalCluster(
+        build_app(), nodes=1, clock=clock, peer_outbound_bytes=8192,
+        peer_outbound_submit_bytes=1024,
+    ) as cluster:  # fmt: skip
+        outbox = cluster.nodes[0]._runtime.router.outbox
+        assert (outbox.limit, outbox.submit_limit) == (8192, 8192)
+
+
 def test_replies_still_flow_while_data_from_that_peer_is_paused(clock):
     with _pair(clock) as cluster:
         n1, n2 = cluster.nodes

@@ -14,7 +14,11 @@ Guarantees / assumes:
   size until the transport takes it. A caller that may wait asks ``wait_room`` before it puts
   application DATA: while the peer is over ``limit`` or anyone waits before it, it waits,
   first come first served, and is called back (on the infrastructure thread) when there is
-  room. Infrastructure traffic (replies, fences, relocation, relays) is never refused.
+  room. A caller that may not wait (``send.submit()``) is refused only past ``submit_limit``
+  (or while anyone waits: it must not overtake them): a burst of fail-fast sends has room to
+  spare, while waiting callers stop early, which lets this node's infrastructure thread,
+  which drains this queue, run (under the GIL a sender runs whole switch intervals).
+  Infrastructure traffic (replies, fences, relocation, relays) is never refused.
 * An envelope that cannot be encoded (``WireError``) or sent (``Unavailable``) is handed to
   ``failed`` with the error, on the infrastructure thread: the router completes the call it
   carried, if any, and counts it. Nothing is dropped silently.
@@ -73,13 +77,14 @@ class Outbox:
 
     def __init__(
         self, node_id: str, transport: Transport, submit: Callable[..., None], failed: Failed,
-        limit: int = 4 * 1024 * 1024,
+        limit: int = 256 * 1024, submit_limit: int = 4 * 1024 * 1024,
     ) -> None:  # fmt: skip
         self._node_id = node_id
         self._transport = transport
         self._submit = submit
         self._failed = failed
-        self.limit = limit  # bytes of DATA queued per peer before callers wait (or are refused)
+        self.limit = limit  # bytes of DATA queued per peer before callers that may wait do
+        self.submit_limit = submit_limit  # and before those that may not are refused
         self._lock = threading.Lock()
         self._queue: deque[tuple[str, wire.Envelope, int]] = deque()  # (peer, envelope, size)
         self._scheduled = False
@@ -104,12 +109,13 @@ class Outbox:
         if schedule:
             self._submit(self._flush)
 
-    def put_if_room(self, peer: str, envelope: wire.Envelope) -> bool:
+    def put_if_room(self, peer: str, envelope: wire.Envelope, can_wait: bool = True) -> bool:
         """``put`` application DATA for ``peer`` if there is room now (see ``has_room``), in one
-        take of the lock: ``False``, and nothing queued, if not (the caller then waits)."""
+        take of the lock: ``False``, and nothing queued, if not (the caller then waits, or is
+        refused)."""
         size = estimated_size(envelope)
         with self._lock:
-            if not self._free(peer):
+            if not self._free(peer, self.limit if can_wait else self.submit_limit):
                 return False
             schedule = self._append(peer, envelope, size)
         if schedule:
@@ -127,15 +133,17 @@ class Outbox:
         self._scheduled = True
         return True
 
-    def has_room(self, peer: str) -> bool:
-        """Whether application DATA for ``peer`` may be put now without waiting."""
+    def has_room(self, peer: str, can_wait: bool = True) -> bool:
+        """Whether application DATA for ``peer`` may be put now without waiting: for a caller
+        that may wait, under ``limit``; for one that may not, under ``submit_limit``."""
         with self._lock:
-            return self._free(peer)
+            return self._free(peer, self.limit if can_wait else self.submit_limit)
 
-    def _free(self, peer: str) -> bool:
-        """(Under ``_lock``.) Room for ``peer``, and nobody waiting or let go before it."""
+    def _free(self, peer: str, limit: int) -> bool:
+        """(Under ``_lock``.) Room for ``peer`` under ``limit``, and nobody waiting or let go
+        before it."""
         return (
-            self._bytes.get(peer, 0) < self.limit
+            self._bytes.get(peer, 0) < limit
             and not self._waiters.get(peer)
             and not self._going.get(peer)
         )
@@ -144,7 +152,7 @@ class Outbox:
         """``True``: there is room now (``go`` is not kept). ``False``: ``go`` waits, behind
         whoever waits already, until DATA for ``peer`` is under ``limit`` again."""
         with self._lock:
-            if self._free(peer):
+            if self._free(peer, self.limit):
                 return True
             waiters = self._waiters.get(peer)
             if waiters is None:

@@ -100,14 +100,16 @@ class MeshRouter:
 
     def __init__(
         self, rt: Runtime, store: LocationStore, transport: Transport, store_worker: StoreWorker,
-        backlog_limit: int = 256, outbound_limit: int = 4 * 1024 * 1024,
+        backlog_limit: int = 256, outbound_limit: int = 256 * 1024,
+        outbound_submit_limit: int = 4 * 1024 * 1024,
     ) -> None:  # fmt: skip
         self.rt = rt
         self.store = store
         self.store_worker = store_worker  # store writes off every lock and off this thread
         self.transport = transport
+        refuse_at = max(outbound_limit, outbound_submit_limit)  # never below where callers wait
         self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable,
-                             outbound_limit)  # fmt: skip
+                             outbound_limit, refuse_at)  # fmt: skip
         self._pending: dict[int, tuple[Completion, Any, str]] = {}  # corr -> (call, type, peer)
         self._lock = ranked_lock("router.pending", LockRank.PENDING)
         self._ids = itertools.count(1)
@@ -386,7 +388,7 @@ class MeshRouter:
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
             if hops or admitted:
                 self._post_call(call, reply, hops, route)
-            elif reply is None and self._post_send_if_room(call, route.node):
+            elif reply is None and self._post_send_if_room(call, route.node, room is not None):
                 pass  # a one-way message made here, and room for it: queued (the common case)
             elif self._outbox_room(call, reply, room, route.node):
                 self._post_call(call, reply, hops, route)
@@ -451,13 +453,14 @@ class MeshRouter:
         send its caller was told is accepted (it waited for the store): it waits, in order,
         as long as it takes, never refused."""
         outbox = self.outbox
-        if outbox.has_room(peer):
+        plain = reply is None and room is None  # its caller does not wait (``submit()``)
+        if outbox.has_room(peer, not plain):  # (accepted: it fits as its submit() would)
             return True
-        if reply is None and room is None and not accepted:
+        if plain and not accepted:
             self.rt.metrics.add("rejected_admissions")
             raise ResourceExhausted(
-                f"the outbound queue to node {peer!r} is full ({outbox.limit:,} bytes); "
-                "nothing was queued"
+                f"the outbound queue to node {peer!r} is full ({outbox.submit_limit:,} bytes, "
+                "or callers wait for room in it); nothing was queued"
             )
         timed = room is not None
         if room is None:  # a request (its own deadline ends the wait), or accepted already
@@ -525,12 +528,13 @@ class MeshRouter:
             self._count_drop(call.target, msg.zlink_type_name, self.rt.node_id,
                              _drop_reason(error))  # fmt: skip
 
-    def _post_send_if_room(self, call: MessageCall, peer: str) -> bool:
-        """Queue a one-way message made here for ``peer`` if the outbox has room for it now,
-        in one take of the outbox lock (senders hold ``route_lock`` meanwhile); ``False``, and
+    def _post_send_if_room(self, call: MessageCall, peer: str, can_wait: bool) -> bool:
+        """Queue a one-way message made here for ``peer`` if the outbox has room for it now
+        (``can_wait``: its caller may wait for room, so it stops at the lower limit), in one
+        take of the outbox lock (senders hold ``route_lock`` meanwhile); ``False``, and
         nothing queued, if it has not. ``Unavailable`` if ``peer`` is not reachable."""
         self._check_reachable(peer)
-        return self.outbox.put_if_room(peer, self.envelope(call, None))
+        return self.outbox.put_if_room(peer, self.envelope(call, None), can_wait)
 
     def _post_call(
         self, call: MessageCall, reply: Completion | None, hops: int, route: Route
