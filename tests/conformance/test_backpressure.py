@@ -587,114 +587,241 @@ def test_a_send_waiting_in_the_outbox_stays_ahead_of_calls_kept_behind_a_later_f
         assert [n for s, n in seen if s == 3] == [0, 1, 2, 3, 4, 5]
 
 
-def _moved_while_waiting(
-    cluster: LocalCluster, wait: Any, arrive: bool = True
-) -> tuple[Any, threading.Event]:
-    """Node-2's send (``wait()``: made by the caller) waits for room in its outbox to node-1
-    while node-2's path to "hot" changes, and stays waiting once the change is over: "hot"
-    moved from node-1 onto node-2 (``arrive``; its fence back, the Spot open here), or node-2
-    heard that "hot" moved elsewhere, and the fence that followed found it on node-1 after all
-    (the route forgotten: the store says, when next asked). Then the send is let go with the
-    Location Store held, so a call that asks the store waits there. Returns the wait and the
-    store's gate."""
-    from zlink.mesh import wire
-    from zlink.mesh.transport import Channel
-
-    n1, n2 = cluster.nodes
+def _waiting_in_the_outbox(cluster: LocalCluster, wait: Any) -> Any:
+    """Sender 2 of the last node sends 0, 1, 2 to "hot" on node-1 and then ``wait(client)``
+    (made by the caller), which waits for room in the outbox to node-1: DATA from it is
+    paused, and nobody waiting for node-1 is let go until ``_let_go``."""
+    n1, *_, n2 = cluster.nodes
     n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
     c2 = n2.client()
-    c2.send_to_spot("hot", Bump(sender=2, n=0)).wait(WAIT)  # node-2 learns the route
+    c2.send_to_spot("hot", Bump(sender=2, n=0)).wait(WAIT)  # it learns the route
     cluster.wait_idle(WAIT)
-    router = n2._runtime.router
-    outbox = router.outbox
-    cluster.transport.pause("node-1", "node-2")  # DATA from node-2 is held
+    outbox = n2._runtime.router.outbox
+    cluster.transport.pause("node-1", n2.node_id)  # DATA from it is held
     outbox.limit = 1
     c2.send_to_spot("hot", Bump(sender=2, n=1)).wait(WAIT)  # the transport holds it
     c2.send_to_spot("hot", Bump(sender=2, n=2)).wait(WAIT)  # the outbox holds it
     waiting = wait(c2)
-    assert n2.wait_idle(WAIT) and outbox.waiting("node-1") == 1
-    outbox.limit = 0  # nobody is let go while the path changes
-    if arrive:
-        moved = threading.Thread(target=n1.relocate_spot, args=("hot", "node-2", WAIT))
-        moved.start()
-        cluster.transport.resume("node-1", "node-2")
-        moved.join(WAIT)
-        assert not moved.is_alive() and n2._runtime.spots["hot"].state.value == "ready"
-    else:
-        hint = wire.RouteEnvelope("hot", "node-3", 999, 999)  # "it moved": a fence starts
-        n2._infra.submit(router.received, "node-3", Channel.COMPLETION, wire.encode(hint))
-        assert n2.wait_idle(WAIT) and n2.counters()["route_fences"] == 1
-        cluster.transport.resume("node-1", "node-2")
-        cluster.wait_idle(WAIT)
-        assert router._known("hot") is None and "hot" not in router._switching
-    assert n2.wait_idle(WAIT) and not waiting.done() and outbox.waiting("node-1") == 1
-    answer, lookup = threading.Event(), cluster.store.lookup
-    cluster.store.lookup = lambda target: (answer.wait(WAIT), lookup(target))[1]  # type: ignore[method-assign]
+    assert n2.wait_idle(WAIT) and outbox.waiting("node-1") == 1 and not waiting.done()
+    with outbox._lock:  # nobody waiting for node-1 is let go while the path changes; other
+        outbox._bytes["node-1"] = outbox._bytes.get("node-1", 0) + _HELD  # peers have room
     outbox.limit = 4 * 1024 * 1024
-    n2._infra.submit(outbox.writable, "node-1")  # room, as the transport would say
-    return waiting, answer
+    return waiting
 
 
-def test_a_send_waiting_in_the_outbox_while_its_spot_arrives_here_keeps_its_order(clock):
-    """Found by the 50-moves process-mesh test on 3.13t with a smaller outbox: a send that
-    waited for room in the outbox to the Spot's old node, let go after the Spot had moved onto
-    the sender's own node, asked the Location Store where to go and told its caller it was
-    queued; the sender's next send found the Spot here and ran first (per-sender order across
-    a move, kotlin-spot-interface relocation; python-api §9)."""
+_HELD = 1 << 40  # bytes an outbox is told it holds for node-1 until ``_let_go``
+
+
+def _let_go(node: zlink.Node) -> None:
+    outbox = node._runtime.router.outbox
+    with outbox._lock:
+        outbox._give_back("node-1", _HELD)
+    node._infra.submit(outbox.writable, "node-1")  # room, as the transport would say
+
+
+def _settled(cluster: LocalCluster, until: Any = None) -> None:
+    """Let the nodes move what they can until all are idle in one pass and ``until()``
+    holds. Bounded: a hop between nodes is queued on the next node before the node that
+    made it goes idle, so each pass either finds work or ends it."""
+    for _ in range(50):
+        if all(node.wait_idle(WAIT) for node in cluster.nodes) and (until is None or until()):
+            return
+    raise AssertionError("the nodes did not settle")
+
+
+def _here_and_fenced(node: zlink.Node) -> Any:
+    """ "hot" lives on ``node`` now, open, or its arrival's fence waits in line behind the
+    waiting send (the outbox lists two waiters to node-1 then)."""
+    rt = node._runtime
+
+    def done() -> bool:
+        act = rt.spots.get("hot")
+        return act is not None and (
+            act.state.value == "ready" or rt.router.outbox.waiting("node-1") == 2
+        )
+
+    return done
+
+
+def _move_to_node_2(node: zlink.Node) -> Any:
+    """Start moving "hot" from ``node`` to node-2 (sealed and under way when this returns);
+    returns a call that waits for the move to finish."""
+    relocator = node._relocator
+    done = relocator.start(node._runtime.spots["hot"], "node-2", WAIT)
+    return lambda: relocator.wait_move("hot", done, WAIT, WAIT)
+
+
+def _sender_2(cluster: LocalCluster, count: int) -> list[int]:
+    """What "hot" saw of sender 2, once it saw ``count`` of its messages (or the nodes went
+    idle 50 times without it: then what it saw)."""
+    client = cluster.nodes[0].client()
+    seen: list[int] = []
+    for _ in range(50):  # a hop between nodes can land just after a node went idle
+        _settled(cluster)
+        seen = [n for s, n in client.request_to_spot("hot", Seen()).wait(WAIT) if s == 2]
+        if len(seen) >= count:
+            break
+    return seen
+
+
+@pytest.mark.parametrize("how", ["after", "future", "submit"])
+def test_a_send_waiting_in_the_outbox_while_its_spot_arrives_here_keeps_its_order(clock, how):
+    """The 50-moves process-mesh test on 3.13t with a smaller outbox found it: a send waiting
+    for room in the outbox to the Spot's old node, let go after the Spot had moved onto the
+    sender's own node, asked the store where to go and told its caller it was queued; the
+    sender's next send found the Spot here and ran first. A fresh-eyes review found the same
+    for a sender that goes on while its send waits (``future()``, ``submit()``, every client
+    send): the arrival's fence passed the waiting send. The fence now waits in line behind it
+    (per-sender order across a move, kotlin-spot-interface relocation; python-api §9)."""
     with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, data_limit=1) as cluster:
-        waiting, answer = _moved_while_waiting(
+        n1, n2 = cluster.nodes
+        c2 = n2.client()
+        waiting = _waiting_in_the_outbox(
             cluster, lambda c: c.send_to_spot("hot", Bump(sender=2, n=3)).future()
         )
-        c2 = cluster.nodes[1].client()
-        try:
-            assert waiting.result(WAIT) is None
+        finish = _move_to_node_2(n1)
+        cluster.transport.resume("node-1", "node-2")
+        _settled(cluster, _here_and_fenced(n2))
+        later = None
+        if how == "future":
+            later = c2.send_to_spot("hot", Bump(sender=2, n=4)).future()
+        elif how == "submit":
+            c2.send_to_spot("hot", Bump(sender=2, n=4)).submit()
+        _let_go(n2)
+        assert waiting.result(WAIT) is None
+        if how == "after":  # a sender that waited for it first
             c2.send_to_spot("hot", Bump(sender=2, n=4)).wait(WAIT)
-        finally:
-            answer.set()
-        cluster.wait_idle(WAIT)
-        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
-        assert [n for s, n in seen if s == 2] == [0, 1, 2, 3, 4]
+        elif later is not None:
+            assert later.result(WAIT) is None
+        finish()
+        assert n2._runtime.spots["hot"].state.value == "ready"
+        assert _sender_2(cluster, 5) == [0, 1, 2, 3, 4]
 
 
 def test_a_batch_waiting_in_the_outbox_while_its_spot_arrives_here_is_not_lost(clock):
-    """The same with a batch: once let go, it found no route to the old node and was dropped
-    without a word while its caller heard it was accepted (python-api §8, §9)."""
+    """The same with a batch: let go after the move, it found no route to the old node and
+    was dropped without a word while its caller heard it was accepted (python-api §8, §9)."""
     with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, data_limit=1) as cluster:
+        n1, n2 = cluster.nodes
         batch = [Bump(sender=2, n=3), Bump(sender=2, n=4)]
-        waiting, answer = _moved_while_waiting(
+        waiting = _waiting_in_the_outbox(
             cluster, lambda c: c.send_many_to_spot("hot", batch).future()
         )
-        c2 = cluster.nodes[1].client()
-        try:
-            assert waiting.result(WAIT) is None
-            c2.send_to_spot("hot", Bump(sender=2, n=5)).wait(WAIT)
-        finally:
-            answer.set()
-        cluster.wait_idle(WAIT)
-        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
-        assert [n for s, n in seen if s == 2] == [0, 1, 2, 3, 4, 5]
+        finish = _move_to_node_2(n1)
+        cluster.transport.resume("node-1", "node-2")
+        _settled(cluster, _here_and_fenced(n2))
+        later = n2.client().send_to_spot("hot", Bump(sender=2, n=5)).future()
+        _let_go(n2)
+        assert waiting.result(WAIT) is None and later.result(WAIT) is None
+        finish()
+        assert _sender_2(cluster, 6) == [0, 1, 2, 3, 4, 5]
+
+
+def test_a_send_waiting_in_the_outbox_stays_ahead_when_its_route_changes(clock):
+    """A fresh-eyes review's finding (before the smaller outbox too): node-3's send waits for
+    room to node-1; "hot" moves on to node-2 and node-3 hears of it; its fence passed the
+    waiting send, came back, and the sender's next send (``future()``) went straight to
+    node-2, ahead of the waiting one. The fence now waits in line behind it (python-api §9)."""
+    from zlink.mesh import wire
+    from zlink.mesh.transport import Channel
+
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, data_limit=1) as cluster:
+        n1, _n2, n3 = cluster.nodes
+        waiting = _waiting_in_the_outbox(
+            cluster, lambda c: c.send_to_spot("hot", Bump(sender=2, n=3)).future()
+        )
+        cluster.transport.resume("node-1", "node-3")  # 1 and 2 arrive; 3 still waits
+        _settled(cluster)
+        n1.relocate_spot("hot", "node-2", WAIT)
+        _settled(cluster)
+        found = cluster.store.lookup("hot")
+        assert found is not None and found.owner_node == "node-2"
+        hint = wire.RouteEnvelope("hot", "node-2", found.object_generation,
+                                  found.authority_generation)  # fmt: skip
+        router = n3._runtime.router
+        n3._infra.submit(router.received, "node-1", Channel.COMPLETION, wire.encode(hint))
+        outbox = router.outbox  # the fence is back, or it waits in line behind the send
+        _settled(cluster, lambda: "hot" not in router._switching or outbox.waiting("node-1") == 2)
+        assert n3.counters()["route_fences"] == 1
+        later = n3.client().send_to_spot("hot", Bump(sender=2, n=4)).future()
+        _settled(cluster)
+        _let_go(n3)
+        assert waiting.result(WAIT) is None and later.result(WAIT) is None
+        assert _sender_2(cluster, 5) == [0, 1, 2, 3, 4]
 
 
 def test_a_batch_waiting_in_the_outbox_while_its_route_is_forgotten_is_not_lost(clock):
     """A batch let go after its node forgot the route (a fence found the Spot elsewhere than
-    the hint said) was dropped without a word while its caller heard it was accepted; its
-    messages now ask the store, in order, ahead of the sender's next send (python-api §8,
-    §9)."""
+    the hint said) was dropped without a word while its caller heard it was accepted. Now
+    the fence waits behind it, and it is kept ahead of what the fence keeps; once the fence
+    is back its messages ask the store, in order, ahead of the sender's next send
+    (python-api §8, §9)."""
+    from zlink.mesh import wire
+    from zlink.mesh.transport import Channel
+
     with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, data_limit=1) as cluster:
+        _n1, n2 = cluster.nodes
         batch = [Bump(sender=2, n=3), Bump(sender=2, n=4)]
-        waiting, answer = _moved_while_waiting(
-            cluster, lambda c: c.send_many_to_spot("hot", batch).future(), arrive=False
+        waiting = _waiting_in_the_outbox(
+            cluster, lambda c: c.send_many_to_spot("hot", batch).future()
         )
-        c2 = cluster.nodes[1].client()
-        try:
-            assert waiting.result(WAIT) is None
-            later = c2.send_to_spot("hot", Bump(sender=2, n=5)).future()
-        finally:
-            answer.set()
+        router = n2._runtime.router
+        hint = wire.RouteEnvelope("hot", "node-3", 999, 999)  # "it moved": a fence starts
+        n2._infra.submit(router.received, "node-3", Channel.COMPLETION, wire.encode(hint))
+        cluster.transport.resume("node-1", "node-2")
+        _settled(cluster)
+        assert n2.counters()["route_fences"] == 1
+        _let_go(n2)
+        assert waiting.result(WAIT) is None
+        later = n2.client().send_to_spot("hot", Bump(sender=2, n=5)).future()
         assert later.result(WAIT) is None
-        cluster.wait_idle(WAIT)
-        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
-        assert [n for s, n in seen if s == 2] == [0, 1, 2, 3, 4, 5]
+        assert _sender_2(cluster, 6) == [0, 1, 2, 3, 4, 5]
+        assert router._known("hot") is None or router._known("hot").node == "node-1"
+
+
+def test_an_accepted_send_let_go_onto_a_full_lane_here_waits_and_is_never_lost(clock):
+    """A fresh-eyes review's finding: a ``submit()`` accepted while the store was asked, then
+    waiting for room in the outbox, let go after its Spot came to this node with no fence to
+    wait for (no path was known: forgotten here on purpose), found the lane full and waited
+    there under ``admission_timeout``, as if a caller waited: at the deadline it was dropped,
+    counted nowhere. An accepted send waits as long as it takes, as a call from a peer does
+    (python-api §9: nothing accepted is lost without a trace)."""
+    with LocalCluster(
+        build_app(), nodes=2, clock=clock, workers=2, data_limit=1, app_lane_items=4,
+        admission_timeout=2.0,
+    ) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+        c2 = n2.client()
+        answer, lookup = threading.Event(), cluster.store.lookup
+        cluster.store.lookup = lambda target: (answer.wait(WAIT), lookup(target))[1]  # type: ignore[method-assign]
+        cluster.transport.pause("node-1", "node-2")
+        router = n2._runtime.router
+        outbox = router.outbox
+        outbox.limit = outbox.submit_limit = 1
+        for n in range(3):  # accepted while the store is asked; then 0 and 1 go, 2 waits
+            c2.send_to_spot("hot", Bump(sender=2, n=n)).submit()
+        answer.set()
+        assert n2.wait_idle(WAIT) and outbox.waiting("node-1") == 1
+        with outbox._lock:
+            outbox._bytes["node-1"] += _HELD
+        outbox.limit = outbox.submit_limit = 4 * 1024 * 1024
+        with router.route_lock:
+            router._routes.pop("hot")  # no path to fence when it arrives
+        finish = _move_to_node_2(n1)
+        cluster.transport.resume("node-1", "node-2")
+        finish()
+        c2.send_to_spot("hot", Block()).submit()  # its lane fills up behind a held turn
+        assert BLOCKING.wait(WAIT)
+        _fill(c2)
+        _let_go(n2)
+        assert n2.wait_idle(WAIT, busy=1) and n1.wait_idle(WAIT)
+        assert len(n2._runtime.spots["hot"].owner.lanes.app_waiters) == 1  # it waits for room
+        clock.advance(3.0)  # past admission_timeout
+        assert n2.wait_idle(WAIT, busy=1)
+        GATE.set()
+        assert _sender_2(cluster, 3) == [0, 1, 2]
+        assert not [k for node in cluster.nodes for k in node.counters() if "dropped" in k]
 
 
 def test_a_batch_to_another_node_is_all_or_none_there_and_waits_for_room(clock):

@@ -84,7 +84,7 @@ class Outbox:
         self._submit = submit
         self._failed = failed
         self.limit = limit  # bytes of DATA queued per peer before callers that may wait do
-        self.submit_limit = submit_limit  # and before those that may not are refused
+        self.submit_limit = max(limit, submit_limit)  # and before those that may not are refused
         self._lock = threading.Lock()
         self._queue: deque[tuple[str, wire.Envelope, int]] = deque()  # (peer, envelope, size)
         self._scheduled = False
@@ -106,6 +106,19 @@ class Outbox:
         size = estimated_size(envelope) if channel_of(envelope) is Channel.DATA else 0
         with self._lock:
             schedule = self._append(peer, envelope, size)
+        if schedule:
+            self._submit(self._flush)
+
+    def put_behind_waiters(self, peer: str, envelope: wire.Envelope) -> None:
+        """``put`` ``envelope`` for ``peer`` once every caller waiting for room to ``peer`` now
+        has been let go (at once when none waits): it waits in their line, and never refuses.
+        For a route fence: it must not pass the calls made before it, and a caller waiting
+        here has made its call (per-sender FIFO, ``zlink.runtime.routing``)."""
+        with self._lock:
+            if self._waiters.get(peer) or self._going.get(peer):
+                self._waiters.setdefault(peer, deque()).append(lambda: self.put(peer, envelope))
+                return
+            schedule = self._append(peer, envelope, estimated_size(envelope))
         if schedule:
             self._submit(self._flush)
 

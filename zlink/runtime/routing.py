@@ -15,8 +15,10 @@ Guarantees / assumes:
   relaying node tells it), or the target arrives on it, it sends a fence along the old path and
   keeps its new calls for that target until the fence comes back from the owner. The fence is
   relayed, parked and flushed exactly like a call, so it reaches the owner after every call
-  sent before it; only then do the kept calls leave, along the new path. Transports need only
-  per-connection order.
+  sent before it; only then do the kept calls leave, along the new path. A call that waits
+  for room in the outbox (python-api §9) was made before the fence: the fence joins the line
+  of waiters to that peer, and a waiter let go while its fence is out is kept ahead of what
+  the fence keeps. Transports need only per-connection order.
 * Envelopes are typed (``zlink.mesh.wire``) and leave through the node's ``Outbox``: posting
   never blocks and may happen under ``route_lock``; the transport is called only by the
   infrastructure thread. What arrives is decoded there; bytes that do not decode are counted
@@ -463,29 +465,28 @@ class MeshRouter:
                 "or callers wait for room in it); nothing was queued"
             )
         timed = room is not None
-        if room is None:  # a request (its own deadline ends the wait), or accepted already
-            room = Admitted()
-            if reply is not None:
-                reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
+        if room is None:
+            room = self._room_for(call, reply)
 
         def go() -> None:  # (infrastructure thread) there is room now
             if room.done:
                 return  # it gave up meanwhile
             try:
                 with self.route_lock:
-                    if self._arrived_here(call):  # (its ``room`` completes once queued here)
-                        self._submit_here(call, reply, room)
-                        return
-                    if isinstance(call, BatchSendCall):
+                    here = self._arrived_here(call)
+                    if here:
+                        pass  # it stays here until it moves on, and submit follows it then
+                    elif isinstance(call, BatchSendCall):
                         self.send_batch(call, None, admitted=True)
                     else:
                         self.send_call(call, reply, 0, admitted=True)
+                if here:  # (no lock held: ``room`` completes once it is queued here)
+                    self._submit_here(call, reply, room)
+                    return
             except ZLinkError as exc:
                 if reply is not None:
                     reply.set(None, exc)
-                elif not timed:  # accepted already: nobody waits to hear it
-                    self._count_lost(call, exc)
-                room.set(None, exc)
+                room.set(None, exc)  # (accepted already: counted as lost, its callback)
                 return
             room.set(None, None)
 
@@ -498,12 +499,14 @@ class MeshRouter:
         return False
 
     def _arrived_here(self, call: MessageCall | BatchSendCall) -> bool:
-        """(``route_lock`` held.) Whether ``call``'s target came to live on this node while the
-        call waited for room to its old one, its arrival's fence back already (with a fence
-        out, ``send_call`` keeps the call ahead of what the fence keeps). The caller's next
-        call finds the target here (``Runtime._remote``), so this one must be queued here
-        before its caller is told it is: asking the store first let that next call overtake
-        it (per-sender order across a move, python-api §9)."""
+        """(``route_lock`` held.) Whether ``call``'s target lives on this node now, with no
+        fence of this node out for it, though the call waited for room to another node. An
+        arrival's fence waits behind such a call (``switch``), which then finds the fence
+        out and is kept ahead of what it keeps; this is for a target that came here with no
+        fence (no path to fence: re-homed, activated). The caller's next call finds the
+        target here (``Runtime._remote``), so this one must be queued here before its caller
+        is told it is: asking the store first let that next call overtake it (per-sender
+        order, python-api §9)."""
         target = call.target
         if target in self._switching:
             return False
@@ -521,12 +524,27 @@ class MeshRouter:
         else:
             self.rt.submit(call, reply, NO_WAIT, 0, room=room)
 
-    def _count_lost(self, call: MessageCall | BatchSendCall, error: ZLinkError) -> None:
-        """A send its caller was told is accepted failed once let go: counted, with why."""
-        msgs = call.msgs if isinstance(call, BatchSendCall) else (call.msg,)
-        for msg in msgs:
-            self._count_drop(call.target, msg.zlink_type_name, self.rt.node_id,
-                             _drop_reason(error))  # fmt: skip
+    def _room_for(self, call: MessageCall | BatchSendCall, reply: Completion | None) -> Admitted:
+        """The wait of a call whose caller does not wait for room itself: a request (its own
+        deadline ends the wait), or a send accepted already (nobody waits to hear; no timer
+        ends it, nor its wait in a lane if it lands here: the peer mark; a failure is counted
+        as a drop, with its reason)."""
+        if reply is not None:
+            room = Admitted()
+            reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
+            return room
+        accepted = Admitted(peer=self.rt.node_id)
+
+        def lost(_value: object, error: BaseException | None) -> None:
+            if error is None:
+                return
+            msgs = call.msgs if isinstance(call, BatchSendCall) else (call.msg,)
+            for msg in msgs:
+                self._count_drop(call.target, msg.zlink_type_name, self.rt.node_id,
+                                 _drop_reason(error))  # fmt: skip
+
+        accepted.add_callback(lost)
+        return accepted
 
     def _post_send_if_room(self, call: MessageCall, peer: str, can_wait: bool) -> bool:
         """Queue a one-way message made here for ``peer`` if the outbox has room for it now
@@ -602,9 +620,11 @@ class MeshRouter:
             return False
         me = self.rt.node_id
         try:
-            self.post(route.node, wire.FenceEnvelope(target, me, me, 0))
+            self._check_reachable(route.node)
         except Unavailable:  # the old path is gone, and what went along it with it
             return False
+        # behind the calls made here that wait for room to that node: they were made first
+        self.outbox.put_behind_waiters(route.node, wire.FenceEnvelope(target, me, me, 0))
         kept: list[Relayable] = []
         self._switching[target] = kept
         self._fence_via[target] = route.node

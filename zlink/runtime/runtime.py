@@ -427,8 +427,10 @@ class Runtime:
             self.metrics.add("admission_waits")
             if reply is not None:  # its deadline ends the wait too (nothing queued then)
                 reply.add_callback(lambda _v, error: error is not None and room.abandon(error))
-            elif room.peer is None:  # (a send from another node waits for room as long as
-                self.arm_room(room, repr(act.name))  # it takes: its node's pause bounds it)
+            elif room.peer is None and room.timer is None:  # (a send from another node
+                # waits for room as long as it takes: its node's pause bounds it; one that
+                # waited in the outbox keeps the deadline it had there)
+                self.arm_room(room, repr(act.name))
             return reply  # type: ignore[return-value]
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile
             if isinstance(call, BatchSendCall):
