@@ -406,3 +406,41 @@ def test_a_move_whose_deadline_passes_while_a_handler_is_suspended_is_withdrawn(
     assert "room" not in n2._runtime.spots and cluster.store.lookup("room").owner_node == "node-1"
     cluster.wait_idle(WAIT)
     assert n1._runtime.spots["room"].owner.lanes.reserved() == (0, 0, 0, 0)
+
+
+def test_calls_kept_at_a_withdrawn_arrival_wait_in_line_for_the_outbox(cluster, clock):
+    """The calls a node made for a Spot arriving on it, kept until it opens, go on to the
+    source when the move is withdrawn. A review asked whether they could be refused there
+    (resent as plain ``submit()`` calls while another send of the node waits for room in its
+    outbox to the source): they are not lost; here they stay behind the arrival's fence,
+    which waits in line behind that send, and follow it in order (python-api §9: nothing
+    accepted is lost; §8 a withdrawn move)."""
+    n1, n2, _ = cluster.nodes
+    c1, c2 = n1.client(), n2.client()
+    c1.spots.get_or_create("slow", "t.rw.slow").wait(WAIT)
+    c2.send_to_spot("slow", Add(sender="2", seq=0)).wait(WAIT)  # node-2 knows the way
+    cluster.wait_idle(WAIT)
+    outbox = n2._runtime.router.outbox
+    held = 1 << 40
+    with outbox._lock:  # node-2's outbox to node-1 is full (for this test's purpose)
+        outbox._bytes["node-1"] = outbox._bytes.get("node-1", 0) + held
+    first = c2.send_to_spot("slow", Add(sender="2", seq=1)).future()  # it waits for room
+    assert n2.wait_idle(WAIT) and outbox.waiting("node-1") == 1 and not first.done()
+    mover = Mover(n1, "slow", "node-2", timeout=10.0)
+    assert mover.sealed.wait(WAIT)
+    assert RESTORING.wait(WAIT)  # "slow" is arriving on node-2, and restores there
+    for seq in (2, 3, 4):  # node-2's own calls: kept for it until it opens
+        c2.send_to_spot("slow", Add(sender="2", seq=seq)).submit()
+    clock.advance(10.0)  # the move's deadline: withdrawn, the kept calls go to node-1
+    assert isinstance(mover.result(), zlink.DeadlineExceeded)
+    RESTORE_GO.set()
+    assert n2.wait_idle(WAIT)
+    with outbox._lock:
+        outbox._give_back("node-1", held)
+    n2._infra.submit(outbox.writable, "node-1")  # room, as the transport would say
+    assert first.result(WAIT) is None
+    for _ in range(5):
+        cluster.wait_idle(WAIT)
+    seen = c1.request_to_spot("slow", Seen()).wait(WAIT)
+    assert seen["2"] == [0, 1, 2, 3, 4]
+    assert not [k for k in n2.counters() if "refused" in k or "dropped" in k]
