@@ -344,6 +344,17 @@ def _pair(clock: ManualClock) -> LocalCluster:
     )  # fmt: skip
 
 
+def _senders_waiting(cluster: LocalCluster) -> tuple[zlink.Client, list[Any]]:
+    """Node-2 ``future()``-sends 200 to "hot" on node-1, whose running handler holds it:
+    node-1 pauses DATA from node-2, and node-2's later sends wait for room in its outbox."""
+    n1, n2 = cluster.nodes
+    _blocked(n1)
+    c2 = n2.client()
+    futures = [c2.send_to_spot("hot", Bump(sender=2, n=n)).future() for n in range(200)]
+    assert _until_paused(cluster)
+    return c2, futures
+
+
 def test_a_slow_spot_on_another_node_pauses_its_sender_and_nothing_is_lost(clock):
     with _pair(clock) as cluster:
         n1, n2 = cluster.nodes
@@ -368,14 +379,20 @@ def test_a_slow_spot_on_another_node_pauses_its_sender_and_nothing_is_lost(clock
             assert not [k for k in node.counters() if "dropped" in k]
 
 
+def _two_limits(clock: ManualClock) -> LocalCluster:
+    """Two nodes whose senders wait past 2 KiB queued for a peer, and whose ``submit()`` is
+    refused past 16 KiB; one DATA frame in flight between them."""
+    return LocalCluster(
+        build_app(), nodes=2, clock=clock, workers=2, data_limit=1,
+        peer_outbound_bytes=2048, peer_outbound_submit_bytes=16 * 1024,
+    )  # fmt: skip
+
+
 def test_submit_fills_the_outbox_past_where_waiting_senders_stop(clock):
     """python-api §9 with two limits per peer: senders that may wait (``wait``, ``future``,
     requests) wait once ``peer_outbound_bytes`` are queued; ``submit()`` is refused only past
     ``peer_outbound_submit_bytes``, or while anyone waits (it must not overtake them)."""
-    with LocalCluster(
-        build_app(), nodes=2, clock=clock, workers=2, data_limit=1,
-        peer_outbound_bytes=2048, peer_outbound_submit_bytes=16 * 1024,
-    ) as cluster:  # fmt: skip
+    with _two_limits(clock) as cluster:
         n1, n2 = cluster.nodes
         n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
         c2 = n2.client()
@@ -406,10 +423,7 @@ def test_submits_that_waited_for_the_store_fit_under_the_submit_limit(clock):
     Spot this node has no route to) is judged as submits are once answered: under
     ``peer_outbound_submit_bytes`` nobody waits, and the next ``submit()`` is taken. (They
     were held to ``peer_outbound_bytes``, waited, and the next submit was refused.)"""
-    with LocalCluster(
-        build_app(), nodes=2, clock=clock, workers=2, data_limit=1,
-        peer_outbound_bytes=2048, peer_outbound_submit_bytes=16 * 1024,
-    ) as cluster:  # fmt: skip
+    with _two_limits(clock) as cluster:
         n1, n2 = cluster.nodes
         n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
         answer, lookup = threading.Event(), cluster.store.lookup
@@ -434,12 +448,8 @@ def test_a_submit_is_refused_while_a_sender_waits_for_the_outbox(clock):
     send waits for room: it would overtake it (per-sender order of ``future()`` then
     ``submit()``, python-api §9)."""
     with _pair(clock) as cluster:
-        n1, n2 = cluster.nodes
-        _blocked(n1)
-        c2 = n2.client()
-        futures = [c2.send_to_spot("hot", Bump(sender=2, n=n)).future() for n in range(200)]
-        assert _until_paused(cluster)
-        outbox = n2._runtime.router.outbox
+        c2, futures = _senders_waiting(cluster)
+        outbox = cluster.nodes[1]._runtime.router.outbox
         assert outbox.waiting("node-1") > 0
         with outbox._lock:
             queued = outbox._bytes.get("node-1", 0)
@@ -525,13 +535,9 @@ def test_a_blocking_wait_returns_by_its_deadline_and_never_runs_the_handler_itse
 
 def test_shutdown_ends_a_wait_for_room_in_the_outbox(clock):
     with _pair(clock) as cluster:
-        n1, n2 = cluster.nodes
-        _blocked(n1)
-        c2 = n2.client()
-        futures = [c2.send_to_spot("hot", Bump(sender=2, n=n)).future() for n in range(200)]
-        assert _until_paused(cluster)
+        _c2, futures = _senders_waiting(cluster)
         assert not futures[-1].done()
-        n2.shutdown(WAIT)
+        cluster.nodes[1].shutdown(WAIT)
         for f in futures:
             with contextlib.suppress(zlink.Unavailable):  # sent before, or refused by the stop
                 f.result(WAIT)

@@ -116,8 +116,10 @@ def test_a_room_moved_50_times_across_processes_under_4_senders(tmp_path: Path) 
         _until(lambda: nodes["n2"].ask("total", spot="room") == 1600, "all 1600 handled")
         log = nodes["n2"].ask("log", spot="room")
         assert sorted(log) == [f"n3-p-{i}" for i in range(4)]
-        for sender, seqs in log.items():
-            assert seqs == list(range(400)), sender
+        late = {s: q for s, q in log.items() if q != list(range(400))}
+        if late:  # what each node counted, to tell which path the late ones took
+            counted = {n: nodes[n].ask("counters") for n in ids}
+            raise AssertionError(f"per-sender order broken: {late}; counters: {counted}")
         assert moves == 50
 
 

@@ -183,7 +183,7 @@ class Outbox:
             return True
 
     def waiting(self, peer: str) -> int:
-        """Callers waiting for room to ``peer`` (status)."""
+        """Callers waiting for room to ``peer``, and fences in their line (tests)."""
         with self._lock:
             return len(self._waiters.get(peer, ()))
 
