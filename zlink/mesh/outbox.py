@@ -84,7 +84,8 @@ class Outbox:
         self._submit = submit
         self._failed = failed
         self.limit = limit  # bytes of DATA queued per peer before callers that may wait do
-        self.submit_limit = max(limit, submit_limit)  # and before those that may not are refused
+        # and before those that may not are refused (never below ``limit``)
+        self.submit_limit = max(limit, submit_limit)
         self._lock = threading.Lock()
         self._queue: deque[tuple[str, wire.Envelope, int]] = deque()  # (peer, envelope, size)
         self._scheduled = False

@@ -109,9 +109,8 @@ class MeshRouter:
         self.store = store
         self.store_worker = store_worker  # store writes off every lock and off this thread
         self.transport = transport
-        refuse_at = max(outbound_limit, outbound_submit_limit)  # never below where callers wait
         self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable,
-                             outbound_limit, refuse_at)  # fmt: skip
+                             outbound_limit, outbound_submit_limit)  # fmt: skip
         self._pending: dict[int, tuple[Completion, Any, str]] = {}  # corr -> (call, type, peer)
         self._lock = ranked_lock("router.pending", LockRank.PENDING)
         self._ids = itertools.count(1)
@@ -473,13 +472,12 @@ class MeshRouter:
                 return  # it gave up meanwhile
             try:
                 with self.route_lock:
-                    here = self._arrived_here(call)
-                    if here:
-                        pass  # it stays here until it moves on, and submit follows it then
-                    elif isinstance(call, BatchSendCall):
-                        self.send_batch(call, None, admitted=True)
-                    else:
-                        self.send_call(call, reply, 0, admitted=True)
+                    here = self._arrived_here(call)  # (then it stays until it moves on, and
+                    if not here:  # submit follows it then)
+                        if isinstance(call, BatchSendCall):
+                            self.send_batch(call, None, admitted=True)
+                        else:
+                            self.send_call(call, reply, 0, admitted=True)
                 if here:  # (no lock held: ``room`` completes once it is queued here)
                     self._submit_here(call, reply, room)
                     return
