@@ -464,6 +464,31 @@ def test_a_submit_is_refused_while_a_sender_waits_for_the_outbox(clock):
         assert [m for s, m in seen if s == 2] == list(range(200))
 
 
+def test_a_submit_for_another_target_passes_sends_waiting_for_the_same_peer(clock):
+    """python-api §9: ``submit()`` is refused when the outbound queue is full, and while a
+    call for its own target waits there (it must not overtake it); calls waiting for another
+    Spot of that node do not refuse it (per-sender order is per target), as long as the queue
+    is under ``peer_outbound_submit_bytes``."""
+    with _pair(clock) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("cold", "t.bp.hot").wait(WAIT)
+        c2 = n2.client()
+        c2.send_to_spot("cold", Bump(sender=3, n=0)).wait(WAIT)  # node-2 learns its route
+        cluster.wait_idle(WAIT)
+        c2, futures = _senders_waiting(cluster)  # sends for "hot" wait for room
+        assert n2._runtime.router.outbox.waiting("node-1") > 0
+        c2.send_to_spot("cold", Bump(sender=3, n=1)).submit()  # nothing waits for "cold"
+        with pytest.raises(zlink.ResourceExhausted, match="'hot' wait"):
+            c2.send_to_spot("hot", Bump(sender=2, n=999)).submit()
+        GATE.set()
+        for f in futures:
+            assert f.result(WAIT) is None
+        cluster.wait_idle(WAIT)
+        assert c2.request_to_spot("cold", Seen()).wait(WAIT) == [[3, 0], [3, 1]]
+        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
+        assert [n for s, n in seen if s == 2] == list(range(200))
+
+
 def test_the_submit_limit_is_never_below_the_wait_limit(clock):
     with LocalCluster(
         build_app(), nodes=1, clock=clock, peer_outbound_bytes=8192,

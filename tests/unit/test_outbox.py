@@ -155,3 +155,35 @@ def test_a_batch_counts_its_messages_in_the_byte_account() -> None:
         "spot", "room-1", ("t.o.bump",) * 100, (one.payload,) * 100, "a", "a", "a", 0
     )
     assert estimated_size(batch) > 10 * estimated_size(one)  # (it was counted as 600 bytes)
+
+
+def test_a_fail_fast_put_is_held_only_behind_calls_for_its_own_target() -> None:
+    """python-api §9: a caller that may not wait is refused while a call for its target waits
+    or is being let go (it would overtake it), not for another target's waiters; a waiter
+    withdrawn or let go no longer holds its target."""
+    one = estimated_size(_send(1))
+    outbox, ours, _theirs, _receiver, _failures = _outbox(limit=one)
+    outbox.submit_limit = 100 * one
+    assert outbox.put_if_room("b", _send(1))  # at the wait limit now
+    hot: list[str] = []
+
+    def go() -> None:
+        hot.append("let go")
+        assert not outbox.put_if_room("b", _send(9), False, "room-1")  # still its turn
+        outbox.put("b", _send(2))
+
+    assert not outbox.wait_room("b", go, "room-1")
+    assert not outbox.has_room("b", True)  # a caller that may wait: behind everyone
+    assert not outbox.put_if_room("b", _send(3), False, "room-1")  # its own target waits
+    assert outbox.put_if_room("b", _send(4), False, "room-2")  # another target's: it passes
+    assert not outbox.put_if_room("b", _send(5), False)  # no target named: behind everyone
+    ours.run()  # room again: the waiter is let go, and puts
+    assert hot == ["let go"] and not outbox._targets and not outbox._target_of
+    assert outbox.put_if_room("b", _send(6), False, "room-1")
+    other: list[str] = []
+    outbox.limit = 0  # nobody is let go
+    withdrawn = lambda: other.append("never")  # noqa: E731
+    assert not outbox.wait_room("b", withdrawn, "room-3")
+    assert not outbox.put_if_room("b", _send(7), False, "room-3")
+    assert outbox.cancel_wait("b", withdrawn)
+    assert outbox.put_if_room("b", _send(8), False, "room-3") and other == []

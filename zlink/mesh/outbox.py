@@ -14,8 +14,9 @@ Guarantees / assumes:
   size until the transport takes it. A caller that may wait asks ``wait_room`` before it puts
   application DATA: while the peer is over ``limit`` or anyone waits before it, it waits,
   first come first served, and is called back (on the infrastructure thread) when there is
-  room. A caller that may not wait (``send.submit()``) is refused only past ``submit_limit``
-  (or while anyone waits: it must not overtake them): a burst of fail-fast sends has room to
+  room. A caller that may not wait (``send.submit()``) is refused only past ``submit_limit``,
+  or while a call for its own target waits (it must not overtake it: per-sender order is per
+  target; it may pass the waiters of other targets): a burst of fail-fast sends has room to
   spare, while waiting callers stop early, which lets this node's infrastructure thread,
   which drains this queue, run (under the GIL a sender runs whole switch intervals).
   Infrastructure traffic (replies, fences, relocation, relays) is never refused.
@@ -100,6 +101,10 @@ class Outbox:
         # peer -> waiters let go whose put has not happened yet: they still come first (a go
         # may wait for a lock the next caller holds; that caller must not overtake it)
         self._going: dict[str, int] = {}
+        # (peer, target) -> its calls waiting or let go and not yet put, and each waiter's
+        # target: a fail-fast caller is refused only behind a call for its own target
+        self._targets: dict[tuple[str, str], int] = {}
+        self._target_of: dict[Go, str] = {}
 
     # -- the put side (any thread, any lock held) -----------------------------------------------
     def put(self, peer: str, envelope: wire.Envelope) -> None:
@@ -123,13 +128,15 @@ class Outbox:
         if schedule:
             self._submit(self._flush)
 
-    def put_if_room(self, peer: str, envelope: wire.Envelope, can_wait: bool = True) -> bool:
+    def put_if_room(
+        self, peer: str, envelope: wire.Envelope, can_wait: bool = True, target: str = ""
+    ) -> bool:
         """``put`` application DATA for ``peer`` if there is room now (see ``has_room``), in one
         take of the lock: ``False``, and nothing queued, if not (the caller then waits, or is
         refused)."""
         size = estimated_size(envelope)
         with self._lock:
-            if not self._free(peer, self.limit if can_wait else self.submit_limit):
+            if not self._room(peer, can_wait, target):
                 return False
             schedule = self._append(peer, envelope, size)
         if schedule:
@@ -147,11 +154,21 @@ class Outbox:
         self._scheduled = True
         return True
 
-    def has_room(self, peer: str, can_wait: bool = True) -> bool:
+    def has_room(self, peer: str, can_wait: bool = True, target: str = "") -> bool:
         """Whether application DATA for ``peer`` may be put now without waiting: for a caller
-        that may wait, under ``limit``; for one that may not, under ``submit_limit``."""
+        that may wait, under ``limit`` and nobody waiting; for one that may not (a call for
+        ``target``), under ``submit_limit`` and no call for ``target`` waiting."""
         with self._lock:
+            return self._room(peer, can_wait, target)
+
+    def _room(self, peer: str, can_wait: bool, target: str) -> bool:
+        """(Under ``_lock``.) See ``has_room``; a caller that may not wait with no ``target``
+        is held to nobody waiting at all."""
+        if can_wait or not target:
             return self._free(peer, self.limit if can_wait else self.submit_limit)
+        return self._bytes.get(peer, 0) < self.submit_limit and not self._targets.get(
+            (peer, target)
+        )
 
     def _free(self, peer: str, limit: int) -> bool:
         """(Under ``_lock``.) Room for ``peer`` under ``limit``, and nobody waiting or let go
@@ -162,9 +179,10 @@ class Outbox:
             and not self._going.get(peer)
         )
 
-    def wait_room(self, peer: str, go: Go) -> bool:
-        """``True``: there is room now (``go`` is not kept). ``False``: ``go`` waits, behind
-        whoever waits already, until DATA for ``peer`` is under ``limit`` again."""
+    def wait_room(self, peer: str, go: Go, target: str = "") -> bool:
+        """``True``: there is room now (``go`` is not kept). ``False``: ``go`` (a call for
+        ``target``) waits, behind whoever waits already, until DATA for ``peer`` is under
+        ``limit`` again."""
         with self._lock:
             if self._free(peer, self.limit):
                 return True
@@ -172,6 +190,10 @@ class Outbox:
             if waiters is None:
                 waiters = self._waiters[peer] = deque()
             waiters.append(go)
+            if target:
+                key = (peer, target)
+                self._targets[key] = self._targets.get(key, 0) + 1
+                self._target_of[go] = target
             return False
 
     def cancel_wait(self, peer: str, go: Go) -> bool:
@@ -181,7 +203,20 @@ class Outbox:
             if not waiters or go not in waiters:
                 return False
             waiters.remove(go)
+            self._done_with(peer, go)
             return True
+
+    def _done_with(self, peer: str, go: Go) -> None:
+        """(Under ``_lock``.) ``go`` no longer waits, nor is it being let go."""
+        target = self._target_of.pop(go, None)
+        if target is None:
+            return
+        key = (peer, target)
+        left = self._targets[key] - 1
+        if left:
+            self._targets[key] = left
+        else:
+            del self._targets[key]
 
     def waiting(self, peer: str) -> int:
         """Callers waiting for room to ``peer``, and fences in their line (tests)."""
@@ -213,7 +248,11 @@ class Outbox:
         with self._lock:
             waiters = self._waiters.pop(peer, None)
         for go in waiters or ():
-            self._call(go)
+            try:
+                self._call(go)
+            finally:
+                with self._lock:
+                    self._done_with(peer, go)
 
     def _flush(self) -> None:
         """On the infrastructure thread: encode and send everything queued, in order. Nothing
@@ -320,6 +359,7 @@ class Outbox:
                 self._call(go)
             finally:
                 with self._lock:
+                    self._done_with(peer, go)
                     left = self._going[peer] - 1
                     if left:
                         self._going[peer] = left

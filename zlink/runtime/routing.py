@@ -455,13 +455,13 @@ class MeshRouter:
         as long as it takes, never refused."""
         outbox = self.outbox
         plain = reply is None and room is None  # its caller does not wait (``submit()``)
-        if outbox.has_room(peer, not plain):  # (accepted: it fits as its submit() would)
+        if outbox.has_room(peer, not plain, call.target):  # (accepted: as its submit() did)
             return True
         if plain and not accepted:
             self.rt.metrics.add("rejected_admissions")
             raise ResourceExhausted(
-                f"the outbound queue to node {peer!r} is full ({outbox.submit_limit:,} bytes, "
-                "or callers wait for room in it); nothing was queued"
+                f"the outbound queue to node {peer!r} is full ({outbox.submit_limit:,} bytes), "
+                f"or calls for {call.target!r} wait for room in it; nothing was queued"
             )
         timed = room is not None
         if room is None:
@@ -488,7 +488,7 @@ class MeshRouter:
                 return
             room.set(None, None)
 
-        if outbox.wait_room(peer, go):
+        if outbox.wait_room(peer, go, call.target):
             return True
         room.withdraw = functools.partial(outbox.cancel_wait, peer, go)
         self.rt.metrics.add("admission_waits")
@@ -550,7 +550,7 @@ class MeshRouter:
         take of the outbox lock (senders hold ``route_lock`` meanwhile); ``False``, and
         nothing queued, if it has not. ``Unavailable`` if ``peer`` is not reachable."""
         self._check_reachable(peer)
-        return self.outbox.put_if_room(peer, self.envelope(call, None), can_wait)
+        return self.outbox.put_if_room(peer, self.envelope(call, None), can_wait, call.target)
 
     def _post_call(
         self, call: MessageCall, reply: Completion | None, hops: int, route: Route
