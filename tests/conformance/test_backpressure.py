@@ -379,6 +379,17 @@ def test_a_slow_spot_on_another_node_pauses_its_sender_and_nothing_is_lost(clock
             assert not [k for k in node.counters() if "dropped" in k]
 
 
+def _routed(cluster: LocalCluster, spot: str, sender: int) -> zlink.Client:
+    """``spot`` made on node-1, and the last node's client, whose first send (``sender``'s
+    0) taught that node the route; returns that client."""
+    n1, *_, last = cluster.nodes
+    n1.client().spots.get_or_create(spot, "t.bp.hot").wait(WAIT)
+    client = last.client()
+    client.send_to_spot(spot, Bump(sender=sender, n=0)).wait(WAIT)
+    cluster.wait_idle(WAIT)
+    return client
+
+
 def _two_limits(clock: ManualClock) -> LocalCluster:
     """Two nodes whose senders wait past 2 KiB queued for a peer, and whose ``submit()`` is
     refused past 16 KiB; one DATA frame in flight between them."""
@@ -391,13 +402,10 @@ def _two_limits(clock: ManualClock) -> LocalCluster:
 def test_submit_fills_the_outbox_past_where_waiting_senders_stop(clock):
     """python-api §9 with two limits per peer: senders that may wait (``wait``, ``future``,
     requests) wait once ``peer_outbound_bytes`` are queued; ``submit()`` is refused only past
-    ``peer_outbound_submit_bytes``, or while anyone waits (it must not overtake them)."""
+    ``peer_outbound_submit_bytes``, or while a call for its own target waits."""
     with _two_limits(clock) as cluster:
-        n1, n2 = cluster.nodes
-        n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
-        c2 = n2.client()
-        c2.send_to_spot("hot", Bump(sender=2, n=0)).wait(WAIT)  # node-2 learns the route
-        cluster.wait_idle(WAIT)
+        _n1, n2 = cluster.nodes
+        c2 = _routed(cluster, "hot", 2)
         outbox = n2._runtime.router.outbox
         assert (outbox.limit, outbox.submit_limit) == (2048, 16 * 1024)
         cluster.transport.pause("node-1", "node-2")  # what node-2 sends stays in its outbox
@@ -443,40 +451,19 @@ def test_submits_that_waited_for_the_store_fit_under_the_submit_limit(clock):
         assert [m for s, m in seen if s == 2] == list(range(7))
 
 
-def test_a_submit_is_refused_while_a_sender_waits_for_the_outbox(clock):
-    """A ``submit()`` under ``peer_outbound_submit_bytes`` is still refused while an earlier
-    send waits for room: it would overtake it (per-sender order of ``future()`` then
-    ``submit()``, python-api §9)."""
+def test_a_submit_waits_for_nobody_but_calls_for_its_own_target(clock):
+    """python-api §9: ``submit()`` is refused when the outbound queue is full, and, under
+    ``peer_outbound_submit_bytes``, while a call for its own target waits there (it would
+    overtake it: per-sender order of ``future()`` then ``submit()``); calls waiting for
+    another Spot of that node do not refuse it (per-sender order is per target)."""
     with _pair(clock) as cluster:
-        c2, futures = _senders_waiting(cluster)
         outbox = cluster.nodes[1]._runtime.router.outbox
+        _routed(cluster, "cold", 3)
+        c2, futures = _senders_waiting(cluster)  # sends for "hot" wait for room
         assert outbox.waiting("node-1") > 0
         with outbox._lock:
             queued = outbox._bytes.get("node-1", 0)
         assert queued < outbox.submit_limit  # room for a submit, were nobody waiting
-        with pytest.raises(zlink.ResourceExhausted, match="wait"):
-            c2.send_to_spot("hot", Bump(sender=2, n=999)).submit()
-        GATE.set()
-        for f in futures:
-            assert f.result(WAIT) is None
-        cluster.wait_idle(WAIT)
-        seen = c2.request_to_spot("hot", Seen()).wait(WAIT)
-        assert [m for s, m in seen if s == 2] == list(range(200))
-
-
-def test_a_submit_for_another_target_passes_sends_waiting_for_the_same_peer(clock):
-    """python-api §9: ``submit()`` is refused when the outbound queue is full, and while a
-    call for its own target waits there (it must not overtake it); calls waiting for another
-    Spot of that node do not refuse it (per-sender order is per target), as long as the queue
-    is under ``peer_outbound_submit_bytes``."""
-    with _pair(clock) as cluster:
-        n1, n2 = cluster.nodes
-        n1.client().spots.get_or_create("cold", "t.bp.hot").wait(WAIT)
-        c2 = n2.client()
-        c2.send_to_spot("cold", Bump(sender=3, n=0)).wait(WAIT)  # node-2 learns its route
-        cluster.wait_idle(WAIT)
-        c2, futures = _senders_waiting(cluster)  # sends for "hot" wait for room
-        assert n2._runtime.router.outbox.waiting("node-1") > 0
         c2.send_to_spot("cold", Bump(sender=3, n=1)).submit()  # nothing waits for "cold"
         with pytest.raises(zlink.ResourceExhausted, match="'hot' wait"):
             c2.send_to_spot("hot", Bump(sender=2, n=999)).submit()
@@ -622,11 +609,8 @@ def _waiting_in_the_outbox(cluster: LocalCluster, wait: Any) -> Any:
     """Sender 2 of the last node sends 0, 1, 2 to "hot" on node-1 and then ``wait(client)``
     (made by the caller), which waits for room in the outbox to node-1: DATA from it is
     paused, and nobody waiting for node-1 is let go until ``_let_go``."""
-    n1, *_, n2 = cluster.nodes
-    n1.client().spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
-    c2 = n2.client()
-    c2.send_to_spot("hot", Bump(sender=2, n=0)).wait(WAIT)  # it learns the route
-    cluster.wait_idle(WAIT)
+    n2 = cluster.nodes[-1]
+    c2 = _routed(cluster, "hot", 2)
     outbox = n2._runtime.router.outbox
     cluster.transport.pause("node-1", n2.node_id)  # DATA from it is held
     outbox.limit = 1
