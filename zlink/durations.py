@@ -9,10 +9,18 @@ A leaf: imports only ``zlink.errors``.
 
 from __future__ import annotations
 
+import math
+
 from .errors import InvalidArgument
 
 MIN_SECONDS = 1e-3
 MAX_SECONDS = 1e7
+
+
+def poll_ms(seconds: float) -> int:
+    """A wait of ``seconds`` as whole milliseconds for a socket poll, rounded up (a wait for a
+    deadline that ended early would spin on ``poll(0)`` until it is due); never negative."""
+    return max(0, math.ceil(seconds * 1000))
 
 
 def check_seconds(value: object, what: str, *, zero_ok: bool = False) -> float:

@@ -150,6 +150,16 @@ class InfraExecutor:
             if self._io is io:
                 self._io = None
 
+    def finish_here(self, io: InfraIO) -> bool:
+        """Turn ``io`` a last time on the calling thread and stop hosting it, when no other
+        thread will turn it again: the caller is this executor's own thread, or the thread
+        has ended. ``False``, nothing done: the thread lives and will do that last turn."""
+        if self.runs_here() or not self.alive:
+            io.turn(0.0)
+            self.release(io)
+            return True
+        return False
+
     def runs_here(self) -> bool:
         """Whether the caller runs on this executor's own thread (not just any node's
         infrastructure thread, which :func:`in_infrastructure` tells)."""

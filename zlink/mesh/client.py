@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-import math
 import os
 import socket
 import threading
@@ -62,7 +61,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ..addresses import check_endpoint
-from ..durations import check_seconds
+from ..durations import check_seconds, poll_ms
 from ..errors import (
     Cancelled,
     DeadlineExceeded,
@@ -302,9 +301,8 @@ class _Connection:
         self._wake_now()
         if not self._hosted:  # never opened: its sockets are closed here
             self._close_sockets()
-        elif self._infra.runs_here() or not self._infra.alive:
-            self.turn(0.0)  # no other thread turns it now: its last turn (it closes) is here
-            self._infra.release(self)
+        elif self._infra.finish_here(self):
+            pass  # no other thread turns it now: its last turn (it closes) was here
         else:  # the last turn writes the goodbye, then closes the sockets on its thread
             self._io_done.wait(_CLOSE_LINGER_MS / 1000 + 5)
         self._infra.stop(5.0)
@@ -807,7 +805,7 @@ class _Connection:
             return False
         dealer = self._dealer
         try:
-            wait = None if timeout is None else max(0, math.ceil(timeout * 1000))
+            wait = None if timeout is None else poll_ms(timeout)
             ready = dict(self._poller.poll(wait))
             if self._wake_r in ready:
                 self._drain_wake()

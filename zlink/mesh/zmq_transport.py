@@ -56,7 +56,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import math
 import secrets
 import struct
 import threading
@@ -70,6 +69,7 @@ from typing import Any, Protocol
 import zmq
 
 from ..addresses import check_listen
+from ..durations import poll_ms
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .keys import MeshKeys
 from .transport import Channel, NodeLink, data_resumed, data_room
@@ -95,9 +95,7 @@ class IoHost(Protocol):
 
     def host(self, io: Any) -> None: ...
 
-    def release(self, io: Any) -> None: ...
-
-    def runs_here(self) -> bool: ...
+    def finish_here(self, io: Any) -> bool: ...
 
     @property
     def alive(self) -> bool: ...
@@ -452,9 +450,8 @@ class ZmqTransport:
             self._wake()
             if self._thread is not None:
                 self._thread.join(5.0)
-        elif host.runs_here() or not host.alive:
-            self.turn(0.0)  # no other thread turns it now: its last turn is this one's
-            host.release(self)
+        elif host.finish_here(self):
+            pass  # no other thread turns it now: its last turn was this one's
         else:
             self._wake()
             finished = self._finished.wait(self._detach_wait)
@@ -652,11 +649,10 @@ class ZmqTransport:
         and counts it (``transport_errors``)."""
         self._owner = threading.get_ident()
         try:
-            # rounded up: a deadline's wait that ended early would spin on poll(0) until due
-            own = max(0, math.ceil((self._next_ping - time.monotonic()) * 1000))
+            own = poll_ms(self._next_ping - time.monotonic())
             wait = min(own, self._greet_wait(time.monotonic()))
             if timeout is not None:
-                wait = min(wait, max(0, math.ceil(timeout * 1000)))
+                wait = min(wait, poll_ms(timeout))
             poller = self._poller
             ready = dict(poller.poll(wait))
             if self._wake_r in ready:
