@@ -155,6 +155,44 @@ def test_an_async_handler_in_a_batch_gets_a_queued_turn_of_its_own(make_node):
     assert c.request_to_spot("b", Seen()).wait(WAIT) == [1, 2, 3]
 
 
+def test_a_batch_with_an_async_handler_that_does_not_fit_is_refused_whole(make_node):
+    """§8 "all or none admitted" holds for a batch queued message by message too (an async
+    handler's message is a turn alone): a refusal partway used to leave the first ones queued
+    while the caller heard that the batch failed."""
+    node = make_node(build_app(), app_lane_items=5)
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    act = node._runtime.spots["b"]
+    run_until_idle(node, WAIT)
+    assert act.gate._flag.acquire(False)  # hold the gate: the lane fills
+    c.send_many_to_spot("b", [Add(n=1), Later(n=2)]).submit()
+    with pytest.raises(zlink.ResourceExhausted, match="nothing of the batch"):
+        c.send_many_to_spot("b", [Later(n=3), Add(n=4), Later(n=5), Add(n=6)]).submit()
+    assert act.owner.lanes.reserved()[0] == 2  # the refusal queued nothing
+    c.send_many_to_spot("b", [Later(n=7), Add(n=8), Later(n=9)]).submit()  # fits whole
+    assert act.owner.lanes.reserved()[0] == 5
+    node._runtime.pool.submit(act.gate._run)
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == [1, 2, 7, 8, 9]
+
+
+def test_a_waiting_batch_with_an_async_handler_waits_for_room_for_all_of_it(make_node):
+    """python-api §9: ``wait()`` on a batch waits for room for the whole batch, whichever way
+    its messages are queued; then all of it runs, in order, behind what was there."""
+    node = make_node(build_app(), app_lane_items=4)
+    c = node.client()
+    c.spots.get_or_create("b", "t.bs.box").wait(WAIT)
+    act = node._runtime.spots["b"]
+    run_until_idle(node, WAIT)
+    assert act.gate._flag.acquire(False)
+    c.send_many_to_spot("b", [Add(n=1), Add(n=2), Later(n=3)]).submit()
+    waiting = c.send_many_to_spot("b", [Later(n=4), Add(n=5), Later(n=6)]).future()
+    assert not waiting.done()  # no room for three: it waits, as one, with nothing queued
+    assert act.owner.lanes.waiting() == 1 and act.owner.lanes.reserved()[0] == 3
+    node._runtime.pool.submit(act.gate._run)
+    assert waiting.result(WAIT) is None
+    assert c.request_to_spot("b", Seen()).wait(WAIT) == [1, 2, 3, 4, 5, 6]
+
+
 def test_a_queued_batch_moves_with_its_spot_message_by_message(clock: ManualClock):
     with LocalCluster(build_app(), nodes=2, clock=clock, workers=2) as cluster:
         n1, n2 = cluster.nodes

@@ -28,6 +28,7 @@ from .infra import DeadlineHandle as DeadlineHandle
 from .infra import InfraExecutor as InfraExecutor
 from .infra import in_infrastructure as in_infrastructure
 from .lanes import Admission as Admission
+from .lanes import Entries as Entries
 from .lanes import Lane as Lane
 from .lanes import LaneLimits as LaneLimits
 from .lanes import OwnerLanes as OwnerLanes
@@ -51,6 +52,7 @@ __all__ = [
     "Clock",
     "DaemonPool",
     "DeadlineHandle",
+    "Entries",
     "Gate",
     "InfraExecutor",
     "Job",

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .clock import Clock
-from .lanes import ADMITTED, APPLICATION, Admission, OwnerLanes
+from .lanes import ADMITTED, APPLICATION, Admission, Entries, OwnerLanes
 from .pool import WorkerPool
 from .turn import CLOSED, CURRENT_TURN, DONE, KEEP_GATE, RELEASE_GATE, Job, Step, Turn
 
@@ -94,6 +94,10 @@ class Owner:
         """Admit ``job`` (``job.count`` items: a batch counts each message) to the application
         lane, all or nothing, and make the owner ready; see ``OwnerLanes.put_app``."""
         return self.lanes.put_app(job, job.size, job.count)
+
+    def put_app_entries(self, entries: Entries) -> Admission:
+        """Admit several jobs at once, all or none (``OwnerLanes.put_app_entries``)."""
+        return self.lanes.put_app_entries(entries)
 
     def put_life(self, job: Job) -> Admission:
         """Admit ``job`` to the lifecycle lane and make the owner ready."""

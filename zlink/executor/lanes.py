@@ -70,6 +70,20 @@ class LaneLimits(NamedTuple):
     waiters: int = 1024  # producers waiting for room, per lane (python-api §9; seed §1)
 
 
+class Entries:
+    """Several queue entries admitted together, all or none, behind one check of the limits
+    (a batch whose messages each need a turn alone, python-api §8): reserved as one and
+    appended one after another with nothing between them; each entry is then an item of its
+    own (``count`` 1) that returns its own reservation. ``size``: their payload bytes."""
+
+    __slots__ = ("count", "items", "size")
+
+    def __init__(self, items: list[Any], size: int) -> None:
+        self.items = items
+        self.size = size
+        self.count = len(items)
+
+
 class RoomWaiter:
     """A producer waiting for room in one lane (python-api §9): ``item`` is appended, with its
     reservation, once it fits and everyone before it got in; then ``notify(ADMITTED)`` runs
@@ -203,6 +217,25 @@ class OwnerLanes:
             )
         self._ready()
         return over
+
+    def put_app_entries(self, entries: Entries) -> Admission:
+        """``put_app`` for several entries: all of them admitted and appended, or none."""
+        count = entries.count
+        cost = entries.size + self._retained * count
+        with self._put_lock:
+            if self.closed:
+                return ADMISSION_CLOSED
+            if self._app_in - self._app_out + count > self._app_items or self.app_waiters:
+                return FULL_COUNT
+            if self._app_in_bytes - self._app_out_bytes + cost > self._app_bytes:
+                return FULL_BYTES
+            self._app_in += count
+            self._app_in_bytes += cost
+            if self.app is None:
+                self.app = deque()
+            self.app.extend(entries.items)
+        self._ready()
+        return ADMITTED
 
     def put_life(self, item: Any, payload_bytes: int) -> Admission:
         """Reserve in the lifecycle lane, which shares nothing with the application lane (§7)."""
@@ -353,7 +386,11 @@ class OwnerLanes:
             self._app_in_bytes += waiter.cost
             if self.app is None:
                 self.app = deque()
-            self.app.append(waiter.item)
+            item = waiter.item
+            if type(item) is Entries:
+                self.app.extend(item.items)
+            else:
+                self.app.append(item)
         else:
             self._life_in += waiter.count
             self._life_in_bytes += waiter.cost

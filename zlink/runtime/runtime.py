@@ -42,6 +42,7 @@ from ..errors import (
 from ..executor import (
     Admission,
     DaemonPool,
+    Entries,
     Gate,
     Job,
     LaneLimits,
@@ -398,7 +399,7 @@ class Runtime:
         )
 
     def _wait_for_room(
-        self, act: SpotAct | ActorAct, job: Job, call: MessageCall | BatchSendCall,
+        self, act: SpotAct | ActorAct, job: Job | Entries, call: MessageCall | BatchSendCall,
         reply: Completion | None,
         mode: WaitMode, hops: int, room: Admitted | None,
     ) -> Completion:  # fmt: skip
@@ -517,15 +518,16 @@ class Runtime:
                     "nothing of the batch was queued"
                 )
             found[tp] = handler
-        if any(h.is_async for h in found.values()):
-            self._one_by_one(call)  # an async handler suspends: its message is a turn alone
-            return
-        one = next(iter(types)) if len(types) == 1 else None
-        handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
-        total = lane_size_many(msgs, one)
-        job = BatchJob(act, handlers, msgs, sender, total)
-        job.at = self._now()
-        verdict = act.owner.put_app(job)
+        job: Job | Entries
+        if any(h.is_async for h in found.values()):  # an async handler suspends: each
+            job = self._entries(act, found, msgs, sender)  # message a job, a turn alone
+            verdict = act.owner.put_app_entries(job)
+        else:
+            one = next(iter(types)) if len(types) == 1 else None
+            handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
+            job = BatchJob(act, handlers, msgs, sender, lane_size_many(msgs, one))
+            job.at = self._now()
+            verdict = act.owner.put_app(job)
         if verdict == ADMITTED:
             return
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile: the moving path, in order
@@ -540,6 +542,21 @@ class Runtime:
             f"the application lane of {act.name!r} has no room for {len(msgs)} messages; "
             "nothing of the batch was queued"
         )
+
+    def _entries(
+        self, act: SpotAct | ActorAct, found: dict[type[Message], HandlerSpec],
+        msgs: list[Message], sender: str | None,
+    ) -> Entries:  # fmt: skip
+        """A batch as one job per message, admitted together (all or none, python-api §8)."""
+        now = self._now()
+        jobs: list[MessageJob] = []
+        size = 0
+        for msg in msgs:
+            job = MessageJob(act, found[type(msg)], msg, None, None, sender, lane_size(msg))
+            job.at = now
+            size += job.size
+            jobs.append(job)
+        return Entries(jobs, size)
 
     def _one_by_one(self, call: BatchSendCall) -> None:
         for msg in call.msgs:
