@@ -605,6 +605,63 @@ def test_a_send_waiting_in_the_outbox_stays_ahead_of_calls_kept_behind_a_later_f
         assert [n for s, n in seen if s == 3] == [0, 1, 2, 3, 4, 5]
 
 
+def test_a_fence_that_finds_its_spot_not_where_the_hint_said_keeps_the_path_it_fenced(clock):
+    """The rare order failure of the process mesh (a room moved 50 times under 4 senders: a
+    sender's last 36 messages ran ahead of ~100 earlier ones, about 1 run in 40-60 on 3.11).
+    A hint said the Spot went to node-2; the fence node-3 sent along its path found it live
+    on node-1 (it had come back), where node-3's earlier calls were still waiting for room
+    in its lane. The fence came back at once, and node-3 dropped its path and asked the
+    store for its next calls: once the Spot moved on, the store named the new node, and
+    node-3 sent straight there while its earlier calls were still relayed to it by node-1,
+    so they could arrive after. The path the fence proved (every earlier call is on it)
+    stays the path: later calls follow the earlier ones through node-1, which parks or
+    relays them behind those (per-sender order, python-api §9)."""
+    from zlink.mesh import wire
+    from zlink.mesh.transport import Channel
+
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, app_lane_items=4) as cluster:
+        n1, _n2, n3 = cluster.nodes
+        c3 = _routed(cluster, "hot", 3)  # node-3 sends by node-1
+        n1.client().send_to_spot("hot", Block()).submit()
+        assert BLOCKING.wait(WAIT)
+        sent = [c3.send_to_spot("hot", Bump(sender=3, n=n)).future() for n in range(1, 9)]
+        for f in sent:  # accepted at node-3; at node-1 some wait for room in the lane
+            assert f.result(WAIT) is None
+        lanes = n1._runtime.spots["hot"].owner.lanes
+        for _ in range(50):  # (bounded) they reach node-1, where the running Block holds "hot"
+            if n3.wait_idle(WAIT) and n1.wait_idle(WAIT, busy=1) and lanes.waiting():
+                break
+        assert lanes.waiting()
+        router3 = n3._runtime.router
+        hint = wire.RouteEnvelope("hot", "node-2", 999, 999)  # "it went to node-2"
+        n3._infra.submit(router3.received, "node-2", Channel.COMPLETION, wire.encode(hint))
+        for _ in range(50):  # node-1 answers the fence: "hot" is here
+            if n3.wait_idle(WAIT) and n1.wait_idle(WAIT, busy=1) and not router3._switching:
+                break
+        assert n3.counters()["route_fences"] == 1
+        known = router3._known("hot")
+        assert known is not None and known.node == "node-1"  # not "ask the store"
+        later = [c3.send_to_spot("hot", Bump(sender=3, n=n)).future() for n in (9, 10)]
+        finish = _move_to_node_2(n1)  # the seal parks the waiting calls, in their order
+        GATE.set()
+        finish()
+        for f in later:
+            assert f.result(WAIT) is None
+        assert _sender_3(cluster, 11) == list(range(11))
+
+
+def _sender_3(cluster: LocalCluster, count: int) -> list[int]:
+    """What "hot" saw of sender 3, once it saw ``count`` of its messages (bounded)."""
+    client = cluster.nodes[0].client()
+    seen: list[int] = []
+    for _ in range(50):
+        _settled(cluster)
+        seen = [n for s, n in client.request_to_spot("hot", Seen()).wait(WAIT) if s == 3]
+        if len(seen) >= count:
+            break
+    return seen
+
+
 def _waiting_in_the_outbox(cluster: LocalCluster, wait: Any) -> Any:
     """Sender 2 of the last node sends 0, 1, 2 to "hot" on node-1 and then ``wait(client)``
     (made by the caller), which waits for room in the outbox to node-1: DATA from it is

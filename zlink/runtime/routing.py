@@ -18,7 +18,9 @@ Guarantees / assumes:
   sent before it; only then do the kept calls leave, along the new path. A call that waits
   for room in the outbox (python-api §9) was made before the fence: the fence joins the line
   of waiters to that peer, and a waiter let go while its fence is out is kept ahead of what
-  the fence keeps. Transports need only per-connection order.
+  the fence keeps. A fence that finds the target elsewhere than the hint said (it came back,
+  or went on) leaves the old path as it was: the calls before it are all with the target,
+  come that way, and the next ones follow them. Transports need only per-connection order.
 * Envelopes are typed (``zlink.mesh.wire``) and leave through the node's ``Outbox``: posting
   never blocks and may happen under ``route_lock``; the transport is called only by the
   infrastructure thread. What arrives is decoded there; bytes that do not decode are counted
@@ -700,7 +702,8 @@ class MeshRouter:
             self.post(env.first_origin, back)
 
     def _on_fenced(self, env: wire.FencedEnvelope) -> None:
-        """The fence is back: the new path is safe; the calls kept behind it go, in order."""
+        """The fence is back: the new path is safe (or, found elsewhere than the hint said,
+        the old one stays); the calls kept behind it go, in order."""
         target = env.target
         with self.route_lock:
             kept = self._switching.pop(target, None)
@@ -709,12 +712,18 @@ class MeshRouter:
             self._fence_via.pop(target, None)
             if kept is None:
                 return
-            self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
             owner = env.owner_node
             if learned is not None and owner == learned.node:
+                self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
                 self._routes[target] = learned
-            else:  # here, nowhere, or not where the hint said: the store says, when next asked
+            elif owner is None or owner == self.rt.node_id:  # gone, or here: the store says
+                self._moved.pop(target, None)  # when next asked
                 self._routes.pop(target, None)
+            # else not where the hint said (it went back, or on): every call made before the
+            # fence is with it now, come by the old path, so the old path stays; later calls
+            # follow them along it, and a newer hint fences again. Asking the store instead
+            # let later calls go straight to where the Spot moved next while the earlier ones
+            # were still relayed there (per-sender order, python-api §9).
 
             def resend() -> None:  # re-routed from here, as if they had just arrived
                 for item in kept:
