@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from zlink.errors import ZLinkError
 from zlink.mesh import wire
 from zlink.mesh.outbox import Outbox, estimated_size
@@ -108,6 +110,36 @@ def test_the_in_process_transport_bounds_data_in_flight_in_bytes_too() -> None:
     theirs.run()
     assert receiver.frames == [b"x" * 600, b"B" * 5000]
     assert transport.send("a", "b", Channel.DATA, b"z")
+
+
+def test_the_in_process_transport_hands_a_burst_over_in_one_task_in_order() -> None:
+    """Frames sent while none is being taken wait behind one delivery task on the receiver's
+    infrastructure thread; a frame whose handling raises ends that task (the thread counts
+    it), and the frames behind it go next, ahead of any sent since, with credit exact."""
+    transport = InProcessTransport(data_limit=100)
+
+    class _Faulty(_Receiver):
+        def received(self, peer: str, channel: Channel, data: bytes) -> None:
+            super().received(peer, channel, data)
+            if data == b"2":
+                raise RuntimeError("a fault of the node's intake")
+
+    receiver, theirs, ours = _Faulty(), _Jobs(), _Jobs()
+    transport.attach("b", receiver, theirs)
+    transport.attach("a", _Receiver(), ours)
+    theirs.run()
+    for n in range(1, 5):
+        assert transport.send("a", "b", Channel.DATA, str(n).encode())
+    assert len(theirs.queue) == 1  # one task for the burst
+    fn, args = theirs.queue.pop(0)
+    with pytest.raises(RuntimeError):
+        fn(*args)
+    assert receiver.frames == [b"1", b"2"]
+    assert transport.send("a", "b", Channel.DATA, b"5")
+    theirs.run()
+    assert receiver.frames == [b"1", b"2", b"3", b"4", b"5"]
+    assert transport._flows[("a", "b")].in_flight == 0
+    assert transport._flows[("a", "b")].in_flight_bytes == 0
 
 
 class _Interrupted(BaseException):

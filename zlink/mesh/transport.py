@@ -149,6 +149,7 @@ class _Flow:
     blocked: bool = False  # a send was refused: the sender waits for ``writable``
     paused: bool = False
     held: deque[bytes] = field(default_factory=deque)
+    pending: list[bytes] | None = None  # handed over, one delivery task scheduled for them
 
 
 class InProcessTransport:
@@ -238,20 +239,41 @@ class InProcessTransport:
             if flow.paused:  # kept in order until resumed
                 flow.held.append(data)
             else:
-                target.submit(self._deliver, flow, target, peer, sender, data)
+                self._hand(flow, target, peer, sender, [data])
             return True
 
-    def _deliver(
-        self, flow: _Flow, target: _Attached, receiver: str, sender: str, data: bytes
+    def _hand(
+        self, flow: _Flow, target: _Attached, receiver: str, sender: str, frames: list[bytes]
     ) -> None:
-        """(The receiver's infrastructure thread.) Hand a DATA frame over; once taken, the
-        sender may send another, and is told so if it was waiting."""
+        """(Under ``_lock``.) Queue ``frames`` for delivery, behind what is queued: one task
+        on the receiver's infrastructure thread takes every frame queued by the time it
+        runs (a submit, and a take of this lock, per burst rather than per frame)."""
+        if flow.pending is None:
+            flow.pending = frames
+            target.submit(self._deliver, flow, target, receiver, sender)
+        else:
+            flow.pending.extend(frames)
+
+    def _deliver(self, flow: _Flow, target: _Attached, receiver: str, sender: str) -> None:
+        """(The receiver's infrastructure thread.) Hand the queued DATA frames over, in
+        order; once taken, the sender may send more, and is told so if it was waiting."""
+        with self._lock:
+            frames, flow.pending = flow.pending or [], None
+        taken = size = 0
         try:
-            target.link.received(sender, Channel.DATA, data)
+            for data in frames:
+                taken += 1
+                size += len(data)
+                target.link.received(sender, Channel.DATA, data)
         finally:
             with self._lock:
-                flow.in_flight -= 1
-                flow.in_flight_bytes -= len(data)
+                rest = frames[taken:]  # a fault escaped (counted by the infrastructure
+                if rest and flow.pending is not None:  # thread): the rest go first, next
+                    flow.pending[:0] = rest  # (a task for what came since is scheduled)
+                elif rest:
+                    self._hand(flow, target, receiver, sender, rest)
+                flow.in_flight -= taken
+                flow.in_flight_bytes -= size
                 wake = flow.blocked and data_resumed(
                     flow.in_flight, flow.in_flight_bytes, self._limit, self._bytes_limit
                 )
@@ -276,8 +298,9 @@ class InProcessTransport:
             if target is None or flow is None or not flow.paused:
                 return
             flow.paused = False
-            while flow.held:
-                target.submit(self._deliver, flow, target, node_id, peer, flow.held.popleft())
+            if flow.held:
+                self._hand(flow, target, node_id, peer, list(flow.held))
+                flow.held.clear()
 
     def paused(self, node_id: str, peer: str) -> bool:
         """Whether ``node_id`` has paused DATA from ``peer`` (status, tests)."""
