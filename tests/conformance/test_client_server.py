@@ -470,6 +470,92 @@ def test_a_node_shut_down_under_a_client_fails_its_pending_calls_at_once(serve, 
         client.request_to_spot("r", Echo(text="x")).wait(WAIT)
 
 
+def _until_lost(client: Any) -> None:
+    """Bounded: until the client's connection says it is lost (the node's goodbye came)."""
+    end = time.monotonic() + WAIT
+    while client._connection.state != "lost":
+        assert time.monotonic() < end, "the client never noticed the node went away"
+        threading.Event().wait(0.01)  # polling the client's own thread's verdict, bounded
+
+
+def test_a_client_reconnects_to_a_node_restarted_at_its_endpoint(serve, connect):
+    """A demanding user's expectation (Orleans' gateway client, redis-py): a node restarted
+    under a running client does not leave the client dead. What was pending fails at once
+    (it may or may not have been taken); calls made while the node is away fail at once with
+    ``Unavailable``, saying the client reconnects; once the node is back the client is
+    connected again by itself (python-api §10)."""
+    node = serve(node_id="n-a")
+    client = connect(node)
+    _room(client)
+    assert client.request_to_spot("r", Echo(text="x")).wait(WAIT) == "x"
+    address = node.address
+    node.shutdown(timeout=WAIT)
+    _until_lost(client)
+    with pytest.raises(zlink.Unavailable, match="reconnects"):
+        client.send_to_spot("r", Note(n=1)).submit()
+    with pytest.raises(zlink.DeadlineExceeded):
+        client.wait_connected(0.01)  # (nobody listens there now)
+    again = serve(node_id="n-a", listen=address)
+    client.wait_connected(WAIT)
+    _room(client)  # a new node: a new room
+    assert client.request_to_spot("r", Echo(text="y")).wait(WAIT) == "y"
+    assert client.node_id == "n-a" and client.endpoint == address == again.address
+    assert client.counters()["reconnects"] == 1
+
+
+def test_a_client_of_several_endpoints_takes_the_first_that_answers_and_fails_over(serve):
+    """Nodes of one mesh each route any call, so a client may be given several: it connects
+    to the first that answers (a dead one costs only its share of the timeout) and, when that
+    node goes away, to the next one that answers."""
+    first, second = serve(node_id="n-1"), serve(node_id="n-2")
+    with socket.socket() as probe:  # an endpoint nobody answers at (bound, never accepting)
+        probe.bind(("127.0.0.1", 0))
+        dead = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+        started = time.monotonic()
+        client = zlink.connect([dead, first.address, second.address], timeout=1.5)
+        assert time.monotonic() - started < WAIT
+    try:
+        assert client.node_id == "n-1"
+        first.shutdown(timeout=WAIT)
+        _until_lost(client)
+        client.wait_connected(WAIT)
+        assert client.node_id == "n-2" and client.endpoint == second.address
+        _room(client)
+        assert client.request_to_spot("r", Echo(text="z")).wait(WAIT) == "z"
+    finally:
+        client.close()
+    assert not [t for t in threading.enumerate() if t.name == "zlink-client-reconnect"]
+
+
+def test_a_client_made_not_to_reconnect_stays_lost_and_close_ends_reconnecting(serve, connect):
+    node = serve()
+    address = node.address
+    stays = connect(node, reconnect=False)
+    tries = connect(node)
+    node.shutdown(timeout=WAIT)
+    _until_lost(stays)
+    _until_lost(tries)
+    with pytest.raises(zlink.Unavailable) as refused:
+        stays.send_to_spot("r", Note(n=1)).submit()
+    assert "reconnects" not in str(refused.value)
+    assert any(t.name == "zlink-client-reconnect" for t in threading.enumerate())
+    tries.close()  # while it reconnects: the loop ends with it
+    assert not [t for t in threading.enumerate() if t.name == "zlink-client-reconnect"]
+    with pytest.raises(zlink.InvalidOperation):
+        tries.wait_connected(WAIT)
+    serve(listen=address)
+    with pytest.raises(zlink.DeadlineExceeded):
+        stays.wait_connected(0.3)  # the node is back, and this client does not come back
+
+
+def test_connect_refuses_bad_endpoint_lists_and_settings():
+    for bad in ([], ["tcp://127.0.0.1:7101", 7101], ("tcp://127.0.0.1",)):
+        with pytest.raises(zlink.InvalidArgument):
+            zlink.connect(bad)  # type: ignore[arg-type]
+    with pytest.raises(zlink.InvalidArgument, match="reconnect"):
+        zlink.connect("tcp://127.0.0.1:7101", reconnect="yes")  # type: ignore[arg-type]
+
+
 def _fake_node() -> tuple[zmq.Socket[Any], str]:
     """A ROUTER that answers one HELLO like a node does (and then does what the test says)."""
     ctx = zmq.Context.instance()

@@ -51,7 +51,7 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
@@ -61,7 +61,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from ..addresses import check_endpoint
-from ..durations import check_seconds, poll_ms
+from ..durations import check_seconds, check_timeout, poll_ms
 from ..errors import (
     Cancelled,
     DeadlineExceeded,
@@ -77,6 +77,7 @@ from ..messaging.context import Client
 from ..messaging.message import Message, reply_from_json, reply_type, wire_bytes
 from ..types import ActorCreateResult, SpotCreateResult, SpotRef, TargetKind
 from . import client_wire as cw
+from .client_failover import Connection, Failover
 from .keys import ClientKeys
 from .remote_errors import decode_error
 
@@ -95,6 +96,8 @@ _log = logging.getLogger("zlink.client")
 
 _RECV_BATCH = 256  # frames read at once before they go to the completion thread
 _CLOSE_LINGER_MS = 1000  # how long close() lets queued frames get out
+_ATTEMPT_TIMEOUT = 2.0  # seconds a reconnect attempt waits for a node's handshake, at most
+_CANCEL_LOOK = 0.05  # seconds between looks at a handshake's cancel event
 _PACK_BYTES = 64 * 1024  # frames queued together go as one PACK of at most this many bytes
 _PACK_FRAMES = 256  # ... and at most this many frames
 _LOST_EVENTS = (
@@ -211,10 +214,15 @@ class _Connection:
         window_bytes: int,
         heartbeat: float,
         keys: ClientKeys | None,
+        counters: _Counters | None = None,
+        on_lost: Callable[[], None] | None = None,
+        reconnecting: bool = False,
     ) -> None:
         self.endpoint = endpoint
         self._own_window = (window, window_bytes)
-        self.counters = _Counters()
+        self.counters = _Counters() if counters is None else counters
+        self._on_lost = on_lost  # (completion thread) told once the connection is lost
+        self._after_loss = "; the client reconnects (wait_connected())" if reconnecting else ""
         self._lock = threading.Lock()
         self._state = _State.CONNECTING
         self._why = ""  # why it was lost
@@ -265,8 +273,9 @@ class _Connection:
         self._io_done = threading.Event()  # the last turn closed the sockets
 
     # -- opening and closing --------------------------------------------------------------------
-    def open(self, timeout: float) -> None:
-        """Start the threads and shake hands: ``Unavailable`` if no node answers in time."""
+    def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
+        """Start the threads and shake hands: ``Unavailable`` if no node answers in time, or
+        once ``cancel`` is set (looked at every 50 ms)."""
         self._infra.start()
         self._infra.host(self)
         self._hosted = True
@@ -275,8 +284,12 @@ class _Connection:
             self._out.append(cw.encode(hello))
             self._signalled = True
         self._wake_now()
-        if not self._answered.wait(timeout):
-            raise Unavailable(f"no node answered at {self.endpoint} within {timeout:g} s")
+        end = time.monotonic() + timeout
+        while not self._answered.wait(min(_CANCEL_LOOK, max(0.0, end - time.monotonic()))):
+            if time.monotonic() >= end:
+                raise Unavailable(f"no node answered at {self.endpoint} within {timeout:g} s")
+            if cancel is not None and cancel.is_set():
+                raise Unavailable(f"the client was closed while it connected to {self.endpoint}")
         with self._lock:
             if self._state is not _State.UP:
                 raise Unavailable(f"node at {self.endpoint} did not take the client: {self._why}")
@@ -360,6 +373,8 @@ class _Connection:
             "connection_lost",
         )
         self._wake_now()
+        if was is _State.UP and self._on_lost is not None:
+            self._on_lost()
 
     @property
     def node_id(self) -> str:
@@ -383,6 +398,7 @@ class _Connection:
             raise InvalidOperation(f"the client of {self.endpoint} is closed")
         raise Unavailable(
             f"the connection to node {self.node_id} at {self.endpoint} was lost: {self._why}"
+            f"{self._after_loss}"
         )
 
     def submit(
@@ -911,34 +927,48 @@ class _Connection:
 
 class RemoteClient(Client):
     """What ``zlink.connect`` returns: a ``zlink.Client`` (the same calls and terminals as
-    ``node.client()``) on a connection to a node, plus ``close()``, ``counters()`` and the
-    context manager. Handler-only calls (``yield_()``, workers, joins) are
-    ``InvalidOperation``."""
+    ``node.client()``) on a connection to a node, plus ``close()``, ``counters()``,
+    ``wait_connected()`` and the context manager. Handler-only calls (``yield_()``, workers,
+    joins) are ``InvalidOperation``. After a lost connection it reconnects by itself (unless
+    made with ``reconnect=False``; see ``zlink.mesh.client_failover``)."""
 
-    __slots__ = ("_connection",)
+    __slots__ = ("_counters", "_failover")
 
-    def __init__(self, connection: _Connection) -> None:
-        super().__init__(connection)
-        self._connection = connection
+    def __init__(self, failover: Failover, counters: _Counters) -> None:
+        super().__init__(failover)
+        self._failover = failover
+        self._counters = counters
+
+    @property
+    def _connection(self) -> Connection:
+        """The connection calls go to now."""
+        return self._failover.current
 
     @property
     def node_id(self) -> str:
-        """The node this client is connected to."""
-        return self._connection.node_id
+        """The node this client is connected to (the last one, while it reconnects)."""
+        return self._failover.current.node_id
 
     @property
     def endpoint(self) -> str:
-        """Where it connected."""
-        return self._connection.endpoint
+        """Where it is connected (where it was, while it reconnects)."""
+        return self._failover.current.endpoint
 
     def counters(self) -> dict[str, int]:
-        """Late replies, sends the node dropped (by reason), frames, waits and the like."""
-        return self._connection.counters.snapshot()
+        """Late replies, sends the node dropped (by reason), frames, waits, reconnects and the
+        like, over every connection the client had."""
+        return self._counters.snapshot()
+
+    def wait_connected(self, timeout: float | None = None) -> None:
+        """Block until the client is connected (at once, unless it is reconnecting after a
+        loss); ``DeadlineExceeded`` after ``timeout`` seconds, ``InvalidOperation`` once it is
+        closed."""
+        self._failover.wait_connected(check_timeout(timeout, "a wait timeout"))
 
     def close(self) -> None:
         """Leave the node: frames already handed over still go out (for about a second);
-        calls still pending fail with ``Cancelled``. Safe to call twice."""
-        self._connection.close()
+        calls still pending fail with ``Cancelled``; reconnecting ends. Safe to call twice."""
+        self._failover.close()
 
     def __enter__(self) -> RemoteClient:
         return self
@@ -952,12 +982,12 @@ class RemoteClient(Client):
         self.close()
 
     def __repr__(self) -> str:
-        c = self._connection
+        c = self._failover.current
         return f"<zlink.RemoteClient of node {c.node_id!r} at {c.endpoint} {c.state}>"
 
 
 def connect(
-    endpoint: str,
+    endpoint: str | Sequence[str],
     timeout: float = 5.0,
     *,
     window: int = 1024,
@@ -965,11 +995,17 @@ def connect(
     heartbeat: float = 1.0,
     keys: str | os.PathLike[str] | None = None,
     client: str = "client",
+    reconnect: bool = True,
 ) -> RemoteClient:
     """A client of the node listening at ``endpoint`` (``tcp://HOST:PORT``), from any Python
     process (python-api §10). ``Unavailable`` if no node answers within ``timeout`` seconds (a
     handshake round trip); ``InvalidArgument`` for a malformed endpoint or setting.
 
+    ``endpoint`` may be several endpoints (nodes of one mesh): the first that answers is used
+    (each tried within its share of ``timeout``), and a reconnect tries them all.
+    ``reconnect``: after a lost connection (whose pending calls fail with ``Unavailable``),
+    connect again by itself, the lost endpoint first, backing off up to 2 s between rounds;
+    calls made meanwhile fail at once with ``Unavailable`` (``wait_connected()`` waits).
     ``window`` / ``window_bytes``: sends (and their payload bytes) this client keeps
     unacknowledged at most (the node may narrow them). ``heartbeat``: seconds between ZMTP
     heartbeats; a node silent for three of them is lost. ``keys``: the mesh's keys folder
@@ -977,20 +1013,30 @@ def connect(
     the key pair ``clients/<client>.key_secret`` in it; a node whose mesh does not know that
     key refuses the handshake, and ``connect`` ends with ``Unavailable`` at ``timeout``.
     """
-    endpoint = check_endpoint(endpoint)
+    given: list[object] = [endpoint]
+    if not isinstance(endpoint, str) and isinstance(endpoint, (list, tuple)):
+        given = list(endpoint)
+    if not given or not all(isinstance(e, str) for e in given):
+        raise InvalidArgument(f"an endpoint, or a non-empty list of them, got {endpoint!r}")
+    endpoints = tuple(dict.fromkeys(check_endpoint(e) for e in given))
     timeout = check_seconds(timeout, "a connect timeout")
     heartbeat = check_seconds(heartbeat, "a heartbeat interval")
     for what, value in (("window", window), ("window_bytes", window_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgument(f"{what} is a whole number >= 1, got {value!r}")
+    if not isinstance(reconnect, bool):
+        raise InvalidArgument(f"reconnect is True or False, got {reconnect!r}")
     loaded = None if keys is None else ClientKeys.load(keys, client)
-    connection = _Connection(endpoint, window, window_bytes, heartbeat, loaded)
-    try:
-        connection.open(timeout)
-    except BaseException:
-        connection.close()
-        raise
-    return RemoteClient(connection)
+    counters = _Counters()
+
+    def make(at: str, lost: Callable[[], None]) -> _Connection:
+        return _Connection(at, window, window_bytes, heartbeat, loaded, counters, lost,
+                           reconnect)  # fmt: skip
+
+    failover = Failover(endpoints, make, timeout, reconnect, min(timeout, _ATTEMPT_TIMEOUT),
+                        counters.add)  # fmt: skip
+    failover.open()
+    return RemoteClient(failover, counters)
 
 
 __all__ = ["RemoteClient", "connect"]

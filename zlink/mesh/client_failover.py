@@ -1,0 +1,266 @@
+"""Which connection a ``zlink.connect`` client's calls go to, and reconnecting after a loss
+(python-api §10; execution-model §16 "ClientServer").
+
+A client is given one endpoint or several (nodes of one mesh: any of them routes a call to any
+Spot). ``Failover`` is the client's ``RuntimePort``: each call goes to the current connection
+(``zlink.mesh.client``), which does all the work; this module only chooses it.
+
+Guarantees / assumes:
+* Opening tries the endpoints in the order given, each within its share of the connect
+  timeout left; the first node that answers the handshake is the connection.
+* A lost connection (the node's goodbye, a dropped TCP connection, heartbeats unanswered)
+  fails what was pending on it with ``Unavailable`` at once, as it always did (its sends then
+  counted as ``sends_unconfirmed_connection_lost``). With ``reconnect`` (the default), a
+  thread of the client's own then tries the endpoints in turn, the lost one first, each a
+  handshake bounded by ``attempt_timeout``, backing off from 50 ms to 2 s between rounds,
+  until a node answers: that connection is the current one from then on (``reconnects``
+  counted). What was pending is never resent (the node may have taken it: a caller retries
+  when it knows it is safe), so per-sender order never spans two connections.
+* While no connection is up, a call fails at once with ``Unavailable``, saying the client is
+  reconnecting; ``wait_connected`` blocks until one is up.
+* ``close()`` ends the reconnect thread and closes the current connection; a connection a
+  reconnect opened after the close is closed at once.
+* Lock order: ``_lock`` is a leaf. Under it the current connection is read or swapped and the
+  reconnect thread is started; no connection is opened or closed under it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ..errors import DeadlineExceeded, InvalidOperation, Unavailable
+from ..messaging.calls import NO_WAIT
+from ..messaging.port import RuntimePort
+
+if TYPE_CHECKING:
+    from ..messaging.calls import (
+        BatchSendCall,
+        CreateCall,
+        JoinCall,
+        MessageCall,
+        RelocationReadyCall,
+        WaitMode,
+        WorkerCall,
+    )
+    from ..messaging.completion import Admitted, Completion
+    from ..types import SpotRef
+
+_log = logging.getLogger("zlink.client")
+
+BACKOFF_FIRST = 0.05  # seconds between the first reconnect rounds
+BACKOFF_MOST = 2.0  # ... doubling up to this
+
+
+class Connection(RuntimePort, Protocol):
+    """One connection to one node (``zlink.mesh.client``): the port calls go to."""
+
+    @property
+    def endpoint(self) -> str: ...
+
+    @property
+    def node_id(self) -> str: ...
+
+    @property
+    def state(self) -> str: ...
+
+    def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
+        """Shake hands; ``Unavailable`` if no node answers in time (or ``cancel`` is set)."""
+        ...
+
+    def close(self) -> None:
+        """Leave (safe on a lost connection, and twice)."""
+        ...
+
+
+Opener = Callable[[str, Callable[[], None]], Connection]
+"""Makes a connection (not yet open) to an endpoint, which calls the function it is given
+once it is lost."""
+
+
+class Failover:
+    """A client's connections over time: the current one, and the loop that replaces it."""
+
+    def __init__(
+        self,
+        endpoints: tuple[str, ...],
+        make: Opener,
+        timeout: float,
+        reconnect: bool,
+        attempt_timeout: float,
+        counted: Callable[[str], None],
+    ) -> None:
+        self.endpoints = endpoints
+        self._make = make
+        self._timeout = timeout
+        self._reconnect = reconnect
+        self._attempt_timeout = attempt_timeout
+        self._counted = counted
+        self._lock = threading.Lock()
+        self._current: Connection | None = None
+        self._closed = threading.Event()
+        self._up = threading.Event()
+        self._loop: threading.Thread | None = None
+
+    # -- opening, losing, reconnecting ------------------------------------------------------
+    def open(self) -> None:
+        """Connect to the first endpoint that answers within the connect timeout;
+        ``Unavailable`` (with each endpoint's reason) if none does."""
+        end = time.monotonic() + self._timeout
+        reasons: list[str] = []
+        for i, endpoint in enumerate(self.endpoints):
+            share = max(0.0, end - time.monotonic()) / (len(self.endpoints) - i)
+            connection = self._try(endpoint, share)
+            if isinstance(connection, str):
+                reasons.append(connection)
+                continue
+            with self._lock:
+                self._current = connection
+            self._up.set()
+            return
+        raise Unavailable("; ".join(reasons))
+
+    def _try(self, endpoint: str, timeout: float) -> Connection | str:
+        """An open connection to ``endpoint``, or why there is none (a ``close()`` meanwhile
+        ends its handshake wait within 50 ms)."""
+        connection = self._make(endpoint, self._lost)
+        try:
+            connection.open(timeout, self._closed)
+        except Unavailable as exc:
+            connection.close()
+            return str(exc)
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def _lost(self) -> None:
+        """(The lost connection's own thread.) Start reconnecting, once."""
+        with self._lock:
+            self._up.clear()
+            if not self._reconnect or self._closed.is_set() or self._loop is not None:
+                return
+            self._loop = threading.Thread(
+                target=self._reconnect_loop, name="zlink-client-reconnect", daemon=True
+            )
+            self._loop.start()
+
+    def _reconnect_loop(self) -> None:
+        """Try the endpoints in turn, the lost one first, until a node answers."""
+        with self._lock:
+            lost = self._current
+        first = self.endpoints.index(lost.endpoint) if lost is not None else 0
+        order = self.endpoints[first:] + self.endpoints[:first]
+        delay = BACKOFF_FIRST
+        try:
+            while not self._closed.is_set():
+                for endpoint in order:
+                    if self._closed.is_set():
+                        return
+                    connection = self._try(endpoint, self._attempt_timeout)
+                    if isinstance(connection, str):
+                        continue
+                    with self._lock:
+                        closed = self._closed.is_set()
+                        if not closed:
+                            old, self._current = self._current, connection
+                            self._loop = None
+                    if closed:  # closed while it answered: it is not kept
+                        connection.close()
+                        return
+                    self._counted("reconnects")
+                    _log.warning("client reconnected to node %s at %s", connection.node_id,
+                                 endpoint)  # fmt: skip
+                    self._up.set()
+                    if old is not None:
+                        old.close()  # (lost: its threads end)
+                    return
+                self._closed.wait(delay)
+                delay = min(delay * 2, BACKOFF_MOST)
+        except BaseException:  # noqa: BLE001 - a fault here must not end reconnecting silently
+            _log.exception("the client's reconnect loop failed; it reconnects no more")
+            self._counted("reconnect_errors")
+
+    def wait_connected(self, timeout: float | None) -> None:
+        """Block until a connection is up; ``DeadlineExceeded`` after ``timeout`` seconds,
+        ``InvalidOperation`` once the client is closed."""
+        if not self._up.wait(timeout):
+            if self._closed.is_set():
+                raise InvalidOperation("the client is closed")
+            raise DeadlineExceeded(f"no node answered within {timeout} s")
+        if self._closed.is_set():
+            raise InvalidOperation("the client is closed")
+
+    def close(self) -> None:
+        """End reconnecting and close the current connection (safe twice)."""
+        with self._lock:
+            self._closed.set()
+            current, loop = self._current, self._loop
+        self._up.set()  # (a wait_connected ends: closed)
+        if current is not None:
+            current.close()
+        if loop is not None and loop is not threading.current_thread():
+            loop.join(self._attempt_timeout + 5.0)
+
+    @property
+    def current(self) -> Connection:
+        """The connection calls go to now (a lost one says why, as its calls fail)."""
+        connection = self._current
+        assert connection is not None, "opened first"
+        return connection
+
+    # -- the RuntimePort: every call goes to the current connection --------------------------
+    def submit(
+        self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int = 0,
+        force: bool = False, plain: bool = False, room: Admitted | None = None,
+    ) -> Completion:  # fmt: skip
+        return self.current.submit(call, reply, mode, hops, force, plain, room)
+
+    def submit_many(
+        self, call: BatchSendCall, room: Admitted | None = None, mode: WaitMode = NO_WAIT
+    ) -> None:
+        self.current.submit_many(call, room, mode)
+
+    def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
+        return self.current.submit_create(call, mode)
+
+    def close_ref(self, ref: SpotRef) -> bool:
+        return self.current.close_ref(ref)
+
+    def submit_worker(self, call: WorkerCall[Any]) -> Completion:
+        return self.current.submit_worker(call)
+
+    def defer_join(self, call: JoinCall) -> None:
+        self.current.defer_join(call)
+
+    def defer_relocation_ready(self, call: RelocationReadyCall) -> None:
+        self.current.defer_relocation_ready(call)
+
+    def check_yield(self, call: Any) -> None:
+        self.current.check_yield(call)
+
+    def yield_begin(self) -> object | None:
+        return self.current.yield_begin()
+
+    def yield_end(self, token: Any) -> None:
+        self.current.yield_end(token)
+
+    def subscribe(self, ref: SpotRef, topic: str, on: bool) -> None:
+        self.current.subscribe(ref, topic, on)
+
+    def leave(
+        self, actor_id: str, from_spot: str | None, then: Callable[[], None] | None = None
+    ) -> None:
+        self.current.leave(actor_id, from_spot, then)
+
+    def close_self(self, spot_id: str) -> None:
+        self.current.close_self(spot_id)
+
+    def actor_spot_id(self, actor_id: str) -> str:
+        return self.current.actor_spot_id(actor_id)
+
+
+__all__ = ["BACKOFF_FIRST", "BACKOFF_MOST", "Connection", "Failover"]
