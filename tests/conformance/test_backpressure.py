@@ -650,6 +650,36 @@ def test_a_fence_that_finds_its_spot_not_where_the_hint_said_keeps_the_path_it_f
         assert _sender_3(cluster, 11) == list(range(11))
 
 
+def test_a_fence_back_from_elsewhere_drops_an_old_path_that_broke_meanwhile(clock):
+    """A review's finding on the test above: the old path is kept only while it works. One
+    whose node this node cannot reach any more would refuse every call until that node's
+    lease lapsed; what went along it is lost with it, so the store may say where to go."""
+    from zlink.mesh import wire
+    from zlink.mesh.transport import Channel
+
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2) as cluster:
+        _n1, _n2, n3 = cluster.nodes
+        _routed(cluster, "hot", 3)
+        cluster.transport.pause("node-1", "node-3")  # the fence waits at node-1's door
+        router3 = n3._runtime.router
+        hint = wire.RouteEnvelope("hot", "node-2", 999, 999)
+        n3._infra.submit(router3.received, "node-2", Channel.COMPLETION, wire.encode(hint))
+        assert n3.wait_idle(WAIT) and n3.counters()["route_fences"] == 1
+        real = router3.transport
+
+        class _NotToNode1:  # node-3's view only: node-1 is unreachable from now on
+            def __getattr__(self, name: str) -> Any:
+                return getattr(real, name)
+
+            def reachable(self, peer: str) -> bool:
+                return peer != "node-1" and real.reachable(peer)
+
+        router3.transport = _NotToNode1()  # type: ignore[assignment]
+        cluster.transport.resume("node-1", "node-3")
+        _settled(cluster, lambda: not router3._switching)
+        assert router3._known("hot") is None  # the store says, when next asked
+
+
 def _sender_3(cluster: LocalCluster, count: int) -> list[int]:
     """What "hot" saw of sender 3, once it saw ``count`` of its messages (bounded)."""
     client = cluster.nodes[0].client()

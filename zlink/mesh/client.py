@@ -231,6 +231,7 @@ class _Connection:
         self._out: deque[bytes] = deque()  # frames for the I/O thread (under _lock)
         self._signalled = False  # a wake-up is on its way (under _lock)
         self._stop_io = False  # the I/O thread ends once _out is written (under _lock)
+        self._ended = False  # its threads were ended (_end_threads, under _lock)
         self._linger = 0  # ms the DEALER lets queued frames out at the end
         self._next = 1  # the next seq / correlation (under _lock)
         self._items = 0  # the window's use (under _lock)
@@ -311,6 +312,24 @@ class _Connection:
         self._fail_all(
             lost, Cancelled("the client was closed before the call completed"), "client_closed"
         )
+        self._end_threads()
+
+    def retire(self) -> None:
+        """End a lost connection's threads, leaving it lost: a caller that still holds it
+        hears ``Unavailable``, as from any lost connection (a client that connected again
+        retires the one it lost). Nothing else for a connection that is not lost."""
+        with self._lock:
+            if self._state is not _State.LOST:
+                return
+        self._end_threads()
+
+    def _end_threads(self) -> None:
+        """(Closed or lost: ``_stop_io`` is set.) The last I/O turn, then the threads end;
+        once (a connection retired, then closed)."""
+        with self._lock:
+            if self._ended:
+                return
+            self._ended = True
         self._wake_now()
         if not self._hosted:  # never opened: its sockets are closed here
             self._close_sockets()
@@ -365,6 +384,8 @@ class _Connection:
             _log.warning(
                 "client of node %s at %s: connection lost: %s", self.node_id, self.endpoint, why
             )
+            if self._on_lost is not None:  # before any caller hears of it (a caller told
+                self._on_lost()  # Unavailable who asks wait_connected() must wait)
         self._fail_all(
             lost,
             Unavailable(
@@ -373,8 +394,6 @@ class _Connection:
             "connection_lost",
         )
         self._wake_now()
-        if was is _State.UP and self._on_lost is not None:
-            self._on_lost()
 
     @property
     def node_id(self) -> str:

@@ -53,6 +53,7 @@ _log = logging.getLogger("zlink.client")
 
 BACKOFF_FIRST = 0.05  # seconds between the first reconnect rounds
 BACKOFF_MOST = 2.0  # ... doubling up to this
+_LOOK = 0.05  # seconds between looks while waiting to be connected (bounds a missed change)
 
 
 class Connection(RuntimePort, Protocol):
@@ -73,6 +74,10 @@ class Connection(RuntimePort, Protocol):
 
     def close(self) -> None:
         """Leave (safe on a lost connection, and twice)."""
+        ...
+
+    def retire(self) -> None:
+        """End a lost connection's threads, leaving it lost."""
         ...
 
 
@@ -100,9 +105,9 @@ class Failover:
         self._attempt_timeout = attempt_timeout
         self._counted = counted
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a swap or the close (notify_all)
         self._current: Connection | None = None
         self._closed = threading.Event()
-        self._up = threading.Event()
         self._loop: threading.Thread | None = None
 
     # -- opening, losing, reconnecting ------------------------------------------------------
@@ -119,7 +124,8 @@ class Failover:
                 continue
             with self._lock:
                 self._current = connection
-            self._up.set()
+            if connection.state != "up":  # lost in the moment since: reconnecting
+                self._lost()
             return
         raise Unavailable("; ".join(reasons))
 
@@ -132,16 +138,23 @@ class Failover:
         except Unavailable as exc:
             connection.close()
             return str(exc)
-        except BaseException:
-            connection.close()
-            raise
+        except Exception as exc:  # noqa: BLE001 - one attempt's fault (say, no file
+            connection.close()  # descriptor left) is that attempt's, counted
+            self._counted("reconnect_errors")
+            _log.warning("connecting to %s failed: %r", endpoint, exc)
+            return f"{endpoint}: {exc!r}"
         return connection
 
     def _lost(self) -> None:
-        """(The lost connection's own thread.) Start reconnecting, once."""
+        """(A connection's own thread, before its callers hear of the loss; or ``open``.)
+        Start reconnecting, unless the client is closed or a loop runs already (it looks at
+        what it installs, so one lost before that is never taken for up; ``open`` does the
+        same for the first)."""
         with self._lock:
-            self._up.clear()
-            if not self._reconnect or self._closed.is_set() or self._loop is not None:
+            if (
+                not self._reconnect or self._closed.is_set() or self._loop is not None
+                or self._current is None  # the first, not yet installed: ``open`` looks
+            ):  # fmt: skip
                 return
             self._loop = threading.Thread(
                 target=self._reconnect_loop, name="zlink-client-reconnect", daemon=True
@@ -149,61 +162,80 @@ class Failover:
             self._loop.start()
 
     def _reconnect_loop(self) -> None:
-        """Try the endpoints in turn, the lost one first, until a node answers."""
+        """Try the endpoints in turn, the lost one first, until a node answers and its
+        connection is still up once it is the current one, or the client is closed."""
         with self._lock:
             lost = self._current
         first = self.endpoints.index(lost.endpoint) if lost is not None else 0
         order = self.endpoints[first:] + self.endpoints[:first]
         delay = BACKOFF_FIRST
-        try:
-            while not self._closed.is_set():
-                for endpoint in order:
+        while not self._closed.is_set():
+            for endpoint in order:
+                connection = self._try(endpoint, self._attempt_timeout)
+                if isinstance(connection, str):
                     if self._closed.is_set():
                         return
-                    connection = self._try(endpoint, self._attempt_timeout)
-                    if isinstance(connection, str):
-                        continue
-                    with self._lock:
-                        closed = self._closed.is_set()
-                        if not closed:
-                            old, self._current = self._current, connection
-                            self._loop = None
-                    if closed:  # closed while it answered: it is not kept
-                        connection.close()
-                        return
+                    continue
+                if self._install(connection):
                     self._counted("reconnects")
                     _log.warning("client reconnected to node %s at %s", connection.node_id,
                                  endpoint)  # fmt: skip
-                    self._up.set()
-                    if old is not None:
-                        old.close()  # (lost: its threads end)
                     return
-                self._closed.wait(delay)
-                delay = min(delay * 2, BACKOFF_MOST)
-        except BaseException:  # noqa: BLE001 - a fault here must not end reconnecting silently
-            _log.exception("the client's reconnect loop failed; it reconnects no more")
-            self._counted("reconnect_errors")
+                if self._closed.is_set():
+                    return
+                # lost again before it was the current one: this loop goes on
+            self._closed.wait(delay)
+            delay = min(delay * 2, BACKOFF_MOST)
+
+    def _install(self, connection: Connection) -> bool:
+        """Make ``connection`` the current one (the lost one's threads end first); ``True``
+        if it is up then, and this loop is over (a loss from then on starts another). One
+        that came while the client closed is closed (``False``)."""
+        with self._lock:
+            old = self._current
+        if old is not None:
+            old.retire()  # (lost: a caller holding it still hears Unavailable)
+        with self._lock:
+            closed = self._closed.is_set()
+            if not closed:
+                self._current = connection
+                up = connection.state == "up"
+                if up:
+                    self._loop = None
+                    self._changed.notify_all()
+        if closed:
+            connection.close()
+            return False
+        return up
 
     def wait_connected(self, timeout: float | None) -> None:
-        """Block until a connection is up; ``DeadlineExceeded`` after ``timeout`` seconds,
-        ``InvalidOperation`` once the client is closed."""
-        if not self._up.wait(timeout):
-            if self._closed.is_set():
-                raise InvalidOperation("the client is closed")
-            raise DeadlineExceeded(f"no node answered within {timeout} s")
-        if self._closed.is_set():
-            raise InvalidOperation("the client is closed")
+        """Block until the current connection is up; ``DeadlineExceeded`` after ``timeout``
+        seconds, ``InvalidOperation`` once the client is closed."""
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while True:
+                if self._closed.is_set():
+                    raise InvalidOperation("the client is closed")
+                current = self._current
+                if current is not None and current.state == "up":
+                    return
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    raise DeadlineExceeded(f"no node answered within {timeout} s")
+                # a swap or the close notifies; a poll bounds what a loss between the
+                # state's change and its callback could hide
+                self._changed.wait(_LOOK if left is None else min(left, _LOOK))
 
     def close(self) -> None:
         """End reconnecting and close the current connection (safe twice)."""
         with self._lock:
             self._closed.set()
             current, loop = self._current, self._loop
-        self._up.set()  # (a wait_connected ends: closed)
+            self._changed.notify_all()
         if current is not None:
             current.close()
         if loop is not None and loop is not threading.current_thread():
-            loop.join(self._attempt_timeout + 5.0)
+            loop.join(self._attempt_timeout + 10.0)
 
     @property
     def current(self) -> Connection:

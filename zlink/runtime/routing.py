@@ -716,9 +716,9 @@ class MeshRouter:
             if learned is not None and owner == learned.node:
                 self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
                 self._routes[target] = learned
-            elif owner is None or owner == self.rt.node_id:  # gone, or here: the store says
-                self._moved.pop(target, None)  # when next asked
-                self._routes.pop(target, None)
+            elif owner is None or owner == self.rt.node_id or not self._old_path_works(target):
+                self._moved.pop(target, None)  # gone, here, or the old path broke since:
+                self._routes.pop(target, None)  # the store says, when next asked
             # else not where the hint said (it went back, or on): every call made before the
             # fence is with it now, come by the old path, so the old path stays; later calls
             # follow them along it, and a newer hint fences again. Asking the store instead
@@ -732,6 +732,13 @@ class MeshRouter:
             relocator = self.rt.relocator
             if relocator is None or not relocator.fence_back(target, resend):
                 resend()
+
+    def _old_path_works(self, target: str) -> bool:
+        """(``route_lock`` held.) Whether this node's path for ``target`` leads to a node it
+        can reach now (one it cannot reach would refuse every call until its lease lapses;
+        what went along it is lost with it, so nothing can be overtaken)."""
+        old = self._known(target)
+        return old is not None and self.transport.reachable(old.node)
 
     def tell_origin(self, origin: str | None, target: str, route: Route) -> None:
         """After relaying a call of ``origin``: tell it the better route (it relayed first)."""

@@ -1,0 +1,139 @@
+"""``zlink.mesh.client_failover``: which connection a client's calls go to, and reconnecting
+(python-api §10). Connections here are fakes that follow a plan, so each interleaving a
+review found is made on purpose; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.conftest import WAIT
+from zlink.errors import DeadlineExceeded, InvalidOperation, Unavailable
+from zlink.mesh.client_failover import Failover
+
+
+class _Fake:
+    """A connection whose ``open`` does what its plan says: ``ok``, ``fail`` (no node),
+    ``fault`` (an unexpected error), or ``lost_at_once`` (up, then lost before the client
+    installs it: its loss callback runs first)."""
+
+    def __init__(self, endpoint: str, lost: Callable[[], None], plan: list[str]) -> None:
+        self.endpoint, self._lost, self._plan = endpoint, lost, plan
+        self.state = "connecting"
+        self.node_id = f"node@{endpoint}"
+        self.retired = False
+
+    def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
+        how = self._plan.pop(0) if self._plan else "fail"
+        if how == "fail":
+            raise Unavailable(f"no node answered at {self.endpoint}")
+        if how == "fault":
+            raise OSError("too many open files")
+        self.state = "up"
+        if how == "lost_at_once":
+            self.lose()
+
+    def lose(self) -> None:
+        self.state = "lost"
+        self._lost()
+
+    def retire(self) -> None:
+        self.retired = True
+
+    def close(self) -> None:
+        self.state = "closed"
+
+
+def _failover(
+    plan: list[str], endpoints: tuple[str, ...] = ("tcp://127.0.0.1:1",), reconnect: bool = True
+) -> tuple[Failover, list[_Fake], dict[str, int]]:
+    made: list[_Fake] = []
+    counts: dict[str, int] = {}
+
+    def make(endpoint: str, lost: Callable[[], None]) -> Any:
+        made.append(_Fake(endpoint, lost, plan))
+        return made[-1]
+
+    def count(name: str) -> None:
+        counts[name] = counts.get(name, 0) + 1
+
+    return Failover(endpoints, make, 1.0, reconnect, 0.2, count), made, counts
+
+
+def test_a_connection_lost_before_it_was_installed_is_not_taken_for_up():
+    """A review's finding: a reconnect whose new connection was lost between its handshake
+    and the swap installed it as up, and nobody reconnected again."""
+    failover, made, counts = _failover(["ok", "lost_at_once", "ok"])
+    failover.open()
+    made[0].lose()  # the loop starts
+    failover.wait_connected(WAIT)
+    assert failover.current is made[2] and made[2].state == "up"
+    assert made[1].state == "lost" and counts["reconnects"] == 1
+    assert made[0].retired and made[1].retired  # each lost one's threads were ended
+    failover.close()
+
+
+def test_a_loss_after_the_close_never_makes_wait_connected_hang():
+    """A review's finding: a loss reported just after close() marked the client as not
+    connected again, and wait_connected(None) on the closed client waited forever."""
+    failover, made, _counts = _failover(["ok"])
+    failover.open()
+    failover.close()
+    made[0].lose()  # (its callback, just after)
+    with pytest.raises(InvalidOperation):
+        failover.wait_connected(None)
+    assert failover._loop is None
+
+
+def test_without_reconnect_a_lost_client_stays_lost():
+    failover, made, _counts = _failover(["ok", "ok"], reconnect=False)
+    failover.open()
+    made[0].lose()
+    with pytest.raises(DeadlineExceeded):
+        failover.wait_connected(0.05)
+    assert len(made) == 1
+    failover.close()
+
+
+def test_a_fault_of_one_attempt_is_counted_and_the_loop_goes_on():
+    failover, made, counts = _failover(["ok", "fault", "fail", "ok"])
+    failover.open()
+    made[0].lose()
+    failover.wait_connected(WAIT)
+    assert counts["reconnect_errors"] == 1 and failover.current is made[3]
+    failover.close()
+
+
+def test_the_lost_endpoint_is_tried_first_then_the_others_in_turn():
+    endpoints = ("tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "tcp://127.0.0.1:3")
+    failover, made, _counts = _failover(["fail", "ok", "fail", "fail", "ok"], endpoints)
+    failover.open()  # 1 does not answer, 2 does
+    assert failover.current.endpoint == endpoints[1]
+    made[1].lose()
+    failover.wait_connected(WAIT)
+    assert [c.endpoint for c in made[2:]] == [endpoints[1], endpoints[2], endpoints[0]]
+    failover.close()
+
+
+def test_close_while_reconnecting_ends_the_loop_at_once():
+    failover, made, _counts = _failover(["ok"])  # then no node answers, ever
+    failover.open()
+    made[0].lose()
+    loop = failover._loop
+    assert loop is not None
+    failover.close()
+    assert not loop.is_alive()
+    assert made[0].state == "closed"
+    with pytest.raises(InvalidOperation):
+        failover.wait_connected(0.05)
+
+
+def test_open_with_no_node_answering_says_why_for_each_endpoint():
+    endpoints = ("tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    failover, _made, _counts = _failover(["fail", "fail"], endpoints)
+    with pytest.raises(Unavailable, match=r"127\.0\.0\.1:1.*127\.0\.0\.1:2"):
+        failover.open()
