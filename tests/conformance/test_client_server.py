@@ -527,6 +527,31 @@ def test_a_client_of_several_endpoints_takes_the_first_that_answers_and_fails_ov
     assert not [t for t in threading.enumerate() if t.name == "zlink-client-reconnect"]
 
 
+def test_a_client_given_one_node_learns_the_mesh_and_fails_over_to_another(serve, tmp_path):
+    """The node a client connects to names the other nodes of its mesh in its ``WELCOME``
+    (their client endpoints): when it goes away, the client connects to one of them by
+    itself, though it was given only the first (Orleans' gateway list, Akka's cluster client
+    receptionists)."""
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    first, second = serve(node_id="n-1", store=store), serve(node_id="n-2", store=store)
+    transport = first._runtime.router.transport
+    end = time.monotonic() + WAIT
+    while transport.peers() != ["n-2"]:  # (bounded) the two nodes meet through the store
+        assert time.monotonic() < end, "the nodes never met"
+        threading.Event().wait(0.01)
+    client = zlink.connect(first.address, timeout=WAIT)
+    try:
+        assert client._failover.endpoints == (first.address, second.address)
+        first.shutdown(timeout=WAIT)
+        _until_lost(client)
+        client.wait_connected(WAIT)
+        assert client.node_id == "n-2" and client.endpoint == second.address
+        _room(client, "after")
+        assert client.request_to_spot("after", Echo(text="a")).wait(WAIT) == "a"
+    finally:
+        client.close()
+
+
 def test_a_client_made_not_to_reconnect_stays_lost_and_close_ends_reconnecting(serve, connect):
     node = serve()
     address = node.address
@@ -570,7 +595,7 @@ def _welcome(router: zmq.Socket[Any]) -> bytes:
     ident, data = router.recv_multipart()
     hello = cw.decode(data)
     assert isinstance(hello, cw.Hello)
-    welcome = cw.Welcome(hello.correlation, "fake", "main", 8, 1 << 20, 8, 5.0, 5.0, 1 << 20)
+    welcome = cw.Welcome(hello.correlation, "fake", "main", 8, 1 << 20, 8, 5.0, 5.0, 1 << 20, ())
     router.send_multipart([ident, cw.encode(welcome)])
     return ident
 
@@ -662,17 +687,18 @@ def test_bad_frames_are_counted_and_the_node_keeps_serving(serve, connect):
     raw = _raw(node)
     try:
         head = cw.HEADER.pack
+        v = cw.CLIENT_VERSION
         raw.send(b"\x01")  # truncated: no header
-        raw.send(head(1, cw.ClientKind.REQUEST, 40) + b"[1,2")  # shorter than it says
-        raw.send(head(1, cw.ClientKind.SEND, 9) + b"\xff\xfe garbage")  # garbage
-        raw.send(head(1, 99, 2) + b"[]")  # an unknown kind
+        raw.send(head(v, cw.ClientKind.REQUEST, 40) + b"[1,2")  # shorter than it says
+        raw.send(head(v, cw.ClientKind.SEND, 9) + b"\xff\xfe garbage")  # garbage
+        raw.send(head(v, 99, 2) + b"[]")  # an unknown kind
         raw.send(b"x" * 1500)  # oversized (max_frame_bytes=1024)
         raw.send(head(7, cw.ClientKind.HELLO, 2) + b"[]")  # an unknown version: told BYE
         bye = _answer(raw)
         assert isinstance(bye, cw.Bye) and "version 7" in bye.reason
         # a request with a wrong field: its correlation is read, its caller answered typed
         bad = b'[7,"spot","r","t.cs.echo",null,"not a bool",null,1.0]'
-        raw.send(head(1, cw.ClientKind.REQUEST, len(bad)) + bad + b'{"text":"x"}')
+        raw.send(head(v, cw.ClientKind.REQUEST, len(bad)) + bad + b'{"text":"x"}')
         reply = _answer(raw)
         assert isinstance(reply, cw.Reply) and reply.correlation == 7
         assert reply.error is not None and reply.error.code is ErrorCode.INVALID_ARGUMENT

@@ -21,10 +21,14 @@ class _Fake:
     ``fault`` (an unexpected error), or ``lost_at_once`` (up, then lost before the client
     installs it: its loss callback runs first)."""
 
-    def __init__(self, endpoint: str, lost: Callable[[], None], plan: list[str]) -> None:
+    def __init__(
+        self, endpoint: str, lost: Callable[[], None], plan: list[str],
+        named: dict[str, tuple[str, ...]],
+    ) -> None:  # fmt: skip
         self.endpoint, self._lost, self._plan = endpoint, lost, plan
         self.state = "connecting"
         self.node_id = f"node@{endpoint}"
+        self.peers = named.get(endpoint, ())  # what its node's WELCOME names
         self.retired = False
 
     def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
@@ -49,13 +53,14 @@ class _Fake:
 
 
 def _failover(
-    plan: list[str], endpoints: tuple[str, ...] = ("tcp://127.0.0.1:1",), reconnect: bool = True
-) -> tuple[Failover, list[_Fake], dict[str, int]]:
+    plan: list[str], endpoints: tuple[str, ...] = ("tcp://127.0.0.1:1",), reconnect: bool = True,
+    named: dict[str, tuple[str, ...]] | None = None,
+) -> tuple[Failover, list[_Fake], dict[str, int]]:  # fmt: skip
     made: list[_Fake] = []
     counts: dict[str, int] = {}
 
     def make(endpoint: str, lost: Callable[[], None]) -> Any:
-        made.append(_Fake(endpoint, lost, plan))
+        made.append(_Fake(endpoint, lost, plan, named or {}))
         return made[-1]
 
     def count(name: str) -> None:
@@ -137,3 +142,23 @@ def test_open_with_no_node_answering_says_why_for_each_endpoint():
     failover, _made, _counts = _failover(["fail", "fail"], endpoints)
     with pytest.raises(Unavailable, match=r"127\.0\.0\.1:1.*127\.0\.0\.1:2"):
         failover.open()
+
+
+def test_a_reconnect_also_tries_the_endpoints_the_last_node_named():
+    """Given one endpoint, a client learns the other nodes of the mesh from the node it is
+    connected to (``WELCOME``), and fails over to them; then to what that node names."""
+    one, two, three = (f"tcp://127.0.0.1:{n}" for n in (1, 2, 3))
+    named = {one: (two,), two: (one, three)}
+    failover, made, _counts = _failover(
+        ["ok", "fail", "ok", "fail", "fail", "ok"], (one,), named=named
+    )
+    failover.open()
+    assert failover.endpoints == (one, two)
+    made[0].lose()
+    failover.wait_connected(WAIT)  # 1 does not answer, 2 does
+    assert [c.endpoint for c in made[1:]] == [one, two]
+    assert failover.endpoints == (one, three)  # what 2 names, after what was given
+    made[2].lose()
+    failover.wait_connected(WAIT)  # the lost one (named by nobody now) first, then 1, then 3
+    assert [c.endpoint for c in made[3:]] == [two, one, three]
+    failover.close()

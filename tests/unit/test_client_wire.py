@@ -14,7 +14,19 @@ from zlink.types import TargetKind
 ERR = EncodedError(ErrorCode.NOT_FOUND, "NotFound", "no spot 'x'")
 FRAMES: list[cw.ClientFrame] = [
     cw.Hello(0, "123@host"),
-    cw.Welcome(0, "n1", "main", 1024, 1 << 24, 4096, 30.0, 2.5, 1 << 26),
+    cw.Welcome(0, "n1", "main", 1024, 1 << 24, 4096, 30.0, 2.5, 1 << 26, ()),
+    cw.Welcome(
+        0,
+        "n1",
+        "main",
+        1024,
+        1 << 24,
+        4096,
+        30.0,
+        2.5,
+        1 << 26,
+        ("tcp://127.0.0.1:7102", "tcp://[::1]:7103"),
+    ),
     cw.Send(1, TargetKind.SPOT, "r", "t.note", None, False, None, None, b'{"n":1}'),
     cw.Send(2, TargetKind.TOPIC, "news", "t.news", {"k": "v"}, True, "t.i", 0.25, b""),
     cw.Batch(3, TargetKind.ACTOR, "a", ("t.x", "t.y"), None, (b"{}", b'{"z":[1,2]}')),
@@ -41,7 +53,9 @@ def test_every_kind_crosses_intact(frame: cw.ClientFrame) -> None:
 
 def test_a_float_field_takes_an_int_and_the_precise_path_agrees() -> None:
     head = b'[5,"spot","r","t.echo",null,false,null,2]'
-    frame = cw.decode(cw.HEADER.pack(1, cw.ClientKind.REQUEST, len(head)) + head + b"{}")
+    frame = cw.decode(
+        cw.HEADER.pack(cw.CLIENT_VERSION, cw.ClientKind.REQUEST, len(head)) + head + b"{}"
+    )
     assert isinstance(frame, cw.Request) and frame.deadline == 2.0
 
 
@@ -54,7 +68,7 @@ BAD: list[tuple[bytes, cw.BadFrame, cw.ClientKind | None, int | None]] = [
     (b"", cw.BadFrame.TRUNCATED, None, None),
     (b"\x01\x05", cw.BadFrame.TRUNCATED, None, None),
     (_frame(REQ, b"[1]")[:-1], cw.BadFrame.TRUNCATED, REQ, None),
-    (_frame(REQ, b"[1]", version=2), cw.BadFrame.VERSION, None, None),
+    (_frame(REQ, b"[1]", version=cw.CLIENT_VERSION + 1), cw.BadFrame.VERSION, None, None),
     (_frame(0, b"[]"), cw.BadFrame.KIND, None, None),
     (_frame(200, b"[]"), cw.BadFrame.KIND, None, None),
     (_frame(REQ, b"\xff\xfe"), cw.BadFrame.GARBAGE, REQ, None),

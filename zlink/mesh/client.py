@@ -222,6 +222,7 @@ class _Connection:
         self._own_window = (window, window_bytes)
         self.counters = _Counters() if counters is None else counters
         self._on_lost = on_lost  # (completion thread) told once the connection is lost
+        self.peers: tuple[str, ...] = ()  # the other nodes' client endpoints (WELCOME)
         self._after_loss = "; the client reconnects (wait_connected())" if reconnecting else ""
         self._lock = threading.Lock()
         self._state = _State.CONNECTING
@@ -730,6 +731,13 @@ class _Connection:
                 f.max_frame_bytes,
             )
             self._state = _State.UP
+        peers: list[str] = []
+        for endpoint in f.peers:  # (a node's word: each checked, a bad one counted)
+            try:
+                peers.append(check_endpoint(endpoint))
+            except InvalidArgument:
+                self.counters.add("bad_peer_endpoints")
+        self.peers = tuple(peers)
         self._answered.set()
 
     def _on_reply(self, f: cw.Reply) -> None:

@@ -7,7 +7,10 @@ Spot). ``Failover`` is the client's ``RuntimePort``: each call goes to the curre
 
 Guarantees / assumes:
 * Opening tries the endpoints in the order given, each within its share of the connect
-  timeout left; the first node that answers the handshake is the connection.
+  timeout left; the first node that answers the handshake is the connection. Its ``WELCOME``
+  names the client endpoints of the other nodes of its mesh it reaches: a reconnect tries
+  those too, after the ones given (as Orleans' gateway list, or Akka's cluster client that
+  learns the receptionists from its initial contacts).
 * A lost connection (the node's goodbye, a dropped TCP connection, heartbeats unanswered)
   fails what was pending on it with ``Unavailable`` at once, as it always did (its sends then
   counted as ``sends_unconfirmed_connection_lost``). With ``reconnect`` (the default), a
@@ -20,8 +23,9 @@ Guarantees / assumes:
   reconnecting; ``wait_connected`` blocks until one is up.
 * ``close()`` ends the reconnect thread and closes the current connection; a connection a
   reconnect opened after the close is closed at once.
-* Lock order: ``_lock`` is a leaf. Under it the current connection is read or swapped and the
-  reconnect thread is started; no connection is opened or closed under it.
+* Lock order: ``_lock`` -> the client's counters (a leaf). Under ``_lock`` the current
+  connection is read or swapped, a reconnect counted and the reconnect thread started; no
+  connection is opened or closed under it.
 """
 
 from __future__ import annotations
@@ -68,6 +72,11 @@ class Connection(RuntimePort, Protocol):
     @property
     def state(self) -> str: ...
 
+    @property
+    def peers(self) -> tuple[str, ...]:
+        """The other nodes' client endpoints its node named when it was opened."""
+        ...
+
     def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
         """Shake hands; ``Unavailable`` if no node answers in time (or ``cancel`` is set)."""
         ...
@@ -98,7 +107,8 @@ class Failover:
         attempt_timeout: float,
         counted: Callable[[str], None],
     ) -> None:
-        self.endpoints = endpoints
+        self.given = endpoints
+        self._learned: tuple[str, ...] = ()  # what the current connection's node named
         self._make = make
         self._timeout = timeout
         self._reconnect = reconnect
@@ -110,20 +120,27 @@ class Failover:
         self._closed = threading.Event()
         self._loop: threading.Thread | None = None
 
+    @property
+    def endpoints(self) -> tuple[str, ...]:
+        """Where a reconnect looks: the endpoints given, then those the last node named."""
+        learned = tuple(e for e in self._learned if e not in self.given)
+        return self.given + learned
+
     # -- opening, losing, reconnecting ------------------------------------------------------
     def open(self) -> None:
         """Connect to the first endpoint that answers within the connect timeout;
         ``Unavailable`` (with each endpoint's reason) if none does."""
         end = time.monotonic() + self._timeout
         reasons: list[str] = []
-        for i, endpoint in enumerate(self.endpoints):
-            share = max(0.0, end - time.monotonic()) / (len(self.endpoints) - i)
+        for i, endpoint in enumerate(self.given):
+            share = max(0.0, end - time.monotonic()) / (len(self.given) - i)
             connection = self._try(endpoint, share)
             if isinstance(connection, str):
                 reasons.append(connection)
                 continue
             with self._lock:
                 self._current = connection
+                self._learned = connection.peers
             if connection.state != "up":  # lost in the moment since: reconnecting
                 self._lost()
             return
@@ -166,8 +183,14 @@ class Failover:
         connection is still up once it is the current one, or the client is closed."""
         with self._lock:
             lost = self._current
-        first = self.endpoints.index(lost.endpoint) if lost is not None else 0
-        order = self.endpoints[first:] + self.endpoints[:first]
+            endpoints = self.endpoints
+        if lost is None:
+            order = endpoints
+        elif lost.endpoint in endpoints:  # the lost one first, then the others in turn
+            first = endpoints.index(lost.endpoint)
+            order = endpoints[first:] + endpoints[:first]
+        else:  # one a node named, and the node after it did not
+            order = (lost.endpoint, *endpoints)
         delay = BACKOFF_FIRST
         while not self._closed.is_set():
             for endpoint in order:
@@ -177,7 +200,6 @@ class Failover:
                         return
                     continue
                 if self._install(connection):
-                    self._counted("reconnects")
                     _log.warning("client reconnected to node %s at %s", connection.node_id,
                                  endpoint)  # fmt: skip
                     return
@@ -199,8 +221,10 @@ class Failover:
             closed = self._closed.is_set()
             if not closed:
                 self._current = connection
+                self._learned = connection.peers
                 up = connection.state == "up"
-                if up:
+                if up:  # (counted before anyone waiting hears of it)
+                    self._counted("reconnects")
                     self._loop = None
                     self._changed.notify_all()
         if closed:

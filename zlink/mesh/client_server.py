@@ -82,6 +82,10 @@ class ClientTransport(Protocol):
         """One client frame was handled (flow control)."""
         ...
 
+    def client_endpoints(self) -> list[str]:
+        """The client endpoints of the other nodes this node reaches now (any thread)."""
+        ...
+
 
 @dataclass(frozen=True)
 class ClientSettings:
@@ -267,6 +271,7 @@ class ClientServer:
                 s.admission_timeout,
                 s.request_timeout,
                 s.max_frame_bytes,
+                tuple(self._transport.client_endpoints()),
             ),
         )
 

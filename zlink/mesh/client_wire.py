@@ -44,7 +44,7 @@ from ..messaging import codec
 from ..types import TargetKind
 from .wire import EncodedError
 
-CLIENT_VERSION: Final = 1
+CLIENT_VERSION: Final = 2
 """The version every client frame carries; each side decodes its own version only."""
 
 HEADER: Final = struct.Struct("!BBI")  # version, kind, head length
@@ -144,6 +144,9 @@ class Welcome:
     """A request's or create's default deadline (``NodeConfig.request_timeout``)."""
     max_frame_bytes: int
     """The largest frame the node takes."""
+    peers: tuple[str, ...]
+    """The client endpoints of the other nodes of its mesh it reaches now: where a client
+    may connect again if it loses this one (version 2)."""
 
 
 @dataclass(frozen=True, slots=True)

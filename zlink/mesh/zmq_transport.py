@@ -489,6 +489,13 @@ class ZmqTransport:
         with self._lock:
             return sorted(p.node_id for p in self._peers.values() if p.state is _State.UP)
 
+    def client_endpoints(self) -> list[str]:
+        """The client endpoints of the peers that are up (``WELCOME`` tells clients)."""
+        with self._lock:
+            up = sorted((p.node_id, p.endpoint.client) for p in self._peers.values()
+                        if p.state is _State.UP)  # fmt: skip
+        return [client for _node, client in up]
+
     def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> bool:
         """Hand ``data`` to the transport thread (see the ``Transport`` protocol)."""
         with self._lock:
