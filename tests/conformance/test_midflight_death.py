@@ -757,3 +757,23 @@ def test_a_route_fence_through_a_node_that_dies_ends_and_its_calls_go_by_the_sto
     seen = n3.client().request_to_spot("room", Seen()).wait(WAIT)
     assert seen == {"node-3": list(range(7))}
     assert n3.counters()["route_fences_lost"] == 1
+
+
+def test_a_request_relayed_to_a_node_that_dies_fails_at_once_at_its_origin(cluster):
+    """python-api §10 "Failure": a request that went by a stale route (node-3 -> node-1,
+    relayed to node-2, where the Spot moved) and reached node-2 just before it died ends at
+    its origin at once with ``Unavailable``, not at its deadline (the clock never moves
+    here): the relaying node awaits the reply from the next hop, and fails what it awaited
+    from a node declared down, which its origin then hears."""
+    n1, n2, n3 = cluster.nodes
+    n1.client().spots.get_or_create("room", "t.md.room").wait(WAIT)
+    Senders([n3], "room").send(1)  # node-3 routes "room" to node-1
+    cluster.wait_idle(WAIT)
+    n1.relocate_spot("room", "node-2", timeout=WAIT)
+    came = _hold(n2, wire.RequestEnvelope)  # node-2 dies with the request in hand
+    pending = n3.client().request_to_spot("room", Seen()).future()
+    assert came.wait(WAIT)
+    assert n1.counters()["relayed_calls"] == 1  # it went by node-1
+    _declare_down(cluster, n2)
+    with pytest.raises(zlink.Unavailable):
+        pending.result(WAIT)
