@@ -46,3 +46,33 @@ def check_endpoint(endpoint: object) -> str:
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise InvalidArgument(f"an endpoint's port is 1..65535, got {endpoint!r}")
     return endpoint
+
+
+def check_advertise(host: object) -> str:
+    """The host other nodes and clients reach a node at (``NodeConfig.advertise``): a DNS name
+    or an IP address, no scheme and no port (the bound ports are kept); an IPv6 address comes
+    back in brackets, as it goes in an endpoint. ``InvalidArgument`` otherwise."""
+    if not isinstance(host, str) or not host or len(host) > 253:
+        raise InvalidArgument(f"advertise is a host name or an IP address, got {host!r}")
+    bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        address = ipaddress.ip_address(bare)
+    except ValueError:
+        labels = bare.split(".")
+        if not all(
+            0 < len(label) <= 63 and label.isascii()
+            and all(c.isalnum() or c == "-" for c in label)
+            and not label.startswith("-") and not label.endswith("-")
+            for label in labels
+        ):  # fmt: skip
+            raise InvalidArgument(
+                f"advertise is a host name or an IP address (no scheme, no port), got {host!r}"
+            ) from None
+        return bare
+    return f"[{address}]" if address.version == 6 else str(address)
+
+
+def advertised(endpoint: str, host: str) -> str:
+    """``endpoint`` (``tcp://HOST:PORT``, as bound) with its host replaced by ``host``."""
+    _bound, _, port = endpoint.rpartition(":")
+    return f"tcp://{host}:{port}"

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .addresses import check_listen, is_loopback
+from .addresses import check_advertise, check_listen, is_loopback
 from .errors import InvalidArgument
 from .executor import LaneLimits
 
@@ -75,6 +75,12 @@ class NodeConfig(BaseModel):
         description="tcp://HOST:PORT this node serves peers and clients on; None: in-process "
         "only (python-api §10). Loopback unless insecure=True",
     )
+    advertise: str | None = Field(
+        None,
+        description="the host other nodes and clients reach this node at (a DNS name or an "
+        "IP address), registered in place of listen's host, ports kept: for a wildcard or "
+        "container listen address; None: listen's own host",
+    )
     store: str = Field(
         "memory",
         description='Location Store: "memory" (one process), "sqlite:///PATH" (one machine) or'
@@ -125,8 +131,20 @@ class NodeConfig(BaseModel):
         except InvalidArgument as exc:
             raise ValueError(str(exc)) from None
 
+    @field_validator("advertise")
+    @classmethod
+    def _check_advertise(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check_advertise(value)
+        except InvalidArgument as exc:
+            raise ValueError(str(exc)) from None
+
     @model_validator(mode="after")
     def _loopback_or_insecure(self) -> NodeConfig:
+        if self.advertise is not None and self.listen is None:
+            raise ValueError("advertise names where this node listens: it needs listen")
         remote = self.listen is not None and not is_loopback(self.listen)
         if remote and self.keys is None and not self.insecure:
             raise ValueError(

@@ -182,7 +182,7 @@ class Node:
                 data_limit=self.config.data_frames_in_flight,
                 data_bytes=self.config.data_bytes_in_flight,
                 max_frame_bytes=self.config.max_frame_bytes, count=self._rt.metrics.add,
-                keys=keys,
+                keys=keys, advertise=self.config.advertise,
             )  # fmt: skip
             if keys is None and not is_loopback(self.config.listen):
                 _log.warning(

@@ -224,6 +224,15 @@ def run(
             help="tcp://HOST:PORT for peers and clients (port 0: any free one)",
         ),
     ] = None,
+    advertise: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ZLINK_ADVERTISE",
+            help="the host peers and clients reach this node at (a DNS name or an IP"
+            " address), registered in place of --listen's host: for --listen tcp://0.0.0.0:P"
+            " or a container's address",
+        ),
+    ] = None,
     store: Annotated[
         str | None,
         typer.Option(
@@ -291,14 +300,15 @@ def run(
             admin = None
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
                            insecure, keys, log_level.value, lease, log_format.value, admin,
-                           admin_allow_remote))  # fmt: skip
+                           admin_allow_remote, advertise))  # fmt: skip
     with _user_errors():
         obj = load(target, factory)
         if not isinstance(obj, App):
             _run_callable(target, obj, admin)
             return
         config = NodeConfig(
-            node_id=node_id, workers=workers, listen=listen, mesh=mesh, insecure=insecure,
+            node_id=node_id, workers=workers, listen=listen, advertise=advertise, mesh=mesh,
+            insecure=insecure,
             keys=keys, **({} if store is None else {"store": store}),
             **({} if lease is None else {"lease_seconds": lease}),
         )  # fmt: skip
@@ -379,7 +389,7 @@ def _run_many(
     target: str, factory: bool, node_id: str, count: int, workers: int | None,
     listen: str | None, store: str | None, mesh: str, insecure: bool, keys: str | None,
     log_level: str, lease: float | None = None, log_format: str = "text",
-    admin: str | None = None, admin_allow_remote: bool = False,
+    admin: str | None = None, admin_allow_remote: bool = False, advertise: str | None = None,
 ) -> int:  # fmt: skip
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
@@ -412,7 +422,7 @@ def _run_many(
                 address = base if port in ("0", "*") else f"{host}:{int(port) + i - 1}"
                 args = _child_args(target, factory, f"{node_id}-{i}", address, store, mesh,
                                    insecure, keys, workers, lease, log_level, log_format, admin,
-                                   admin_allow_remote)  # fmt: skip
+                                   admin_allow_remote, advertise)  # fmt: skip
                 # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
                 # pipe closes and the node stops (no node outlives its parent)
                 procs.append(subprocess.Popen(args, start_new_session=True, env=child_env,
@@ -448,6 +458,7 @@ def _child_args(
     target: str, factory: bool, node_id: str, address: str, store: str, mesh: str,
     insecure: bool, keys: str | None, workers: int | None, lease: float | None,
     log_level: str, log_format: str, admin: str | None, admin_allow_remote: bool,
+    advertise: str | None = None,
 ) -> list[str]:  # fmt: skip
     """The command line of one ``--nodes`` child: every setting the parent was given that a
     node needs, explicitly (its environment is the parent's, less ``_child_env``'s drops).
@@ -463,6 +474,7 @@ def _child_args(
     args += [] if keys is None else ["--keys", keys]
     args += [] if workers is None else ["--workers", str(workers)]
     args += [] if lease is None else ["--lease", repr(lease)]
+    args += [] if advertise is None else ["--advertise", advertise]
     if admin is not None and parse_address(admin)[1] == 0:
         args += ["--admin", admin] + (["--admin-allow-remote"] if admin_allow_remote else [])
     return args

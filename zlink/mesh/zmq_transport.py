@@ -68,7 +68,7 @@ from typing import Any, Protocol
 
 import zmq
 
-from ..addresses import check_listen
+from ..addresses import advertised, check_advertise, check_listen
 from ..durations import poll_ms
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .keys import MeshKeys
@@ -204,10 +204,12 @@ class ZmqTransport:
         client_backlog: int = 1024,
         count: Callable[..., None] | None = None,
         keys: MeshKeys | None = None,
+        advertise: str | None = None,
     ) -> None:
         if data_limit < 1 or data_bytes < 1:
             raise InvalidArgument("data_limit and data_bytes are at least 1")
         self._listen = check_listen(listen)
+        self._advertise = None if advertise is None else check_advertise(advertise)
         self._mesh = mesh
         self._limit = data_limit
         self._credit_step = max(1, data_limit // 4)
@@ -286,10 +288,16 @@ class ZmqTransport:
             name = f"inproc://zlink-wake-{id(self)}"
             self._wake_r.bind(name)
             self._wake_w.connect(name)
+            reached = self._reached
             self._endpoint = MeshEndpoint(
-                client, bound[Channel.DATA], bound[Channel.COMPLETION], self._token
-            )
+                reached(client), reached(bound[Channel.DATA]),
+                reached(bound[Channel.COMPLETION]), self._token,
+            )  # fmt: skip
         return self._endpoint.encode()
+
+    def _reached(self, bound: str) -> str:
+        """Where others reach what is bound at ``bound``: the advertised host, if any."""
+        return bound if self._advertise is None else advertised(bound, self._advertise)
 
     @staticmethod
     def _bind_any(listen: str) -> str:
