@@ -31,6 +31,7 @@ from .errors import Unavailable as Unavailable
 from .errors import ZLinkError as ZLinkError
 from .handlers import handler as handler
 from .handlers import subscription as subscription
+from .mesh.client import RemoteClient as RemoteClient
 from .mesh.client import connect as connect
 from .messaging.calls import CreateCall as CreateCall
 from .messaging.calls import JoinCall as JoinCall
@@ -118,6 +119,7 @@ __all__ = [
     "RelocationAdapter",
     "RelocationCoordination",
     "RelocationReadyStatus",
+    "RemoteClient",
     "Request",
     "RequestCall",
     "ResourceExhausted",
