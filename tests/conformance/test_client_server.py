@@ -563,7 +563,10 @@ def test_a_client_made_not_to_reconnect_stays_lost_and_close_ends_reconnecting(s
     with pytest.raises(zlink.Unavailable) as refused:
         stays.send_to_spot("r", Note(n=1)).submit()
     assert "reconnects" not in str(refused.value)
-    assert any(t.name == "zlink-client-reconnect" for t in threading.enumerate())
+    end = time.monotonic() + WAIT  # (bounded) its loop starts as the loss is reported, just
+    while not any(t.name == "zlink-client-reconnect" for t in threading.enumerate()):  # after
+        assert time.monotonic() < end, "no reconnect began"  # the state says lost
+        threading.Event().wait(0.01)
     tries.close()  # while it reconnects: the loop ends with it
     assert not [t for t in threading.enumerate() if t.name == "zlink-client-reconnect"]
     with pytest.raises(zlink.InvalidOperation):
