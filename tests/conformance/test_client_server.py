@@ -446,6 +446,14 @@ def test_a_cancelled_await_completes_the_call_and_its_reply_is_late(serve, conne
 # -- a lost connection ---------------------------------------------------------------------------
 
 
+def _until_lost(client: Any) -> None:
+    """Bounded: until the client's connection says it is lost (the node's goodbye came)."""
+    end = time.monotonic() + WAIT
+    while client._connection.state != "lost":
+        assert time.monotonic() < end, "the client never noticed the node went away"
+        threading.Event().wait(0.01)  # polling the client's own thread's verdict, bounded
+
+
 def test_a_node_shut_down_under_a_client_fails_its_pending_calls_at_once(serve, connect):
     node = serve()
     client = connect(node)
@@ -458,24 +466,11 @@ def test_a_node_shut_down_under_a_client_fails_its_pending_calls_at_once(serve, 
     with pytest.raises(zlink.Unavailable):
         pending.result(WAIT)
     assert time.monotonic() - started < WAIT  # not at its deadline, a minute away
-    # the node's goodbye may reach the client just after the failed reply did: wait for it
-    connection = client._connection
-    end = time.monotonic() + WAIT
-    while connection.state != "lost":
-        assert time.monotonic() < end, "the client never heard the node's goodbye"
-        threading.Event().wait(0.01)  # polling the client's own thread's verdict, bounded
+    _until_lost(client)  # the node's goodbye may come just after the failed reply did
     with pytest.raises(zlink.Unavailable):
         client.send_to_spot("r", Note(n=1)).submit()
     with pytest.raises(zlink.Unavailable):
         client.request_to_spot("r", Echo(text="x")).wait(WAIT)
-
-
-def _until_lost(client: Any) -> None:
-    """Bounded: until the client's connection says it is lost (the node's goodbye came)."""
-    end = time.monotonic() + WAIT
-    while client._connection.state != "lost":
-        assert time.monotonic() < end, "the client never noticed the node went away"
-        threading.Event().wait(0.01)  # polling the client's own thread's verdict, bounded
 
 
 def test_a_client_reconnects_to_a_node_restarted_at_its_endpoint(serve, connect):
