@@ -75,7 +75,12 @@ def test_run_nodes_starts_a_mesh_of_processes_and_stops_them_all(tmp_path: Path)
         assert sorted(str(r["node_id"]) for r in rows) == ["w-1", "w-2", "w-3"]
         assert all(0 < float(r["lease_left"]) <= 1.5 for r in rows)  # type: ignore[arg-type]
         proc.send_signal(signal.SIGTERM)
-        _until(lines, "all nodes stopped", 45)
+        seen = _until(lines, "all nodes stopped", 45)
+        own = [line.strip() for line in seen if line.startswith("stopped: ")]
+        # each node says what its stop did (its Entry Spot stayed: no drain), then the sum
+        assert own == ["stopped: 0 Spots moved, 1 stayed; 0 messages discarded"] * 3
+        summed = "all nodes stopped: 0 Spots moved, 3 stayed; 0 messages discarded"
+        assert seen[-1].strip() == summed
         assert proc.wait(timeout=30) == 0
         assert _mesh(store) == []
     finally:

@@ -23,6 +23,7 @@ import threading
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import pydantic
@@ -282,6 +283,10 @@ def run(
     stop_with_stdin: Annotated[
         bool, typer.Option(hidden=True, help="stop when stdin closes (--nodes children)")
     ] = False,
+    summary_file: Annotated[
+        str | None,
+        typer.Option(hidden=True, help="write the stop summary here as JSON (--nodes children)"),
+    ] = None,
 ) -> None:
     """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown; a second
     signal exits at once, with 130 for SIGINT); a callable ATTR is just run.
@@ -362,9 +367,16 @@ def run(
             waker.run(graceful, "zlink-graceful-stop")
     dropped = {k.removeprefix("messages_discarded_"): v for k, v in node.counters().items()
                if k.startswith("messages_discarded_") and v}  # fmt: skip
+    if summary_file is not None:  # its parent (zlink run --nodes) adds them up
+        Path(summary_file).write_text(json.dumps({**summary, "discarded": dropped}))
+    typer.echo(f"stopped: {_stop_summary(summary['moved'], summary['stayed'], dropped)}")
+
+
+def _stop_summary(moved: int, stayed: int, dropped: Mapping[str, int]) -> str:
+    """What a stop did: Spots moved and stayed, messages discarded (by reason)."""
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
-    typer.echo(
-        f"stopped: {summary['moved']} Spots moved, {summary['stayed']} stayed;"
+    return (
+        f"{moved} Spots moved, {stayed} stayed;"
         f" {sum(dropped.values())} messages discarded{f' ({reasons})' if reasons else ''}"
     )
 
@@ -401,6 +413,7 @@ def _run_many(
         folder = tempfile.mkdtemp(prefix="zlink-mesh-")
         store = f"sqlite:///{folder}/mesh.db"
         typer.echo(f"Location Store: {store}")
+    summaries = Path(tempfile.mkdtemp(prefix="zlink-nodes-"))  # each child's stop summary
     base = listen or "tcp://127.0.0.1:0"
     host, _, port = base.rpartition(":")
     child_env = _child_env(os.environ)
@@ -423,6 +436,7 @@ def _run_many(
                 args = _child_args(target, factory, f"{node_id}-{i}", address, store, mesh,
                                    insecure, keys, workers, lease, log_level, log_format, admin,
                                    admin_allow_remote, advertise)  # fmt: skip
+                args += ["--summary-file", str(summaries / f"{i}.json")]
                 # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
                 # pipe closes and the node stops (no node outlives its parent)
                 procs.append(subprocess.Popen(args, start_new_session=True, env=child_env,
@@ -450,8 +464,31 @@ def _run_many(
                     proc.wait(10)
                 if proc.stdin is not None:
                     proc.stdin.close()
-    typer.echo("all nodes stopped")
+    typer.echo(f"all nodes stopped: {_summed(summaries, len(procs))}")
     return max((abs(p.returncode or 0) for p in procs), default=0)
+
+
+def _summed(folder: Path, count: int) -> str:
+    """The stop summaries the ``--nodes`` children wrote into ``folder``, added up (and the
+    folder removed); a child that wrote none (killed, or failed) is said to be missing."""
+    moved = stayed = reported = 0
+    dropped: dict[str, int] = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            one = json.loads(path.read_text())
+            counts = (int(one["moved"]), int(one["stayed"]))
+            discarded = {str(k): int(n) for k, n in dict(one["discarded"]).items()}
+        except (OSError, ValueError, TypeError, KeyError):  # a child's file cut short
+            continue
+        finally:
+            path.unlink(missing_ok=True)
+        moved, stayed, reported = moved + counts[0], stayed + counts[1], reported + 1
+        for reason, n in discarded.items():
+            dropped[reason] = dropped.get(reason, 0) + n
+    with contextlib.suppress(OSError):
+        folder.rmdir()
+    missing = "" if reported == count else f" ({count - reported} of {count} nodes said nothing)"
+    return _stop_summary(moved, stayed, dropped) + missing
 
 
 def _child_args(
