@@ -276,3 +276,50 @@ def test_an_event_a_closing_subscriber_cannot_take_is_counted(make_node):
         closed.join(WAIT)
     node.wait_idle(WAIT)
     assert node.counters()["publish_missed_closing"] == 1
+
+
+def test_an_event_published_on_one_node_reaches_the_subscribers_of_every_node(clock):
+    """Logical Multicast across a mesh: a publish made on node-2 reaches the subscribers on
+    node-1 and node-3 too (each node delivers to its own), once each, and from one node in
+    the order it was published; a node never sends on what another published (no loop)."""
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        _listeners(n1, "a")
+        _listeners(n3, "b")
+        for node, spot_id in ((n1, "a"), (n3, "b")):
+            node.client().send_to_spot(spot_id, Join(topic="sports")).wait(WAIT)
+        cluster.wait_idle(WAIT)
+        publisher = n2.client()
+        for i in range(20):
+            publisher.publish("sports", News(text=str(i))).submit()
+        publisher.publish("weather", News(text="nobody")).submit()
+        for _ in range(50):  # (bounded) a hop between nodes lands just after one went idle
+            cluster.wait_idle(WAIT)
+            if len(_heard(n1, "a")) == 20 and len(_heard(n3, "b")) == 20:
+                break
+        expected = [f"sports:{i}" for i in range(20)]
+        assert _heard(n1, "a") == expected and _heard(n3, "b") == expected
+        assert all(n.counters().get("publish_dropped_peer", 0) == 0 for n in cluster.nodes)
+        assert n1.counters().get("relayed_calls", 0) == 0  # delivered where it landed
+
+
+def test_an_event_another_node_has_no_room_for_is_counted_there_and_here(clock):
+    """Best effort per node, as per subscriber: a node whose outbox to a peer has no room
+    drops the event for that peer and counts it (``publish_dropped_peer``); the subscribers
+    it reaches still get it."""
+    with LocalCluster(
+        build_app(), nodes=2, clock=clock, workers=2, data_limit=1,
+        peer_outbound_bytes=1, peer_outbound_submit_bytes=1,
+    ) as cluster:  # fmt: skip
+        _n1, n2 = cluster.nodes
+        _listeners(n2, "here")
+        n2.client().send_to_spot("here", Join(topic="t")).wait(WAIT)
+        cluster.wait_idle(WAIT)
+        cluster.transport.pause("node-1", "node-2")  # node-1 takes no DATA from node-2
+        publisher = n2.client()
+        for i in range(3):  # the first fills the outbox to node-1; the others find no room
+            publisher.publish("t", News(text=str(i))).submit()
+        assert n2.wait_idle(WAIT)
+        assert n2.counters()["publish_dropped_peer"] >= 1
+        assert _heard(n2, "here") == ["t:0", "t:1", "t:2"]
+        cluster.transport.resume("node-1", "node-2")
