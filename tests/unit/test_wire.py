@@ -201,7 +201,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 4
+    assert frame["version"] == WIRE_VERSION == 3
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -314,7 +314,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 3, 5, "4", 4.0, True, None, [4]])
+@pytest.mark.parametrize("version", [0, 1, 2, 4, "3", 3.0, True, None, [3]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

@@ -54,7 +54,7 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 4
+WIRE_VERSION: Final = 3
 """The version every envelope carries; a node decodes its own version only.
 
 3: ``RelocObject.topics`` (a moving Spot's Logical Multicast subscriptions go with it).
@@ -69,7 +69,7 @@ MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 VERSION_KEY: Final = "version"
 KIND_KEY: Final = "kind"  # also the tag of a nested job record (RelocMessageJob/RelocTickJob)
 
-TARGET_KINDS: Final = frozenset({"spot", "actor", "channel", "topic"})
+TARGET_KINDS: Final = frozenset({"spot", "actor", "channel"})
 RELOC_UNITS: Final = frozenset({"spot", "actor"})
 
 
@@ -261,8 +261,7 @@ class SendEnvelope:
     KIND: ClassVar[EnvelopeKind] = EnvelopeKind.SEND
 
     target_kind: str
-    """What ``target`` names: ``"spot"``, ``"actor"``, ``"channel"`` or ``"topic"`` (a
-    Logical Multicast event, on a send only: version 4)."""
+    """What ``target`` names: ``"spot"``, ``"actor"`` or ``"channel"``."""
     target: str
     """The Spot id, Actor id or Channel name."""
     message_type: str
@@ -318,8 +317,7 @@ class RequestEnvelope:
     KIND: ClassVar[EnvelopeKind] = EnvelopeKind.REQUEST
 
     target_kind: str
-    """What ``target`` names: ``"spot"``, ``"actor"``, ``"channel"`` or ``"topic"`` (a
-    Logical Multicast event, on a send only: version 4)."""
+    """What ``target`` names: ``"spot"``, ``"actor"`` or ``"channel"``."""
     target: str
     """The Spot id, Actor id or Channel name."""
     message_type: str

@@ -20,9 +20,7 @@ Every fault and every discard is counted once, under a name that says what it wa
   ``sends_dropped_intake_error``);
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
-  type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``);
-  ``publish_dropped_peer``: an event made here that another node of the mesh did not get
-  (no room in the outbox to it, or it went away as the event left).
+  type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``).
 """
 
 from __future__ import annotations

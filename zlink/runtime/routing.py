@@ -740,22 +740,6 @@ class MeshRouter:
         old = self._known(target)
         return old is not None and self.transport.reachable(old.node)
 
-    def publish(self, call: MessageCall) -> None:
-        """A Logical Multicast event made here goes to every other node this node reaches,
-        each delivering it to its own subscribers (``Runtime._publish`` with ``hops`` 1, never
-        sent on). As a publish is to each subscriber here, it is best effort per node: one
-        whose outbox has no room, or that went away meanwhile, misses it, counted
-        (``publish_dropped_peer``). From one node, events reach each other node in the order
-        they were published (one DATA connection per peer, in order)."""
-        envelope = self.envelope(call, None)
-        for peer in self.peers():
-            try:
-                taken = self.outbox.put_if_room(peer, envelope, False, call.target)
-            except ZLinkError:
-                taken = False
-            if not taken:
-                self.rt.metrics.add("publish_dropped_peer")
-
     def tell_origin(self, origin: str | None, target: str, route: Route) -> None:
         """After relaying a call of ``origin``: tell it the better route (it relayed first)."""
         if origin is None or origin == self.rt.node_id:
@@ -964,9 +948,6 @@ class MeshRouter:
             return
         call_cls = RequestCall if request else SendCall
         kind = _TARGET_KINDS[env.target_kind]  # (the envelope's decoder checked the name)
-        if request and kind is TargetKind.TOPIC:
-            self._not_taken(env, InvalidArgument("a topic takes one-way events only"))
-            return
         call: MessageCall = call_cls(self.rt, kind, env.target, msg)
         call.meta = env.meta
         call.origin = env.first_origin

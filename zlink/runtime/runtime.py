@@ -322,7 +322,7 @@ class Runtime:
         msg = call.msg
         act: Act | None
         if call.kind == _TOPIC:
-            self._publish(call, turn, hops)
+            self._publish(call, turn)
             return reply  # type: ignore[return-value]
         if call.kind == _CHANNEL:
             act = self.channels.get(call.target)
@@ -634,14 +634,9 @@ class Runtime:
                 return
             self.directory.subscribe(spot_id, topic, on)
 
-    def _publish(self, call: MessageCall, turn: Turn | None, hops: int = 0) -> None:
-        """Fan a Logical Multicast event out to every subscribed Spot's queue here, and, made
-        here (``hops`` 0) in a mesh, to every other node it reaches, which does the same for
-        its own subscribers (``MeshRouter.publish``)."""
+    def _publish(self, call: MessageCall, turn: Turn | None) -> None:
+        """Fan a Logical Multicast event out to every subscribed Spot's queue."""
         msg = call.msg
-        router = self.router
-        if not hops and router is not None:
-            router.publish(call)
         size = lane_size(msg)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         for spot_id in self.topics.get(call.target, ()):
