@@ -50,8 +50,9 @@ def check_endpoint(endpoint: object) -> str:
 
 def check_advertise(host: object) -> str:
     """The host other nodes and clients reach a node at (``NodeConfig.advertise``): a DNS name
-    or an IP address, no scheme and no port (the bound ports are kept); an IPv6 address comes
-    back in brackets, as it goes in an endpoint. ``InvalidArgument`` otherwise."""
+    or an IPv4 address, no scheme and no port (the bound ports are kept). ``InvalidArgument``
+    otherwise, and for an IPv6 address: the mesh's sockets speak IPv4 only for now, so a node
+    advertised at one could never be reached."""
     if not isinstance(host, str) or not host or len(host) > 253:
         raise InvalidArgument(f"advertise is a host name or an IP address, got {host!r}")
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
@@ -69,7 +70,12 @@ def check_advertise(host: object) -> str:
                 f"advertise is a host name or an IP address (no scheme, no port), got {host!r}"
             ) from None
         return bare
-    return f"[{address}]" if address.version == 6 else str(address)
+    if address.version == 6:
+        raise InvalidArgument(
+            f"advertise {host!r} is an IPv6 address: the mesh reaches nodes over IPv4 only "
+            "for now; give an IPv4 address or a host name"
+        )
+    return str(address)
 
 
 def advertised(endpoint: str, host: str) -> str:

@@ -83,7 +83,7 @@ def test_nodes_register_and_meet_at_the_advertised_host(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("given", "kept"),
     [("localhost", "localhost"), ("node-a.example.internal", "node-a.example.internal"),
-     ("10.0.0.5", "10.0.0.5"), ("::1", "[::1]"), ("[fd00::5]", "[fd00::5]")],
+     ("10.0.0.5", "10.0.0.5")],
 )  # fmt: skip
 def test_an_advertised_host_is_a_name_or_an_address(given: str, kept: str) -> None:
     config = zlink.NodeConfig(listen="tcp://127.0.0.1:0", advertise=given)
@@ -91,8 +91,10 @@ def test_an_advertised_host_is_a_name_or_an_address(given: str, kept: str) -> No
 
 
 @pytest.mark.parametrize(
-    "bad", ["", "tcp://localhost", "localhost:7000", "a b", "-bad.example", "x" * 254, "ä.de"]
-)
+    "bad",
+    ["", "tcp://localhost", "localhost:7000", "a b", "-bad.example", "x" * 254, "ä.de",
+     "::1", "[fd00::5]"],  # IPv6: a review found such a node is never reached (IPv4 sockets)
+)  # fmt: skip
 def test_a_bad_advertised_host_is_refused(bad: str) -> None:
     with pytest.raises(zlink.InvalidArgument, match="advertise"):
         zlink.NodeConfig(listen="tcp://127.0.0.1:0", advertise=bad)

@@ -60,6 +60,27 @@ def test_a_node_process_listens_registers_in_the_store_and_stops_on_sigterm(
         _stop(proc, reader)
 
 
+def test_a_summary_file_it_cannot_write_changes_nothing_a_node_says(tmp_path: Path) -> None:
+    """A review's finding: a ``--nodes`` child that could not write its stop summary (its
+    parent's folder gone) printed a traceback instead of its own ``stopped:`` line and
+    exited 1. Its parent only says it "said nothing"; the child stops as it always did."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--node-id", "s",
+         "--listen", "tcp://127.0.0.1:0", "--store", f"sqlite:///{tmp_path / 'mesh.db'}",
+         "--workers", "1", "--summary-file", str(tmp_path / "gone" / "1.json")],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        _until(lines, "serving", 30)
+        proc.send_signal(signal.SIGTERM)
+        seen = _until(lines, "stopped: ", 30)
+        assert not any("Traceback" in line for line in seen)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        _stop(proc, reader)
+
+
 def test_run_nodes_starts_a_mesh_of_processes_and_stops_them_all(tmp_path: Path) -> None:
     store = f"sqlite:///{tmp_path / 'mesh.db'}"
     proc = subprocess.Popen(

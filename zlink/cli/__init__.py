@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import select
+import shutil
 import signal
 import socket
 import sys
@@ -367,8 +368,9 @@ def run(
             waker.run(graceful, "zlink-graceful-stop")
     dropped = {k.removeprefix("messages_discarded_"): v for k, v in node.counters().items()
                if k.startswith("messages_discarded_") and v}  # fmt: skip
-    if summary_file is not None:  # its parent (zlink run --nodes) adds them up
-        Path(summary_file).write_text(json.dumps({**summary, "discarded": dropped}))
+    if summary_file is not None:  # its parent (zlink run --nodes) adds them up; one it
+        with contextlib.suppress(OSError):  # cannot read says "said nothing"
+            Path(summary_file).write_text(json.dumps({**summary, "discarded": dropped}))
     typer.echo(f"stopped: {_stop_summary(summary['moved'], summary['stayed'], dropped)}")
 
 
@@ -406,7 +408,6 @@ def _run_many(
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
     them. Returns the worst exit status."""
-    import subprocess
     import tempfile
 
     if store is None:
@@ -414,6 +415,23 @@ def _run_many(
         store = f"sqlite:///{folder}/mesh.db"
         typer.echo(f"Location Store: {store}")
     summaries = Path(tempfile.mkdtemp(prefix="zlink-nodes-"))  # each child's stop summary
+    try:
+        return _run_children(target, factory, node_id, count, workers, listen, store, mesh,
+                             insecure, keys, log_level, lease, log_format, admin,
+                             admin_allow_remote, advertise, summaries)  # fmt: skip
+    finally:
+        shutil.rmtree(summaries, ignore_errors=True)
+
+
+def _run_children(
+    target: str, factory: bool, node_id: str, count: int, workers: int | None,
+    listen: str | None, store: str, mesh: str, insecure: bool, keys: str | None,
+    log_level: str, lease: float | None, log_format: str, admin: str | None,
+    admin_allow_remote: bool, advertise: str | None, summaries: Path,
+) -> int:  # fmt: skip
+    """``_run_many``'s body, once the store and the summaries' folder are settled."""
+    import subprocess
+
     base = listen or "tcp://127.0.0.1:0"
     host, _, port = base.rpartition(":")
     child_env = _child_env(os.environ)
@@ -469,8 +487,8 @@ def _run_many(
 
 
 def _summed(folder: Path, count: int) -> str:
-    """The stop summaries the ``--nodes`` children wrote into ``folder``, added up (and the
-    folder removed); a child that wrote none (killed, or failed) is said to be missing."""
+    """The stop summaries the ``--nodes`` children wrote into ``folder``, added up; a child
+    that wrote none (killed, or failed) is said to be missing."""
     moved = stayed = reported = 0
     dropped: dict[str, int] = {}
     for path in sorted(folder.glob("*.json")):
@@ -485,8 +503,6 @@ def _summed(folder: Path, count: int) -> str:
         moved, stayed, reported = moved + counts[0], stayed + counts[1], reported + 1
         for reason, n in discarded.items():
             dropped[reason] = dropped.get(reason, 0) + n
-    with contextlib.suppress(OSError):
-        folder.rmdir()
     missing = "" if reported == count else f" ({count - reported} of {count} nodes said nothing)"
     return _stop_summary(moved, stayed, dropped) + missing
 
