@@ -408,6 +408,7 @@ def _run_many(
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
     them. Returns the worst exit status."""
+    import subprocess
     import tempfile
 
     if store is None:
@@ -415,23 +416,6 @@ def _run_many(
         store = f"sqlite:///{folder}/mesh.db"
         typer.echo(f"Location Store: {store}")
     summaries = Path(tempfile.mkdtemp(prefix="zlink-nodes-"))  # each child's stop summary
-    try:
-        return _run_children(target, factory, node_id, count, workers, listen, store, mesh,
-                             insecure, keys, log_level, lease, log_format, admin,
-                             admin_allow_remote, advertise, summaries)  # fmt: skip
-    finally:
-        shutil.rmtree(summaries, ignore_errors=True)
-
-
-def _run_children(
-    target: str, factory: bool, node_id: str, count: int, workers: int | None,
-    listen: str | None, store: str, mesh: str, insecure: bool, keys: str | None,
-    log_level: str, lease: float | None, log_format: str, admin: str | None,
-    admin_allow_remote: bool, advertise: str | None, summaries: Path,
-) -> int:  # fmt: skip
-    """``_run_many``'s body, once the store and the summaries' folder are settled."""
-    import subprocess
-
     base = listen or "tcp://127.0.0.1:0"
     host, _, port = base.rpartition(":")
     child_env = _child_env(os.environ)
@@ -482,7 +466,9 @@ def _run_children(
                     proc.wait(10)
                 if proc.stdin is not None:
                     proc.stdin.close()
-    typer.echo(f"all nodes stopped: {_summed(summaries, len(procs))}")
+            summed = _summed(summaries, len(procs))  # (all stopped: what they wrote is all)
+            shutil.rmtree(summaries, ignore_errors=True)
+    typer.echo(f"all nodes stopped: {summed}")
     return max((abs(p.returncode or 0) for p in procs), default=0)
 
 

@@ -959,12 +959,11 @@ class RemoteClient(Client):
     joins) are ``InvalidOperation``. After a lost connection it reconnects by itself (unless
     made with ``reconnect=False``; see ``zlink.mesh.client_failover``)."""
 
-    __slots__ = ("_counters", "_failover")
+    __slots__ = ("_failover",)
 
-    def __init__(self, failover: Failover, counters: _Counters) -> None:
+    def __init__(self, failover: Failover) -> None:
         super().__init__(failover)
         self._failover = failover
-        self._counters = counters
 
     @property
     def _connection(self) -> Connection:
@@ -983,8 +982,8 @@ class RemoteClient(Client):
 
     def counters(self) -> dict[str, int]:
         """Late replies, sends the node dropped (by reason), frames, waits, reconnects and the
-        like, over every connection the client had."""
-        return self._counters.snapshot()
+        like, over every connection the client had (they share one set)."""
+        return self._failover.current.counters.snapshot()
 
     def wait_connected(self, timeout: float | None = None) -> None:
         """Block until the client is connected (at once, unless it is reconnecting after a
@@ -1063,7 +1062,7 @@ def connect(
     failover = Failover(endpoints, make, timeout, reconnect, min(timeout, _ATTEMPT_TIMEOUT),
                         counters.add)  # fmt: skip
     failover.open()
-    return RemoteClient(failover, counters)
+    return RemoteClient(failover)
 
 
 __all__ = ["RemoteClient", "connect"]

@@ -60,6 +60,14 @@ BACKOFF_MOST = 2.0  # ... doubling up to this
 _LOOK = 0.05  # seconds between looks while waiting to be connected (bounds a missed change)
 
 
+class Counts(Protocol):
+    """A client's counters (``RemoteClient.counters()``)."""
+
+    def add(self, name: str, n: int = 1) -> None: ...
+
+    def snapshot(self) -> dict[str, int]: ...
+
+
 class Connection(RuntimePort, Protocol):
     """One connection to one node (``zlink.mesh.client``): the port calls go to."""
 
@@ -71,6 +79,11 @@ class Connection(RuntimePort, Protocol):
 
     @property
     def state(self) -> str: ...
+
+    @property
+    def counters(self) -> Counts:
+        """The client's counters, shared by every connection it has had."""
+        ...
 
     @property
     def peers(self) -> tuple[str, ...]:
@@ -319,4 +332,4 @@ class Failover:
         return self.current.actor_spot_id(actor_id)
 
 
-__all__ = ["BACKOFF_FIRST", "BACKOFF_MOST", "Connection", "Failover"]
+__all__ = ["BACKOFF_FIRST", "BACKOFF_MOST", "Connection", "Counts", "Failover"]
