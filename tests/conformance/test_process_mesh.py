@@ -8,6 +8,8 @@ process drives them with JSON commands and reads the store itself. Every wait is
 
 from __future__ import annotations
 
+import os
+import signal
 import struct
 import time
 from collections.abc import Callable
@@ -184,6 +186,36 @@ def test_a_node_that_goes_away_fails_its_pending_calls_at_once(tmp_path: Path) -
         assert nodes["n2"].ask("counters")["calls_failed_peer_down"] == 1
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGSTOP"), reason="freezes a process with SIGSTOP")
+def test_what_a_dropped_connection_lost_reaches_the_peer_when_it_is_met_again(
+    tmp_path: Path,
+) -> None:
+    """python-api §9: a message accepted for another node is handled there or counted as
+    dropped. n1 freezes (SIGSTOP) while n2 sends it 300 messages of ~10 KB, more than the
+    loopback buffers take: n2's connection to it drops with what its pipe held (its pipe
+    fills, or the ZMTP heartbeat times out after 1 s), and n2 refuses the sends after that
+    (``Unavailable``). n1's lease (10 s) still holds, it is met again, and every message n2
+    accepted is handled once, in order: what n1 had not acknowledged was sent again."""
+    with mesh(tmp_path, ["n1", "n2"], lease=10) as nodes:
+        _meshed(nodes)
+        n1, n2 = nodes["n1"], nodes["n2"]
+        n1.ask("create", spot="r", type="mp.room")
+        n2.ask("send", spot="r", sender="first", count=10)  # n2 knows where r lives
+        _until(lambda: n2.ask("total", spot="r") == 10, "the first 10 handled")
+        sender = "s" * 5000
+        os.kill(n1.proc.pid, signal.SIGSTOP)
+        try:
+            sent = n2.ask("send", spot="r", sender=sender, count=300, until_refused=True)
+            _until(lambda: n2.ask("counters").get("peers_lost", 0) >= 1, "n2 loses n1", 10)
+        finally:
+            os.kill(n1.proc.pid, signal.SIGCONT)
+        assert sent > 0
+        _until(lambda: n2.ask("peers") == ["n1"], "n2 meets n1 again")
+        _until(lambda: n2.ask("total", spot="r") == 10 + sent, f"all {sent} accepted handled")
+        assert n2.ask("log", spot="r") == {"first": list(range(10)), sender: list(range(sent))}
+        assert n2.ask("counters").get("frames_dropped_peer_down", 0) == 0
+
+
 def test_a_new_peer_is_accepted_and_served_while_every_worker_is_blocked(
     tmp_path: Path,
 ) -> None:
@@ -228,7 +260,7 @@ def test_bad_frames_on_the_mesh_sockets_are_counted_and_never_stop_the_node(
             store.close()
         endpoint = MeshEndpoint.parse(record.endpoint)
         target = identity("n1", "@" + endpoint.token)
-        header = struct.Struct("!BBQ")
+        header = struct.Struct("!BBQQ")  # version, kind, incarnation, number (DATA)
         ctx = zmq.Context()
         try:
             sock = ctx.socket(zmq.ROUTER)
@@ -248,28 +280,28 @@ def test_bad_frames_on_the_mesh_sockets_are_counted_and_never_stop_the_node(
 
             send(b"garbage")  # one frame, no header
             send(b"\x01\x02", b"truncated header")
-            send(header.pack(9, 2, 0), b"unknown version")
-            send(header.pack(VERSION, 77, 0), b"unknown kind")
-            send(header.pack(VERSION, 1, 0), b"{not json")  # a HELLO that does not parse
+            send(header.pack(9, 2, 0, 1), b"unknown version")
+            send(header.pack(VERSION, 77, 0, 0), b"unknown kind")
+            send(header.pack(VERSION, 1, 0, 0), b"{not json")  # a HELLO that does not parse
             _until(lambda: n1.ask("counters").get("bad_frames", 0) >= 5, "5 bad frames")
-            send(header.pack(VERSION, 2, record.incarnation + 5), b"for another incarnation")
+            send(header.pack(VERSION, 2, record.incarnation + 5, 1), b"for another incarnation")
             _until(
                 lambda: n1.ask("counters").get("frames_wrong_incarnation", 0) >= 1,
                 "the frame for another incarnation",
             )
-            send(header.pack(VERSION, 2, 0), b"x" * 100_000)  # over max_frame_bytes (64 KiB)
+            send(header.pack(VERSION, 2, 0, 1), b"x" * 100_000)  # over max_frame_bytes (64 KiB)
             _until(lambda: n1.ask("counters").get("oversized_frames", 0) >= 1, "oversized")
             other = (
                 b'{"node": "evil", "incarnation": 1, "mesh": "other", "endpoint": '
                 + f'"{record.endpoint}"'.encode()
                 + b"}"
             )
-            send(header.pack(VERSION, 1, 0), other)
+            send(header.pack(VERSION, 1, 0, 0), other)
             _until(lambda: n1.ask("counters").get("peers_refused", 0) >= 1, "other mesh")
             hello = other.replace(b'"other"', b'"main"')
-            send(header.pack(VERSION, 1, 0), hello)  # greeted now (its endpoint is n1's own)
-            send(header.pack(VERSION, 2, 0), b'{"v": 99, "kind": "send"}')  # unknown version
-            send(header.pack(VERSION, 2, 0), b'{"v": 2, "kind": "sen')  # truncated envelope
+            send(header.pack(VERSION, 1, 0, 0), hello)  # greeted now (its endpoint is n1's own)
+            send(header.pack(VERSION, 2, 0, 2), b'{"v": 99, "kind": "send"}')  # unknown version
+            send(header.pack(VERSION, 2, 0, 3), b'{"v": 2, "kind": "sen')  # truncated envelope
             _until(lambda: n1.ask("counters").get("bad_envelopes", 0) >= 2, "bad envelopes")
         finally:
             ctx.destroy(linger=0)

@@ -96,10 +96,15 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
     if op == "hold_one":
         client.send_to_spot(cmd["spot"], HoldOne()).submit()
         return None
-    if op == "send":
+    if op == "send":  # with "until_refused": the number accepted before the first refusal
         for seq in range(cmd["count"]):
-            client.send_to_spot(cmd["spot"], Bump(sender=cmd["sender"], seq=seq)).submit()
-        return None
+            try:
+                client.send_to_spot(cmd["spot"], Bump(sender=cmd["sender"], seq=seq)).submit()
+            except zlink.ZLinkError:
+                if not cmd.get("until_refused"):
+                    raise
+                return seq
+        return cmd["count"]
     if op == "send_gate":
         for _ in range(cmd["count"]):
             client.send_to_spot(cmd["spot"], HoldOne()).submit()

@@ -513,3 +513,119 @@ def test_data_in_flight_is_bounded_in_bytes_and_a_large_frame_still_goes_alone(n
     a.infra.run_until(lambda: a.link.seen("data", "b")[-1:] == [big], "the large frame")
     writable_after(seen, "credited again")
     assert b.transport.send("b", "a", Channel.DATA, b"after")
+
+
+class _Swallow:
+    """An out socket whose pipe to ``ident`` takes DATA and loses it, as a connection that
+    drops loses what its pipe and its kernel buffers held. Everything else is the real
+    socket."""
+
+    def __init__(self, sock: Any, ident: bytes) -> None:
+        self._sock, self._ident = sock, ident
+        self.swallowed: list[list[bytes]] = []
+
+    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+        if frames[0] == self._ident and frames[1][1] == _Kind.DATA:
+            self.swallowed.append(frames)
+            return
+        self._sock.send_multipart(frames, flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _drop_and_meet_again(a: Node, b: Node) -> None:
+    """``a`` takes ``b`` down (its connection dropped) and, the store listing ``b`` still,
+    meets it again."""
+    _on_thread(a.transport, lambda: a.transport._down(a.transport._peers[b.node_id], "test"))
+    a.infra.run_until(lambda: bool(a.link.seen("down", b.node_id)), "a drops b")
+    a.transport.learn([b.member()])
+    a.infra.run_until(lambda: len(a.link.seen("up", b.node_id)) == 2, "a meets b again")
+
+
+def test_data_a_dropped_connection_lost_is_sent_again_when_the_peer_is_met_again(nodes):
+    """python-api §9: what a node accepted for a peer is handled there or counted as dropped.
+    A ZeroMQ connection that drops (a heartbeat timeout: the peer froze, the network went)
+    loses what its pipe held, and the peer, alive, is met again: what ``a`` sent and ``b``
+    never acknowledged is sent again on the new connection, first, once, in order."""
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    a = nodes("a", count=count).attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    outs = a.transport._outs
+    real = outs[Channel.DATA]
+    lossy = _Swallow(real, a.transport._peers["b"].ident)
+
+    def swap(sock: Any) -> Callable[[], None]:
+        def run() -> None:
+            outs[Channel.DATA] = sock
+
+        return run
+
+    _on_thread(a.transport, swap(lossy))
+    assert a.transport.send("a", "b", Channel.DATA, b"one")
+    assert a.transport.send("a", "b", Channel.DATA, b"two")
+    _on_thread(a.transport, lambda: None)  # the turn that runs this sends both, after it
+    _on_thread(a.transport, swap(real))
+    assert [f[2:] for f in lossy.swallowed] == [[b"one", b"two"]]
+    _drop_and_meet_again(a, b)
+    assert a.transport.send("a", "b", Channel.DATA, b"three")
+    b.infra.run_until(lambda: len(b.link.seen("data", "a")) >= 3, "b takes all three")
+    assert b.link.seen("data", "a") == [b"one", b"two", b"three"]
+    assert counted.get("data_resent") == 2
+
+
+def test_data_resent_that_had_arrived_is_dropped_as_a_duplicate(nodes):
+    """What arrived but was not acknowledged yet when the connection dropped is sent again
+    too; the receiver knows it by its sequence number and drops the copy (counted), so it is
+    handled once, and credits it, so the sender's window is not lost."""
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    a = nodes("a", data_limit=8).attach()
+    b = nodes("b", data_limit=8, count=count).attach()
+    _meshed(a, b)
+    assert a.transport.send("a", "b", Channel.DATA, b"one")
+    b.infra.run_until(lambda: b.link.seen("data", "a") == [b"one"], "b takes one")
+    _drop_and_meet_again(a, b)
+    assert a.transport.send("a", "b", Channel.DATA, b"two")
+    b.infra.run_until(lambda: b"two" in b.link.seen("data", "a"), "b takes two")
+    assert b.link.seen("data", "a") == [b"one", b"two"]
+    assert counted.get("data_duplicates") == 1
+    peer = a.transport._peers["b"]
+    end = time.monotonic() + WAIT
+    while (peer.in_flight or peer.out.unacked) and time.monotonic() < end:  # b's credit
+        time.sleep(0.005)  # (a's transport thread takes it: no event to wait on)
+    assert peer.in_flight == 0 and not peer.out.unacked  # credited and acknowledged
+    for i in range(8):  # the window is whole again: 8 frames in flight at most
+        assert a.transport.send("a", "b", Channel.DATA, b"more-%d" % i)
+    b.infra.run_until(lambda: len(b.link.seen("data", "a")) == 10, "b takes the rest")
+
+
+def test_data_held_when_a_peer_says_goodbye_is_still_delivered_before_it_goes(nodes):
+    """python-api §9: what a node accepted for a peer is handled there or counted. A node
+    that stops gracefully may have sent DATA that its peer holds (it paused that node, being
+    full). The peer takes it, in order, and only then takes the node down: dropped, sends the
+    node had accepted were lost, counted at the peer only (``frames_dropped_peer_down``)."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    b.transport.pause("b", "a")
+    for i in range(5):
+        assert a.transport.send("a", "b", Channel.DATA, b"held %d" % i)
+    held = b.transport._peers["a"].held
+    end = time.monotonic() + WAIT
+    while len(held) < 5 and time.monotonic() < end:  # b's transport thread reads them
+        time.sleep(0.005)  # (no event to wait on)
+    assert len(held) == 5
+    a.stop()
+    b.infra.run_until(lambda: bool(b.link.seen("down", "a")), "b sees a go")
+    kinds = [k for k, _, _ in b.link.events if k in ("data", "down")]
+    assert kinds == ["data"] * 5 + ["down"]
+    assert b.link.seen("data", "a") == [b"held %d" % i for i in range(5)]

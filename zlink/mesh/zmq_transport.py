@@ -76,9 +76,12 @@ from .transport import Channel, NodeLink, data_resumed, data_room
 
 _log = logging.getLogger("zlink.mesh.zmq")
 
-VERSION = 2  # 2: a CREDIT names the bytes it returns too
-_HEADER = struct.Struct("!BBQ")  # version, kind, the receiver's incarnation (0: any)
-_CREDIT = struct.Struct("!QQ")  # DATA frames, and their bytes, taken
+VERSION = 3  # 2: a CREDIT names the bytes it returns too; 3: DATA is numbered, and acknowledged
+# version, kind, the receiver's incarnation (0: any), the number of a DATA frame's first body
+# (its others follow it: n + 1, ...; 0 on the other kinds)
+_HEADER = struct.Struct("!BBQQ")
+_CREDIT = struct.Struct("!QQQ")  # DATA frames, and their bytes, taken; the last number received
+_SESSION_LINGER = 30.0  # seconds a peer's DATA session outlives its connection (see _Outgoing)
 _RECV_BATCH = 256  # frames read from one socket before the others get a turn
 _REFUSED_EVENTS = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -166,6 +169,35 @@ def identity(node_id: str, instance: str) -> bytes:
 
 
 @dataclass(eq=False)
+class _Outgoing:
+    """The DATA this node sent to one incarnation of a peer and that peer has not acknowledged
+    yet (python-api §9: never lost without a trace). It outlives a connection: one that drops
+    (a ZMTP heartbeat timeout: the peer froze, or the network went) loses what its pipe and
+    kernel buffers held, and the peer, alive, is met again; then all of it is sent again,
+    first, in order (``_up``), and the peer drops what it had already (by number). It ends,
+    its bodies counted as dropped, when a newer incarnation of the peer is met, when the peer
+    said goodbye, when this node registers again, or ``_SESSION_LINGER`` after the peer went
+    down without being met again. Bounded by the credit window: every CREDIT acknowledges.
+    (Transport thread only.)"""
+
+    next_seq: int = 1
+    unacked: deque[tuple[int, bytes]] = field(default_factory=deque)
+    down_since: float | None = None  # monotonic, while no connection to the peer is up
+
+
+@dataclass(eq=False)
+class _Incoming:
+    """What this node received of one incarnation of a peer's DATA: the number of the last
+    body taken (a copy sent again at or below it is dropped), and the DATA held while this
+    node paused that peer when its connection dropped (delivered first when it is met again).
+    (Transport thread only.)"""
+
+    taken: int = 0
+    held: deque[bytes] = field(default_factory=deque)
+    down_since: float | None = None
+
+
+@dataclass(eq=False)
 class _Peer:
     """One incarnation of another node, as this node's transport sees it."""
 
@@ -186,6 +218,9 @@ class _Peer:
     credit_due: int = 0  # DATA of its taken here and not yet credited back
     credit_due_bytes: int = 0  # their bytes
     left: bool = False  # it said goodbye (what it sends after is not a reason to meet again)
+    byes: set[Channel] = field(default_factory=set)  # the pipes its goodbye came on
+    out: _Outgoing = field(default_factory=_Outgoing)  # its incarnation's, across connections
+    inc: _Incoming = field(default_factory=_Incoming)  # the same, for what it sends here
 
 
 class ZmqTransport:
@@ -234,6 +269,10 @@ class ZmqTransport:
         self._submit: Callable[..., None] = lambda fn, *args: None
         self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
+        # (node id, incarnation) -> the DATA sessions with it, which outlive a connection
+        # (``_Outgoing``, ``_Incoming``; transport thread)
+        self._outgoing: dict[tuple[str, int], _Outgoing] = {}
+        self._incoming: dict[tuple[str, int], _Incoming] = {}
         # frames from senders not greeted yet (their HELLO may come on the other pipe): kept
         # until it does, or dropped and counted after ``connect_timeout`` (``_sweep``)
         self._strangers: dict[bytes, tuple[float, list[tuple[bytes, list[bytes]]]]] = {}
@@ -417,6 +456,8 @@ class ZmqTransport:
         incarnation, members, then = reborn
         for peer in list(self._peers.values()):
             self._down(peer, f"this node registered again as incarnation {incarnation}")
+        for node_id in {key[0] for key in [*self._outgoing, *self._incoming]}:
+            self._end_sessions(node_id, 2**63)  # what the old incarnation sent or held
         for sock in self._outs.values():
             poller.unregister(sock)
             sock.close(linger=0)
@@ -747,16 +788,22 @@ class ZmqTransport:
         forever."""
         with self._lock:
             out, self._outq = self._outq, deque()
-            owed = self._credits
-            self._credits = [p for p in owed if p.state is _State.CONNECTING]
+            owed, self._credits = self._credits, []
             credits = []
-            for peer in owed:
-                if peer.state is _State.UP:
+            for was in owed:
+                peer = self._current(was)  # met again since it went down: owed there
+                if peer is not was:
+                    peer.credit_due += was.credit_due
+                    peer.credit_due_bytes += was.credit_due_bytes
+                    was.credit_due = was.credit_due_bytes = 0
+                if peer.state is _State.UP and peer.credit_due:
                     credits.append((peer, peer.credit_due, peer.credit_due_bytes))
                     peer.credit_due = peer.credit_due_bytes = 0
+                elif peer.state is _State.CONNECTING and peer not in self._credits:
+                    self._credits.append(peer)
         for peer, n, size in credits:
             if peer.state is _State.UP:
-                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size))
+                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size, peer.inc.taken))
         # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
         # the order it was handed over (the two channels are separate connections: there is
         # no order between them to keep)
@@ -765,7 +812,14 @@ class ZmqTransport:
         for target, kind, data in out:
             if isinstance(target, bytes):
                 self._to_client(target, data)
-            elif target.state is _State.UP:
+                continue
+            if target.state is _State.DOWN:  # handed over before it went down
+                target = self._current(target)
+                if target.state is _State.CONNECTING:  # met again: it waits for the meeting
+                    with self._lock:
+                        target.waiting.append((kind, data))
+                    continue
+            if target.state is _State.UP:
                 if kind is _Kind.DATA or kind is _Kind.COMPLETION:
                     run = runs.setdefault((id(target), kind), [])
                     run.append(data)
@@ -773,13 +827,16 @@ class ZmqTransport:
                     if len(run) >= _BATCH_BODIES:
                         self._frame(target, kind, *run)
                         del runs[(id(target), kind)]
-                else:  # a goodbye: what was handed over before it leaves first
+                else:  # a goodbye: what was handed over before it leaves first, on each pipe
                     for earlier in (_Kind.DATA, _Kind.COMPLETION):
                         pending = runs.pop((id(target), earlier), None)
                         if pending:
                             self._frame(target, earlier, *pending)
-                    self._frame(target, kind, data)
-            elif target.state is _State.DOWN and kind is not _Kind.BYE:
+                    if self._frame(target, kind, data, channel=Channel.DATA):
+                        self._frame(target, kind, data)
+            elif kind is _Kind.DATA:
+                self._frame(target, kind, data)  # kept for the next meeting, or counted
+            elif kind is not _Kind.BYE:
                 self._count("frames_dropped_peer_down")
         for (key, kind), run in runs.items():
             self._frame(peers[key], kind, *run)
@@ -789,26 +846,89 @@ class ZmqTransport:
     ) -> bool:
         """Send ``bodies`` of one kind to ``peer`` as one message (DATA on the DATA pipe, the
         rest on COMPLETION unless ``channel`` says). ``False``: the peer is not up, or it has
-        no pipe (then it is down); what was to go is counted as dropped (a ping aside)."""
+        no pipe (then it is down). DATA is numbered and kept until the peer acknowledges it
+        (``_Outgoing``: sent again when the peer is met again); anything else that was to go
+        is counted as dropped (a ping aside), as is DATA whose session has ended."""
         lost = 0 if kind is _Kind.PING else len(bodies)
+        seq = 0
+        if kind is _Kind.DATA:
+            seq = self._keep(peer, bodies)
+            if seq:
+                lost = 0
         if peer.state is not _State.UP:
             if lost:
                 self._count("frames_dropped_peer_down", lost)
             return False
         if channel is None:
             channel = Channel.DATA if kind is _Kind.DATA else Channel.COMPLETION
+        if self._send(peer, kind, seq, bodies, channel):
+            return True
+        if lost:
+            self._count("frames_dropped_peer_down", lost)
+        return False
+
+    def _send(
+        self, peer: _Peer, kind: _Kind, seq: int, bodies: tuple[bytes, ...] | list[bytes],
+        channel: Channel,
+    ) -> bool:  # fmt: skip
+        """One message to ``peer`` on ``channel``'s pipe; ``False`` (and the peer is down) if
+        there is none."""
         try:
             self._outs[channel].send_multipart(
-                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation), *bodies], zmq.NOBLOCK
+                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation, seq), *bodies],
+                zmq.NOBLOCK,
             )
             return True
         except zmq.ZMQError as exc:
             if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 raise
             self._down(peer, f"no connection ({exc.strerror})")
-            if lost:
-                self._count("frames_dropped_peer_down", lost)
             return False
+
+    def _keep(self, peer: _Peer, bodies: tuple[bytes, ...] | list[bytes]) -> int:
+        """Number DATA ``bodies`` for ``peer`` and keep them until acknowledged; the first
+        one's number, or 0 if ``peer``'s session has ended (nothing is kept)."""
+        out = peer.out
+        if self._outgoing.get((peer.node_id, peer.incarnation)) is not out:
+            return 0
+        seq = out.next_seq
+        out.next_seq = seq + len(bodies)
+        out.unacked.extend(zip(range(seq, seq + len(bodies)), bodies, strict=True))
+        return seq
+
+    def _resend(self, peer: _Peer) -> None:
+        """(``_up``.) Send again, first and in order, the DATA ``peer`` has not acknowledged:
+        its last connection may have lost it (a copy that did arrive is dropped there)."""
+        kept = list(peer.out.unacked)
+        if not kept:
+            return
+        with self._lock:
+            peer.in_flight += len(kept)
+            peer.in_flight_bytes += sum(len(body) for _seq, body in kept)
+        self._count("data_resent", len(kept))
+        for start in range(0, len(kept), _BATCH_BODIES):
+            run = kept[start : start + _BATCH_BODIES]
+            if not self._send(peer, _Kind.DATA, run[0][0], [b for _s, b in run], Channel.DATA):
+                return  # down again: still kept
+
+    def _current(self, peer: _Peer) -> _Peer:
+        """``peer``, or, if it went down, the record of the same incarnation met since."""
+        if peer.state is _State.DOWN:
+            found = self._peers.get(peer.node_id)
+            if found is not None and found.incarnation == peer.incarnation:
+                return found
+        return peer
+
+    def _end_sessions(self, node_id: str, below: int) -> None:
+        """End the DATA sessions with ``node_id``'s incarnations below ``below`` (it left,
+        restarted, or this node did): what they kept is counted as dropped."""
+        lost = 0
+        for key in [k for k in self._outgoing if k[0] == node_id and k[1] < below]:
+            lost += len(self._outgoing.pop(key).unacked)
+        for key in [k for k in self._incoming if k[0] == node_id and k[1] < below]:
+            lost += len(self._incoming.pop(key).held)
+        if lost:
+            self._count("frames_dropped_peer_down", lost)
 
     def _to_client(self, client: bytes, data: bytes) -> None:
         try:
@@ -820,17 +940,26 @@ class ZmqTransport:
 
     def _ping(self) -> None:
         """A ping on both pipes of every peer that is up: a pipe that is gone means it is
-        down, found even when nothing else is sent to it."""
+        down, found even when nothing else is sent to it. Credit owed below the step goes
+        too (at the next flush): it acknowledges DATA, which its sender keeps until then."""
         for peer in list(self._peers.values()):
             if peer.state is _State.UP and self._frame(peer, _Kind.PING, b"", channel=Channel.DATA):
                 self._frame(peer, _Kind.PING, b"", channel=Channel.COMPLETION)
+        with self._lock:
+            for peer in self._peers.values():
+                if peer.credit_due and peer not in self._credits:
+                    self._credits.append(peer)
 
     def _sweep(self, now: float) -> None:
-        """Drop, and count, what senders that never said HELLO sent."""
+        """Drop, and count, what senders that never said HELLO sent, and the DATA sessions
+        of peers down for ``_SESSION_LINGER`` and not met again."""
         for ident, (since, kept) in list(self._strangers.items()):
             if now - since > self._connect_timeout:
                 del self._strangers[ident]
                 self._count("frames_from_strangers", len(kept))
+        for (node_id, incarnation), out in list(self._outgoing.items()):
+            if out.down_since is not None and now - out.down_since > _SESSION_LINGER:
+                self._end_sessions(node_id, incarnation + 1)
 
     def _probe(self, peer: _Peer, channel: Channel) -> bool:
         """Send this node's HELLO to ``peer`` on ``channel``; ``False`` if no pipe yet."""
@@ -845,7 +974,7 @@ class ZmqTransport:
         ).encode()
         try:
             self._outs[channel].send_multipart(
-                [peer.ident, _HEADER.pack(VERSION, _Kind.HELLO, peer.incarnation), hello],
+                [peer.ident, _HEADER.pack(VERSION, _Kind.HELLO, peer.incarnation, 0), hello],
                 zmq.NOBLOCK,
             )
             return True
@@ -883,6 +1012,8 @@ class ZmqTransport:
                 (peer, kind, data) for kind, data in reversed(peer.waiting)
             )  # ahead of anything handed over since (it was all kept in ``waiting``)
             peer.waiting.clear()
+        peer.out.down_since = None
+        self._resend(peer)  # what a dropped connection may have lost goes first
         link = self._link
         assert link is not None
         self._count("peers_connected")
@@ -894,12 +1025,26 @@ class ZmqTransport:
             if peer.state is _State.DOWN:
                 return
             peer.state = _State.DOWN
-            lost = len(peer.waiting) + len(peer.held)
+            waiting, held = list(peer.waiting), list(peer.held)
             peer.waiting.clear()
             peer.held.clear()
             peer.in_flight = peer.in_flight_bytes = 0
             if self._peers.get(peer.node_id) is peer:
                 del self._peers[peer.node_id]
+        # Its DATA session outlives the connection (``_Outgoing``, ``_Incoming``): DATA that
+        # waited for it is kept (numbered) for the next meeting, and its DATA held here is
+        # delivered then; the rest, and all of it once the session has ended, is dropped
+        now = time.monotonic()
+        peer.out.down_since = peer.inc.down_since = now
+        data = [body for kind, body in waiting if kind is _Kind.DATA]
+        lost = len(waiting) - len(data)
+        if data:
+            self._frame(peer, _Kind.DATA, *data)  # kept, or counted as dropped
+        if held:
+            if self._incoming.get((peer.node_id, peer.incarnation)) is peer.inc:
+                peer.inc.held.extend(held)
+            else:
+                lost += len(held)
         if lost:
             self._count("frames_dropped_peer_down", lost)
         self._release(peer)
@@ -961,7 +1106,7 @@ class ZmqTransport:
             sock = self._outs[channel]
             sock.getsockopt(zmq.EVENTS)  # the socket handles its commands (a send may not)
             try:
-                sock.send_multipart([ident, _HEADER.pack(VERSION, _Kind.PING, 0), b""],
+                sock.send_multipart([ident, _HEADER.pack(VERSION, _Kind.PING, 0, 0), b""],
                                     zmq.NOBLOCK)  # fmt: skip
                 continue  # still there
             except zmq.ZMQError as exc:
@@ -994,8 +1139,12 @@ class ZmqTransport:
             if known.incarnation > incarnation:
                 return None
             self._down(known, f"restarted as incarnation {incarnation}")
+        self._end_sessions(node_id, incarnation)  # older incarnations' (restarted)
+        key = (node_id, incarnation)
         peer = _Peer(node_id, incarnation, identity(node_id, "@" + endpoint.token),
-                     identity(node_id, f"#{incarnation}"), endpoint, time.monotonic())  # fmt: skip
+                     identity(node_id, f"#{incarnation}"), endpoint, time.monotonic(),
+                     out=self._outgoing.setdefault(key, _Outgoing()),
+                     inc=self._incoming.setdefault(key, _Incoming()))  # fmt: skip
         used: list[tuple[Channel, str]] = []
         try:
             for channel, ep in ((Channel.DATA, endpoint.data),
@@ -1013,6 +1162,11 @@ class ZmqTransport:
             return None
         with self._lock:
             self._peers[node_id] = peer
+        peer.inc.down_since = None
+        if peer.inc.held:  # held here when its last connection dropped: delivered first
+            held = list(peer.inc.held)
+            peer.inc.held.clear()
+            self._submit(self._deliver, peer, held)
         if known is not None:  # remember one incarnation back (its late frames are counted),
             for ident, old in list(self._by_ident.items()):  # no more: a mesh lives long
                 if old.node_id == node_id and old is not known:
@@ -1053,7 +1207,7 @@ class ZmqTransport:
             self._count("bad_frames")
             return
         ident, header = frames[0], frames[1]
-        version, kind_value, incarnation = _HEADER.unpack(header)
+        version, kind_value, incarnation, seq = _HEADER.unpack(header)
         if version != VERSION or kind_value not in _KINDS:
             self._count("bad_frames")
             return
@@ -1062,19 +1216,21 @@ class ZmqTransport:
         if len(bodies) > 1 and kind is not _Kind.DATA and kind is not _Kind.COMPLETION:
             self._count("bad_frames")
             return
-        body = bodies[0]
         fitting = [b for b in bodies if len(b) <= self._max_frame]
         if len(fitting) < len(bodies):  # a sender past this node's limit: those are dropped
             dropped = len(bodies) - len(fitting)
             self._count("oversized_frames", dropped)
-            known = self._by_ident.get(ident)
-            if kind is _Kind.DATA and known is not None and known.state is not _State.DOWN:
-                size = sum(len(b) for b in bodies if len(b) > self._max_frame)
-                self._credit(known, dropped, size)  # dropped, yet taken: the sender goes on
-            if not fitting:
+            if kind is _Kind.DATA:  # each still has its number: emptied, skipped by ``_fresh``
+                bodies = [b if len(b) <= self._max_frame else b"" for b in bodies]
+                known = self._by_ident.get(ident)
+                if known is not None and known.state is not _State.DOWN:
+                    size = sum(len(b) for b in frames[2:] if len(b) > self._max_frame)
+                    self._credit(known, dropped, size)  # dropped, yet taken: the sender goes on
+            elif not fitting:
                 return
-            bodies = fitting
-            body = bodies[0]
+            else:
+                bodies = fitting
+        body = bodies[0]
         if incarnation not in (0, self._incarnation):
             self._count("frames_wrong_incarnation")
             return
@@ -1100,7 +1256,7 @@ class ZmqTransport:
                 )
                 return
             peer = found
-        self._handle(peer, kind, bodies)
+        self._handle(peer, kind, bodies, seq, channel)
 
     def _revived(self, gone: _Peer) -> _Peer | None:
         """``gone``, which this node took down, still sends: nobody told it (there is no
@@ -1116,11 +1272,17 @@ class ZmqTransport:
         self._count("peers_met_again")
         return self._meet(gone.node_id, gone.incarnation, gone.endpoint)
 
-    def _handle(self, peer: _Peer, kind: _Kind, bodies: list[bytes]) -> None:
+    def _handle(
+        self, peer: _Peer, kind: _Kind, bodies: list[bytes], seq: int,
+        channel: Channel | None = None,
+    ) -> None:  # fmt: skip
         link = self._link
         assert link is not None
         body = bodies[0]
         if kind is _Kind.DATA:
+            bodies = self._fresh(peer, seq, bodies)
+            if not bodies:
+                return
             with self._lock:
                 if peer.paused:
                     peer.held.extend(bodies)
@@ -1132,7 +1294,10 @@ class ZmqTransport:
             if len(body) != _CREDIT.size:
                 self._count("bad_frames")
                 return
-            n, size = _CREDIT.unpack(body)
+            n, size, acked = _CREDIT.unpack(body)
+            unacked = peer.out.unacked
+            while unacked and unacked[0][0] <= acked:
+                unacked.popleft()
             with self._lock:
                 peer.in_flight = max(0, peer.in_flight - n)
                 peer.in_flight_bytes = max(0, peer.in_flight_bytes - size)
@@ -1143,9 +1308,42 @@ class ZmqTransport:
                     peer.blocked = False
             if wake:
                 self._submit(link.writable, peer.node_id)
-        elif kind is _Kind.BYE:
+        elif kind is _Kind.BYE:  # on each pipe, after what was sent on it before
+            peer.byes.update(Channel if channel is None else (channel,))
+            if len(peer.byes) < len(Channel):
+                return
+            with self._lock:  # what it sent before it left is taken, held or not
+                held = list(peer.held)
+                peer.held.clear()
+            if held:
+                self._submit(self._deliver, peer, held)
             peer.left = True
             self._down(peer, "it left")
+            self._end_sessions(peer.node_id, peer.incarnation + 1)
+
+    def _fresh(self, peer: _Peer, seq: int, bodies: list[bytes]) -> list[bytes]:
+        """(Transport thread.) The bodies of a DATA frame numbered from ``seq`` that this node
+        takes. Copies of bodies received already (sent again after a connection dropped:
+        ``_Outgoing``) are dropped, counted (``data_duplicates``) and credited, so the
+        sender's window stays whole; so are the emptied ones (over ``max_frame_bytes``,
+        counted and credited by ``_on_frame``). Numbers skipped (not expected: a sender keeps
+        what it sent until it is acknowledged) are counted: ``data_lost_in_transit``.
+        Unnumbered DATA is a bad frame."""
+        if seq == 0:
+            self._count("bad_frames")
+            return []
+        inc = peer.inc
+        skip = min(len(bodies), max(0, inc.taken + 1 - seq))
+        if seq > inc.taken + 1:
+            self._count("data_lost_in_transit", seq - inc.taken - 1)
+        inc.taken = max(inc.taken, seq + len(bodies) - 1)
+        if skip:
+            copies = [b for b in bodies[:skip] if b]
+            self._count("data_duplicates", skip)
+            if copies:
+                self._credit(peer, len(copies), sum(map(len, copies)))
+            bodies = bodies[skip:]
+        return [b for b in bodies if b]
 
     def _on_hello(self, ident: bytes, body: bytes) -> None:
         try:
@@ -1168,8 +1366,8 @@ class ZmqTransport:
         if peer is None:
             return
         for header, kept in self._strangers.pop(ident, (0.0, []))[1]:
-            _, kind_value, _ = _HEADER.unpack(header)
-            self._handle(peer, _Kind(kind_value), kept)
+            _, kind_value, _, seq = _HEADER.unpack(header)
+            self._handle(peer, _Kind(kind_value), kept, seq)
 
     def _read_clients(self) -> None:
         link = self._client_link
