@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.server
 import json
 import pathlib
 import signal
@@ -205,3 +206,37 @@ def test_the_admin_endpoint_caps_its_connections_and_closes_idle_ones(make_node)
         for conn in held:
             conn.close()
         server.stop()
+
+
+def test_status_and_inspect_say_what_is_wrong_with_the_admin_address_in_one_line():
+    """README "Running it as a service": a mistake on the command line ends with one error
+    line, not a traceback: a malformed ``--admin``, or one where something other than a
+    node answers."""
+    for args in (["status", "--admin", "nonsense"], ["inspect", "queues", "--admin", "x:99999"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 2, result.output
+        assert "HOST:PORT" in result.output and "Traceback" not in result.output
+
+    class NotANode(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"hello": "world"}'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), NotANode)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        admin = f"127.0.0.1:{server.server_address[1]}"
+        result = CliRunner().invoke(cli, ["status", "--admin", admin])
+        assert result.exit_code == 2, result.output
+        assert "not a zlink node's status" in result.output
+        assert "Traceback" not in result.output
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -670,13 +670,25 @@ class _SignalWaker:
 
 
 def _fetch(admin: str) -> NodeStatus:
-    host, port = parse_address(admin)
+    """The status of the node whose admin endpoint is ``admin``; a mistake (a malformed
+    address, nobody there, something else answering) is one ``BadParameter`` line."""
+    try:
+        host, port = parse_address(admin)
+    except ZLinkError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/status"
     try:
         with urllib.request.urlopen(url, timeout=5) as reply:
-            return NodeStatus.model_validate_json(reply.read())
+            body = reply.read()
     except OSError as exc:
         raise typer.BadParameter(f"no node answers at {admin}: {exc}") from exc
+    try:
+        return NodeStatus.model_validate_json(body)
+    except pydantic.ValidationError as exc:
+        raise typer.BadParameter(
+            f"what answers at {admin} is not a zlink node's status "
+            f"({exc.error_count()} fields do not fit)"
+        ) from exc
 
 
 _VIEWS: dict[str, tuple[list[str], Callable[[OwnerStatus], bool]]] = {
