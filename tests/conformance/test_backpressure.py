@@ -276,6 +276,18 @@ def test_a_batch_waits_for_room_for_all_its_messages(make_node):
     assert seen[queued:] == [[3, n] for n in range(4)]
 
 
+def test_a_wait_refused_for_being_larger_than_the_lane_says_so(make_node):
+    """python-api §9: a waiting caller refused because what it brings is more than the lane
+    holds at all is told that, not that too many callers wait (none does here)."""
+    node = make_node(build_app(), app_lane_items=6)
+    client = node.client()
+    client.spots.get_or_create("hot", "t.bp.hot").wait(WAIT)
+    batch = [Bump(sender=1, n=n) for n in range(7)]
+    with pytest.raises(zlink.ResourceExhausted, match="more than the application lane"):
+        client.send_many_to_spot("hot", batch).wait(WAIT)
+    client.send_many_to_spot("hot", batch[:6]).wait(WAIT)  # one that fits goes in
+
+
 def test_thousands_of_actor_creates_at_once_wait_instead_of_failing(make_node):
     node = make_node(build_app(), lifecycle_lane_items=4)
     client = node.client()

@@ -277,19 +277,23 @@ class OwnerLanes:
             waiter.notify(ADMISSION_CLOSED)
 
     # -- waiting for room (python-api §9) -------------------------------------------------------
+    def larger_than_lane(self, waiter: RoomWaiter) -> bool:
+        """Whether ``waiter`` is more than its lane holds even empty (it would never fit);
+        sets its ``cost``, what it reserves once admitted."""
+        if waiter.lane == APPLICATION:
+            waiter.cost = waiter.payload + self._retained * waiter.count
+            return waiter.count > self._app_items or waiter.cost > self._app_bytes
+        waiter.cost = waiter.payload
+        lim = self.limits
+        return waiter.count > lim.life_items or waiter.cost > lim.life_bytes
+
     def wait_room(self, waiter: RoomWaiter) -> Admission:
         """Admit ``waiter.item`` now if it fits and nobody waits before it (``ADMITTED``:
         ``notify`` is not called), else queue the waiter (``WAITING``). Refused at once with
         nothing queued: ``CLOSED`` when sealed; ``FULL_COUNT`` / ``FULL_BYTES`` when the lane
         could never hold it, or ``LaneLimits.waiters`` producers wait already."""
         app = waiter.lane == APPLICATION
-        if app:
-            waiter.cost = waiter.payload + self._retained * waiter.count
-            too_big = waiter.count > self._app_items or waiter.cost > self._app_bytes
-        else:
-            waiter.cost = waiter.payload
-            lim = self.limits
-            too_big = waiter.count > lim.life_items or waiter.cost > lim.life_bytes
+        too_big = self.larger_than_lane(waiter)
         with self._put_lock:
             if self.closed:
                 return ADMISSION_CLOSED

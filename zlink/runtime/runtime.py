@@ -441,6 +441,11 @@ class Runtime:
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         self.metrics.add("rejected_admissions")  # (wait_room counted it for the target)
+        if lanes.larger_than_lane(waiter):  # it would never fit: waiting is no use
+            raise ResourceExhausted(
+                f"{job.count} message(s) of {job.size:,} bytes are more than the application "
+                f"lane of {act.name!r} holds at all; nothing was queued"
+            )
         raise ResourceExhausted(
             f"the application lane of {act.name!r} is full and {self.limits.waiters} callers "
             "already wait for room; nothing was queued"
