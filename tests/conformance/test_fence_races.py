@@ -6,7 +6,10 @@ registration confirmed too late to serve on never lets a fenced node serve."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+
+import pytest
 
 import zlink
 from tests.conformance.test_membership import Ping, _app, _wait_counter
@@ -22,7 +25,9 @@ def _sync(node: zlink.Node) -> None:
         assert passed.wait(WAIT)
 
 
-def test_a_claim_answered_after_the_fence_is_not_activated(clock: ManualClock) -> None:
+def test_a_claim_answered_after_the_fence_is_not_activated(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
     with LocalCluster(_app(), nodes=2, clock=clock, workers=1, lease_seconds=3.0) as cluster:
         n1, n2 = cluster.nodes
         store = cluster.store
@@ -81,8 +86,12 @@ def test_a_claim_answered_after_the_fence_is_not_activated(clock: ManualClock) -
             clock.advance(0.25)
             cluster.wait_idle(WAIT)
         # node-2 calls "r": the store says its owner (node-1, old) holds no lease: re-homed
-        assert n2.client().request_to_spot("r", Ping()).wait(WAIT) == "pong"
+        with caplog.at_level(logging.INFO, logger="zlink"):
+            assert n2.client().request_to_spot("r", Ping()).wait(WAIT) == "pong"
         on_n2 = "r" in n2._runtime.spots
+        if on_n2:  # the log names the owner whose lease lapsed, not the node that took over
+            assert "node node-2 re-homed spot 'r'" in caplog.text
+            assert "its owner 'node-1' lost its lease" in caplog.text
         on_n1 = "r" in n1._runtime.spots
         if on_n1:  # and node-1 serves its own copy: calls made there run there
             assert n1.client().request_to_spot("r", Ping()).wait(WAIT) == "pong"

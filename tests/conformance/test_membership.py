@@ -4,6 +4,7 @@ each lease renewed from the deadline heap, on the store's thread."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -99,7 +100,7 @@ def test_drain_moves_only_to_members_the_store_knows(clock: ManualClock) -> None
 
 
 def test_a_node_that_cannot_renew_fences_itself_before_its_lease_lapses(
-    clock: ManualClock,
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     """python-api §10 "Failure": a node with no renewal confirmed stops serving (drops its
     Spots, refuses calls) before its lease can have lapsed by the store's clock, then
@@ -127,8 +128,10 @@ def test_a_node_that_cannot_renew_fences_itself_before_its_lease_lapses(
         while clock.now() <= lease_end:  # the old incarnation's lease ends: "r" can move
             clock.advance(0.25)
             cluster.wait_idle(WAIT)
-        rehomed = n2.client().request_to_spot("r", Ping()).wait(WAIT)
+        with caplog.at_level(logging.INFO, logger="zlink"):
+            rehomed = n2.client().request_to_spot("r", Ping()).wait(WAIT)
         assert rehomed == "pong"
+        assert "its owner 'node-1' lost its lease" in caplog.text  # the one whose it was
         found = cluster.store.lookup("r")
         assert found is not None and found.owner_live
         assert found.object_generation > made.spot_ref.object_generation

@@ -93,12 +93,13 @@ class Creation:
         self.activate(act, None)
         return act
 
-    def rehome(self, location: Location) -> bool:
+    def rehome(self, location: Location, lapsed: str | None = None) -> bool:
         """Activate here a Spot the store just gave this node because its owner's lease had
         lapsed (python-api §10 "Failure"): a new ``ObjectGeneration``; the constructor and
         ``on_initialize`` run, ``on_create`` does not (it was created before; its state is
-        gone). ``False`` for what cannot be re-homed here: an Actor (it lived in its Entry
-        Spot's node), or a type this app does not have."""
+        gone). ``lapsed``: the node that owned it (logged). ``False`` for what cannot be
+        re-homed here: an Actor (it lived in its Entry Spot's node), or a type this app does
+        not have."""
         spec = self.rt.app.spots.get(location.type_name)
         if location.kind != str(TargetKind.SPOT) or spec is None:
             return False
@@ -110,9 +111,9 @@ class Creation:
             act = self.register_spot(spec, location.spot_id, location.object_generation,
                                      location.authority_generation)  # fmt: skip
         self.rt.metrics.add("spots_rehomed")
-        _log.info("node %s re-homed spot %r (generation %d, its owner %r lost its lease)",
+        _log.info("node %s re-homed spot %r (generation %d, its owner %s lost its lease)",
                   self.rt.node_id, location.spot_id, location.object_generation,
-                  location.owner_node)  # fmt: skip
+                  "(unknown)" if lapsed is None else repr(lapsed))  # fmt: skip
         self.activate(act, None, rehomed=True)
         return True
 

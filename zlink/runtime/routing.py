@@ -251,8 +251,8 @@ class MeshRouter:
                     if instance is not None:  # an Instance Spot re-homed by a call that did
                         # not name it as one: a first record its dead owner left runs first
                         self._activate_recorded(instance, found, location)
-                    elif not self.rt.rehome(location):
-                        lost = found.previous.owner_node if found.previous is not None else "?"
+                    elif not self.rt.rehome(location, _previous_owner(found)):
+                        lost = _previous_owner(found) or "?"
                         error = NotFound(  # an Actor is not re-homed: its node is gone, with it
                             f"{location.kind} {target!r} was lost with node {lost!r}"
                         )
@@ -1180,3 +1180,9 @@ class Route(NamedTuple):
 
 
 __all__ = ["MAX_HOPS", "MAX_POINTERS", "MeshRouter", "Route"]
+
+
+def _previous_owner(found: object) -> str | None:
+    """The node that owned what a re-homing reservation took over (its lease had lapsed)."""
+    previous = found.previous if isinstance(found, Reservation) else None
+    return None if previous is None else previous.owner_node
