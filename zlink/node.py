@@ -503,7 +503,11 @@ class Node:
         deadline, and worker calls still running, which are abandoned (their threads are
         daemon threads: the interpreter's exit does not wait for them) and counted as
         ``worker_calls_abandoned_at_shutdown`` (never started:
-        ``worker_calls_discarded_at_shutdown``). The rest of the time is for the turns these
+        ``worker_calls_discarded_at_shutdown``). What this node accepted for other nodes is
+        waited for in that time too (python-api §9): its outbox empty and its DATA
+        acknowledged by the peers that are up (one that paused this node takes it as it
+        drains); what is left then is counted (``sends_dropped_shutdown``; sent and never
+        acknowledged: ``data_unacknowledged_at_stop``). The rest of the time is for the turns these
         failures resume; queued work that never ran then fails with ``Unavailable``, counted
         (``messages_discarded_at_shutdown``, ``lifecycle_skipped_<step>``). Returns within
         ``timeout`` (a mesh node's leave from the store takes at least half a second), and no
@@ -526,6 +530,7 @@ class Node:
         self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         self._settle(graceful)
+        self._send_out(graceful)
         # Calls awaiting a reply or room fail first, then worker calls are abandoned: a turn
         # that the abandoned call resumes and that fails on it must find its caller answered
         # already (Unavailable, not the HandlerError of a turn cut short by the shutdown).
@@ -554,6 +559,7 @@ class Node:
         if self._client_server is not None:  # after the last replies: clients hear goodbye
             self._client_server.close()
         if self._transport is not None:  # before the infrastructure thread stops: peers hear
+            self._abandon_outbox(error, end)
             self._transport.detach(self.node_id)
         self._infra.stop(max(0.0, end - time.monotonic()))
         close = getattr(self._owned_store, "close", None)
@@ -563,6 +569,36 @@ class Node:
             sub.close()
         self._state = "stopped"
         _log.info("node %s stopped", self.node_id)
+
+    def _send_out(self, until: float) -> None:
+        """(Shutdown.) Wait, until ``until`` at most, for what this node accepted for other
+        nodes to be out (python-api §9): its outbox empty and its DATA acknowledged by the
+        peers that are up (a peer that paused this node takes it as it drains)."""
+        router = self._rt.router
+        if router is None:
+            return
+        transport = router.transport
+        while router.outbox.pending() or transport.unacknowledged():
+            if time.monotonic() >= until:
+                return
+            time.sleep(0.005)  # two other threads' progress: no one event to wait on
+
+    def _abandon_outbox(self, error: Unavailable, end: float) -> None:
+        """(Shutdown.) What is still in the outbox fails, counted (``sends_dropped_shutdown``)
+        or answered with ``error``, on the infrastructure thread, which owns it."""
+        router = self._rt.router
+        if router is None or not router.outbox.pending():
+            return
+        done = threading.Event()
+
+        def abandon() -> None:
+            try:
+                router.outbox.abandon(error)
+            finally:
+                done.set()
+
+        self._infra.submit(abandon)
+        done.wait(max(0.0, end - time.monotonic()))
 
     def _settle(self, until: float) -> None:
         """(Shutdown.) Wait, until ``until`` at most, for no turn to be runnable and no worker

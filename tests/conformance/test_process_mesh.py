@@ -216,6 +216,35 @@ def test_what_a_dropped_connection_lost_reaches_the_peer_when_it_is_met_again(
         assert n2.ask("counters").get("frames_dropped_peer_down", 0) == 0
 
 
+def test_a_graceful_stop_sends_what_it_accepted_for_a_paused_peer_before_it_goes(
+    tmp_path: Path,
+) -> None:
+    """python-api §9: a message a node accepted for another node is handled there or counted
+    as dropped. n2's only worker is held, so its room's lane fills and it pauses n1; n1 has
+    accepted 3,000 sends for the room, most of them still in its outbox, when it is told to
+    stop. Its graceful stop waits (within its shutdown timeout) until they are out and
+    acknowledged, so once n2 runs again every one is handled, in order; before, they were
+    dropped with the outbox, counted nowhere."""
+    with mesh(tmp_path, ["n1"]) as nodes, mesh(tmp_path, ["n2"], workers=1, lane_items=8,
+                                                  peer_backlog=4) as more:  # fmt: skip
+        nodes.update(more)
+        _meshed(nodes)
+        n1, n2 = nodes["n1"], nodes["n2"]
+        n2.ask("create", spot="r", type="mp.room")
+        n2.ask("create", spot="g", type="mp.gate")
+        n1.ask("send", spot="r", sender="first", count=10)
+        _until(lambda: n1.ask("total", spot="r") == 10, "n1 knows where r lives")
+        n2.ask("hold_one", spot="g")  # n2's one worker waits for "release"
+        _until(lambda: n2.ask("busy") == 1, "n2's worker is held")
+        sent = n1.ask("send", spot="r", sender="s", count=3000, until_refused=True)
+        assert sent > 1024 + 8  # more than the DATA window and the lane: the outbox holds some
+        n1.send_line({"op": "stop"})
+        n2.ask("release")
+        n1.proc.wait(30)
+        _until(lambda: n2.ask("total", spot="r") == 10 + sent, f"all {sent} handled")
+        assert n2.ask("log", spot="r") == {"first": list(range(10)), "s": list(range(sent))}
+
+
 def test_a_new_peer_is_accepted_and_served_while_every_worker_is_blocked(
     tmp_path: Path,
 ) -> None:

@@ -236,11 +236,30 @@ class Outbox:
         self._release_taken()
         self._serve(peer)
 
-    def peer_down(self, peer: str) -> None:
+    def pending(self) -> int:
+        """Envelopes queued or held here, not yet taken by the transport (any thread)."""
+        with self._lock:
+            return len(self._queue) + sum(len(held) for held in list(self._held.values()))
+
+    def abandon(self, error: ZLinkError) -> None:
+        """(Infrastructure thread; the node stops.) Everything still queued or held fails as
+        undeliverable with ``error`` (counted by ``failed``), and whoever waits for room goes
+        on (and finds the transport gone)."""
+        with self._lock:
+            queued, self._queue = self._queue, deque()
+            self._scheduled = False
+        for peer, envelope, size in queued:
+            self._release(peer, size)
+            self._fail(peer, envelope, error)
+        for peer in list(self._held):
+            self.peer_down(peer, error)
+
+    def peer_down(self, peer: str, error: ZLinkError | None = None) -> None:
         """``peer`` went away: the DATA held for it fails (each as undeliverable), and whoever
         waits for room to it goes on (and finds it unreachable)."""
         held = self._held.pop(peer, None)
-        error = Unavailable(f"node {peer!r} went away before it took this")
+        if error is None:
+            error = Unavailable(f"node {peer!r} went away before it took this")
         while held:
             envelope, _data, size = held.popleft()
             self._release(peer, size)

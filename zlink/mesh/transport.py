@@ -108,6 +108,11 @@ class Transport(Protocol):
         """Whether ``peer`` is attached now (a connection fact, not membership)."""
         ...
 
+    def unacknowledged(self) -> int:
+        """DATA sent to reachable peers that they have not acknowledged yet (a node's stop
+        waits for none to be left, python-api §9)."""
+        ...
+
     def peers(self) -> list[str]:
         """The nodes reachable now, sorted."""
         ...
@@ -209,6 +214,10 @@ class InProcessTransport:
             self.detach(node_id)
             self.attach(node_id, attached.link, attached.submit, incarnation)
             attached.submit(then)
+
+    def unacknowledged(self) -> int:
+        """Always 0: a frame handed over is in its receiver's infrastructure queue."""
+        return 0
 
     def reachable(self, peer: str) -> bool:
         return peer in self._nodes

@@ -193,6 +193,7 @@ class _Incoming:
     (Transport thread only.)"""
 
     taken: int = 0
+    acked: int = 0  # the last ``taken`` a CREDIT told the peer
     held: deque[bytes] = field(default_factory=deque)
     down_since: float | None = None
 
@@ -530,6 +531,11 @@ class ZmqTransport:
             self._learned.append(members)
         self._wake()
 
+    def unacknowledged(self) -> int:
+        """DATA sent to peers that are up and not yet acknowledged by them (any thread)."""
+        return sum(len(p.out.unacked) for p in list(self._peers.values())
+                   if p.state is _State.UP)  # fmt: skip
+
     def reachable(self, peer: str) -> bool:
         found = self._peers.get(peer)
         return found is not None and found.state is not _State.DOWN
@@ -751,6 +757,10 @@ class ZmqTransport:
             except Exception:  # noqa: BLE001 - counted like any error of its loop
                 self._count("transport_errors")
                 _log.exception("transport of node %s: error in its last flush", self._node_id)
+            left = sum(len(out.unacked) for out in self._outgoing.values())
+            if left:  # sent, and never acknowledged: they may or may not have arrived
+                self._count("data_unacknowledged_at_stop", left)
+                self._outgoing.clear()
             with self._lock:
                 self._finished.set()
                 close = self._abandoned
@@ -796,9 +806,10 @@ class ZmqTransport:
                     peer.credit_due += was.credit_due
                     peer.credit_due_bytes += was.credit_due_bytes
                     was.credit_due = was.credit_due_bytes = 0
-                if peer.state is _State.UP and peer.credit_due:
+                if peer.state is _State.UP and (peer.credit_due or peer.inc.taken > peer.inc.acked):
                     credits.append((peer, peer.credit_due, peer.credit_due_bytes))
                     peer.credit_due = peer.credit_due_bytes = 0
+                    peer.inc.acked = peer.inc.taken
                 elif peer.state is _State.CONNECTING and peer not in self._credits:
                     self._credits.append(peer)
         for peer, n, size in credits:
@@ -941,13 +952,15 @@ class ZmqTransport:
     def _ping(self) -> None:
         """A ping on both pipes of every peer that is up: a pipe that is gone means it is
         down, found even when nothing else is sent to it. Credit owed below the step goes
-        too (at the next flush): it acknowledges DATA, which its sender keeps until then."""
+        too (at the next flush), and so does the number of the last DATA received (held
+        while paused, say) when it is not acknowledged yet: its sender keeps it until then."""
         for peer in list(self._peers.values()):
             if peer.state is _State.UP and self._frame(peer, _Kind.PING, b"", channel=Channel.DATA):
                 self._frame(peer, _Kind.PING, b"", channel=Channel.COMPLETION)
         with self._lock:
             for peer in self._peers.values():
-                if peer.credit_due and peer not in self._credits:
+                owed = peer.credit_due or peer.inc.taken > peer.inc.acked
+                if owed and peer not in self._credits:
                     self._credits.append(peer)
 
     def _sweep(self, now: float) -> None:

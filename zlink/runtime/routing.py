@@ -810,8 +810,10 @@ class MeshRouter:
         self.rt.metrics.add("envelopes_undeliverable")
         if isinstance(env, wire.ReplyEnvelope):
             return  # the caller's own deadline completes it; counted above
-        if isinstance(env, wire.SendEnvelope):
-            self.rt.metrics.add("sends_dropped_unreachable")
+        if isinstance(env, wire.SendEnvelope):  # (at a stop: still in the outbox)
+            self.rt.metrics.add(
+                "sends_dropped_shutdown" if self.rt.stopping else "sends_dropped_unreachable"
+            )
             return
         corr = getattr(env, "correlation", None)
         origin = getattr(env, "origin_node", self.rt.node_id)
