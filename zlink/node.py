@@ -410,7 +410,8 @@ class Node:
         """Relocate every Spot that can move to the other nodes, then stop admission.
 
         Spots go round-robin to the other reachable nodes, all moves at once; each follows the
-        relocation rules (``relocate_spot``). What cannot move stays, with the reason: Entry
+        relocation rules (``relocate_spot``); a Spot whose move is under way already is waited
+        for, wherever it goes. What cannot move stays, with the reason: Entry
         Spots (and the Actors they hold), ``Relocation.disabled()`` and PER_ACTOR types, Spots
         not ready, a node with no peers, or a move that failed or did not finish in
         ``timeout`` (default: the request timeout; on the node's clock or in real seconds,
@@ -433,6 +434,10 @@ class Node:
         stayed: dict[str, str] = {}
         turn = 0
         for spot_id, act in list(rt.spots.items()):
+            under_way = None if self._relocator is None else self._relocator.under_way(spot_id)
+            if under_way is not None:  # moving already (relocate_spot): waited for below
+                moving[spot_id] = under_way
+                continue
             if self._relocator is None or not peers:
                 stayed[spot_id] = "no other node to move to"
                 continue

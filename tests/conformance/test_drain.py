@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import zlink
@@ -18,10 +20,22 @@ class Total(zlink.Request[int], type_name="t.dr.total"):
     pass
 
 
+class Block(zlink.Message, type_name="t.dr.block"):
+    pass
+
+
+BLOCKING, GO = threading.Event(), threading.Event()
+
+
 class Room(zlink.UserSpot):
     def __init__(self, context: zlink.SpotContext) -> None:
         super().__init__(context)
         self.total = 0
+
+    @zlink.handler
+    def block(self, msg: Block) -> None:
+        BLOCKING.set()
+        assert GO.wait(WAIT)
 
     @zlink.handler
     def add(self, msg: Add) -> None:
@@ -164,3 +178,55 @@ def test_a_fenced_node_says_it_fenced_itself_for_a_batch_too(make_node):
                 call()
     finally:
         rt.fenced, rt.draining = False, False
+
+
+def test_drain_waits_for_a_move_already_under_way_instead_of_leaving_the_spot_behind():
+    """A fresh-eyes probe: ``zlink run`` on SIGTERM drains, then shuts down. A Spot whose move
+    was under way (sealed, waiting for its barrier) was reported as "stayed" (not ready), and
+    the shutdown then closed it: its state and queue were lost, though the move would have
+    finished a moment later. Drain now waits for that move, within its own timeout."""
+    BLOCKING.clear()
+    GO.clear()
+    with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        c1 = n1.client()
+        c1.spots.get_or_create("room", "t.dr.room").wait(WAIT)
+        for _ in range(3):
+            c1.send_to_spot("room", Add()).submit()
+        c1.send_to_spot("room", Block()).submit()
+        assert BLOCKING.wait(WAIT)
+        for _ in range(20):  # queued behind the running turn: they move with the room
+            c1.send_to_spot("room", Add()).submit()
+        moved: list[BaseException | None] = []
+        mover = threading.Thread(
+            target=lambda: moved.append(_outcome(lambda: n1.relocate_spot("room", "node-2", WAIT)))
+        )
+        mover.start()
+        assert _until(lambda: "room" in n1._relocator._out_ids)  # sealed, at its barrier
+        drained: list[zlink.DrainResult] = []
+        drainer = threading.Thread(target=lambda: drained.append(n1.drain(WAIT)))
+        drainer.start()
+        GO.set()
+        drainer.join(WAIT)
+        mover.join(WAIT)
+        assert moved == [None]
+        assert drained[0].moved == ["room"] and drained[0].stayed == {}
+        n1.shutdown(WAIT)
+        assert n2.client().request_to_spot("room", Total()).wait(WAIT) == 23
+
+
+def _outcome(fn):  # type: ignore[no-untyped-def]
+    try:
+        fn()
+    except BaseException as exc:  # noqa: BLE001 - the test reads it
+        return exc
+    return None
+
+
+def _until(check):  # type: ignore[no-untyped-def]
+    done = threading.Event()
+    for _ in range(2000):  # another thread's progress: bounded polling
+        if check():
+            return True
+        done.wait(0.005)
+    return False

@@ -121,6 +121,16 @@ class Outbound(RelocatorState):
             f"the move of {spot_id!r} did not finish within {timeout:g} s; it was withdrawn"
         ))  # fmt: skip
 
+    def under_way(self, spot_id: str) -> Completion | None:
+        """What the caller of a move of ``spot_id`` already under way waits on (its outcome),
+        or ``None``: a node that drains waits for it rather than leave the Spot behind."""
+        with self._lock:
+            move = self._out_ids.get(spot_id)
+            if move is not None and move.spot.spot_id == spot_id:
+                return move.caller or move.done
+            wanted = self._wanted.get(spot_id)
+            return None if wanted is None else wanted[1]
+
     def wait_move(self, spot_id: str, done: Completion, seconds: float, grace: float) -> None:
         """Block the calling thread for the outcome of the move ``done`` stands for: return
         once it happened, raise why it did not. After ``seconds`` (real time; its deadline on
