@@ -8,16 +8,25 @@ and waits on a condition, never on time alone.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import zmq
 
 from zlink.errors import Unavailable
 from zlink.mesh.transport import Channel
-from zlink.mesh.zmq_transport import ZmqTransport, _Kind
+from zlink.mesh.zmq_transport import (
+    _HEADER,
+    VERSION,
+    MeshEndpoint,
+    ZmqTransport,
+    _Kind,
+    identity,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -629,3 +638,46 @@ def test_data_held_when_a_peer_says_goodbye_is_still_delivered_before_it_goes(no
     kinds = [k for k, _, _ in b.link.events if k in ("data", "down")]
     assert kinds == ["data"] * 5 + ["down"]
     assert b.link.seen("data", "a") == [b"held %d" % i for i in range(5)]
+
+
+def test_a_greeting_naming_a_newer_incarnation_does_not_take_a_live_peer_down(nodes):
+    """A fresh-eyes probe: one HELLO on a peer port, claiming to be ``b`` restarted (a newer
+    incarnation, dead endpoints), made ``a`` take the live ``b`` down, and ``a``'s calls to
+    it failed for seconds. Whether a node is a member, and at which incarnation, is the
+    store's word (python-api §10), never a connection's: ``a`` meets the newer incarnation
+    only once the store lists it."""
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    a = nodes("a", count=count).attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    endpoint = MeshEndpoint.parse(a.endpoint)
+    ctx = zmq.Context()
+    try:
+        forger = ctx.socket(zmq.ROUTER)
+        forger.setsockopt(zmq.ROUTING_ID, identity("b", "#1000"))
+        forger.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        forger.setsockopt(zmq.LINGER, 0)
+        forger.connect(endpoint.data)
+        dead = MeshEndpoint("tcp://127.0.0.1:9", "tcp://127.0.0.1:9", "tcp://127.0.0.1:9", "x")
+        hello = json.dumps({"node": "b", "incarnation": 1000, "mesh": "main",
+                            "endpoint": dead.encode()}).encode()  # fmt: skip
+        target = identity("a", "@" + endpoint.token)
+        for _ in range(int(WAIT / 0.005)):
+            try:
+                forger.send_multipart([target, _HEADER.pack(VERSION, _Kind.HELLO, 0, 0), hello])
+                break
+            except zmq.ZMQError:
+                time.sleep(0.005)  # the handshake is not done yet
+        end = time.monotonic() + WAIT
+        while not counted.get("hellos_unlisted") and time.monotonic() < end:
+            time.sleep(0.005)  # a's transport thread reads it (no event to wait on)
+        assert counted.get("hellos_unlisted") == 1
+    finally:
+        ctx.destroy(linger=0)
+    assert not a.link.seen("down", "b") and a.transport.peers() == ["b"]
+    assert a.transport.send("a", "b", Channel.DATA, b"still there")
+    b.infra.run_until(lambda: b"still there" in b.link.seen("data", "a"), "b takes it")

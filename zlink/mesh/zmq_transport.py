@@ -270,6 +270,7 @@ class ZmqTransport:
         self._submit: Callable[..., None] = lambda fn, *args: None
         self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
+        self._listed: dict[str, int] = {}  # node id -> its newest incarnation the store listed
         # (node id, incarnation) -> the DATA sessions with it, which outlive a connection
         # (``_Outgoing``, ``_Incoming``; transport thread)
         self._outgoing: dict[tuple[str, int], _Outgoing] = {}
@@ -1196,7 +1197,17 @@ class ZmqTransport:
                     endpoint = MeshEndpoint.parse(text)
                 except InvalidArgument:
                     continue  # a member of the in-process kind: not reachable from here
-                self._meet(node_id, incarnation, endpoint)
+                if incarnation > self._listed.get(node_id, 0):
+                    self._listed[node_id] = incarnation
+                peer = self._meet(node_id, incarnation, endpoint)
+                if peer is not None:  # what it sent before this node knew it
+                    self._replay_strangers(peer)
+
+    def _replay_strangers(self, peer: _Peer) -> None:
+        """Hand on what ``peer`` sent while this node did not know it yet, in order."""
+        for header, kept in self._strangers.pop(peer.sender, (0.0, []))[1]:
+            _, kind_value, _, seq = _HEADER.unpack(header)
+            self._handle(peer, _Kind(kind_value), kept, seq)
 
     def _read_stray(self, sock: zmq.Socket[Any]) -> None:
         """Frames on an out socket: no node sends any there; dropped and counted."""
@@ -1375,12 +1386,20 @@ class ZmqTransport:
             _log.warning("node %s refused a HELLO from %r of mesh %r", self._node_id,
                          node_id, mesh)  # fmt: skip
             return
-        peer = self._meet(node_id, incarnation, endpoint)
-        if peer is None:
+        known = self._peers.get(node_id)
+        if (
+            known is not None
+            and incarnation > known.incarnation
+            and incarnation > self._listed.get(node_id, 0)
+        ):  # a restart only the store may tell (python-api §10): met once it lists it
+            self._count("hellos_unlisted")
+            _log.info("node %s: a HELLO names %s at incarnation %d, which the store has not "
+                      "listed; it is met once it does", self._node_id, node_id,
+                      incarnation)  # fmt: skip
             return
-        for header, kept in self._strangers.pop(ident, (0.0, []))[1]:
-            _, kind_value, _, seq = _HEADER.unpack(header)
-            self._handle(peer, _Kind(kind_value), kept, seq)
+        peer = self._meet(node_id, incarnation, endpoint)
+        if peer is not None:
+            self._replay_strangers(peer)
 
     def _read_clients(self) -> None:
         link = self._client_link
