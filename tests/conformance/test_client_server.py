@@ -218,6 +218,13 @@ def test_a_remote_client_has_every_method_of_node_client(serve, connect):
         == "instance i-1: i"
     )
     assert client.request_to_spot("r", Echo(text="m")).in_mesh(node.config.mesh).wait(WAIT) == "m"
+    for call in (  # another mesh: refused as node.client() refuses it, nothing sent
+        client.request_to_spot("r", Echo(text="x")).in_mesh("elsewhere"),
+        client.send_to_spot("r", Note(n=0)).in_mesh("elsewhere"),
+        client.spots.get_or_create("r", "t.cs.room").in_mesh("elsewhere"),
+    ):
+        with pytest.raises(zlink.NotFound, match="mesh 'elsewhere' is not reachable"):
+            call.wait(WAIT)
 
     assert client.spots.close(fresh.spot_ref) is True
     missing = zlink.SpotRef("nowhere", 1, fresh.spot_ref.mesh_name, fresh.spot_ref.node_rid)

@@ -67,6 +67,7 @@ from ..errors import (
     DeadlineExceeded,
     InvalidArgument,
     InvalidOperation,
+    NotFound,
     ResourceExhausted,
     Unavailable,
 )
@@ -171,6 +172,7 @@ class _Limits:
     own settings."""
 
     node_id: str
+    mesh: str  # the node's mesh: a call for another is refused here, as the node would
     window_items: int
     window_bytes: int
     calls_in_flight: int
@@ -432,6 +434,7 @@ class _Connection:
         room: Admitted | None = None,
     ) -> Completion:
         """A send (``reply`` ``None``) or a request, as a frame to the node."""
+        self._same_mesh(call)
         msg = call.msg
         payload = wire_bytes(msg)
         type_name = type(msg).zlink_type_name
@@ -470,6 +473,18 @@ class _Connection:
 
         self._call(reply, functools.partial(reply_from_json, tp), request, deadline)
         return reply
+
+    def _same_mesh(self, call: MessageCall) -> None:
+        """``in_mesh`` names another mesh than the node's: ``NotFound`` at the call site, as
+        ``node.client()`` says (a node reaches its own mesh only; the frames of sends and
+        requests carry no mesh, the node's is meant)."""
+        mesh = call.mesh
+        if mesh is None:
+            return
+        with self._lock:
+            limits = self._ready()
+        if mesh != limits.mesh:
+            raise NotFound(f"mesh {mesh!r} is not reachable from node {limits.node_id}")
 
     def submit_many(
         self, call: BatchSendCall, room: Admitted | None = None, mode: WaitMode | None = None
@@ -723,6 +738,7 @@ class _Connection:
                 return
             self._limits = _Limits(
                 f.node_id,
+                f.mesh,
                 max(1, min(items, f.window_items)),
                 max(1, min(size, f.window_bytes)),
                 max(1, f.calls_in_flight),
