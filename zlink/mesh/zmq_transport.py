@@ -35,7 +35,10 @@ while it connects wait, in order. It is *down* (``peer_down``) when a send to it
 when it says goodbye, or when it does not come up within ``connect_timeout``; its pending calls
 then fail with ``Unavailable`` at once (the router's part). Pings on both channels every
 ``ping_interval`` find a dead peer that nothing else was sent to. Whether a node is a member is
-the store's word, never a connection's (issue "Node leases"). A peer met again at endpoints this
+the store's word, never a connection's (issue "Node leases"): a HELLO naming a newer
+incarnation than the store listed is not believed until it does. DATA between two incarnations
+is a session that outlives a connection (``_Outgoing``, python-api §9): numbered, kept until
+acknowledged, sent again when the peer is met again. A peer met again at endpoints this
 node has just disconnected from (it took the peer down) is connected to, and greeted, once the
 old connection's pipe is gone (``_settle``): that pipe still bears the peer's routing id, and
 would take the HELLOs into a connection that is ending.
@@ -47,7 +50,9 @@ not connect to, a frame over ``max_frame_bytes`` are dropped and counted (``bad_
 counts it (``transport_errors``).
 
 Lock order: ``_lock`` is a leaf: under it only the infrastructure ``submit`` (a non-blocking
-append) and the wake-up are called, never a socket operation of the thread or a callback.
+append) and the wake-up are called, never a socket operation of the thread or a callback. The
+DATA sessions are the transport thread's alone (other threads only count them:
+``unacknowledged``).
 """
 
 from __future__ import annotations
