@@ -9,6 +9,7 @@ and waits on a condition, never on time alone.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -580,7 +581,7 @@ def test_data_a_dropped_connection_lost_is_sent_again_when_the_peer_is_met_again
     assert a.transport.send("a", "b", Channel.DATA, b"two")
     _on_thread(a.transport, lambda: None)  # the turn that runs this sends both, after it
     _on_thread(a.transport, swap(real))
-    assert [f[2:] for f in lossy.swallowed] == [[b"one", b"two"]]
+    assert [body for f in lossy.swallowed for body in f[2:]] == [b"one", b"two"]
     _drop_and_meet_again(a, b)
     assert a.transport.send("a", "b", Channel.DATA, b"three")
     b.infra.run_until(lambda: len(b.link.seen("data", "a")) >= 3, "b takes all three")
@@ -681,3 +682,137 @@ def test_a_greeting_naming_a_newer_incarnation_does_not_take_a_live_peer_down(no
     assert not a.link.seen("down", "b") and a.transport.peers() == ["b"]
     assert a.transport.send("a", "b", Channel.DATA, b"still there")
     b.infra.run_until(lambda: b"still there" in b.link.seen("data", "a"), "b takes it")
+
+
+class _NoPipeFor:
+    """An out socket that finds no pipe to ``ident`` (``EHOSTUNREACH``) for one kind."""
+
+    def __init__(self, sock: Any, ident: bytes, kind: _Kind) -> None:
+        self._sock, self._ident, self._kind = sock, ident, kind
+
+    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+        if frames[0] == self._ident and frames[1][1] == self._kind:
+            raise zmq.ZMQError(zmq.EHOSTUNREACH)
+        self._sock.send_multipart(frames, flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def test_data_keeps_its_order_when_its_peer_goes_down_in_the_middle_of_a_flush(nodes):
+    """A review's finding: one flush holds DATA d1 (a run not sent yet), 256 replies that
+    find no pipe (the peer goes down), then DATA d2. d2 was numbered before d1, so the peer,
+    met again, took d2 first: per-sender order broken. DATA is numbered as handed over."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    t = a.transport
+    outs = t._outs
+    real = outs[Channel.COMPLETION]
+
+    def run() -> None:
+        peer = t._peers["b"]
+        outs[Channel.COMPLETION] = _NoPipeFor(real, peer.ident, _Kind.COMPLETION)
+        t._outq.append((peer, _Kind.DATA, b"d1"))  # as other threads hand over, in a turn
+        for i in range(256):
+            t._outq.append((peer, _Kind.COMPLETION, b"c%d" % i))
+        t._outq.append((peer, _Kind.DATA, b"d2"))
+        t._flush()
+        outs[Channel.COMPLETION] = real
+
+    _on_thread(t, run)
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
+    a.transport.learn([b.member()])
+    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again")
+    b.infra.run_until(lambda: len(b.link.seen("data", "a")) >= 2, "b takes both")
+    assert b.link.seen("data", "a") == [b"d1", b"d2"]
+
+
+@pytest.mark.parametrize("limit", [1, 1024])
+def test_credit_owed_to_a_peer_taken_down_reaches_it_when_it_is_met_again(nodes, limit):
+    """A review's finding: ``a`` takes ``b`` down while ``b``'s DATA waits for ``a``'s
+    infrastructure thread; ``b`` never hears. The credit for it was owed on ``a``'s old
+    record, lost when ``b`` was met again on a new one: ``b`` sat at its window for good.
+    Credit is owed to the incarnation now, whichever record of it is up."""
+    a = nodes("a", data_limit=limit).attach()
+    b = nodes("b", data_limit=limit).attach()
+    _meshed(a, b)
+    n = 0
+    while b.transport.send("b", "a", Channel.DATA, b"x%d" % n):
+        n += 1
+    assert n == limit
+    a.infra.wait_queued(
+        lambda fns: any(getattr(f, "__name__", "") == "_deliver" for f in fns), "b's DATA in"
+    )
+    _on_thread(a.transport, lambda: a.transport._down(a.transport._peers["b"], "test"))
+    a.infra.run_until(
+        lambda: len(a.link.seen("data", "b")) == n and bool(a.link.seen("up", "b")),
+        "a takes b's DATA, drops b, and meets it again (b keeps pinging)",
+    )
+    b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "b gets its credit back")
+    assert b.transport.send("b", "a", Channel.DATA, b"more")
+    a.infra.run_until(lambda: b"more" in a.link.seen("data", "b"), "and goes on")
+
+
+def test_what_a_restarted_peer_sends_before_the_store_lists_it_is_kept_for_then(nodes):
+    """A review's finding: a node ignores the HELLO of a peer's newer incarnation until the
+    store lists it, but that incarnation is up at its end and sends at once; past 64 frames
+    what it sent was dropped (counted at the receiver only) and its credit never came back.
+    Kept up to a DATA window now, and handed on in order when the store lists it."""
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    a = nodes("a", count=count).attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    b.transport.reincarnate("b", 2, [a.member()], lambda: None)
+    b.infra.run_until(lambda: len(b.link.seen("up", "a")) == 2, "b#2 up at its end")
+    for i in range(100):  # a frame each (a flush per send), as under light load
+        assert b.transport.send("b", "a", Channel.DATA, b"m%d" % i)
+        assert b.transport.send("b", "a", Channel.COMPLETION, b"r%d" % i)
+        _on_thread(b.transport, lambda: None)
+    end = time.monotonic() + WAIT
+    while counted.get("hellos_unlisted", 0) < 1 and time.monotonic() < end:
+        time.sleep(0.005)  # a's transport thread reads them (no event to wait on)
+    b.incarnation = 2
+    a.transport.learn([b.member()])  # the store lists b#2
+    a.infra.run_until(
+        lambda: len(a.link.seen("data", "b")) == 100 and len(a.link.seen("completion", "b")) == 100,
+        "a takes all of it",
+    )
+    assert a.link.seen("data", "b") == [b"m%d" % i for i in range(100)]
+    assert "frames_from_strangers" not in counted
+    peer = b.transport._peers["a"]
+    end = time.monotonic() + WAIT
+    while (peer.in_flight or peer.out.unacked) and time.monotonic() < end:
+        b.infra.run_until(lambda: True, "nothing")
+        time.sleep(0.005)  # a's credit and acknowledgement (no event to wait on)
+    assert peer.in_flight == 0 and not peer.out.unacked
+
+
+def test_data_waiting_for_a_peer_still_connecting_is_counted_when_the_node_stops(nodes):
+    """A review's finding: DATA taken for a peer that never came up (``waiting``) was neither
+    waited for by a stopping node nor counted: lost without a trace (python-api §9)."""
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    a = nodes("a", count=count).attach()
+    ports = []
+    for _ in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    dead = "tcp://127.0.0.1:%d data=tcp://127.0.0.1:%d completion=tcp://127.0.0.1:%d token=t"
+    a.transport.learn([("b", 1, dead % tuple(ports))])  # listed, and nobody answers there
+    end = time.monotonic() + WAIT
+    while not a.transport.reachable("b") and time.monotonic() < end:
+        time.sleep(0.005)
+    for i in range(5):
+        assert a.transport.send("a", "b", Channel.DATA, b"d%d" % i)
+    assert a.transport.unacknowledged() == 5  # a stopping node waits for these
+    a.stop()
+    assert counted.get("data_unacknowledged_at_stop") == 5

@@ -98,6 +98,11 @@ class Outbox:
         # peer -> bytes the transport took in this flush, released together at its end (infra
         # only): one take of the lock per flush, not one per frame (senders wait on that lock)
         self._taken: dict[str, int] = {}
+        self._taken_n = 0  # envelopes the transport took in this flush (infra only)
+        # envelopes put and not yet taken by the transport nor failed (under _lock): what a
+        # stopping node waits for (``pending``), counted whole even while the infrastructure
+        # thread holds a batch or a peer's held queue out of the tables
+        self._inside = 0
         # peer -> waiters let go whose put has not happened yet: they still come first (a go
         # may wait for a lock the next caller holds; that caller must not overtake it)
         self._going: dict[str, int] = {}
@@ -147,6 +152,7 @@ class Outbox:
         """(Under ``_lock``.) Queue ``envelope``, counting its ``size``; ``True`` if a flush
         must be scheduled (none is)."""
         self._queue.append((peer, envelope, size))
+        self._inside += 1
         if size:
             self._bytes[peer] = self._bytes.get(peer, 0) + size
         if self._scheduled:
@@ -237,9 +243,9 @@ class Outbox:
         self._serve(peer)
 
     def pending(self) -> int:
-        """Envelopes queued or held here, not yet taken by the transport (any thread)."""
+        """Envelopes put here and not yet taken by the transport nor failed (any thread)."""
         with self._lock:
-            return len(self._queue) + sum(len(held) for held in list(self._held.values()))
+            return self._inside
 
     def abandon(self, error: ZLinkError) -> None:
         """(Infrastructure thread; the node stops.) Everything still queued or held fails as
@@ -332,8 +338,10 @@ class Outbox:
         except Exception as exc:  # noqa: BLE001 - a transport fault fails this one only
             error = Unavailable(f"transport failed: {exc!r}")
         else:
-            if taken and size:
-                self._taken[peer] = self._taken.get(peer, 0) + size
+            if taken:
+                self._taken_n += 1
+                if size:
+                    self._taken[peer] = self._taken.get(peer, 0) + size
             return taken
         self._release(peer, size)
         self._fail(peer, envelope, error)
@@ -354,11 +362,12 @@ class Outbox:
 
     def _release_taken(self) -> None:
         """Give back, in one take of the lock, the bytes of what the transport took."""
-        taken = self._taken
-        if not taken:
+        taken, n = self._taken, self._taken_n
+        if not n:
             return
-        self._taken = {}
+        self._taken, self._taken_n = {}, 0
         with self._lock:
+            self._inside -= n
             for peer, size in taken.items():
                 self._give_back(peer, size)
 
@@ -392,6 +401,8 @@ class Outbox:
             _log.exception("a call waiting for room in the outbox failed")
 
     def _fail(self, peer: str, envelope: wire.Envelope, error: ZLinkError) -> None:
+        with self._lock:
+            self._inside -= 1
         try:
             self._failed(peer, envelope, error)
         except Exception:  # noqa: BLE001 - the flush goes on; the fault is logged

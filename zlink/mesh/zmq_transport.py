@@ -199,6 +199,10 @@ class _Incoming:
 
     taken: int = 0
     acked: int = 0  # the last ``taken`` a CREDIT told the peer
+    # DATA taken here and not yet credited back, and their bytes (under ``_lock``): owed to
+    # the incarnation, whichever record of it is up when the credit can go
+    credit_due: int = 0
+    credit_due_bytes: int = 0
     held: deque[bytes] = field(default_factory=deque)
     down_since: float | None = None
 
@@ -221,8 +225,6 @@ class _Peer:
     blocked: bool = False  # a send was refused: ``writable`` is owed
     paused: bool = False  # this node takes no DATA from it now
     held: deque[bytes] = field(default_factory=deque)  # its DATA that arrived while paused
-    credit_due: int = 0  # DATA of its taken here and not yet credited back
-    credit_due_bytes: int = 0  # their bytes
     left: bool = False  # it said goodbye (what it sends after is not a reason to meet again)
     byes: set[Channel] = field(default_factory=set)  # the pipes its goodbye came on
     out: _Outgoing = field(default_factory=_Outgoing)  # its incarnation's, across connections
@@ -282,7 +284,10 @@ class ZmqTransport:
         self._incoming: dict[tuple[str, int], _Incoming] = {}
         # frames from senders not greeted yet (their HELLO may come on the other pipe): kept
         # until it does, or dropped and counted after ``connect_timeout`` (``_sweep``)
-        self._strangers: dict[bytes, tuple[float, list[tuple[bytes, list[bytes]]]]] = {}
+        self._strangers: dict[bytes, tuple[float, list[tuple[bytes, list[bytes], Channel]]]] = {}
+        # senders whose HELLO named an incarnation the store has not listed yet: what they send
+        # is kept up to a DATA window (their credit bounds it), not ``_STRANGER_FRAMES``
+        self._unlisted: set[bytes] = set()
         self._outq: deque[tuple[_Peer | bytes, _Kind, bytes]] = deque()  # under _lock
         self._credits: list[_Peer] = []  # peers owed credit (under _lock)
         self._learned: list[list[tuple[str, int, str]]] = []  # member lists (under _lock)
@@ -472,6 +477,7 @@ class ZmqTransport:
         self._lingering = {}
         self._by_ident.clear()
         self._strangers.clear()
+        self._unlisted.clear()
         self._incarnation = incarnation
         self._ident = identity(self._node_id, f"#{incarnation}")
         self._outs = self._make_outs()
@@ -538,9 +544,15 @@ class ZmqTransport:
         self._wake()
 
     def unacknowledged(self) -> int:
-        """DATA sent to peers that are up and not yet acknowledged by them (any thread)."""
-        return sum(len(p.out.unacked) for p in list(self._peers.values())
-                   if p.state is _State.UP)  # fmt: skip
+        """DATA sent to peers that are up and not yet acknowledged by them, or waiting for a
+        peer still connecting (any thread)."""
+        n = 0
+        for peer in list(self._peers.values()):
+            if peer.state is _State.UP:
+                n += len(peer.out.unacked)
+            elif peer.state is _State.CONNECTING:
+                n += sum(1 for kind, _data in list(peer.waiting) if kind is _Kind.DATA)
+        return n
 
     def reachable(self, peer: str) -> bool:
         found = self._peers.get(peer)
@@ -655,11 +667,12 @@ class ZmqTransport:
         """``n`` DATA frames of ``peer``, ``size`` bytes, were taken: credit them back (in
         steps of a quarter of either limit)."""
         with self._lock:
-            peer.credit_due += n
-            peer.credit_due_bytes += size
+            inc = peer.inc
+            inc.credit_due += n
+            inc.credit_due_bytes += size
             owe = (
-                peer.credit_due >= self._credit_step
-                or peer.credit_due_bytes >= self._credit_step_bytes
+                inc.credit_due >= self._credit_step
+                or inc.credit_due_bytes >= self._credit_step_bytes
             ) and peer not in self._credits
             if owe:
                 self._credits.append(peer)
@@ -763,6 +776,8 @@ class ZmqTransport:
             except Exception:  # noqa: BLE001 - counted like any error of its loop
                 self._count("transport_errors")
                 _log.exception("transport of node %s: error in its last flush", self._node_id)
+            for peer in [p for p in self._peers.values() if p.state is _State.CONNECTING]:
+                self._down(peer, "this node stops")  # (what waited for it: kept, counted)
             left = sum(len(out.unacked) for out in self._outgoing.values())
             if left:  # sent, and never acknowledged: they may or may not have arrived
                 self._count("data_unacknowledged_at_stop", left)
@@ -806,25 +821,25 @@ class ZmqTransport:
             out, self._outq = self._outq, deque()
             owed, self._credits = self._credits, []
             credits = []
-            for was in owed:
-                peer = self._current(was)  # met again since it went down: owed there
-                if peer is not was:
-                    peer.credit_due += was.credit_due
-                    peer.credit_due_bytes += was.credit_due_bytes
-                    was.credit_due = was.credit_due_bytes = 0
-                if peer.state is _State.UP and (peer.credit_due or peer.inc.taken > peer.inc.acked):
-                    credits.append((peer, peer.credit_due, peer.credit_due_bytes))
-                    peer.credit_due = peer.credit_due_bytes = 0
-                    peer.inc.acked = peer.inc.taken
+            for was in owed:  # (owed to the incarnation: a record met since takes it; one
+                peer = self._current(was)  # down and not met again gets it at ``_up``)
+                inc = peer.inc
+                if peer.state is _State.UP and (inc.credit_due or inc.taken > inc.acked):
+                    credits.append((peer, inc.credit_due, inc.credit_due_bytes, inc.taken))
+                    inc.credit_due = inc.credit_due_bytes = 0
+                    inc.acked = inc.taken
                 elif peer.state is _State.CONNECTING and peer not in self._credits:
                     self._credits.append(peer)
-        for peer, n, size in credits:
+        for peer, n, size, taken in credits:
             if peer.state is _State.UP:
-                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size, peer.inc.taken))
+                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size, taken))
         # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
         # the order it was handed over (the two channels are separate connections: there is
         # no order between them to keep)
+        # DATA is numbered here, in the order it was handed over, whatever happens to its
+        # peer meanwhile (a run sent later, or kept when the peer went down mid-flush)
         runs: dict[tuple[int, _Kind], list[bytes]] = {}
+        firsts: dict[int, int] = {}  # id(peer) -> the number of its DATA run's first body
         peers: dict[int, _Peer] = {}
         for target, kind, data in out:
             if isinstance(target, bytes):
@@ -836,27 +851,50 @@ class ZmqTransport:
                     with self._lock:
                         target.waiting.append((kind, data))
                     continue
-            if target.state is _State.UP:
-                if kind is _Kind.DATA or kind is _Kind.COMPLETION:
-                    run = runs.setdefault((id(target), kind), [])
-                    run.append(data)
-                    peers[id(target)] = target
-                    if len(run) >= _BATCH_BODIES:
-                        self._frame(target, kind, *run)
-                        del runs[(id(target), kind)]
-                else:  # a goodbye: what was handed over before it leaves first, on each pipe
-                    for earlier in (_Kind.DATA, _Kind.COMPLETION):
-                        pending = runs.pop((id(target), earlier), None)
-                        if pending:
-                            self._frame(target, earlier, *pending)
-                    if self._frame(target, kind, data, channel=Channel.DATA):
-                        self._frame(target, kind, data)
-            elif kind is _Kind.DATA:
-                self._frame(target, kind, data)  # kept for the next meeting, or counted
-            elif kind is not _Kind.BYE:
-                self._count("frames_dropped_peer_down")
-        for (key, kind), run in runs.items():
-            self._frame(peers[key], kind, *run)
+            if kind is _Kind.DATA:
+                seq = self._keep(target, (data,))
+                if not seq:  # its session has ended
+                    self._count("frames_dropped_peer_down")
+                    continue
+                if target.state is not _State.UP:
+                    continue  # kept for the next meeting
+                run = runs.setdefault((id(target), kind), [])
+                if not run:
+                    firsts[id(target)] = seq
+                run.append(data)
+                peers[id(target)] = target
+                if len(run) >= _BATCH_BODIES:
+                    self._send_run(target, firsts[id(target)], runs.pop((id(target), kind)))
+            elif target.state is not _State.UP:
+                if kind is not _Kind.BYE:
+                    self._count("frames_dropped_peer_down")
+            elif kind is _Kind.COMPLETION:
+                run = runs.setdefault((id(target), kind), [])
+                run.append(data)
+                peers[id(target)] = target
+                if len(run) >= _BATCH_BODIES:
+                    self._frame(target, kind, *run)
+                    del runs[(id(target), kind)]
+            else:  # a goodbye: what was handed over before it leaves first, on each pipe
+                pending = runs.pop((id(target), _Kind.DATA), None)
+                if pending:
+                    self._send_run(target, firsts[id(target)], pending)
+                pending = runs.pop((id(target), _Kind.COMPLETION), None)
+                if pending:
+                    self._frame(target, _Kind.COMPLETION, *pending)
+                if self._frame(target, kind, data, channel=Channel.DATA):
+                    self._frame(target, kind, data)
+        for (ref, kind), run in runs.items():
+            if kind is _Kind.DATA:
+                self._send_run(peers[ref], firsts[ref], run)
+            else:
+                self._frame(peers[ref], kind, *run)
+
+    def _send_run(self, peer: _Peer, seq: int, bodies: list[bytes]) -> None:
+        """DATA numbered already (``_keep``) from ``seq``, to ``peer`` if it is still up (else
+        it stays kept for the next meeting)."""
+        if peer.state is _State.UP:
+            self._send(peer, _Kind.DATA, seq, bodies, Channel.DATA)
 
     def _frame(
         self, peer: _Peer, kind: _Kind, *bodies: bytes, channel: Channel | None = None
@@ -965,7 +1003,7 @@ class ZmqTransport:
                 self._frame(peer, _Kind.PING, b"", channel=Channel.COMPLETION)
         with self._lock:
             for peer in self._peers.values():
-                owed = peer.credit_due or peer.inc.taken > peer.inc.acked
+                owed = peer.inc.credit_due or peer.inc.taken > peer.inc.acked
                 if owed and peer not in self._credits:
                     self._credits.append(peer)
 
@@ -975,6 +1013,7 @@ class ZmqTransport:
         for ident, (since, kept) in list(self._strangers.items()):
             if now - since > self._connect_timeout:
                 del self._strangers[ident]
+                self._unlisted.discard(ident)
                 self._count("frames_from_strangers", len(kept))
         for (node_id, incarnation), out in list(self._outgoing.items()):
             if out.down_since is not None and now - out.down_since > _SESSION_LINGER:
@@ -1031,6 +1070,9 @@ class ZmqTransport:
                 (peer, kind, data) for kind, data in reversed(peer.waiting)
             )  # ahead of anything handed over since (it was all kept in ``waiting``)
             peer.waiting.clear()
+            inc = peer.inc  # credit owed to its incarnation while no record of it was up
+            if (inc.credit_due or inc.taken > inc.acked) and peer not in self._credits:
+                self._credits.append(peer)
         peer.out.down_since = None
         self._resend(peer)  # what a dropped connection may have lost goes first
         link = self._link
@@ -1181,7 +1223,7 @@ class ZmqTransport:
             return None
         with self._lock:
             self._peers[node_id] = peer
-        peer.inc.down_since = None
+        peer.out.down_since = peer.inc.down_since = None  # (a session met again stays)
         if peer.inc.held:  # held here when its last connection dropped: delivered first
             held = list(peer.inc.held)
             peer.inc.held.clear()
@@ -1210,9 +1252,10 @@ class ZmqTransport:
 
     def _replay_strangers(self, peer: _Peer) -> None:
         """Hand on what ``peer`` sent while this node did not know it yet, in order."""
-        for header, kept in self._strangers.pop(peer.sender, (0.0, []))[1]:
+        self._unlisted.discard(peer.sender)
+        for header, kept, channel in self._strangers.pop(peer.sender, (0.0, []))[1]:
             _, kind_value, _, seq = _HEADER.unpack(header)
-            self._handle(peer, _Kind(kind_value), kept, seq)
+            self._handle(peer, _Kind(kind_value), kept, seq, channel)
 
     def _read_stray(self, sock: zmq.Socket[Any]) -> None:
         """Frames on an out socket: no node sends any there; dropped and counted."""
@@ -1271,8 +1314,9 @@ class ZmqTransport:
             if ident not in self._strangers and len(self._strangers) < 1024:
                 self._strangers[ident] = (time.monotonic(), [])
             kept = self._strangers.get(ident)
-            if kept is not None and len(kept[1]) < _STRANGER_FRAMES:
-                kept[1].append((header, bodies))
+            cap = _STRANGER_FRAMES + (self._limit if ident in self._unlisted else 0)
+            if kept is not None and len(kept[1]) < cap:
+                kept[1].append((header, bodies, channel))
             else:
                 self._count("frames_from_strangers", len(bodies))
             return
@@ -1398,6 +1442,10 @@ class ZmqTransport:
             and incarnation > self._listed.get(node_id, 0)
         ):  # a restart only the store may tell (python-api §10): met once it lists it
             self._count("hellos_unlisted")
+            if ident in self._strangers or len(self._strangers) < 1024:
+                self._unlisted.add(ident)  # what it sends meanwhile is kept for then
+                kept = self._strangers.get(ident, (0.0, []))[1]
+                self._strangers[ident] = (time.monotonic(), kept)
             _log.info("node %s: a HELLO names %s at incarnation %d, which the store has not "
                       "listed; it is met once it does", self._node_id, node_id,
                       incarnation)  # fmt: skip
