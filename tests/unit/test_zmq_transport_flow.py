@@ -526,16 +526,16 @@ def test_data_in_flight_is_bounded_in_bytes_and_a_large_frame_still_goes_alone(n
 
 
 class _Swallow:
-    """An out socket whose pipe to ``ident`` takes DATA and loses it, as a connection that
-    drops loses what its pipe and its kernel buffers held. Everything else is the real
-    socket."""
+    """An out socket whose pipe to ``ident`` takes frames of ``kind`` and loses them, as a
+    connection that drops loses what its pipe and its kernel buffers held. Everything else is
+    the real socket."""
 
-    def __init__(self, sock: Any, ident: bytes) -> None:
-        self._sock, self._ident = sock, ident
+    def __init__(self, sock: Any, ident: bytes, kind: _Kind = _Kind.DATA) -> None:
+        self._sock, self._ident, self._kind = sock, ident, kind
         self.swallowed: list[list[bytes]] = []
 
     def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
-        if frames[0] == self._ident and frames[1][1] == _Kind.DATA:
+        if frames[0] == self._ident and frames[1][1] == self._kind:
             self.swallowed.append(frames)
             return
         self._sock.send_multipart(frames, flags)
@@ -610,9 +610,9 @@ def test_data_resent_that_had_arrived_is_dropped_as_a_duplicate(nodes):
     assert counted.get("data_duplicates") == 1
     peer = a.transport._peers["b"]
     end = time.monotonic() + WAIT
-    while (peer.in_flight or peer.out.unacked) and time.monotonic() < end:  # b's credit
+    while (peer.in_flight or peer.out.kept()) and time.monotonic() < end:  # b's credit
         time.sleep(0.005)  # (a's transport thread takes it: no event to wait on)
-    assert peer.in_flight == 0 and not peer.out.unacked  # credited and acknowledged
+    assert peer.in_flight == 0 and not peer.out.kept()  # credited and acknowledged
     for i in range(8):  # the window is whole again: 8 frames in flight at most
         assert a.transport.send("a", "b", Channel.DATA, b"more-%d" % i)
     b.infra.run_until(lambda: len(b.link.seen("data", "a")) == 10, "b takes the rest")
@@ -786,10 +786,10 @@ def test_what_a_restarted_peer_sends_before_the_store_lists_it_is_kept_for_then(
     assert "frames_from_strangers" not in counted
     peer = b.transport._peers["a"]
     end = time.monotonic() + WAIT
-    while (peer.in_flight or peer.out.unacked) and time.monotonic() < end:
+    while (peer.in_flight or peer.out.kept()) and time.monotonic() < end:
         b.infra.run_until(lambda: True, "nothing")
         time.sleep(0.005)  # a's credit and acknowledgement (no event to wait on)
-    assert peer.in_flight == 0 and not peer.out.unacked
+    assert peer.in_flight == 0 and not peer.out.kept()
 
 
 def test_data_waiting_for_a_peer_still_connecting_is_counted_when_the_node_stops(nodes):
@@ -816,3 +816,43 @@ def test_data_waiting_for_a_peer_still_connecting_is_counted_when_the_node_stops
     assert a.transport.unacknowledged() == 5  # a stopping node waits for these
     a.stop()
     assert counted.get("data_unacknowledged_at_stop") == 5
+
+
+def test_replies_a_dropped_connection_lost_are_sent_again_when_the_peer_is_met_again(nodes):
+    """The same for COMPLETION (replies, route hints, fences, drop notices): a reply lost
+    with a connection used to leave its caller to its deadline; now it is kept until
+    acknowledged and sent again, once, when the peer is met again."""
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    a = nodes("a", count=count).attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    outs = a.transport._outs
+    real = outs[Channel.COMPLETION]
+    lossy = _Swallow(real, a.transport._peers["b"].ident, _Kind.COMPLETION)
+
+    def swap(sock: Any) -> Callable[[], None]:
+        def run() -> None:
+            outs[Channel.COMPLETION] = sock
+
+        return run
+
+    _on_thread(a.transport, swap(lossy))
+    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply 1")
+    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply 2")
+    _on_thread(a.transport, lambda: None)  # the turn that runs this sends both, after it
+    _on_thread(a.transport, swap(real))
+    assert [body for f in lossy.swallowed for body in f[2:]] == [b"reply 1", b"reply 2"]
+    _drop_and_meet_again(a, b)
+    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply 3")
+    b.infra.run_until(lambda: len(b.link.seen("completion", "a")) >= 3, "b takes all three")
+    assert b.link.seen("completion", "a") == [b"reply 1", b"reply 2", b"reply 3"]
+    assert counted.get("completion_resent") == 2
+    peer = a.transport._peers["b"]
+    end = time.monotonic() + WAIT
+    while peer.out.kept() and time.monotonic() < end:  # b acknowledges at its next ping
+        time.sleep(0.005)  # (a's transport thread takes it: no event to wait on)
+    assert peer.out.kept() == 0

@@ -36,9 +36,10 @@ when it says goodbye, or when it does not come up within ``connect_timeout``; it
 then fail with ``Unavailable`` at once (the router's part). Pings on both channels every
 ``ping_interval`` find a dead peer that nothing else was sent to. Whether a node is a member is
 the store's word, never a connection's (issue "Node leases"): a HELLO naming a newer
-incarnation than the store listed is not believed until it does. DATA between two incarnations
-is a session that outlives a connection (``_Outgoing``, python-api §9): numbered, kept until
-acknowledged, sent again when the peer is met again. A peer met again at endpoints this
+incarnation than the store listed is not believed until it does. DATA and COMPLETION between
+two incarnations are a session that outlives a connection (``_Outgoing``, python-api §9):
+numbered, kept until acknowledged, sent again when the peer is met again. A peer met again at
+endpoints this
 node has just disconnected from (it took the peer down) is connected to, and greeted, once the
 old connection's pipe is gone (``_settle``): that pipe still bears the peer's routing id, and
 would take the HELLOs into a connection that is ending.
@@ -51,7 +52,7 @@ counts it (``transport_errors``).
 
 Lock order: ``_lock`` is a leaf: under it only the infrastructure ``submit`` (a non-blocking
 append) and the wake-up are called, never a socket operation of the thread or a callback. The
-DATA sessions are the transport thread's alone (other threads only count them:
+sessions are the transport thread's alone (other threads only count them:
 ``unacknowledged``).
 """
 
@@ -81,12 +82,13 @@ from .transport import Channel, NodeLink, data_resumed, data_room
 
 _log = logging.getLogger("zlink.mesh.zmq")
 
-VERSION = 3  # 2: a CREDIT names the bytes it returns too; 3: DATA is numbered, and acknowledged
-# version, kind, the receiver's incarnation (0: any), the number of a DATA frame's first body
-# (its others follow it: n + 1, ...; 0 on the other kinds)
+VERSION = 3  # 2: a CREDIT names the bytes it returns too; 3: DATA and COMPLETION are numbered
+# version, kind, the receiver's incarnation (0: any), the number of a DATA or COMPLETION
+# frame's first body (its others follow it: n + 1, ...; 0 on the other kinds)
 _HEADER = struct.Struct("!BBQQ")
-_CREDIT = struct.Struct("!QQQ")  # DATA frames, and their bytes, taken; the last number received
-_SESSION_LINGER = 30.0  # seconds a peer's DATA session outlives its connection (see _Outgoing)
+# DATA frames, and their bytes, taken; the last DATA and COMPLETION numbers received
+_CREDIT = struct.Struct("!QQQQ")
+_SESSION_LINGER = 30.0  # seconds a peer's session outlives its connection (see _Outgoing)
 _RECV_BATCH = 256  # frames read from one socket before the others get a turn
 _REFUSED_EVENTS = (
     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
@@ -183,11 +185,33 @@ class _Outgoing:
     its bodies counted as dropped, when a newer incarnation of the peer is met, when the peer
     said goodbye, when this node registers again, or ``_SESSION_LINGER`` after the peer went
     down without being met again. Bounded by the credit window: every CREDIT acknowledges.
-    (Transport thread only.)"""
+    COMPLETION (replies, route hints, returning fences, drop notices) is kept the same way, in
+    a stream of its own (it is never paused, so only the acknowledgements bound it: one per
+    ping at least). (Transport thread only.)"""
+
+    data: _Stream = field(default_factory=lambda: _Stream())
+    completion: _Stream = field(default_factory=lambda: _Stream())
+    down_since: float | None = None  # monotonic, while no connection to the peer is up
+
+    def stream(self, kind: _Kind) -> _Stream:
+        return self.data if kind is _Kind.DATA else self.completion
+
+    def kept(self) -> int:
+        """Bodies of both streams not acknowledged yet."""
+        return len(self.data.unacked) + len(self.completion.unacked)
+
+
+@dataclass(eq=False)
+class _Stream:
+    """One channel's numbered bodies to one incarnation of a peer, kept until acknowledged."""
 
     next_seq: int = 1
     unacked: deque[tuple[int, bytes]] = field(default_factory=deque)
-    down_since: float | None = None  # monotonic, while no connection to the peer is up
+
+    def acknowledged(self, through: int) -> None:
+        unacked = self.unacked
+        while unacked and unacked[0][0] <= through:
+            unacked.popleft()
 
 
 @dataclass(eq=False)
@@ -199,6 +223,8 @@ class _Incoming:
 
     taken: int = 0
     acked: int = 0  # the last ``taken`` a CREDIT told the peer
+    c_taken: int = 0  # the same for its COMPLETION
+    c_acked: int = 0
     # DATA taken here and not yet credited back, and their bytes (under ``_lock``): owed to
     # the incarnation, whichever record of it is up when the credit can go
     credit_due: int = 0
@@ -278,7 +304,7 @@ class ZmqTransport:
         self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
         self._listed: dict[str, int] = {}  # node id -> its newest incarnation the store listed
-        # (node id, incarnation) -> the DATA sessions with it, which outlive a connection
+        # (node id, incarnation) -> the sessions with it, which outlive a connection
         # (``_Outgoing``, ``_Incoming``; transport thread)
         self._outgoing: dict[tuple[str, int], _Outgoing] = {}
         self._incoming: dict[tuple[str, int], _Incoming] = {}
@@ -544,14 +570,14 @@ class ZmqTransport:
         self._wake()
 
     def unacknowledged(self) -> int:
-        """DATA sent to peers that are up and not yet acknowledged by them, or waiting for a
-        peer still connecting (any thread)."""
+        """DATA and COMPLETION sent to peers that are up and not yet acknowledged by them, or
+        waiting for a peer still connecting (any thread)."""
         n = 0
         for peer in list(self._peers.values()):
             if peer.state is _State.UP:
-                n += len(peer.out.unacked)
+                n += peer.out.kept()
             elif peer.state is _State.CONNECTING:
-                n += sum(1 for kind, _data in list(peer.waiting) if kind is _Kind.DATA)
+                n += len(peer.waiting)
         return n
 
     def reachable(self, peer: str) -> bool:
@@ -778,7 +804,7 @@ class ZmqTransport:
                 _log.exception("transport of node %s: error in its last flush", self._node_id)
             for peer in [p for p in self._peers.values() if p.state is _State.CONNECTING]:
                 self._down(peer, "this node stops")  # (what waited for it: kept, counted)
-            left = sum(len(out.unacked) for out in self._outgoing.values())
+            left = sum(out.kept() for out in self._outgoing.values())
             if left:  # sent, and never acknowledged: they may or may not have arrived
                 self._count("data_unacknowledged_at_stop", left)
                 self._outgoing.clear()
@@ -824,22 +850,23 @@ class ZmqTransport:
             for was in owed:  # (owed to the incarnation: a record met since takes it; one
                 peer = self._current(was)  # down and not met again gets it at ``_up``)
                 inc = peer.inc
-                if peer.state is _State.UP and (inc.credit_due or inc.taken > inc.acked):
-                    credits.append((peer, inc.credit_due, inc.credit_due_bytes, inc.taken))
+                if peer.state is _State.UP and _owed(inc):
+                    credits.append((peer, inc.credit_due, inc.credit_due_bytes, inc.taken,
+                                    inc.c_taken))  # fmt: skip
                     inc.credit_due = inc.credit_due_bytes = 0
-                    inc.acked = inc.taken
+                    inc.acked, inc.c_acked = inc.taken, inc.c_taken
                 elif peer.state is _State.CONNECTING and peer not in self._credits:
                     self._credits.append(peer)
-        for peer, n, size, taken in credits:
+        for peer, n, size, taken, c_taken in credits:
             if peer.state is _State.UP:
-                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size, taken))
+                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size, taken, c_taken))
         # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
         # the order it was handed over (the two channels are separate connections: there is
         # no order between them to keep)
-        # DATA is numbered here, in the order it was handed over, whatever happens to its
-        # peer meanwhile (a run sent later, or kept when the peer went down mid-flush)
+        # DATA and COMPLETION are numbered here, in the order they were handed over, whatever
+        # happens to their peer meanwhile (a run sent later, or kept when it went down)
         runs: dict[tuple[int, _Kind], list[bytes]] = {}
-        firsts: dict[int, int] = {}  # id(peer) -> the number of its DATA run's first body
+        firsts: dict[tuple[int, _Kind], int] = {}  # the number of each run's first body
         peers: dict[int, _Peer] = {}
         for target, kind, data in out:
             if isinstance(target, bytes):
@@ -851,50 +878,41 @@ class ZmqTransport:
                     with self._lock:
                         target.waiting.append((kind, data))
                     continue
-            if kind is _Kind.DATA:
-                seq = self._keep(target, (data,))
+            if kind is _Kind.DATA or kind is _Kind.COMPLETION:
+                seq = self._keep(target, (data,), kind)
                 if not seq:  # its session has ended
                     self._count("frames_dropped_peer_down")
                     continue
                 if target.state is not _State.UP:
                     continue  # kept for the next meeting
-                run = runs.setdefault((id(target), kind), [])
+                key = (id(target), kind)
+                run = runs.setdefault(key, [])
                 if not run:
-                    firsts[id(target)] = seq
+                    firsts[key] = seq
                 run.append(data)
                 peers[id(target)] = target
                 if len(run) >= _BATCH_BODIES:
-                    self._send_run(target, firsts[id(target)], runs.pop((id(target), kind)))
+                    self._send_run(target, kind, firsts[key], runs.pop(key))
             elif target.state is not _State.UP:
                 if kind is not _Kind.BYE:
                     self._count("frames_dropped_peer_down")
-            elif kind is _Kind.COMPLETION:
-                run = runs.setdefault((id(target), kind), [])
-                run.append(data)
-                peers[id(target)] = target
-                if len(run) >= _BATCH_BODIES:
-                    self._frame(target, kind, *run)
-                    del runs[(id(target), kind)]
             else:  # a goodbye: what was handed over before it leaves first, on each pipe
-                pending = runs.pop((id(target), _Kind.DATA), None)
-                if pending:
-                    self._send_run(target, firsts[id(target)], pending)
-                pending = runs.pop((id(target), _Kind.COMPLETION), None)
-                if pending:
-                    self._frame(target, _Kind.COMPLETION, *pending)
+                for earlier in (_Kind.DATA, _Kind.COMPLETION):
+                    key = (id(target), earlier)
+                    pending = runs.pop(key, None)
+                    if pending:
+                        self._send_run(target, earlier, firsts[key], pending)
                 if self._frame(target, kind, data, channel=Channel.DATA):
                     self._frame(target, kind, data)
         for (ref, kind), run in runs.items():
-            if kind is _Kind.DATA:
-                self._send_run(peers[ref], firsts[ref], run)
-            else:
-                self._frame(peers[ref], kind, *run)
+            self._send_run(peers[ref], kind, firsts[(ref, kind)], run)
 
-    def _send_run(self, peer: _Peer, seq: int, bodies: list[bytes]) -> None:
-        """DATA numbered already (``_keep``) from ``seq``, to ``peer`` if it is still up (else
-        it stays kept for the next meeting)."""
+    def _send_run(self, peer: _Peer, kind: _Kind, seq: int, bodies: list[bytes]) -> None:
+        """DATA or COMPLETION numbered already (``_keep``) from ``seq``, to ``peer`` if it is
+        still up (else it stays kept for the next meeting)."""
         if peer.state is _State.UP:
-            self._send(peer, _Kind.DATA, seq, bodies, Channel.DATA)
+            channel = Channel.DATA if kind is _Kind.DATA else Channel.COMPLETION
+            self._send(peer, kind, seq, bodies, channel)
 
     def _frame(
         self, peer: _Peer, kind: _Kind, *bodies: bytes, channel: Channel | None = None
@@ -906,8 +924,8 @@ class ZmqTransport:
         is counted as dropped (a ping aside), as is DATA whose session has ended."""
         lost = 0 if kind is _Kind.PING else len(bodies)
         seq = 0
-        if kind is _Kind.DATA:
-            seq = self._keep(peer, bodies)
+        if kind is _Kind.DATA or kind is _Kind.COMPLETION:
+            seq = self._keep(peer, bodies, kind)
             if seq:
                 lost = 0
         if peer.state is not _State.UP:
@@ -940,31 +958,35 @@ class ZmqTransport:
             self._down(peer, f"no connection ({exc.strerror})")
             return False
 
-    def _keep(self, peer: _Peer, bodies: tuple[bytes, ...] | list[bytes]) -> int:
-        """Number DATA ``bodies`` for ``peer`` and keep them until acknowledged; the first
-        one's number, or 0 if ``peer``'s session has ended (nothing is kept)."""
+    def _keep(self, peer: _Peer, bodies: tuple[bytes, ...] | list[bytes], kind: _Kind) -> int:
+        """Number DATA or COMPLETION ``bodies`` for ``peer`` and keep them until acknowledged;
+        the first one's number, or 0 if ``peer``'s session has ended (nothing is kept)."""
         out = peer.out
         if self._outgoing.get((peer.node_id, peer.incarnation)) is not out:
             return 0
-        seq = out.next_seq
-        out.next_seq = seq + len(bodies)
-        out.unacked.extend(zip(range(seq, seq + len(bodies)), bodies, strict=True))
+        stream = out.stream(kind)
+        seq = stream.next_seq
+        stream.next_seq = seq + len(bodies)
+        stream.unacked.extend(zip(range(seq, seq + len(bodies)), bodies, strict=True))
         return seq
 
     def _resend(self, peer: _Peer) -> None:
-        """(``_up``.) Send again, first and in order, the DATA ``peer`` has not acknowledged:
-        its last connection may have lost it (a copy that did arrive is dropped there)."""
-        kept = list(peer.out.unacked)
-        if not kept:
-            return
-        with self._lock:
-            peer.in_flight += len(kept)
-            peer.in_flight_bytes += sum(len(body) for _seq, body in kept)
-        self._count("data_resent", len(kept))
-        for start in range(0, len(kept), _BATCH_BODIES):
-            run = kept[start : start + _BATCH_BODIES]
-            if not self._send(peer, _Kind.DATA, run[0][0], [b for _s, b in run], Channel.DATA):
-                return  # down again: still kept
+        """(``_up``.) Send again, first and in order, the DATA and COMPLETION ``peer`` has not
+        acknowledged: its last connection may have lost it (a copy that did arrive is dropped
+        there)."""
+        for kind, channel in ((_Kind.DATA, Channel.DATA), (_Kind.COMPLETION, Channel.COMPLETION)):
+            kept = list(peer.out.stream(kind).unacked)
+            if not kept:
+                continue
+            if kind is _Kind.DATA:
+                with self._lock:
+                    peer.in_flight += len(kept)
+                    peer.in_flight_bytes += sum(len(body) for _seq, body in kept)
+            self._count(f"{channel.value}_resent", len(kept))
+            for start in range(0, len(kept), _BATCH_BODIES):
+                run = kept[start : start + _BATCH_BODIES]
+                if not self._send(peer, kind, run[0][0], [b for _s, b in run], channel):
+                    return  # down again: still kept
 
     def _current(self, peer: _Peer) -> _Peer:
         """``peer``, or, if it went down, the record of the same incarnation met since."""
@@ -975,11 +997,11 @@ class ZmqTransport:
         return peer
 
     def _end_sessions(self, node_id: str, below: int) -> None:
-        """End the DATA sessions with ``node_id``'s incarnations below ``below`` (it left,
+        """End the sessions with ``node_id``'s incarnations below ``below`` (it left,
         restarted, or this node did): what they kept is counted as dropped."""
         lost = 0
         for key in [k for k in self._outgoing if k[0] == node_id and k[1] < below]:
-            lost += len(self._outgoing.pop(key).unacked)
+            lost += self._outgoing.pop(key).kept()
         for key in [k for k in self._incoming if k[0] == node_id and k[1] < below]:
             lost += len(self._incoming.pop(key).held)
         if lost:
@@ -1003,12 +1025,12 @@ class ZmqTransport:
                 self._frame(peer, _Kind.PING, b"", channel=Channel.COMPLETION)
         with self._lock:
             for peer in self._peers.values():
-                owed = peer.inc.credit_due or peer.inc.taken > peer.inc.acked
+                owed = _owed(peer.inc)
                 if owed and peer not in self._credits:
                     self._credits.append(peer)
 
     def _sweep(self, now: float) -> None:
-        """Drop, and count, what senders that never said HELLO sent, and the DATA sessions
+        """Drop, and count, what senders that never said HELLO sent, and the sessions
         of peers down for ``_SESSION_LINGER`` and not met again."""
         for ident, (since, kept) in list(self._strangers.items()):
             if now - since > self._connect_timeout:
@@ -1071,7 +1093,7 @@ class ZmqTransport:
             )  # ahead of anything handed over since (it was all kept in ``waiting``)
             peer.waiting.clear()
             inc = peer.inc  # credit owed to its incarnation while no record of it was up
-            if (inc.credit_due or inc.taken > inc.acked) and peer not in self._credits:
+            if _owed(inc) and peer not in self._credits:
                 self._credits.append(peer)
         peer.out.down_since = None
         self._resend(peer)  # what a dropped connection may have lost goes first
@@ -1092,15 +1114,17 @@ class ZmqTransport:
             peer.in_flight = peer.in_flight_bytes = 0
             if self._peers.get(peer.node_id) is peer:
                 del self._peers[peer.node_id]
-        # Its DATA session outlives the connection (``_Outgoing``, ``_Incoming``): DATA that
-        # waited for it is kept (numbered) for the next meeting, and its DATA held here is
-        # delivered then; the rest, and all of it once the session has ended, is dropped
+        # Its sessions outlive the connection (``_Outgoing``, ``_Incoming``): DATA and
+        # COMPLETION that waited for it are kept (numbered) for the next meeting, and its
+        # DATA held here is delivered then; the rest, and all once the session ended, dropped
         now = time.monotonic()
         peer.out.down_since = peer.inc.down_since = now
-        data = [body for kind, body in waiting if kind is _Kind.DATA]
-        lost = len(waiting) - len(data)
-        if data:
-            self._frame(peer, _Kind.DATA, *data)  # kept, or counted as dropped
+        lost = 0
+        for kept in (_Kind.DATA, _Kind.COMPLETION):
+            bodies = [body for kind, body in waiting if kind is kept]
+            if bodies:
+                self._frame(peer, kept, *bodies)  # kept, or counted as dropped
+        lost += sum(1 for kind, _ in waiting if kind not in (_Kind.DATA, _Kind.COMPLETION))
         if held:
             if self._incoming.get((peer.node_id, peer.incarnation)) is peer.inc:
                 peer.inc.held.extend(held)
@@ -1292,10 +1316,10 @@ class ZmqTransport:
         if len(fitting) < len(bodies):  # a sender past this node's limit: those are dropped
             dropped = len(bodies) - len(fitting)
             self._count("oversized_frames", dropped)
-            if kind is _Kind.DATA:  # each still has its number: emptied, skipped by ``_fresh``
-                bodies = [b if len(b) <= self._max_frame else b"" for b in bodies]
+            if kind is _Kind.DATA or kind is _Kind.COMPLETION:  # each keeps its number:
+                bodies = [b if len(b) <= self._max_frame else b"" for b in bodies]  # (emptied)
                 known = self._by_ident.get(ident)
-                if known is not None and known.state is not _State.DOWN:
+                if kind is _Kind.DATA and known is not None and known.state is not _State.DOWN:
                     size = sum(len(b) for b in frames[2:] if len(b) > self._max_frame)
                     self._credit(known, dropped, size)  # dropped, yet taken: the sender goes on
             elif not fitting:
@@ -1353,7 +1377,7 @@ class ZmqTransport:
         assert link is not None
         body = bodies[0]
         if kind is _Kind.DATA:
-            bodies = self._fresh(peer, seq, bodies)
+            bodies = self._fresh(peer, seq, bodies, kind)
             if not bodies:
                 return
             with self._lock:
@@ -1362,15 +1386,16 @@ class ZmqTransport:
                 else:
                     self._submit(self._deliver, peer, bodies)
         elif kind is _Kind.COMPLETION:
-            self._submit(self._complete, peer, bodies)
+            bodies = self._fresh(peer, seq, bodies, kind)
+            if bodies:
+                self._submit(self._complete, peer, bodies)
         elif kind is _Kind.CREDIT:
             if len(body) != _CREDIT.size:
                 self._count("bad_frames")
                 return
-            n, size, acked = _CREDIT.unpack(body)
-            unacked = peer.out.unacked
-            while unacked and unacked[0][0] <= acked:
-                unacked.popleft()
+            n, size, acked, c_acked = _CREDIT.unpack(body)
+            peer.out.data.acknowledged(acked)
+            peer.out.completion.acknowledged(c_acked)
             with self._lock:
                 peer.in_flight = max(0, peer.in_flight - n)
                 peer.in_flight_bytes = max(0, peer.in_flight_bytes - size)
@@ -1394,26 +1419,34 @@ class ZmqTransport:
             self._down(peer, "it left")
             self._end_sessions(peer.node_id, peer.incarnation + 1)
 
-    def _fresh(self, peer: _Peer, seq: int, bodies: list[bytes]) -> list[bytes]:
-        """(Transport thread.) The bodies of a DATA frame numbered from ``seq`` that this node
-        takes. Copies of bodies received already (sent again after a connection dropped:
-        ``_Outgoing``) are dropped, counted (``data_duplicates``) and credited, so the
-        sender's window stays whole; so are the emptied ones (over ``max_frame_bytes``,
-        counted and credited by ``_on_frame``). Numbers skipped (not expected: a sender keeps
-        what it sent until it is acknowledged) are counted: ``data_lost_in_transit``.
-        Unnumbered DATA is a bad frame."""
+    def _fresh(self, peer: _Peer, seq: int, bodies: list[bytes], kind: _Kind) -> list[bytes]:
+        """(Transport thread.) The bodies of a DATA or COMPLETION frame numbered from ``seq``
+        that this node takes. Copies of bodies received already (sent again after a
+        connection dropped: ``_Outgoing``) are dropped and counted (``data_duplicates``,
+        ``completion_duplicates``), and DATA's credited, so the sender's window stays whole;
+        so are the emptied ones (over ``max_frame_bytes``, counted and credited by
+        ``_on_frame``). Numbers skipped (not expected: a sender keeps what it sent until it is
+        acknowledged) are counted (``data_lost_in_transit``, ...). Unnumbered ones are bad
+        frames."""
         if seq == 0:
             self._count("bad_frames")
             return []
         inc = peer.inc
-        skip = min(len(bodies), max(0, inc.taken + 1 - seq))
-        if seq > inc.taken + 1:
-            self._count("data_lost_in_transit", seq - inc.taken - 1)
-        inc.taken = max(inc.taken, seq + len(bodies) - 1)
+        data = kind is _Kind.DATA
+        taken = inc.taken if data else inc.c_taken
+        name = "data" if data else "completion"
+        skip = min(len(bodies), max(0, taken + 1 - seq))
+        if seq > taken + 1:
+            self._count(f"{name}_lost_in_transit", seq - taken - 1)
+        taken = max(taken, seq + len(bodies) - 1)
+        if data:
+            inc.taken = taken
+        else:
+            inc.c_taken = taken
         if skip:
+            self._count(f"{name}_duplicates", skip)
             copies = [b for b in bodies[:skip] if b]
-            self._count("data_duplicates", skip)
-            if copies:
+            if copies and data:
                 self._credit(peer, len(copies), sum(map(len, copies)))
             bodies = bodies[skip:]
         return [b for b in bodies if b]
@@ -1482,3 +1515,8 @@ _KINDS = frozenset(k.value for k in _Kind)
 def _address(endpoint: MeshEndpoint, channel: Channel) -> str:
     """Where ``endpoint``'s in socket for ``channel`` is."""
     return endpoint.data if channel is Channel.DATA else endpoint.completion
+
+
+def _owed(inc: _Incoming) -> bool:
+    """Whether a CREDIT is owed to that incarnation: credit, or numbers not acknowledged."""
+    return bool(inc.credit_due) or inc.taken > inc.acked or inc.c_taken > inc.c_acked
