@@ -289,7 +289,7 @@ def test_bad_frames_on_the_mesh_sockets_are_counted_and_never_stop_the_node(
             store.close()
         endpoint = MeshEndpoint.parse(record.endpoint)
         target = identity("n1", "@" + endpoint.token)
-        header = struct.Struct("!BBQQ")  # version, kind, incarnation, number (DATA)
+        header = struct.Struct("!BBQQQ")  # version, kind, incarnation, number, session
         ctx = zmq.Context()
         try:
             sock = ctx.socket(zmq.ROUTER)
@@ -309,28 +309,28 @@ def test_bad_frames_on_the_mesh_sockets_are_counted_and_never_stop_the_node(
 
             send(b"garbage")  # one frame, no header
             send(b"\x01\x02", b"truncated header")
-            send(header.pack(9, 2, 0, 1), b"unknown version")
-            send(header.pack(VERSION, 77, 0, 0), b"unknown kind")
-            send(header.pack(VERSION, 1, 0, 0), b"{not json")  # a HELLO that does not parse
+            send(header.pack(9, 2, 0, 1, 7), b"unknown version")
+            send(header.pack(VERSION, 77, 0, 0, 7), b"unknown kind")
+            send(header.pack(VERSION, 1, 0, 0, 7), b"{not json")  # a HELLO that does not parse
             _until(lambda: n1.ask("counters").get("bad_frames", 0) >= 5, "5 bad frames")
-            send(header.pack(VERSION, 2, record.incarnation + 5, 1), b"for another incarnation")
+            send(header.pack(VERSION, 2, record.incarnation + 5, 1, 7), b"for another incarnation")
             _until(
                 lambda: n1.ask("counters").get("frames_wrong_incarnation", 0) >= 1,
                 "the frame for another incarnation",
             )
-            send(header.pack(VERSION, 2, 0, 1), b"x" * 100_000)  # over max_frame_bytes (64 KiB)
+            send(header.pack(VERSION, 2, 0, 1, 7), b"x" * 100_000)  # over max_frame_bytes (64 KiB)
             _until(lambda: n1.ask("counters").get("oversized_frames", 0) >= 1, "oversized")
             other = (
                 b'{"node": "evil", "incarnation": 1, "mesh": "other", "endpoint": '
                 + f'"{record.endpoint}"'.encode()
                 + b"}"
             )
-            send(header.pack(VERSION, 1, 0, 0), other)
+            send(header.pack(VERSION, 1, 0, 0, 7), other)
             _until(lambda: n1.ask("counters").get("peers_refused", 0) >= 1, "other mesh")
             hello = other.replace(b'"other"', b'"main"')
-            send(header.pack(VERSION, 1, 0, 0), hello)  # greeted now (its endpoint is n1's own)
-            send(header.pack(VERSION, 2, 0, 2), b'{"v": 99, "kind": "send"}')  # unknown version
-            send(header.pack(VERSION, 2, 0, 3), b'{"v": 2, "kind": "sen')  # truncated envelope
+            send(header.pack(VERSION, 1, 0, 0, 7), hello)  # greeted now (its endpoint is n1's own)
+            send(header.pack(VERSION, 2, 0, 2, 7), b'{"v": 99, "kind": "send"}')  # unknown version
+            send(header.pack(VERSION, 2, 0, 3, 7), b'{"v": 2, "kind": "sen')  # truncated envelope
             _until(lambda: n1.ask("counters").get("bad_envelopes", 0) >= 2, "bad envelopes")
         finally:
             ctx.destroy(linger=0)

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import zmq
 
+import zlink.mesh.zmq_transport as zmq_transport
 from zlink.errors import Unavailable
 from zlink.mesh.transport import Channel
 from zlink.mesh.zmq_transport import (
@@ -669,7 +670,7 @@ def test_a_greeting_naming_a_newer_incarnation_does_not_take_a_live_peer_down(no
         target = identity("a", "@" + endpoint.token)
         for _ in range(int(WAIT / 0.005)):
             try:
-                forger.send_multipart([target, _HEADER.pack(VERSION, _Kind.HELLO, 0, 0), hello])
+                forger.send_multipart([target, _HEADER.pack(VERSION, _Kind.HELLO, 0, 0, 0), hello])
                 break
             except zmq.ZMQError:
                 time.sleep(0.005)  # the handshake is not done yet
@@ -856,3 +857,203 @@ def test_replies_a_dropped_connection_lost_are_sent_again_when_the_peer_is_met_a
     while peer.out.kept() and time.monotonic() < end:  # b acknowledges at its next ping
         time.sleep(0.005)  # (a's transport thread takes it: no event to wait on)
     assert peer.out.kept() == 0
+
+
+# -- a second review's findings: each failed before its fix --------------------------------
+def _credited(node: Node, peer: str) -> None:
+    """Wait (bounded) until ``node`` has nothing in flight to ``peer``: its credit came back."""
+    record = node.transport._peers[peer]
+    end = time.monotonic() + WAIT
+    while node.transport._peers[peer].in_flight and time.monotonic() < end:
+        time.sleep(0.005)  # the transport threads' progress: no event to wait on
+    assert node.transport._peers[peer].in_flight == 0, record
+
+
+class _OnceNoPipeFor:
+    """EHOSTUNREACH once for one kind to ``ident`` (as a pipe that just ended), then real."""
+
+    def __init__(self, sock: Any, ident: bytes, kind: _Kind) -> None:
+        self._sock, self._ident, self._kind, self.fired = sock, ident, kind, False
+
+    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+        if not self.fired and frames[0] == self._ident and frames[1][1] == self._kind:
+            self.fired = True
+            raise zmq.ZMQError(zmq.EHOSTUNREACH)
+        self._sock.send_multipart(frames, flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _counter() -> tuple[dict[str, int], Callable[..., None]]:
+    counted: dict[str, int] = {}
+
+    def count(name: str, n: int = 1) -> None:
+        counted[name] = counted.get(name, 0) + n
+
+    return counted, count
+
+
+def test_credit_whose_frame_found_no_pipe_is_sent_again(nodes):
+    """a zeroes credit_due in _flush, then the CREDIT finds no pipe: a takes b down, b
+    never hears (its pipes to a are fine), and the credit is never sent again."""
+    a = nodes("a", data_limit=1).attach()
+    b = nodes("b", data_limit=1).attach()
+    _meshed(a, b)
+    t = a.transport
+    outs = t._outs
+    once = _OnceNoPipeFor(outs[Channel.COMPLETION], t._peers["b"].ident, _Kind.CREDIT)
+    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, once))
+    assert b.transport.send("b", "a", Channel.DATA, b"x0")
+    a.infra.run_until(lambda: a.link.seen("data", "b") == [b"x0"], "a takes x0")
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a's CREDIT found no pipe")
+    assert once.fired
+    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again (b pings)")
+    _credited(b, "a")
+    assert b.transport.send("b", "a", Channel.DATA, b"x1"), "b stuck at its window for good"
+
+
+def test_credit_lost_in_a_dropped_connection_is_sent_again(nodes):
+    """The same with the CREDIT lost in transit (a connection that drops loses what its
+    pipe held): credit is a difference, sent once, so it is kept and sent again like a reply
+    when the connection is met again; b, which did not go down, was stuck for good."""
+    a = nodes("a", data_limit=1).attach()
+    b = nodes("b", data_limit=1).attach()
+    _meshed(a, b)
+    t = a.transport
+    outs = t._outs
+    real = outs[Channel.COMPLETION]
+    lossy = _Swallow(real, t._peers["b"].ident, _Kind.CREDIT)
+    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, lossy))
+    assert b.transport.send("b", "a", Channel.DATA, b"x0")
+    a.infra.run_until(lambda: a.link.seen("data", "b") == [b"x0"], "a takes x0")
+    end = time.monotonic() + WAIT
+    while not lossy.swallowed and time.monotonic() < end:
+        time.sleep(0.005)
+    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, real))
+    _drop_and_meet_again(a, b)  # the connection that lost it drops; a meets b again
+    _credited(b, "a")
+    assert b.transport.send("b", "a", Channel.DATA, b"x1"), "b stuck at its window for good"
+
+
+class _Blackhole:
+    """Everything to ``ident`` is lost while ``on`` (a one-way outage the sender never sees)."""
+
+    def __init__(self, sock: Any, ident: bytes) -> None:
+        self._sock, self._ident, self.on = sock, ident, True
+
+    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
+        if self.on and frames[0] == self._ident:
+            return
+        self._sock.send_multipart(frames, flags)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def test_a_session_ended_on_one_side_only_starts_over_on_both(nodes, monkeypatch):
+    """b takes a down and hears nothing from a for _SESSION_LINGER (a frozen, or a one-way
+    outage): b ends its session with a#1. a's session with b#1 lives on (taken = 3). When b
+    meets a#1 again it numbers from 1: a drops b's next replies and DATA as duplicates."""
+    monkeypatch.setattr(zmq_transport, "_SESSION_LINGER", 0.3)
+    counted, count = _counter()
+    a = nodes("a", count=count).attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    for i in range(3):
+        assert b.transport.send("b", "a", Channel.DATA, b"d%d" % i)
+        assert b.transport.send("b", "a", Channel.COMPLETION, b"c%d" % i)
+    a.infra.run_until(
+        lambda: len(a.link.seen("data", "b")) == 3 and len(a.link.seen("completion", "b")) == 3,
+        "a takes them",
+    )
+    ta, tb = a.transport, b.transport
+    holes = {}
+
+    def blackhole() -> None:
+        for ch, sock in list(ta._outs.items()):
+            holes[ch] = _Blackhole(sock, ta._peers["b"].ident)
+            ta._outs[ch] = holes[ch]
+
+    _on_thread(ta, blackhole)
+    _on_thread(tb, lambda: tb._down(tb._peers["a"], "test: a froze"))
+    end = time.monotonic() + WAIT
+    while ("a", 1) in tb._outgoing and time.monotonic() < end:
+        time.sleep(0.01)
+    assert ("a", 1) not in tb._outgoing, "b ended its session with a#1"
+    assert ta._peers["b"].inc.taken == 3  # a's lives on
+    for h in holes.values():
+        h.on = False  # a thaws; its pings reach b, which meets a#1 again
+    b.infra.run_until(lambda: len(b.link.seen("up", "a")) == 2, "b meets a again")
+    assert tb.send("b", "a", Channel.COMPLETION, b"reply after")
+    assert tb.send("b", "a", Channel.DATA, b"data after")
+    a.infra.run_until(
+        lambda: (
+            b"reply after" in a.link.seen("completion", "b")
+            and b"data after" in a.link.seen("data", "b")
+        ),
+        "a takes both: b's new session is numbered from 1 again at a too",
+    )
+    assert counted.get("sessions_started_over") == 1
+
+
+def test_what_was_handed_over_for_a_record_that_went_down_goes_before_later_sends(nodes):
+    """d1 is handed over while b's record P1 is up; P1 goes down (a ping finds no pipe)
+    before a flush takes d1; b is met again (P2, connecting) and d2 is handed over to P2
+    (waiting). The flush redirects d1 to P2.waiting *behind* d2: b takes d2, then d1."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    t = a.transport
+
+    def run() -> None:
+        assert t.send("a", "b", Channel.DATA, b"d1")  # P1 up: into _outq
+        t._down(t._peers["b"], "test: a ping found no pipe")
+        t.learn([b.member()])
+        zmq_transport.ZmqTransport._take_learned(t)  # P2 met (a frame of b's would do the same)
+        assert t._peers["b"].state is zmq_transport._State.CONNECTING
+        assert t.send("a", "b", Channel.DATA, b"d2")  # P2 connecting: waits
+
+    _on_thread(t, run)
+    b.infra.run_until(lambda: len(b.link.seen("data", "a")) >= 2, "b takes both")
+    assert b.link.seen("data", "a") == [b"d1", b"d2"]
+
+
+def test_what_a_stopping_node_took_is_acknowledged_before_its_goodbye(nodes):
+    """b takes a's reply and DATA, then stops (graceful) before its next ping's CREDIT: its
+    BYE acknowledges nothing, so a ends the session counting both as frames_dropped_peer_down
+    though b handled them."""
+    counted, count = _counter()
+    a = nodes("a", count=count).attach()
+    b = nodes("b", ping_interval=2.0).attach()
+    _meshed(a, b)
+    time.sleep(0.1)
+    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply")
+    assert a.transport.send("a", "b", Channel.DATA, b"data")
+    b.infra.run_until(
+        lambda: (
+            b.link.seen("completion", "a") == [b"reply"] and b.link.seen("data", "a") == [b"data"]
+        ),
+        "b handles both",
+    )
+    b.stop()
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a hears b's goodbye")
+    assert "frames_dropped_peer_down" not in counted
+
+
+def test_an_oversized_frame_from_a_peer_taken_down_is_credited(nodes):
+    """a took b down; b, never told, sends a frame over a's max_frame_bytes: _on_frame
+    credits it only if b's record is not DOWN, then revives b; _fresh drops the emptied
+    body uncredited. b sits at its window for good."""
+    counted, count = _counter()
+    a = nodes("a", data_limit=1, max_frame_bytes=1000, count=count).attach()
+    b = nodes("b", data_limit=1).attach()
+    _meshed(a, b)
+    _on_thread(a.transport, lambda: a.transport._down(a.transport._peers["b"], "test"))
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
+    assert b.transport.send("b", "a", Channel.DATA, b"x" * 1500)
+    a.infra.run_until(
+        lambda: bool(a.link.seen("up", "b")) and counted.get("oversized_frames"), "a meets b again"
+    )
+    _credited(b, "a")
+    assert b.transport.send("b", "a", Channel.DATA, b"small"), "b stuck at its window for good"

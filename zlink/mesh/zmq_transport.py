@@ -85,7 +85,8 @@ _log = logging.getLogger("zlink.mesh.zmq")
 VERSION = 3  # 2: a CREDIT names the bytes it returns too; 3: DATA and COMPLETION are numbered
 # version, kind, the receiver's incarnation (0: any), the number of a DATA or COMPLETION
 # frame's first body (its others follow it: n + 1, ...; 0 on the other kinds)
-_HEADER = struct.Struct("!BBQQ")
+# ..., and the sender's session id (``_Outgoing.sid``; 0 on frames that are not numbered)
+_HEADER = struct.Struct("!BBQQQ")
 # DATA frames, and their bytes, taken; the last DATA and COMPLETION numbers received
 _CREDIT = struct.Struct("!QQQQ")
 _SESSION_LINGER = 30.0  # seconds a peer's session outlives its connection (see _Outgoing)
@@ -190,8 +191,11 @@ class _Outgoing:
     ping at least). (Transport thread only.)"""
 
     data: _Stream = field(default_factory=lambda: _Stream())
-    completion: _Stream = field(default_factory=lambda: _Stream())
+    completion: _Stream = field(default_factory=lambda: _Stream())  # and credit-bearing CREDITs
     down_since: float | None = None  # monotonic, while no connection to the peer is up
+    # names this session on every numbered frame: a receiver that sees another one knows the
+    # sender started over (it ended the last one) and numbers from 1 again with it
+    sid: int = field(default_factory=lambda: secrets.randbits(63) + 1)
 
     def stream(self, kind: _Kind) -> _Stream:
         return self.data if kind is _Kind.DATA else self.completion
@@ -206,7 +210,7 @@ class _Stream:
     """One channel's numbered bodies to one incarnation of a peer, kept until acknowledged."""
 
     next_seq: int = 1
-    unacked: deque[tuple[int, bytes]] = field(default_factory=deque)
+    unacked: deque[tuple[int, bytes, _Kind]] = field(default_factory=deque)
 
     def acknowledged(self, through: int) -> None:
         unacked = self.unacked
@@ -223,8 +227,9 @@ class _Incoming:
 
     taken: int = 0
     acked: int = 0  # the last ``taken`` a CREDIT told the peer
-    c_taken: int = 0  # the same for its COMPLETION
+    c_taken: int = 0  # the same for its COMPLETION (and the CREDITs that carry credit)
     c_acked: int = 0
+    sid: int = 0  # the sender's session these numbers are of
     # DATA taken here and not yet credited back, and their bytes (under ``_lock``): owed to
     # the incarnation, whichever record of it is up when the credit can go
     credit_due: int = 0
@@ -532,6 +537,8 @@ class ZmqTransport:
             for peer in self._peers.values():
                 if peer.state is _State.UP:
                     self._outq.append((peer, _Kind.BYE, b""))
+                    if peer not in self._credits:  # what it sent is acknowledged first
+                        self._credits.append(peer)
             self._stopping = True
         host = self._host
         if host is None:
@@ -858,8 +865,14 @@ class ZmqTransport:
                 elif peer.state is _State.CONNECTING and peer not in self._credits:
                     self._credits.append(peer)
         for peer, n, size, taken, c_taken in credits:
-            if peer.state is _State.UP:
-                self._frame(peer, _Kind.CREDIT, _CREDIT.pack(n, size, taken, c_taken))
+            if peer.state is not _State.UP:
+                continue
+            body = _CREDIT.pack(n, size, taken, c_taken)
+            seq = self._keep(peer, (body,), _Kind.CREDIT) if n or size else 0
+            if seq:  # credit is a difference: kept and sent again like a reply, never lost
+                self._send(peer, _Kind.CREDIT, seq, [body], Channel.COMPLETION)
+            else:  # a bare acknowledgement (a later one says as much): not numbered
+                self._frame(peer, _Kind.CREDIT, body)
         # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
         # the order it was handed over (the two channels are separate connections: there is
         # no order between them to keep)
@@ -872,12 +885,8 @@ class ZmqTransport:
             if isinstance(target, bytes):
                 self._to_client(target, data)
                 continue
-            if target.state is _State.DOWN:  # handed over before it went down
-                target = self._current(target)
-                if target.state is _State.CONNECTING:  # met again: it waits for the meeting
-                    with self._lock:
-                        target.waiting.append((kind, data))
-                    continue
+            # (one handed over for a record that went down since is kept in its session below:
+            # the next meeting sends it first, ahead of what waited for that meeting)
             if kind is _Kind.DATA or kind is _Kind.COMPLETION:
                 seq = self._keep(target, (data,), kind)
                 if not seq:  # its session has ended
@@ -946,11 +955,9 @@ class ZmqTransport:
     ) -> bool:  # fmt: skip
         """One message to ``peer`` on ``channel``'s pipe; ``False`` (and the peer is down) if
         there is none."""
+        header = _HEADER.pack(VERSION, kind, peer.incarnation, seq, peer.out.sid if seq else 0)
         try:
-            self._outs[channel].send_multipart(
-                [peer.ident, _HEADER.pack(VERSION, kind, peer.incarnation, seq), *bodies],
-                zmq.NOBLOCK,
-            )
+            self._outs[channel].send_multipart([peer.ident, header, *bodies], zmq.NOBLOCK)
             return True
         except zmq.ZMQError as exc:
             if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
@@ -967,26 +974,31 @@ class ZmqTransport:
         stream = out.stream(kind)
         seq = stream.next_seq
         stream.next_seq = seq + len(bodies)
-        stream.unacked.extend(zip(range(seq, seq + len(bodies)), bodies, strict=True))
+        stream.unacked.extend((seq + i, body, kind) for i, body in enumerate(bodies))
         return seq
 
     def _resend(self, peer: _Peer) -> None:
         """(``_up``.) Send again, first and in order, the DATA and COMPLETION ``peer`` has not
         acknowledged: its last connection may have lost it (a copy that did arrive is dropped
         there)."""
-        for kind, channel in ((_Kind.DATA, Channel.DATA), (_Kind.COMPLETION, Channel.COMPLETION)):
-            kept = list(peer.out.stream(kind).unacked)
+        for stream, channel in ((_Kind.DATA, Channel.DATA), (_Kind.COMPLETION, Channel.COMPLETION)):
+            kept = list(peer.out.stream(stream).unacked)
             if not kept:
                 continue
-            if kind is _Kind.DATA:
+            if stream is _Kind.DATA:
                 with self._lock:
                     peer.in_flight += len(kept)
-                    peer.in_flight_bytes += sum(len(body) for _seq, body in kept)
+                    peer.in_flight_bytes += sum(len(body) for _seq, body, _kind in kept)
             self._count(f"{channel.value}_resent", len(kept))
-            for start in range(0, len(kept), _BATCH_BODIES):
-                run = kept[start : start + _BATCH_BODIES]
-                if not self._send(peer, kind, run[0][0], [b for _s, b in run], channel):
-                    return  # down again: still kept
+            run: list[tuple[int, bytes, _Kind]] = []
+            for item in [*kept, None]:  # runs of one kind (a CREDIT among replies), in order
+                if run and (item is None or item[2] is not run[0][2] or len(run) >= _BATCH_BODIES):
+                    if not self._send(peer, run[0][2], run[0][0], [b for _s, b, _k in run],
+                                      channel):  # fmt: skip
+                        return  # down again: still kept
+                    run = []
+                if item is not None:
+                    run.append(item)
 
     def _current(self, peer: _Peer) -> _Peer:
         """``peer``, or, if it went down, the record of the same incarnation met since."""
@@ -1054,7 +1066,7 @@ class ZmqTransport:
         ).encode()
         try:
             self._outs[channel].send_multipart(
-                [peer.ident, _HEADER.pack(VERSION, _Kind.HELLO, peer.incarnation, 0), hello],
+                [peer.ident, _HEADER.pack(VERSION, _Kind.HELLO, peer.incarnation, 0, 0), hello],
                 zmq.NOBLOCK,
             )
             return True
@@ -1111,6 +1123,9 @@ class ZmqTransport:
             waiting, held = list(peer.waiting), list(peer.held)
             peer.waiting.clear()
             peer.held.clear()
+            if any(item[0] is peer for item in self._outq):  # handed over, not yet sent
+                waiting += [(k, d) for t, k, d in self._outq if t is peer]
+                self._outq = deque(item for item in self._outq if item[0] is not peer)
             peer.in_flight = peer.in_flight_bytes = 0
             if self._peers.get(peer.node_id) is peer:
                 del self._peers[peer.node_id]
@@ -1191,7 +1206,7 @@ class ZmqTransport:
             sock = self._outs[channel]
             sock.getsockopt(zmq.EVENTS)  # the socket handles its commands (a send may not)
             try:
-                sock.send_multipart([ident, _HEADER.pack(VERSION, _Kind.PING, 0, 0), b""],
+                sock.send_multipart([ident, _HEADER.pack(VERSION, _Kind.PING, 0, 0, 0), b""],
                                     zmq.NOBLOCK)  # fmt: skip
                 continue  # still there
             except zmq.ZMQError as exc:
@@ -1278,8 +1293,8 @@ class ZmqTransport:
         """Hand on what ``peer`` sent while this node did not know it yet, in order."""
         self._unlisted.discard(peer.sender)
         for header, kept, channel in self._strangers.pop(peer.sender, (0.0, []))[1]:
-            _, kind_value, _, seq = _HEADER.unpack(header)
-            self._handle(peer, _Kind(kind_value), kept, seq, channel)
+            _, kind_value, _, seq, sid = _HEADER.unpack(header)
+            self._handle(peer, _Kind(kind_value), kept, seq, channel, sid)
 
     def _read_stray(self, sock: zmq.Socket[Any]) -> None:
         """Frames on an out socket: no node sends any there; dropped and counted."""
@@ -1303,7 +1318,7 @@ class ZmqTransport:
             self._count("bad_frames")
             return
         ident, header = frames[0], frames[1]
-        version, kind_value, incarnation, seq = _HEADER.unpack(header)
+        version, kind_value, incarnation, seq, sid = _HEADER.unpack(header)
         if version != VERSION or kind_value not in _KINDS:
             self._count("bad_frames")
             return
@@ -1313,15 +1328,15 @@ class ZmqTransport:
             self._count("bad_frames")
             return
         fitting = [b for b in bodies if len(b) <= self._max_frame]
+        emptied = emptied_size = 0  # DATA over the limit: credited once its sender is known
         if len(fitting) < len(bodies):  # a sender past this node's limit: those are dropped
             dropped = len(bodies) - len(fitting)
             self._count("oversized_frames", dropped)
             if kind is _Kind.DATA or kind is _Kind.COMPLETION:  # each keeps its number:
                 bodies = [b if len(b) <= self._max_frame else b"" for b in bodies]  # (emptied)
-                known = self._by_ident.get(ident)
-                if kind is _Kind.DATA and known is not None and known.state is not _State.DOWN:
-                    size = sum(len(b) for b in frames[2:] if len(b) > self._max_frame)
-                    self._credit(known, dropped, size)  # dropped, yet taken: the sender goes on
+                if kind is _Kind.DATA:
+                    emptied = dropped
+                    emptied_size = sum(len(b) for b in frames[2:] if len(b) > self._max_frame)
             elif not fitting:
                 return
             else:
@@ -1353,7 +1368,9 @@ class ZmqTransport:
                 )
                 return
             peer = found
-        self._handle(peer, kind, bodies, seq, channel)
+        if emptied:  # dropped, yet taken: the sender goes on
+            self._credit(peer, emptied, emptied_size)
+        self._handle(peer, kind, bodies, seq, channel, sid)
 
     def _revived(self, gone: _Peer) -> _Peer | None:
         """``gone``, which this node took down, still sends: nobody told it (there is no
@@ -1371,13 +1388,13 @@ class ZmqTransport:
 
     def _handle(
         self, peer: _Peer, kind: _Kind, bodies: list[bytes], seq: int,
-        channel: Channel | None = None,
+        channel: Channel | None = None, sid: int = 0,
     ) -> None:  # fmt: skip
         link = self._link
         assert link is not None
         body = bodies[0]
         if kind is _Kind.DATA:
-            bodies = self._fresh(peer, seq, bodies, kind)
+            bodies = self._fresh(peer, seq, bodies, kind, sid)
             if not bodies:
                 return
             with self._lock:
@@ -1386,13 +1403,15 @@ class ZmqTransport:
                 else:
                     self._submit(self._deliver, peer, bodies)
         elif kind is _Kind.COMPLETION:
-            bodies = self._fresh(peer, seq, bodies, kind)
+            bodies = self._fresh(peer, seq, bodies, kind, sid)
             if bodies:
                 self._submit(self._complete, peer, bodies)
         elif kind is _Kind.CREDIT:
             if len(body) != _CREDIT.size:
                 self._count("bad_frames")
                 return
+            if seq and not self._fresh(peer, seq, bodies, kind, sid):
+                return  # a copy of a credit taken already
             n, size, acked, c_acked = _CREDIT.unpack(body)
             peer.out.data.acknowledged(acked)
             peer.out.completion.acknowledged(c_acked)
@@ -1419,7 +1438,9 @@ class ZmqTransport:
             self._down(peer, "it left")
             self._end_sessions(peer.node_id, peer.incarnation + 1)
 
-    def _fresh(self, peer: _Peer, seq: int, bodies: list[bytes], kind: _Kind) -> list[bytes]:
+    def _fresh(
+        self, peer: _Peer, seq: int, bodies: list[bytes], kind: _Kind, sid: int
+    ) -> list[bytes]:
         """(Transport thread.) The bodies of a DATA or COMPLETION frame numbered from ``seq``
         that this node takes. Copies of bodies received already (sent again after a
         connection dropped: ``_Outgoing``) are dropped and counted (``data_duplicates``,
@@ -1427,11 +1448,17 @@ class ZmqTransport:
         so are the emptied ones (over ``max_frame_bytes``, counted and credited by
         ``_on_frame``). Numbers skipped (not expected: a sender keeps what it sent until it is
         acknowledged) are counted (``data_lost_in_transit``, ...). Unnumbered ones are bad
-        frames."""
+        frames. A session id the receiver has not seen from that incarnation means its sender
+        ended the last session (python-api §9: counted there) and numbers from 1 again."""
         if seq == 0:
             self._count("bad_frames")
             return []
         inc = peer.inc
+        if sid != inc.sid:
+            if inc.sid:
+                self._count("sessions_started_over")
+            inc.sid = sid
+            inc.taken = inc.acked = inc.c_taken = inc.c_acked = 0
         data = kind is _Kind.DATA
         taken = inc.taken if data else inc.c_taken
         name = "data" if data else "completion"
