@@ -87,8 +87,9 @@ VERSION = 3  # 2: a CREDIT names the bytes it returns too; 3: DATA and COMPLETIO
 # frame's first body (its others follow it: n + 1, ...; 0 on the other kinds)
 # ..., and the sender's session id (``_Outgoing.sid``; 0 on frames that are not numbered)
 _HEADER = struct.Struct("!BBQQQ")
-# DATA frames, and their bytes, taken; the last DATA and COMPLETION numbers received
-_CREDIT = struct.Struct("!QQQQ")
+# DATA frames, and their bytes, taken; the last DATA and COMPLETION numbers received; the
+# session (of the node the CREDIT goes to) all that is about
+_CREDIT = struct.Struct("!QQQQQ")
 _SESSION_LINGER = 30.0  # seconds a peer's session outlives its connection (see _Outgoing)
 _RECV_BATCH = 256  # frames read from one socket before the others get a turn
 _REFUSED_EVENTS = (
@@ -196,13 +197,20 @@ class _Outgoing:
     # names this session on every numbered frame: a receiver that sees another one knows the
     # sender started over (it ended the last one) and numbers from 1 again with it
     sid: int = field(default_factory=lambda: secrets.randbits(63) + 1)
+    # DATA handed over and not yet credited back, and their bytes, and whether a send was
+    # refused (``writable`` owed): the session's, so a record going down and one met again
+    # share them, and a body sent again is not counted twice (under ``_lock``)
+    in_flight: int = 0
+    in_flight_bytes: int = 0
+    blocked: bool = False
 
     def stream(self, kind: _Kind) -> _Stream:
         return self.data if kind is _Kind.DATA else self.completion
 
     def kept(self) -> int:
-        """Bodies of both streams not acknowledged yet."""
-        return len(self.data.unacked) + len(self.completion.unacked)
+        """Messages of both streams not acknowledged yet (the CREDITs kept aside)."""
+        credits = sum(1 for item in self.completion.unacked if item[2] is _Kind.CREDIT)
+        return len(self.data.unacked) + len(self.completion.unacked) - credits
 
 
 @dataclass(eq=False)
@@ -251,15 +259,17 @@ class _Peer:
     state: _State = _State.CONNECTING
     greeted: set[Channel] = field(default_factory=set)  # our HELLOs that went through
     waiting: deque[tuple[_Kind, bytes]] = field(default_factory=deque)  # sent while connecting
-    in_flight: int = 0  # DATA sent to it and not yet credited back
-    in_flight_bytes: int = 0  # their bytes
-    blocked: bool = False  # a send was refused: ``writable`` is owed
     paused: bool = False  # this node takes no DATA from it now
     held: deque[bytes] = field(default_factory=deque)  # its DATA that arrived while paused
     left: bool = False  # it said goodbye (what it sends after is not a reason to meet again)
     byes: set[Channel] = field(default_factory=set)  # the pipes its goodbye came on
     out: _Outgoing = field(default_factory=_Outgoing)  # its incarnation's, across connections
     inc: _Incoming = field(default_factory=_Incoming)  # the same, for what it sends here
+
+    @property
+    def in_flight(self) -> int:
+        """DATA sent to it and not yet credited back (its session's)."""
+        return self.out.in_flight
 
 
 class ZmqTransport:
@@ -613,12 +623,13 @@ class ZmqTransport:
                     f"an envelope of {len(data)} bytes is over max_frame_bytes ({self._max_frame})"
                 )
             if channel is Channel.DATA:
-                if not data_room(target.in_flight, target.in_flight_bytes, len(data), self._limit,
+                out = target.out
+                if not data_room(out.in_flight, out.in_flight_bytes, len(data), self._limit,
                              self._bytes_limit):  # fmt: skip
-                    target.blocked = True
+                    out.blocked = True
                     return False
-                target.in_flight += 1
-                target.in_flight_bytes += len(data)
+                out.in_flight += 1
+                out.in_flight_bytes += len(data)
                 kind = _Kind.DATA
             else:
                 kind = _Kind.COMPLETION
@@ -853,45 +864,41 @@ class ZmqTransport:
         with self._lock:
             out, self._outq = self._outq, deque()
             owed, self._credits = self._credits, []
-            credits = []
+            credits: dict[int, tuple[_Peer, int, int, int, int, int]] = {}
             for was in owed:  # (owed to the incarnation: a record met since takes it; one
                 peer = self._current(was)  # down and not met again gets it at ``_up``)
                 inc = peer.inc
                 if peer.state is _State.UP and _owed(inc):
-                    credits.append((peer, inc.credit_due, inc.credit_due_bytes, inc.taken,
-                                    inc.c_taken))  # fmt: skip
+                    credits[id(peer)] = (peer, inc.credit_due, inc.credit_due_bytes, inc.taken,
+                                         inc.c_taken, inc.sid)  # fmt: skip
                     inc.credit_due = inc.credit_due_bytes = 0
                     inc.acked, inc.c_acked = inc.taken, inc.c_taken
                 elif peer.state is _State.CONNECTING and peer not in self._credits:
                     self._credits.append(peer)
-        for peer, n, size, taken, c_taken in credits:
-            if peer.state is not _State.UP:
-                continue
-            body = _CREDIT.pack(n, size, taken, c_taken)
-            seq = self._keep(peer, (body,), _Kind.CREDIT) if n or size else 0
-            if seq:  # credit is a difference: kept and sent again like a reply, never lost
-                self._send(peer, _Kind.CREDIT, seq, [body], Channel.COMPLETION)
-            else:  # a bare acknowledgement (a later one says as much): not numbered
-                self._frame(peer, _Kind.CREDIT, body)
-        # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
-        # the order it was handed over (the two channels are separate connections: there is
-        # no order between them to keep)
-        # DATA and COMPLETION are numbered here, in the order they were handed over, whatever
-        # happens to their peer meanwhile (a run sent later, or kept when it went down)
-        runs: dict[tuple[int, _Kind], list[bytes]] = {}
-        firsts: dict[tuple[int, _Kind], int] = {}  # the number of each run's first body
-        peers: dict[int, _Peer] = {}
+        # DATA and COMPLETION are numbered first, all of them, in the order they were handed
+        # over, before anything is sent: a send that finds no pipe takes its peer down, and
+        # what another thread handed over meanwhile is kept then, after these. One for a
+        # record that is down is kept in its session: the next meeting sends it first.
+        items: list[tuple[_Peer | bytes, _Kind, bytes, int]] = []
         for target, kind, data in out:
-            if isinstance(target, bytes):
-                self._to_client(target, data)
-                continue
-            # (one handed over for a record that went down since is kept in its session below:
-            # the next meeting sends it first, ahead of what waited for that meeting)
-            if kind is _Kind.DATA or kind is _Kind.COMPLETION:
+            seq = 0
+            if not isinstance(target, bytes) and (kind is _Kind.DATA or kind is _Kind.COMPLETION):
                 seq = self._keep(target, (data,), kind)
                 if not seq:  # its session has ended
                     self._count("frames_dropped_peer_down")
                     continue
+            items.append((target, kind, data, seq))
+        # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
+        # the order it was handed over (the two channels are separate connections: there is
+        # no order between them to keep)
+        runs: dict[tuple[int, _Kind], list[bytes]] = {}
+        firsts: dict[tuple[int, _Kind], int] = {}  # the number of each run's first body
+        peers: dict[int, _Peer] = {}
+        for target, kind, data, seq in items:
+            if isinstance(target, bytes):
+                self._to_client(target, data)
+                continue
+            if seq:
                 if target.state is not _State.UP:
                     continue  # kept for the next meeting
                 key = (id(target), kind)
@@ -911,10 +918,33 @@ class ZmqTransport:
                     pending = runs.pop(key, None)
                     if pending:
                         self._send_run(target, earlier, firsts[key], pending)
+                owed_here = credits.pop(id(target), None)
+                if owed_here is not None:  # what it sent is acknowledged before the goodbye
+                    self._send_credit(*owed_here)
                 if self._frame(target, kind, data, channel=Channel.DATA):
                     self._frame(target, kind, data)
         for (ref, kind), run in runs.items():
             self._send_run(peers[ref], kind, firsts[(ref, kind)], run)
+        # credit last: one that carries credit is numbered in the COMPLETION stream, after the
+        # replies numbered above (and so sent after them: a stream goes in its numbers' order)
+        for owed_here in credits.values():
+            self._send_credit(*owed_here)
+
+    def _send_credit(
+        self, peer: _Peer, n: int, size: int, taken: int, c_taken: int, sid: int
+    ) -> None:
+        """A CREDIT to ``peer`` (if up): ``n`` DATA frames of ``size`` bytes taken, the last
+        numbers received, of its session ``sid``. One that carries credit is numbered, kept
+        and sent again like a reply (credit is a difference: one lost would strand its sender
+        at its window); a bare acknowledgement is not (a later one says as much)."""
+        if peer.state is not _State.UP:
+            return
+        body = _CREDIT.pack(n, size, taken, c_taken, sid)
+        seq = self._keep(peer, (body,), _Kind.CREDIT) if n or size else 0
+        if seq:
+            self._send(peer, _Kind.CREDIT, seq, [body], Channel.COMPLETION)
+        else:
+            self._frame(peer, _Kind.CREDIT, body)
 
     def _send_run(self, peer: _Peer, kind: _Kind, seq: int, bodies: list[bytes]) -> None:
         """DATA or COMPLETION numbered already (``_keep``) from ``seq``, to ``peer`` if it is
@@ -985,14 +1015,15 @@ class ZmqTransport:
             kept = list(peer.out.stream(stream).unacked)
             if not kept:
                 continue
-            if stream is _Kind.DATA:
-                with self._lock:
-                    peer.in_flight += len(kept)
-                    peer.in_flight_bytes += sum(len(body) for _seq, body, _kind in kept)
             self._count(f"{channel.value}_resent", len(kept))
             run: list[tuple[int, bytes, _Kind]] = []
             for item in [*kept, None]:  # runs of one kind (a CREDIT among replies), in order
-                if run and (item is None or item[2] is not run[0][2] or len(run) >= _BATCH_BODIES):
+                if run and (
+                    item is None
+                    or item[2] is not run[0][2]
+                    or run[0][2] is _Kind.CREDIT  # (a CREDIT goes alone)
+                    or len(run) >= _BATCH_BODIES
+                ):
                     if not self._send(peer, run[0][2], run[0][0], [b for _s, b, _k in run],
                                       channel):  # fmt: skip
                         return  # down again: still kept
@@ -1109,6 +1140,8 @@ class ZmqTransport:
                 self._credits.append(peer)
         peer.out.down_since = None
         self._resend(peer)  # what a dropped connection may have lost goes first
+        if peer.state is _State.DOWN:  # it found no pipe: down again, never told up
+            return
         link = self._link
         assert link is not None
         self._count("peers_connected")
@@ -1126,7 +1159,6 @@ class ZmqTransport:
             if any(item[0] is peer for item in self._outq):  # handed over, not yet sent
                 waiting += [(k, d) for t, k, d in self._outq if t is peer]
                 self._outq = deque(item for item in self._outq if item[0] is not peer)
-            peer.in_flight = peer.in_flight_bytes = 0
             if self._peers.get(peer.node_id) is peer:
                 del self._peers[peer.node_id]
         # Its sessions outlive the connection (``_Outgoing``, ``_Incoming``): DATA and
@@ -1139,7 +1171,9 @@ class ZmqTransport:
             bodies = [body for kind, body in waiting if kind is kept]
             if bodies:
                 self._frame(peer, kept, *bodies)  # kept, or counted as dropped
-        lost += sum(1 for kind, _ in waiting if kind not in (_Kind.DATA, _Kind.COMPLETION))
+        lost += sum(
+            1 for kind, _ in waiting if kind not in (_Kind.DATA, _Kind.COMPLETION, _Kind.BYE)
+        )
         if held:
             if self._incoming.get((peer.node_id, peer.incarnation)) is peer.inc:
                 peer.inc.held.extend(held)
@@ -1327,17 +1361,11 @@ class ZmqTransport:
         if len(bodies) > 1 and kind is not _Kind.DATA and kind is not _Kind.COMPLETION:
             self._count("bad_frames")
             return
+        numbered = kind is _Kind.DATA or kind is _Kind.COMPLETION
         fitting = [b for b in bodies if len(b) <= self._max_frame]
-        emptied = emptied_size = 0  # DATA over the limit: credited once its sender is known
-        if len(fitting) < len(bodies):  # a sender past this node's limit: those are dropped
-            dropped = len(bodies) - len(fitting)
-            self._count("oversized_frames", dropped)
-            if kind is _Kind.DATA or kind is _Kind.COMPLETION:  # each keeps its number:
-                bodies = [b if len(b) <= self._max_frame else b"" for b in bodies]  # (emptied)
-                if kind is _Kind.DATA:
-                    emptied = dropped
-                    emptied_size = sum(len(b) for b in frames[2:] if len(b) > self._max_frame)
-            elif not fitting:
+        if len(fitting) < len(bodies) and not numbered:  # (numbered ones: in ``_fresh``)
+            self._count("oversized_frames", len(bodies) - len(fitting))
+            if not fitting:
                 return
             else:
                 bodies = fitting
@@ -1354,8 +1382,11 @@ class ZmqTransport:
                 self._strangers[ident] = (time.monotonic(), [])
             kept = self._strangers.get(ident)
             cap = _STRANGER_FRAMES + (self._limit if ident in self._unlisted else 0)
-            if kept is not None and len(kept[1]) < cap:
-                kept[1].append((header, bodies, channel))
+            if kept is not None and len(kept[1]) < cap:  # (one over the limit: emptied, its
+                small = [b if len(b) <= self._max_frame else b"" for b in bodies]  # number kept)
+                if small != bodies:
+                    self._count("oversized_frames", sum(1 for b in small if not b))
+                kept[1].append((header, small, channel))
             else:
                 self._count("frames_from_strangers", len(bodies))
             return
@@ -1368,8 +1399,6 @@ class ZmqTransport:
                 )
                 return
             peer = found
-        if emptied:  # dropped, yet taken: the sender goes on
-            self._credit(peer, emptied, emptied_size)
         self._handle(peer, kind, bodies, seq, channel, sid)
 
     def _revived(self, gone: _Peer) -> _Peer | None:
@@ -1412,17 +1441,21 @@ class ZmqTransport:
                 return
             if seq and not self._fresh(peer, seq, bodies, kind, sid):
                 return  # a copy of a credit taken already
-            n, size, acked, c_acked = _CREDIT.unpack(body)
-            peer.out.data.acknowledged(acked)
-            peer.out.completion.acknowledged(c_acked)
+            n, size, acked, c_acked, about = _CREDIT.unpack(body)
+            out = peer.out
+            if about != out.sid:  # about a session of this node's that has ended
+                self._count("credits_of_an_old_session")
+                return
+            out.data.acknowledged(acked)
+            out.completion.acknowledged(c_acked)
             with self._lock:
-                peer.in_flight = max(0, peer.in_flight - n)
-                peer.in_flight_bytes = max(0, peer.in_flight_bytes - size)
-                wake = peer.blocked and data_resumed(
-                    peer.in_flight, peer.in_flight_bytes, self._limit, self._bytes_limit
+                out.in_flight = max(0, out.in_flight - n)
+                out.in_flight_bytes = max(0, out.in_flight_bytes - size)
+                wake = out.blocked and data_resumed(
+                    out.in_flight, out.in_flight_bytes, self._limit, self._bytes_limit
                 )
                 if wake:
-                    peer.blocked = False
+                    out.blocked = False
             if wake:
                 self._submit(link.writable, peer.node_id)
         elif kind is _Kind.BYE:  # on each pipe, after what was sent on it before
@@ -1444,12 +1477,14 @@ class ZmqTransport:
         """(Transport thread.) The bodies of a DATA or COMPLETION frame numbered from ``seq``
         that this node takes. Copies of bodies received already (sent again after a
         connection dropped: ``_Outgoing``) are dropped and counted (``data_duplicates``,
-        ``completion_duplicates``), and DATA's credited, so the sender's window stays whole;
-        so are the emptied ones (over ``max_frame_bytes``, counted and credited by
-        ``_on_frame``). Numbers skipped (not expected: a sender keeps what it sent until it is
-        acknowledged) are counted (``data_lost_in_transit``, ...). Unnumbered ones are bad
-        frames. A session id the receiver has not seen from that incarnation means its sender
-        ended the last session (python-api §9: counted there) and numbers from 1 again."""
+        ``completion_duplicates``), not credited (the original's credit is, once: CREDITs are
+        kept and sent again too), and their acknowledgement is owed again (it may be what was
+        lost). Bodies over ``max_frame_bytes`` are dropped, counted and (DATA) credited; a
+        stranger's were emptied already (counted by ``_on_frame``). Numbers skipped (not
+        expected: a sender keeps what it sent until it is acknowledged) are counted
+        (``data_lost_in_transit``, ...). Unnumbered ones are bad frames. A session id the
+        receiver has not seen from that incarnation means its sender ended the last session
+        (python-api §9: counted there) and numbers from 1 again."""
         if seq == 0:
             self._count("bad_frames")
             return []
@@ -1457,6 +1492,8 @@ class ZmqTransport:
         if sid != inc.sid:
             if inc.sid:
                 self._count("sessions_started_over")
+            with self._lock:  # (credit owed to the session that ended: its sender counted)
+                inc.credit_due = inc.credit_due_bytes = 0
             inc.sid = sid
             inc.taken = inc.acked = inc.c_taken = inc.c_acked = 0
         data = kind is _Kind.DATA
@@ -1470,13 +1507,19 @@ class ZmqTransport:
             inc.taken = taken
         else:
             inc.c_taken = taken
-        if skip:
+        if skip:  # (a copy's credit came, or comes, with its original: not again)
             self._count(f"{name}_duplicates", skip)
-            copies = [b for b in bodies[:skip] if b]
-            if copies and data:
-                self._credit(peer, len(copies), sum(map(len, copies)))
+            if data:  # its acknowledgement may be what was lost: owed again
+                inc.acked = min(inc.acked, seq - 1)
+            else:
+                inc.c_acked = min(inc.c_acked, seq - 1)
             bodies = bodies[skip:]
-        return [b for b in bodies if b]
+        big = [b for b in bodies if len(b) > self._max_frame]
+        if big:  # a sender past this node's limit: dropped, yet taken (the sender goes on)
+            self._count("oversized_frames", len(big))
+            if data:
+                self._credit(peer, len(big), sum(map(len, big)))
+        return [b for b in bodies if b and len(b) <= self._max_frame]
 
     def _on_hello(self, ident: bytes, body: bytes) -> None:
         try:
