@@ -554,51 +554,52 @@ def _drop_and_meet_again(a: Node, b: Node) -> None:
     a.infra.run_until(lambda: len(a.link.seen("up", b.node_id)) == 2, "a meets b again")
 
 
-def test_data_a_dropped_connection_lost_is_sent_again_when_the_peer_is_met_again(nodes):
+@pytest.mark.parametrize("channel", [Channel.DATA, Channel.COMPLETION])
+def test_what_a_dropped_connection_lost_is_sent_again_when_the_peer_is_met_again(nodes, channel):
     """python-api §9: what a node accepted for a peer is handled there or counted as dropped.
     A ZeroMQ connection that drops (a heartbeat timeout: the peer froze, the network went)
     loses what its pipe held, and the peer, alive, is met again: what ``a`` sent and ``b``
-    never acknowledged is sent again on the new connection, first, once, in order."""
-    counted: dict[str, int] = {}
-
-    def count(name: str, n: int = 1) -> None:
-        counted[name] = counted.get(name, 0) + n
-
+    never acknowledged is sent again on the new connection, first, once, in order; DATA
+    (calls, sends) and COMPLETION (replies, hints, fences) alike (a lost reply used to leave
+    its caller to its deadline)."""
+    counted, count = _counter()
+    kind = _Kind.DATA if channel is Channel.DATA else _Kind.COMPLETION
     a = nodes("a", count=count).attach()
     b = nodes("b").attach()
     _meshed(a, b)
     outs = a.transport._outs
-    real = outs[Channel.DATA]
-    lossy = _Swallow(real, a.transport._peers["b"].ident)
+    real = outs[channel]
+    lossy = _Swallow(real, a.transport._peers["b"].ident, kind)
 
     def swap(sock: Any) -> Callable[[], None]:
         def run() -> None:
-            outs[Channel.DATA] = sock
+            outs[channel] = sock
 
         return run
 
     _on_thread(a.transport, swap(lossy))
-    assert a.transport.send("a", "b", Channel.DATA, b"one")
-    assert a.transport.send("a", "b", Channel.DATA, b"two")
+    assert a.transport.send("a", "b", channel, b"one")
+    assert a.transport.send("a", "b", channel, b"two")
     _on_thread(a.transport, lambda: None)  # the turn that runs this sends both, after it
     _on_thread(a.transport, swap(real))
     assert [body for f in lossy.swallowed for body in f[2:]] == [b"one", b"two"]
     _drop_and_meet_again(a, b)
-    assert a.transport.send("a", "b", Channel.DATA, b"three")
-    b.infra.run_until(lambda: len(b.link.seen("data", "a")) >= 3, "b takes all three")
-    assert b.link.seen("data", "a") == [b"one", b"two", b"three"]
-    assert counted.get("data_resent") == 2
+    assert a.transport.send("a", "b", channel, b"three")
+    b.infra.run_until(lambda: len(b.link.seen(channel.value, "a")) >= 3, "b takes all three")
+    assert b.link.seen(channel.value, "a") == [b"one", b"two", b"three"]
+    assert counted.get(f"{channel.value}_resent") == 2
+    peer = a.transport._peers["b"]
+    end = time.monotonic() + WAIT
+    while peer.out.kept() and time.monotonic() < end:  # b acknowledges at its next ping
+        time.sleep(0.005)  # (a's transport thread takes it: no event to wait on)
+    assert peer.out.kept() == 0
 
 
 def test_data_resent_that_had_arrived_is_dropped_as_a_duplicate(nodes):
     """What arrived but was not acknowledged yet when the connection dropped is sent again
     too; the receiver knows it by its sequence number and drops the copy (counted), so it is
     handled once, and credits it, so the sender's window is not lost."""
-    counted: dict[str, int] = {}
-
-    def count(name: str, n: int = 1) -> None:
-        counted[name] = counted.get(name, 0) + n
-
+    counted, count = _counter()
     a = nodes("a", data_limit=8).attach()
     b = nodes("b", data_limit=8, count=count).attach()
     _meshed(a, b)
@@ -648,11 +649,7 @@ def test_a_greeting_naming_a_newer_incarnation_does_not_take_a_live_peer_down(no
     it failed for seconds. Whether a node is a member, and at which incarnation, is the
     store's word (python-api §10), never a connection's: ``a`` meets the newer incarnation
     only once the store lists it."""
-    counted: dict[str, int] = {}
-
-    def count(name: str, n: int = 1) -> None:
-        counted[name] = counted.get(name, 0) + n
-
+    counted, count = _counter()
     a = nodes("a", count=count).attach()
     b = nodes("b").attach()
     _meshed(a, b)
@@ -683,50 +680,6 @@ def test_a_greeting_naming_a_newer_incarnation_does_not_take_a_live_peer_down(no
     assert not a.link.seen("down", "b") and a.transport.peers() == ["b"]
     assert a.transport.send("a", "b", Channel.DATA, b"still there")
     b.infra.run_until(lambda: b"still there" in b.link.seen("data", "a"), "b takes it")
-
-
-class _NoPipeFor:
-    """An out socket that finds no pipe to ``ident`` (``EHOSTUNREACH``) for one kind."""
-
-    def __init__(self, sock: Any, ident: bytes, kind: _Kind) -> None:
-        self._sock, self._ident, self._kind = sock, ident, kind
-
-    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
-        if frames[0] == self._ident and frames[1][1] == self._kind:
-            raise zmq.ZMQError(zmq.EHOSTUNREACH)
-        self._sock.send_multipart(frames, flags)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-def test_data_keeps_its_order_when_its_peer_goes_down_in_the_middle_of_a_flush(nodes):
-    """A review's finding: one flush holds DATA d1 (a run not sent yet), 256 replies that
-    find no pipe (the peer goes down), then DATA d2. d2 was numbered before d1, so the peer,
-    met again, took d2 first: per-sender order broken. DATA is numbered as handed over."""
-    a = nodes("a").attach()
-    b = nodes("b").attach()
-    _meshed(a, b)
-    t = a.transport
-    outs = t._outs
-    real = outs[Channel.COMPLETION]
-
-    def run() -> None:
-        peer = t._peers["b"]
-        outs[Channel.COMPLETION] = _NoPipeFor(real, peer.ident, _Kind.COMPLETION)
-        t._outq.append((peer, _Kind.DATA, b"d1"))  # as other threads hand over, in a turn
-        for i in range(256):
-            t._outq.append((peer, _Kind.COMPLETION, b"c%d" % i))
-        t._outq.append((peer, _Kind.DATA, b"d2"))
-        t._flush()
-        outs[Channel.COMPLETION] = real
-
-    _on_thread(t, run)
-    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
-    a.transport.learn([b.member()])
-    a.infra.run_until(lambda: len(a.link.seen("up", "b")) == 2, "a meets b again")
-    b.infra.run_until(lambda: len(b.link.seen("data", "a")) >= 2, "b takes both")
-    assert b.link.seen("data", "a") == [b"d1", b"d2"]
 
 
 @pytest.mark.parametrize("limit", [1, 1024])
@@ -760,11 +713,7 @@ def test_what_a_restarted_peer_sends_before_the_store_lists_it_is_kept_for_then(
     store lists it, but that incarnation is up at its end and sends at once; past 64 frames
     what it sent was dropped (counted at the receiver only) and its credit never came back.
     Kept up to a DATA window now, and handed on in order when the store lists it."""
-    counted: dict[str, int] = {}
-
-    def count(name: str, n: int = 1) -> None:
-        counted[name] = counted.get(name, 0) + n
-
+    counted, count = _counter()
     a = nodes("a", count=count).attach()
     b = nodes("b").attach()
     _meshed(a, b)
@@ -796,11 +745,7 @@ def test_what_a_restarted_peer_sends_before_the_store_lists_it_is_kept_for_then(
 def test_data_waiting_for_a_peer_still_connecting_is_counted_when_the_node_stops(nodes):
     """A review's finding: DATA taken for a peer that never came up (``waiting``) was neither
     waited for by a stopping node nor counted: lost without a trace (python-api §9)."""
-    counted: dict[str, int] = {}
-
-    def count(name: str, n: int = 1) -> None:
-        counted[name] = counted.get(name, 0) + n
-
+    counted, count = _counter()
     a = nodes("a", count=count).attach()
     ports = []
     for _ in range(3):
@@ -817,46 +762,6 @@ def test_data_waiting_for_a_peer_still_connecting_is_counted_when_the_node_stops
     assert a.transport.unacknowledged() == 5  # a stopping node waits for these
     a.stop()
     assert counted.get("data_unacknowledged_at_stop") == 5
-
-
-def test_replies_a_dropped_connection_lost_are_sent_again_when_the_peer_is_met_again(nodes):
-    """The same for COMPLETION (replies, route hints, fences, drop notices): a reply lost
-    with a connection used to leave its caller to its deadline; now it is kept until
-    acknowledged and sent again, once, when the peer is met again."""
-    counted: dict[str, int] = {}
-
-    def count(name: str, n: int = 1) -> None:
-        counted[name] = counted.get(name, 0) + n
-
-    a = nodes("a", count=count).attach()
-    b = nodes("b").attach()
-    _meshed(a, b)
-    outs = a.transport._outs
-    real = outs[Channel.COMPLETION]
-    lossy = _Swallow(real, a.transport._peers["b"].ident, _Kind.COMPLETION)
-
-    def swap(sock: Any) -> Callable[[], None]:
-        def run() -> None:
-            outs[Channel.COMPLETION] = sock
-
-        return run
-
-    _on_thread(a.transport, swap(lossy))
-    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply 1")
-    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply 2")
-    _on_thread(a.transport, lambda: None)  # the turn that runs this sends both, after it
-    _on_thread(a.transport, swap(real))
-    assert [body for f in lossy.swallowed for body in f[2:]] == [b"reply 1", b"reply 2"]
-    _drop_and_meet_again(a, b)
-    assert a.transport.send("a", "b", Channel.COMPLETION, b"reply 3")
-    b.infra.run_until(lambda: len(b.link.seen("completion", "a")) >= 3, "b takes all three")
-    assert b.link.seen("completion", "a") == [b"reply 1", b"reply 2", b"reply 3"]
-    assert counted.get("completion_resent") == 2
-    peer = a.transport._peers["b"]
-    end = time.monotonic() + WAIT
-    while peer.out.kept() and time.monotonic() < end:  # b acknowledges at its next ping
-        time.sleep(0.005)  # (a's transport thread takes it: no event to wait on)
-    assert peer.out.kept() == 0
 
 
 # -- a second review's findings: each failed before its fix --------------------------------
@@ -886,6 +791,7 @@ class _OnceNoPipeFor:
 
 
 def _counter() -> tuple[dict[str, int], Callable[..., None]]:
+    """A counter function for a transport (``count=``) and what it counted."""
     counted: dict[str, int] = {}
 
     def count(name: str, n: int = 1) -> None:
@@ -1141,9 +1047,11 @@ def test_data_is_credited_once_when_both_ends_drop_and_meet_again(nodes):
 
 
 def test_what_is_handed_over_during_a_flush_that_takes_its_peer_down_comes_after(nodes):
-    """A send in a flush finds no pipe; another thread had handed over d3 since the flush
-    took its batch (d1, 256 replies, d2): d3 was numbered ahead of d2. Everything a flush
-    holds is numbered before anything is sent now."""
+    """Two reviews' findings. A flush holds DATA d1, 256 replies that find no pipe (the peer
+    goes down), then DATA d2, and another thread hands over d3 meanwhile. d2 was numbered
+    before d1 (the first review), then d3 before d2 (the third), and the peer, met again,
+    took them in that order: per-sender order broken. A flush numbers everything it holds,
+    in the order it was handed over, before it sends anything."""
     a = nodes("a").attach()
     b = nodes("b").attach()
     _meshed(a, b)
