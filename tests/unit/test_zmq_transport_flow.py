@@ -9,7 +9,9 @@ and waits on a condition, never on time alone.
 from __future__ import annotations
 
 import json
+import logging
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1106,3 +1108,32 @@ def test_a_reply_sent_again_whose_acknowledgement_was_lost_is_acknowledged(nodes
     _drop_and_meet_again(a, b)  # a sends the reply again; b drops the copy
     _poll(lambda: a.transport.unacknowledged() == 0, "b acknowledges it")
     assert b.link.seen("completion", "a") == [b"reply"]
+
+
+def test_a_peer_of_another_wire_version_is_logged_once_and_its_frames_counted(nodes, caplog):
+    """A node of another wire version (a mesh upgraded halfway) was only counted as
+    ``bad_frames``: nothing said why the mesh did not work. It is logged, once per sender."""
+    counted, count = _counter()
+    a = nodes("a", count=count).attach()
+    endpoint = MeshEndpoint.parse(a.endpoint)
+    ctx = zmq.Context()
+    try:
+        old = ctx.socket(zmq.ROUTER)
+        old.setsockopt(zmq.ROUTING_ID, identity("old", "#1"))
+        old.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        old.setsockopt(zmq.LINGER, 0)
+        old.connect(endpoint.data)
+        target = identity("a", "@" + endpoint.token)
+        with caplog.at_level(logging.WARNING, logger="zlink.mesh.zmq"):
+            for _ in range(2):
+                for _ in range(int(WAIT / 0.005)):
+                    try:
+                        old.send_multipart([target, struct.pack("!BBQ", 2, 2, 0), b"{}"])
+                        break
+                    except zmq.ZMQError:
+                        time.sleep(0.005)  # the handshake is not done yet
+            _poll(lambda: counted.get("bad_frames", 0) >= 2, "both frames counted")
+    finally:
+        ctx.destroy(linger=0)
+    said = [r for r in caplog.records if "speaks mesh wire version 2" in r.getMessage()]
+    assert len(said) == 1

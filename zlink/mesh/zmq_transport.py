@@ -319,6 +319,7 @@ class ZmqTransport:
         self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
         self._listed: dict[str, int] = {}  # node id -> its newest incarnation the store listed
+        self._other_versions: set[bytes] = set()  # senders told of (logged) as another version
         # (node id, incarnation) -> the sessions with it, which outlive a connection
         # (``_Outgoing``, ``_Incoming``; transport thread)
         self._outgoing: dict[tuple[str, int], _Outgoing] = {}
@@ -1348,12 +1349,19 @@ class ZmqTransport:
             self._on_frame(channel, frames)
 
     def _on_frame(self, channel: Channel, frames: list[bytes]) -> None:
-        if len(frames) < 3 or len(frames[1]) != _HEADER.size:
+        if len(frames) < 3 or not frames[1]:
             self._count("bad_frames")
             return
         ident, header = frames[0], frames[1]
-        version, kind_value, incarnation, seq, sid = _HEADER.unpack(header)
-        if version != VERSION or kind_value not in _KINDS:
+        if header[0] != VERSION:  # (its header's first byte, whatever its size)
+            self._count("bad_frames")
+            self._other_version(ident, header[0])
+            return
+        if len(header) != _HEADER.size:
+            self._count("bad_frames")
+            return
+        _version, kind_value, incarnation, seq, sid = _HEADER.unpack(header)
+        if kind_value not in _KINDS:
             self._count("bad_frames")
             return
         kind = _Kind(kind_value)
@@ -1400,6 +1408,17 @@ class ZmqTransport:
                 return
             peer = found
         self._handle(peer, kind, bodies, seq, channel, sid)
+
+    def _other_version(self, ident: bytes, version: int) -> None:
+        """A sender of another wire version (a mesh upgraded halfway): its frames are
+        dropped, counted, and said once per sender."""
+        if ident in self._other_versions:
+            return
+        if len(self._other_versions) < 1024:
+            self._other_versions.add(ident)
+        _log.warning("node %s: %r speaks mesh wire version %d, this node %d: what it sends is "
+                     "dropped (a mesh's nodes run one version)", self._node_id, ident, version,
+                     VERSION)  # fmt: skip
 
     def _revived(self, gone: _Peer) -> _Peer | None:
         """``gone``, which this node took down, still sends: nobody told it (there is no
