@@ -957,24 +957,16 @@ class ZmqTransport:
     def _frame(
         self, peer: _Peer, kind: _Kind, *bodies: bytes, channel: Channel | None = None
     ) -> bool:
-        """Send ``bodies`` of one kind to ``peer`` as one message (DATA on the DATA pipe, the
-        rest on COMPLETION unless ``channel`` says). ``False``: the peer is not up, or it has
-        no pipe (then it is down). DATA is numbered and kept until the peer acknowledges it
-        (``_Outgoing``: sent again when the peer is met again); anything else that was to go
-        is counted as dropped (a ping aside), as is DATA whose session has ended."""
+        """Send ``bodies`` of a kind that is not numbered (a goodbye, a bare acknowledgement, a
+        ping: DATA and COMPLETION go through ``_keep`` and ``_send_run``) to ``peer`` as one
+        message, on COMPLETION unless ``channel`` says. ``False``: the peer is not up, or it
+        has no pipe (then it is down); what was to go is counted as dropped (a ping aside)."""
         lost = 0 if kind is _Kind.PING else len(bodies)
-        seq = 0
-        if kind is _Kind.DATA or kind is _Kind.COMPLETION:
-            seq = self._keep(peer, bodies, kind)
-            if seq:
-                lost = 0
         if peer.state is not _State.UP:
             if lost:
                 self._count("frames_dropped_peer_down", lost)
             return False
-        if channel is None:
-            channel = Channel.DATA if kind is _Kind.DATA else Channel.COMPLETION
-        if self._send(peer, kind, seq, bodies, channel):
+        if self._send(peer, kind, 0, bodies, channel or Channel.COMPLETION):
             return True
         if lost:
             self._count("frames_dropped_peer_down", lost)
@@ -1168,13 +1160,11 @@ class ZmqTransport:
         now = time.monotonic()
         peer.out.down_since = peer.inc.down_since = now
         lost = 0
-        for kept in (_Kind.DATA, _Kind.COMPLETION):
-            bodies = [body for kind, body in waiting if kind is kept]
-            if bodies:
-                self._frame(peer, kept, *bodies)  # kept, or counted as dropped
-        lost += sum(
-            1 for kind, _ in waiting if kind not in (_Kind.DATA, _Kind.COMPLETION, _Kind.BYE)
-        )
+        for kind, body in waiting:  # (a goodbye that waited is not a loss)
+            if kind is _Kind.DATA or kind is _Kind.COMPLETION:
+                lost += 0 if self._keep(peer, (body,), kind) else 1
+            elif kind is not _Kind.BYE:
+                lost += 1
         if held:
             if self._incoming.get((peer.node_id, peer.incarnation)) is peer.inc:
                 peer.inc.held.extend(held)
