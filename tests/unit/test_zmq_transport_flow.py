@@ -645,6 +645,29 @@ def test_data_held_when_a_peer_says_goodbye_is_still_delivered_before_it_goes(no
     assert b.link.seen("data", "a") == [b"held %d" % i for i in range(5)]
 
 
+def _raw_sender(ctx: zmq.Context[Any], routing_id: bytes, node: Node) -> Callable[..., None]:
+    """A bare ROUTER that sends to ``node``'s DATA in socket as ``routing_id``: what it
+    returns sends one message, once the handshake lets it."""
+    endpoint = MeshEndpoint.parse(node.endpoint)
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.ROUTING_ID, routing_id)
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint.data)
+    target = identity(node.node_id, "@" + endpoint.token)
+
+    def send(*frames: bytes) -> None:
+        for _ in range(int(WAIT / 0.005)):
+            try:
+                sock.send_multipart([target, *frames])
+                return
+            except zmq.ZMQError:
+                time.sleep(0.005)  # the handshake is not done yet
+        raise AssertionError(f"could not reach {node.node_id}")
+
+    return send
+
+
 def test_a_greeting_naming_a_newer_incarnation_does_not_take_a_live_peer_down(nodes):
     """A fresh-eyes probe: one HELLO on a peer port, claiming to be ``b`` restarted (a newer
     incarnation, dead endpoints), made ``a`` take the live ``b`` down, and ``a``'s calls to
@@ -655,24 +678,13 @@ def test_a_greeting_naming_a_newer_incarnation_does_not_take_a_live_peer_down(no
     a = nodes("a", count=count).attach()
     b = nodes("b").attach()
     _meshed(a, b)
-    endpoint = MeshEndpoint.parse(a.endpoint)
     ctx = zmq.Context()
     try:
-        forger = ctx.socket(zmq.ROUTER)
-        forger.setsockopt(zmq.ROUTING_ID, identity("b", "#1000"))
-        forger.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        forger.setsockopt(zmq.LINGER, 0)
-        forger.connect(endpoint.data)
+        send = _raw_sender(ctx, identity("b", "#1000"), a)
         dead = MeshEndpoint("tcp://127.0.0.1:9", "tcp://127.0.0.1:9", "tcp://127.0.0.1:9", "x")
         hello = json.dumps({"node": "b", "incarnation": 1000, "mesh": "main",
                             "endpoint": dead.encode()}).encode()  # fmt: skip
-        target = identity("a", "@" + endpoint.token)
-        for _ in range(int(WAIT / 0.005)):
-            try:
-                forger.send_multipart([target, _HEADER.pack(VERSION, _Kind.HELLO, 0, 0, 0), hello])
-                break
-            except zmq.ZMQError:
-                time.sleep(0.005)  # the handshake is not done yet
+        send(_HEADER.pack(VERSION, _Kind.HELLO, 0, 0, 0), hello)
         end = time.monotonic() + WAIT
         while not counted.get("hellos_unlisted") and time.monotonic() < end:
             time.sleep(0.005)  # a's transport thread reads it (no event to wait on)
@@ -1115,23 +1127,12 @@ def test_a_peer_of_another_wire_version_is_logged_once_and_its_frames_counted(no
     ``bad_frames``: nothing said why the mesh did not work. It is logged, once per sender."""
     counted, count = _counter()
     a = nodes("a", count=count).attach()
-    endpoint = MeshEndpoint.parse(a.endpoint)
     ctx = zmq.Context()
     try:
-        old = ctx.socket(zmq.ROUTER)
-        old.setsockopt(zmq.ROUTING_ID, identity("old", "#1"))
-        old.setsockopt(zmq.ROUTER_MANDATORY, 1)
-        old.setsockopt(zmq.LINGER, 0)
-        old.connect(endpoint.data)
-        target = identity("a", "@" + endpoint.token)
+        send = _raw_sender(ctx, identity("old", "#1"), a)
         with caplog.at_level(logging.WARNING, logger="zlink.mesh.zmq"):
             for _ in range(2):
-                for _ in range(int(WAIT / 0.005)):
-                    try:
-                        old.send_multipart([target, struct.pack("!BBQ", 2, 2, 0), b"{}"])
-                        break
-                    except zmq.ZMQError:
-                        time.sleep(0.005)  # the handshake is not done yet
+                send(struct.pack("!BBQ", 2, 2, 0), b"{}")  # a version 2 header
             _poll(lambda: counted.get("bad_frames", 0) >= 2, "both frames counted")
     finally:
         ctx.destroy(linger=0)
