@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import threading
+import weakref
 from collections.abc import Iterator
 
 import pytest
@@ -399,3 +401,21 @@ def test_a_close_whose_deadline_passes_cancels_a_handler_suspended_in_a_plain_aw
     node.wait_idle(WAIT)
     assert LOG == ["stall:start", "stall:cancelled", "stall:finally:True", "on_closing"]
     assert "r" not in node._runtime.spots
+
+
+def test_a_closed_spot_is_let_go_when_its_close_ends_not_at_its_deadline(make_node):
+    """python-api §11: nothing of a Spot runs after its ``on_closing``, so nothing of it is
+    kept either: the close's deadline goes with the close, and the instance (its state, lanes
+    and gate) is freed then, not ``closing_timeout`` later (found by a growth probe: 300 rooms
+    closed held 300 MiB until their deadlines passed)."""
+    node = make_node(build_app())
+    client = node.client()
+    before = node.status().infrastructure_backlog
+    refs = [_room(node, f"r{i}") for i in range(20)]
+    kept = [weakref.ref(node._rt.spots[f"r{i}"].instance) for i in range(20)]
+    for ref in refs:
+        assert client.spots.close(ref) is True
+    assert node.wait_idle(WAIT)
+    gc.collect()
+    assert [k for k in kept if k() is not None] == []  # (the clock never moved)
+    assert node.status().infrastructure_backlog == before

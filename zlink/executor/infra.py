@@ -61,6 +61,10 @@ class InfraIO(Protocol):
         ...
 
 
+def _nothing(*_args: Any) -> None:
+    """What a cancelled deadline would call (it never does): it holds no reference."""
+
+
 class DeadlineHandle:
     """A scheduled infrastructure callback; ``cancel()`` makes it a no-op (lazy deletion)."""
 
@@ -80,11 +84,16 @@ class DeadlineHandle:
         self._owner = owner
 
     def cancel(self) -> None:
-        """Never run this callback. Safe from any thread, any number of times."""
+        """Never run this callback, and let go of what it would have been called with (a
+        cancelled entry stays in the heap until it reaches the top or the heap is compacted:
+        it must not keep a closed Spot, or a fence's envelopes, alive that long). Safe from
+        any thread, any number of times."""
         if not self.cancelled:
             self.cancelled = True
             if self._owner is not None:
-                self._owner._cancelled_one()
+                self._owner._cancelled_one(self)
+            else:
+                self.fn, self.args = _nothing, ()
 
 
 class InfraExecutor:
@@ -232,13 +241,16 @@ class InfraExecutor:
         with self._cond:
             return len(self._ready) + sum(1 for e in self._heap if not e[2].cancelled)
 
-    def _cancelled_one(self) -> None:
-        """A deadline was cancelled; compact the heap once most of it is dead (as asyncio does).
+    def _cancelled_one(self, handle: DeadlineHandle) -> None:
+        """``handle`` was cancelled: it lets go of its call (under ``_cond``, which
+        ``_pop_due`` holds while it reads a handle); compact the heap once most of it is dead
+        (as asyncio does).
 
         Most request deadlines are cancelled by their reply long before they are due; without
         this the heap would hold every one of them until its deadline passed.
         """
         with self._cond:
+            handle.fn, handle.args = _nothing, ()
             self._dead += 1
             heap = self._heap
             if self._dead > 256 and self._dead * 2 > len(heap):

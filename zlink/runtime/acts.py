@@ -12,7 +12,7 @@ from ..errors import (
     InvalidOperation,
     Unavailable,
 )
-from ..executor import Owner, OwnerLanes, Turn
+from ..executor import DeadlineHandle, Owner, OwnerLanes, Turn
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -130,6 +130,7 @@ class SpotAct(ObjectAct):
     __slots__ = (
         "activated",
         "closing_overdue",
+        "closing_timer",
         "closing_turn",
         "context",
         "gate",
@@ -163,6 +164,7 @@ class SpotAct(ObjectAct):
         self.state = ACTIVATING
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
         self.closing_overdue = False  # the close's deadline passed: suspensions end at once
+        self.closing_timer: DeadlineHandle | None = None  # that deadline, cancelled at the end
         # turns of this Spot and its members suspended in a Yield whose continuation has not
         # resumed yet: the all-lane barrier of a move or a close waits until there are none
         # (python-api §11); ``quiet`` runs then (both under the runtime's Yield lock). Both

@@ -101,9 +101,10 @@ class Closing:
             self.rt.leave(actor_id, act.spot_id, one_left)
 
     def _deadline(self, act: SpotAct, budget: float) -> float:
-        """The close's deadline, ``budget`` (or the closing timeout) from now, armed."""
+        """The close's deadline, ``budget`` (or the closing timeout) from now, armed (and
+        cancelled by ``_closed``: the heap would otherwise keep the whole Spot until then)."""
         deadline = self.rt.clock.now() + (budget or self.rt.closing_timeout)
-        self.rt.infra.call_at(deadline, self._closing_overdue, act)
+        act.closing_timer = self.rt.infra.call_at(deadline, self._closing_overdue, act)
         return deadline
 
     def queue_closing(
@@ -172,6 +173,9 @@ class Closing:
         """``on_closing`` ended (a failure was counted by its job) or was discarded unrun."""
         act.state = GONE
         act.closing_turn = None
+        timer, act.closing_timer = act.closing_timer, None
+        if timer is not None:
+            timer.cancel()
         with self.rt.directory.lock:  # its subscriptions go with it (``Directory.forget``)
             self.rt.directory.forget(act)
         router = self.rt.router
