@@ -362,6 +362,28 @@ def test_calls_kept_behind_a_lost_fence_go_by_the_store_after_a_request_timeout(
     assert cluster.node(1).client().request_to_spot("room", Total()).wait(WAIT) == 3
 
 
+def test_a_fence_that_came_back_leaves_no_deadline_behind(cluster):
+    """A route switch's fence, once back, takes its deadline with it: an idle node's
+    ``infrastructure_backlog`` stays at its baseline, not moves x ``request_timeout`` (a growth
+    probe saw 980 live deadlines on an idle node after 1,000 moves)."""
+    n3 = cluster.node(2)
+    _make(cluster, "room", "t.rl.room")
+    c3 = n3.client()
+    c3.send_to_spot("room", Add()).submit()  # node-3 now routes "room" to node-1
+    cluster.wait_idle(WAIT)
+    before = n3.status().infrastructure_backlog
+    owner = 0
+    for _ in range(6):
+        target = (owner + 1) % 3
+        cluster.node(owner).relocate_spot("room", f"node-{target + 1}", timeout=WAIT)
+        owner = target
+        c3.send_to_spot("room", Add()).submit()  # relayed: node-3 learns, fences, switches
+        cluster.wait_idle(WAIT)
+    assert n3.counters().get("route_fences", 0) >= 2
+    assert n3.status().infrastructure_backlog == before
+    assert cluster.node(owner).client().request_to_spot("room", Total()).wait(WAIT) == 7
+
+
 def test_moving_back_and_forth_under_load_refuses_loses_doubles_and_reorders_nothing(cluster):
     _make(cluster, "busy", "t.rl.room")
     sent = [0, 0, 0]
@@ -416,6 +438,33 @@ def test_a_node_keeps_a_bounded_number_of_forwarding_pointers(cluster, monkeypat
     for name in ("p1", "p2", "p3"):  # all still reached through node-1: pointer or store
         n1.client().send_to_spot(name, Add()).submit()
         assert n1.client().request_to_spot(name, Total()).wait(WAIT) == 1
+
+
+def test_a_node_keeps_a_bounded_route_cache_the_least_recently_used_dropped_first(
+    cluster, monkeypatch
+):
+    """A node that calls a million short-lived rooms on other nodes keeps at most
+    ``MAX_ROUTES`` routes (a growth probe saw one per remote target ever called, closed ones
+    too, forever); the one dropped is the one used least recently, and a call for it asks
+    the store again."""
+    from zlink.runtime import routing as router_module
+
+    monkeypatch.setattr(router_module, "MAX_ROUTES", 2)
+    n1, _, n3 = cluster.nodes
+    c3 = n3.client()
+    for name in ("p1", "p2", "p3", "p4"):
+        _make(cluster, name, "t.rl.room")  # on node-1
+    for name in ("p1", "p2", "p1", "p3"):  # p1 used again: p2 is the least recent
+        c3.send_to_spot(name, Add()).submit()
+        cluster.wait_idle(WAIT)  # (each one's route learned before the next send)
+    assert sorted(n3._runtime.router._routes) == ["p1", "p3"]
+    assert n3.counters()["routes_dropped"] == 1
+    c3.send_to_spot("p4", Add()).submit()
+    c3.send_to_spot("p2", Add()).submit()  # asked of the store again
+    cluster.wait_idle(WAIT)
+    totals = [n1.client().request_to_spot(p, Total()).wait(WAIT) for p in ("p1", "p2", "p3", "p4")]
+    assert totals == [2, 2, 1, 1]
+    assert len(n3._runtime.router._routes) <= 2
 
 
 def test_a_moved_queue_larger_than_the_targets_lane_is_refilled_whole(clock):

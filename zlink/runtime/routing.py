@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from pydantic_core import to_json
 
 from ..errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable, ZLinkError
-from ..executor import ranked_lock
+from ..executor import DeadlineHandle, ranked_lock
 from ..lock_order import LockRank
 from ..mesh import wire
 from ..mesh.location import Location, LocationStore, Reservation
@@ -85,6 +85,7 @@ if TYPE_CHECKING:
 
 MAX_HOPS = 8  # a route that relays more often than this is a loop
 MAX_POINTERS = 100_000  # forwarding pointers a node keeps for Spots and Actors it moved away
+MAX_ROUTES = 100_000  # routes a node keeps for targets on other nodes (least recent dropped)
 
 CallEnvelope = wire.SendEnvelope | wire.RequestEnvelope
 Relayable = wire.SendEnvelope | wire.RequestEnvelope | wire.FenceEnvelope
@@ -125,6 +126,7 @@ class MeshRouter:
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
         self._fence_via: dict[str, str] = {}  # target -> the node its running fence went to
+        self._fence_timers: dict[str, DeadlineHandle] = {}  # target -> its fence's deadline
         self._suspected: dict[str, set[int]] = {}  # peer -> calls awaited when it dropped
         self._recorded: dict[str, Callable[[], None]] = {}  # target -> its first record's end
         # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
@@ -165,6 +167,32 @@ class MeshRouter:
         return [p for p in self.transport.peers() if p != self.rt.node_id]
 
     # -- routes ------------------------------------------------------------------------------
+    def _remember(self, target: str, route: Route) -> None:
+        """(``route_lock`` held.) Cache ``route`` as the newest; past ``MAX_ROUTES`` the least
+        recently used go first (a node that calls a million short-lived rooms elsewhere must
+        not keep a route for each). A target whose path is being settled (a store question,
+        a fence) keeps its route; a call for a dropped one asks the store again, and goes
+        where its owner is now, as one after a restart would: behind a route that pointed
+        at the same node it keeps its order, and one that pointed elsewhere was left long
+        ago (the least recent of ``MAX_ROUTES``)."""
+        routes = self._routes
+        routes.pop(target, None)
+        routes[target] = route  # the newest last: dicts keep insertion order
+        if len(routes) <= MAX_ROUTES:
+            return
+        busy: tuple[dict[str, Any], ...] = (
+            self._switching, self._locating, self._learned, self._fence_via,
+        )  # fmt: skip
+        excess = len(routes) - MAX_ROUTES
+        oldest = list(itertools.islice(routes, excess + sum(len(t) for t in busy) + 1))
+        for old in oldest:
+            if excess <= 0:
+                break
+            if old != target and not any(old in table for table in busy):
+                del routes[old]
+                excess -= 1
+                self.rt.metrics.add("routes_dropped")
+
     def _known(self, target: str) -> Route | None:
         """This node's own path for ``target``: its forwarding pointer, else its route cache."""
         return self._moved.get(target) or self._routes.get(target)
@@ -241,7 +269,7 @@ class MeshRouter:
                     route = Route.at(location)
                     known = self._routes.get(target)
                     if known is None or known.generation < route.generation:
-                        self._routes[target] = route
+                        self._remember(target, route)
                     else:
                         route = known
                 elif location is not None and reserve is not None:  # the store chose this node
@@ -389,6 +417,9 @@ class MeshRouter:
             return
         route = self._known(target)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
+            routes = self._routes
+            if len(routes) > MAX_ROUTES // 2 and target in routes:  # the most recent last
+                routes[target] = routes.pop(target)  # (no cost while the cache is small)
             if hops or admitted:
                 self._post_call(call, reply, hops, route)
             elif reply is None and self._post_send_if_room(call, route.node, room is not None):
@@ -630,7 +661,9 @@ class MeshRouter:
         self._fence_via[target] = route.node
         self.rt.metrics.add("route_fences")
         # a fence lost with a node must not keep the calls behind it forever
-        self.rt.infra.call_later(self.rt.request_timeout, self._fence_overdue, target, kept)
+        self._fence_timers[target] = self.rt.infra.call_later(
+            self.rt.request_timeout, self._fence_overdue, target, kept
+        )
         return True
 
     def _fence_overdue(self, target: str, kept: list[Relayable]) -> None:
@@ -655,7 +688,7 @@ class MeshRouter:
             if self.switch(target):
                 self._learned[target] = learned  # where the calls go once the fence is back
             else:
-                self._routes[target] = learned
+                self._remember(target, learned)
 
     def _on_fence(self, env: wire.FenceEnvelope) -> None:
         """A fence travels like a call: parked with a moving target, relayed along the route,
@@ -710,12 +743,15 @@ class MeshRouter:
             learned = self._learned.pop(target, None)
             self._ahead.pop(target, None)
             self._fence_via.pop(target, None)
+            timer = self._fence_timers.pop(target, None)
+            if timer is not None:  # (its deadline would keep ``kept`` until it passed)
+                timer.cancel()
             if kept is None:
                 return
             owner = env.owner_node
             if learned is not None and owner == learned.node:
                 self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
-                self._routes[target] = learned
+                self._remember(target, learned)
             elif owner is None or owner == self.rt.node_id or not self._old_path_works(target):
                 self._moved.pop(target, None)  # gone, here, or the old path broke since:
                 self._routes.pop(target, None)  # the store says, when next asked
@@ -1181,7 +1217,7 @@ class Route(NamedTuple):
         return Route(location.owner_node, generation)
 
 
-__all__ = ["MAX_HOPS", "MAX_POINTERS", "MeshRouter", "Route"]
+__all__ = ["MAX_HOPS", "MAX_POINTERS", "MAX_ROUTES", "MeshRouter", "Route"]
 
 
 def _previous_owner(found: object) -> str | None:
