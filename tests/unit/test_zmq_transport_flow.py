@@ -1138,3 +1138,49 @@ def test_a_peer_of_another_wire_version_is_logged_once_and_its_frames_counted(no
         ctx.destroy(linger=0)
     said = [r for r in caplog.records if "speaks mesh wire version 2" in r.getMessage()]
     assert len(said) == 1
+
+
+# -- a growth probe's findings: each failed before its fix -----------------------------------
+def test_a_peer_restarted_after_it_was_taken_down_leaves_one_record_and_no_bodies(nodes):
+    """A peer declared down (its record gone from the live table) that comes back as a new
+    incarnation: the node keeps one record back, as for a restart it saw, not one per
+    restart; and a session that ended lets go of the bodies it kept (counted as dropped):
+    the probe saw five dead records holding 10 MB of DATA already counted as dropped."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    endpoint = MeshEndpoint.parse(b.endpoint)
+
+    def restarts() -> None:
+        for incarnation in range(1, 8):
+            peer = a.transport._meet("b", incarnation, endpoint)
+            assert peer is not None
+            assert a.transport._keep(peer, (b"x" * 1000,), _Kind.DATA)
+            a.transport._down(peer, "test: declared down")
+
+    _on_thread(a.transport, restarts)
+    records = [p for p in a.transport._by_ident.values() if p.node_id == "b"]
+    assert sorted(p.incarnation for p in records) == [6, 7]
+    ended = [p for p in records if ("b", p.incarnation) not in a.transport._outgoing]
+    assert [p.incarnation for p in ended] == [6]
+    assert not ended[0].out.data.unacked  # counted as dropped, and let go
+
+
+def test_a_peer_gone_for_good_is_forgotten_once_its_session_ends(nodes, monkeypatch):
+    """A node id never seen again (a pod replaced under a new name): once its session ended
+    (``_SESSION_LINGER`` after it went down), nothing of it is left in the transport."""
+    monkeypatch.setattr(zmq_transport, "_SESSION_LINGER", 0.05)
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    a.transport.learn([a.member(), b.member()])  # the store lists both
+    _meshed(a, b)
+    ta = a.transport
+    _on_thread(ta, lambda: ta._down(ta._peers["b"], "test: declared down"))
+    b.stop()
+    end = time.monotonic() + WAIT
+    while time.monotonic() < end and ("b", 1) in ta._outgoing:
+        time.sleep(0.01)  # the transport thread's sweep: no event to wait on
+    a.transport.learn([a.member()])  # and then only a: b's lease lapsed
+    _on_thread(ta, lambda: ta._sweep(time.monotonic()))  # (one more sweep after the end)
+    assert [p.node_id for p in ta._by_ident.values()] == []
+    assert "b" not in ta._listed
+    assert ("b", 1) not in ta._incoming

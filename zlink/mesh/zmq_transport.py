@@ -1037,9 +1037,14 @@ class ZmqTransport:
         restarted, or this node did): what they kept is counted as dropped."""
         lost = 0
         for key in [k for k in self._outgoing if k[0] == node_id and k[1] < below]:
-            lost += self._outgoing.pop(key).kept()
+            out = self._outgoing.pop(key)
+            lost += out.kept()
+            out.data.unacked.clear()  # let go: a record of the peer may outlive the session
+            out.completion.unacked.clear()
         for key in [k for k in self._incoming if k[0] == node_id and k[1] < below]:
-            lost += len(self._incoming.pop(key).held)
+            inc = self._incoming.pop(key)
+            lost += len(inc.held)
+            inc.held.clear()
         if lost:
             self._count("frames_dropped_peer_down", lost)
 
@@ -1076,6 +1081,23 @@ class ZmqTransport:
         for (node_id, incarnation), out in list(self._outgoing.items()):
             if out.down_since is not None and now - out.down_since > _SESSION_LINGER:
                 self._end_sessions(node_id, incarnation + 1)
+                if node_id not in self._listed:
+                    self._forget(node_id)
+
+    def _forget(self, node_id: str) -> None:
+        """The records of ``node_id``'s incarnations other than the live one whose sessions
+        ended, once the store no longer lists it: gone (a node id never seen again, a pod
+        replaced under a new name, must not stay forever; a late frame of theirs is then a
+        stranger's, counted as such). A node the store still lists keeps its record: a frame
+        from it (a partition healed) is how it is met again."""
+        live = self._peers.get(node_id)
+        for ident, old in list(self._by_ident.items()):
+            if (
+                old.node_id == node_id
+                and old is not live
+                and (node_id, old.incarnation) not in self._outgoing
+            ):
+                del self._by_ident[ident]
 
     def _probe(self, peer: _Peer, channel: Channel) -> bool:
         """Send this node's HELLO to ``peer`` on ``channel``; ``False`` if no pipe yet."""
@@ -1292,10 +1314,12 @@ class ZmqTransport:
             held = list(peer.inc.held)
             peer.inc.held.clear()
             self._submit(self._deliver, peer, held)
-        if known is not None:  # remember one incarnation back (its late frames are counted),
-            for ident, old in list(self._by_ident.items()):  # no more: a mesh lives long
-                if old.node_id == node_id and old is not known:
-                    del self._by_ident[ident]
+        # remember one incarnation back (its late frames are counted), no more: a mesh lives
+        # long (and the one back need not be live: a peer declared down comes back too)
+        older = sorted((old.incarnation, ident) for ident, old in self._by_ident.items()
+                       if old.node_id == node_id)  # fmt: skip
+        for _incarnation, ident in older[:-1]:
+            del self._by_ident[ident]
         self._by_ident[peer.sender] = peer
         return peer
 
@@ -1313,6 +1337,11 @@ class ZmqTransport:
                 peer = self._meet(node_id, incarnation, endpoint)
                 if peer is not None:  # what it sent before this node knew it
                     self._replay_strangers(peer)
+        if lists:  # each list is all the members: one the store no longer lists, and that
+            newest = {member[0] for member in lists[-1]}  # is not up here, is forgotten
+            for node_id in [n for n in self._listed if n not in newest and n not in self._peers]:
+                del self._listed[node_id]
+                self._forget(node_id)
 
     def _replay_strangers(self, peer: _Peer) -> None:
         """Hand on what ``peer`` sent while this node did not know it yet, in order."""
