@@ -1184,3 +1184,33 @@ def test_a_peer_gone_for_good_is_forgotten_once_its_session_ends(nodes, monkeypa
     assert [p.node_id for p in ta._by_ident.values()] == []
     assert "b" not in ta._listed
     assert ("b", 1) not in ta._incoming
+
+
+def test_kept_bodies_hold_their_own_size_not_the_encoders_buffer(nodes):
+    """orjson's output keeps the 4 KiB buffer it was written in: a session that keeps 1,024
+    small bodies until they are acknowledged held 4 MiB for ~250 KB of frames (a growth
+    probe's side finding). What the transport keeps is compacted, as the outbox does."""
+    import tracemalloc
+
+    from zlink.messaging import codec
+
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    endpoint = MeshEndpoint.parse(b.endpoint)
+    grown: list[int] = []
+
+    def keep() -> None:
+        peer = a.transport._meet("b", 1, endpoint)
+        assert peer is not None
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            for i in range(200):
+                assert a.transport._keep(peer, (codec.dumps({"n": i, "text": "x" * 100}),),
+                                         _Kind.DATA)  # fmt: skip
+            grown.append(tracemalloc.get_traced_memory()[0] - before)
+        finally:
+            tracemalloc.stop()
+
+    _on_thread(a.transport, keep)
+    assert grown[0] < 200 * 600, grown  # ~200 B each, with the deque's share: not 4 KiB

@@ -213,6 +213,13 @@ class _Outgoing:
         return len(self.data.unacked) + len(self.completion.unacked) - credits
 
 
+def _compact(body: bytes) -> bytes:
+    """A small ``body`` in a buffer of its own size, to be kept until acknowledged: orjson's
+    output keeps the 4,096-byte buffer it was written in (``Outbox`` compacts what it holds
+    for the same reason). A large one is kept as it is (its buffer is about its size)."""
+    return memoryview(body).tobytes() if len(body) < 2048 else body
+
+
 @dataclass(eq=False)
 class _Stream:
     """One channel's numbered bodies to one incarnation of a peer, kept until acknowledged."""
@@ -997,7 +1004,7 @@ class ZmqTransport:
         stream = out.stream(kind)
         seq = stream.next_seq
         stream.next_seq = seq + len(bodies)
-        stream.unacked.extend((seq + i, body, kind) for i, body in enumerate(bodies))
+        stream.unacked.extend((seq + i, _compact(body), kind) for i, body in enumerate(bodies))
         return seq
 
     def _resend(self, peer: _Peer) -> None:
