@@ -79,7 +79,9 @@ def _has_subscriptions(cls: type) -> bool:
     )
 
 
-_MEMBERSHIP_CALLBACKS = ("on_actor_join", "on_joined_actor", "on_leave_actor", "on_create_actor")
+_MEMBERSHIP_CALLBACKS = (
+    "on_actor_join", "on_joined_actor", "on_leave_actor", "on_create_actor", "on_disconnect_actor",
+)  # fmt: skip
 
 
 class App:

@@ -50,6 +50,10 @@ class UserSpot:
     def on_leave_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor has left (back to its Entry Spot)."""
 
+    def on_disconnect_actor(self, actor: Actor) -> Maybe[None]:
+        """A member Actor is ending (``context.disconnect()``, or this Spot's
+        ``disconnect_actor``): nothing of it runs after this."""
+
     def on_relocation_ready_completed(
         self, completion: SpotRelocationReadyCompletion
     ) -> Maybe[None]:
@@ -78,6 +82,10 @@ class EntrySpot:
 
     def on_joined_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor came back from a User Spot."""
+
+    def on_disconnect_actor(self, actor: Actor) -> Maybe[None]:
+        """An Actor in this Entry Spot (one that joined no User Spot) is ending: nothing of
+        it runs after this."""
 
 
 class InstanceSpot:

@@ -702,6 +702,9 @@ class _Connection:
     ) -> None:
         raise InvalidOperation("leave belongs to a handler's turn, not a remote client")
 
+    def disconnect(self, actor_id: str, from_spot: str | None) -> None:
+        raise InvalidOperation("disconnect belongs to a handler's turn, not a remote client")
+
     def close_self(self, spot_id: str) -> None:
         raise InvalidOperation("close() of an Instance Spot belongs to its own turn")
 

@@ -325,6 +325,9 @@ class Failover:
     ) -> None:
         self.current.leave(actor_id, from_spot, then)
 
+    def disconnect(self, actor_id: str, from_spot: str | None) -> None:
+        self.current.disconnect(actor_id, from_spot)
+
     def close_self(self, spot_id: str) -> None:
         self.current.close_self(spot_id)
 

@@ -291,6 +291,11 @@ class SpotContext(_Context):
         """Send a member Actor back to its Entry Spot (after this turn's queue position)."""
         self._rt.leave(actor.context.actor_id, self.spot_id)
 
+    def disconnect_actor(self, actor: _HasActorContext) -> None:
+        """End a member Actor after its current turn: ``on_disconnect_actor`` here, then it
+        is gone (what was queued for it discarded and counted)."""
+        self._rt.disconnect(actor.context.actor_id, self.spot_id)
+
     def relocation_ready(self) -> RelocationReadyCall:
         """A boundary for an ``APPLICATION_SIGNALED`` move; end it with ``.defer()``."""
         return RelocationReadyCall(self._rt, self.spot_id)
@@ -348,6 +353,12 @@ class ActorContext(_Context):
     def leave(self) -> None:
         """Leave the current User Spot and return to the Entry Spot."""
         self._rt.leave(self.actor_id, None)
+
+    def disconnect(self) -> None:
+        """End this Actor after the current turn (a session that ended): the Spot it is in
+        gets ``on_disconnect_actor``, what is queued for it is discarded and counted, and it
+        is gone (a call for it meets ``NotFound``)."""
+        self._rt.disconnect(self.actor_id, None)
 
 
 class ChannelContext(_Context):

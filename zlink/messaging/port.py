@@ -81,6 +81,10 @@ class RuntimePort(Protocol):
         """Send a member Actor back to its Entry Spot."""
         ...
 
+    def disconnect(self, actor_id: str, from_spot: str | None) -> None:
+        """End an Actor after its current turn (``on_disconnect_actor`` on its Spot)."""
+        ...
+
     def close_ref(self, ref: SpotRef) -> bool:
         """Close exactly the incarnation ``ref`` names."""
         ...

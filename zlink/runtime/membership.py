@@ -31,8 +31,8 @@ from ..types import (
     SpotKind,
     SpotRelocationReadyCompletion,
 )
-from .acts import GONE, READY, SEALED, ActorAct, SpotAct
-from .jobs import LifeJob, ReadyBoundary, failure, lifecycle_error
+from .acts import CLOSING, GONE, READY, SEALED, ActorAct, SpotAct
+from .jobs import LifeJob, ReadyBoundary, discard_jobs, failure, lifecycle_error
 
 if TYPE_CHECKING:
     from ..messaging.message import Message
@@ -244,6 +244,64 @@ class Membership:
         source.owner.put_unreserved(
             LifeJob(source, "leave", lambda: None, back, Lane.UNRESERVED, callback=False)
         )
+
+    def disconnect(self, actor_id: str, from_spot: str | None) -> None:
+        """End an Actor after its current turn (python-api §3 ``on_disconnect_actor``;
+        execution-model §16 "destroy"): what is queued for it is discarded and counted
+        (``messages_discarded_actor_disconnected``), its timers stop, the Spot it is in gets
+        ``on_disconnect_actor(actor)`` (its Entry Spot, if it joined none), and it is gone:
+        a call for it then meets ``NotFound``, and its Location Store row is released. A
+        second disconnect before it went is a no-op. Like ``leave``, not while the Spot it is
+        in moves (``Unavailable``)."""
+        actor = self.rt.actors.get(actor_id)
+        if actor is None or actor.state != READY:
+            raise NotFound(f"no actor {actor_id!r}")
+        if from_spot is not None and actor.spot.spot_id != from_spot:
+            raise InvalidOperation(f"actor {actor_id!r} is not a member of {from_spot!r}")
+        if actor.spot.state in (SEALED, GONE):
+            raise Unavailable(f"{actor.spot.spot_id!r} is moving; disconnect after the move")
+        go = partial(self._disconnect_go, actor)
+        job = LifeJob(
+            actor, "disconnect", lambda: actor.owner.hold(go), None, Lane.UNRESERVED, callback=False
+        )
+        actor.owner.put_unreserved(job)
+
+    def _disconnect_go(self, actor: ActorAct) -> None:
+        """(The Actor held, quiescent.) Seal it, then ``on_disconnect_actor`` on its Spot."""
+        host = actor.spot
+        with self.rt.directory.lock:
+            if actor.state != READY:  # a second disconnect, or the node fenced meanwhile
+                return
+            actor.state = CLOSING
+        actor.owner.lanes.end_waits()  # who waits for room is refused as a new call is now
+        actor.cancel_timers()
+        host.owner.put_unreserved(
+            LifeJob(
+                host,
+                "on_disconnect_actor",
+                lambda: host.instance.on_disconnect_actor(actor.instance),
+                lambda _t: self._disconnected(actor, host),
+                Lane.UNRESERVED,
+            )
+        )
+
+    def _disconnected(self, actor: ActorAct, host: SpotAct) -> None:
+        """``on_disconnect_actor`` ended (a failure was counted by its job), or was discarded
+        unrun (the node stops): the Actor leaves the node and the store."""
+        rt = self.rt
+        with rt.directory.lock:
+            actor.state = GONE
+            if host.members.get(actor.actor_id) is actor:
+                del host.members[actor.actor_id]
+            rt.directory.forget(actor)
+        router = rt.router
+        if router is not None:  # on the store thread; fenced: a stale owner's is refused
+            router.store_worker.call(router.store.release, actor.actor_id, rt.node_id,
+                                     rt.incarnation, actor.authority)  # fmt: skip
+        error = NotFound(f"actor {actor.actor_id!r} was disconnected")
+        actor.owner.lanes.end_waits()
+        discard_jobs(rt, actor.owner.drain(), error, "actor_disconnected")
+        rt.metrics.add("actors_disconnected")
 
     def actor_spot_id(self, actor_id: str) -> str:
         actor = self.rt.actors.get(actor_id)

@@ -10,7 +10,8 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``lifecycle_skipped_<step>``: a lifecycle step discarded unrun (``on_closing``,
   ``activation``, ``on_create_actor``, ...: the node stopped first);
 * ``messages_discarded_<reason>``: messages that never reached their handler
-  (``at_shutdown``, ``spot_closed``, ``not_created``), each message of a batch counted;
+  (``at_shutdown``, ``spot_closed``, ``not_created``, ``actor_disconnected``), each message
+  of a batch counted; ``actors_disconnected``: Actors ended by ``disconnect``;
 * ``worker_calls_abandoned_at_shutdown`` / ``worker_calls_discarded_at_shutdown``: a
   ``context.workers`` call still running when shutdown's timeout ran out (left on its daemon
   thread, its waiter failed with ``Unavailable``) / still queued (never run);

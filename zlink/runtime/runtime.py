@@ -192,6 +192,7 @@ class Runtime:
         self.joined_here = membership.joined_here
         self.complete_join = membership.complete_join
         self.leave = membership.leave
+        self.disconnect = membership.disconnect
         self.actor_spot_id = membership.actor_spot_id
         closing = self.closing = Closing(self)
         self.close_ref = closing.close_ref
