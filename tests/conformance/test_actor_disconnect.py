@@ -6,7 +6,9 @@ connected stayed on its node for good (a growth probe: 20,000 sessions, 20,000 A
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,6 +41,14 @@ class Kick(zlink.Request[bool], type_name="t.ad.kick"):
     actor_id: str
 
 
+class Block(zlink.Request[str], type_name="t.ad.block"):
+    pass
+
+
+RELEASE = threading.Event()
+BLOCKING = threading.Event()
+
+
 class Lobby(zlink.EntrySpot):
     def on_joined_actor(self, actor: zlink.Actor) -> None:
         EVENTS.append(f"lobby-joined:{actor.actor_id}")
@@ -58,6 +68,15 @@ class Room(zlink.UserSpot):
     def on_disconnect_actor(self, actor: zlink.Actor) -> None:
         EVENTS.append(f"room-disconnect:{actor.actor_id}")
         self.members.pop(actor.actor_id, None)
+
+    def on_closing(self, closing: zlink.SpotClosingContext) -> None:
+        EVENTS.append(f"room-closing:{sorted(self.members)}")
+
+    @zlink.handler
+    def block(self, req: Block) -> str:
+        BLOCKING.set()
+        assert RELEASE.wait(WAIT)
+        return "released"
 
     @zlink.handler
     def kick(self, req: Kick) -> bool:
@@ -102,8 +121,12 @@ def build_app() -> zlink.App:
 
 
 @pytest.fixture(autouse=True)
-def _clear() -> None:
+def _clear() -> Iterator[None]:
     EVENTS.clear()
+    RELEASE.clear()
+    BLOCKING.clear()
+    yield
+    RELEASE.set()
 
 
 def _player(node: zlink.Node, actor_id: str = "p1") -> Any:
@@ -185,3 +208,27 @@ def test_a_disconnected_actor_leaves_the_location_store_too(clock):
         assert cluster.store.lookup("p1") is None
         with pytest.raises(zlink.NotFound):
             n2.client().request_to_actor("p1", Ping()).wait(WAIT)
+
+
+def test_a_room_closed_while_a_member_is_disconnecting_closes(make_node):
+    """The room's close sends its members home; one that is ending is not sent (it would
+    wait behind its own end for good, and the close with it): the close goes on, and the
+    Actor still goes (its ``on_disconnect_actor`` may be skipped by the close, counted)."""
+    node = make_node(build_app())
+    client = node.client()
+    ref = client.spots.get_or_create("r1", "t.ad.room").wait(WAIT).spot_ref
+    _player(node)
+    client.send_to_actor("p1", Enter(room="r1")).submit()
+    assert node.wait_idle(WAIT)
+    blocked = client.request_to_spot("r1", Block()).future()  # holds the room's gate
+    assert BLOCKING.wait(WAIT)
+    node._rt.disconnect("p1", None)  # sealed now; its end waits for the gate
+    with pytest.raises(zlink.Unavailable):
+        client.request_to_actor("p1", Ping()).wait(WAIT)  # sealed: refused at once
+    assert client.spots.close(ref) is True
+    RELEASE.set()
+    assert blocked.result(WAIT) == "released"
+    assert node.wait_idle(WAIT)
+    assert "p1" not in node._rt.actors and "r1" not in node._rt.spots
+    assert [e for e in EVENTS if e.startswith("room-closing")] == ["room-closing:['p1']"]
+    assert node.counters()["actors_disconnected"] == 1

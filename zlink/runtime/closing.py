@@ -98,6 +98,10 @@ class Closing:
                 self.queue_closing(act, reason, deadline=deadline)
 
         for actor_id in members:
+            member = act.members.get(actor_id)
+            if member is not None and member.state != READY:  # ending (``disconnect``): it
+                one_left()  # goes by itself; sent home, it would wait behind its own end
+                continue
             self.rt.leave(actor_id, act.spot_id, one_left)
 
     def _deadline(self, act: SpotAct, budget: float) -> float:

@@ -246,20 +246,29 @@ class Membership:
         )
 
     def disconnect(self, actor_id: str, from_spot: str | None) -> None:
-        """End an Actor after its current turn (python-api §3 ``on_disconnect_actor``;
-        execution-model §16 "destroy"): what is queued for it is discarded and counted
-        (``messages_discarded_actor_disconnected``), its timers stop, the Spot it is in gets
-        ``on_disconnect_actor(actor)`` (its Entry Spot, if it joined none), and it is gone:
-        a call for it then meets ``NotFound``, and its Location Store row is released. A
-        second disconnect before it went is a no-op. Like ``leave``, not while the Spot it is
-        in moves (``Unavailable``)."""
+        """End an Actor (python-api §3 ``on_disconnect_actor``; execution-model §16
+        "destroy"). It is sealed now, as a closing Spot is: a new call for it is refused
+        (``Unavailable``), its timers stop, and what is queued for it is discarded and counted
+        (``messages_discarded_actor_disconnected``). After its current turn, the Spot it is in
+        gets ``on_disconnect_actor(actor)`` (its Entry Spot, if it joined none), and it is
+        gone: from then on a call for it meets ``NotFound``, and its Location Store row is
+        released. A second disconnect before it went does nothing. Like ``leave``, not while
+        the Spot it is in moves (``Unavailable``)."""
         actor = self.rt.actors.get(actor_id)
+        if actor is not None and actor.state == CLOSING:
+            return  # ending already
         if actor is None or actor.state != READY:
             raise NotFound(f"no actor {actor_id!r}")
         if from_spot is not None and actor.spot.spot_id != from_spot:
             raise InvalidOperation(f"actor {actor_id!r} is not a member of {from_spot!r}")
-        if actor.spot.state in (SEALED, GONE):
-            raise Unavailable(f"{actor.spot.spot_id!r} is moving; disconnect after the move")
+        with self.rt.directory.lock:
+            if actor.spot.state in (SEALED, GONE):
+                raise Unavailable(f"{actor.spot.spot_id!r} is moving; disconnect after the move")
+            if actor.state != READY:
+                return  # (another thread's disconnect, or the node fenced, just now)
+            actor.state = CLOSING
+        actor.owner.lanes.end_waits()  # who waits for room is refused as a new call is now
+        actor.cancel_timers()
         go = partial(self._disconnect_go, actor)
         job = LifeJob(
             actor, "disconnect", lambda: actor.owner.hold(go), None, Lane.UNRESERVED, callback=False
@@ -267,14 +276,10 @@ class Membership:
         actor.owner.put_unreserved(job)
 
     def _disconnect_go(self, actor: ActorAct) -> None:
-        """(The Actor held, quiescent.) Seal it, then ``on_disconnect_actor`` on its Spot."""
+        """(The Actor held, quiescent.) ``on_disconnect_actor`` on the Spot it is in."""
+        if actor.state != CLOSING:  # the node fenced meanwhile: it is gone already
+            return
         host = actor.spot
-        with self.rt.directory.lock:
-            if actor.state != READY:  # a second disconnect, or the node fenced meanwhile
-                return
-            actor.state = CLOSING
-        actor.owner.lanes.end_waits()  # who waits for room is refused as a new call is now
-        actor.cancel_timers()
         host.owner.put_unreserved(
             LifeJob(
                 host,
