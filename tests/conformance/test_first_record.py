@@ -109,3 +109,50 @@ def test_a_record_left_behind_is_replayed_by_a_call_that_does_not_name_an_instan
     run_until_idle(n2, WAIT)
     now = store.lookup("j")
     assert now is not None and now.first is None
+
+
+class SlowStore(InMemoryLocationStore):
+    """A store whose claims wait for ``go`` (on the store thread): the caller gives up first."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.go = threading.Event()
+        self.asked = threading.Event()
+
+    def reserve(
+        self, spot_id: str, kind: str, type_name: str, node: str, incarnation: int,
+        first: tuple[str, str] | None = None,
+    ) -> Reservation:  # fmt: skip
+        self.asked.set()
+        assert self.go.wait(WAIT)
+        return super().reserve(spot_id, kind, type_name, node, incarnation, first)
+
+
+def test_a_first_call_whose_caller_gave_up_is_never_run_nor_left_recorded(clock) -> None:
+    """Found by a growth probe's reading: a cold activation's first call records its message
+    durably with the claim; its caller, told ``DeadlineExceeded`` with nothing queued while
+    the store was still answering, must not have it run, here or by a later owner (the record
+    is cleared), and nothing of it stays in the router."""
+    HANDLED.clear()
+    store = SlowStore(clock)
+    node = zlink.Node(_app(), zlink.NodeConfig(node_id="node-1", workers=1, lease_seconds=3600),
+                      clock=clock, store=store, transport=InProcessTransport())  # fmt: skip
+    node.start()
+    try:
+        first = node.client().send_to_spot("j", Mark(tag="given up")).instance_spot().future()
+        assert store.asked.wait(WAIT)
+        clock.advance(node.config.admission_timeout + 1)  # the caller gives up
+        with pytest.raises(zlink.DeadlineExceeded):
+            first.result(WAIT)
+        store.go.set()
+        run_until_idle(node, WAIT)
+        node.client().send_to_spot("j", Mark(tag="later")).instance_spot().wait(WAIT)
+        with SEEN:
+            assert SEEN.wait_for(lambda: len(HANDLED) == 1, WAIT)
+        run_until_idle(node, WAIT)
+        assert HANDLED == [("node-1", "later")]
+        now = store.lookup("j")
+        assert now is not None and now.first is None  # nothing left to replay
+        assert node._rt.router._recorded == {}
+    finally:
+        node.shutdown(WAIT)

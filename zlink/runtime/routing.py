@@ -231,13 +231,16 @@ class MeshRouter:
                     store.reserve, target, str(TargetKind.SPOT), reserve.name, me,
                     self.rt.incarnation, None if first is None else to_wire(first),
                 )  # fmt: skip
-            asked.add_callback(functools.partial(self._located, target, waiting, reserve))
+            recorder = then if reserve is not None and first is not None else None
+            asked.add_callback(functools.partial(self._located, target, waiting, reserve, recorder))
 
     def _located(
-        self, target: str, waiting: list[Located], reserve: TypeSpec | None, found: Any,
-        error: BaseException | None,
+        self, target: str, waiting: list[Located], reserve: TypeSpec | None,
+        recorder: Located | None, found: Any, error: BaseException | None,
     ) -> None:  # fmt: skip
-        """The store answered (infrastructure thread): set the route, answer who waited."""
+        """The store answered (infrastructure thread): set the route, answer who waited.
+        ``recorder``: the call whose message the claim recorded, if any (it may have been
+        withdrawn meanwhile: then its record is cleared, never run)."""
         me = self.rt.node_id
         with self.route_lock:
             if self._locating.get(target) is not waiting:
@@ -273,7 +276,7 @@ class MeshRouter:
                     else:
                         route = known
                 elif location is not None and reserve is not None:  # the store chose this node
-                    self._activate_recorded(reserve, found, location)
+                    self._activate_recorded(reserve, found, location, recorder in waiting)
                 elif isinstance(found, Reservation) and found.created and location is not None:
                     instance = self._instance_type(location)
                     if instance is not None:  # an Instance Spot re-homed by a call that did
@@ -296,14 +299,18 @@ class MeshRouter:
             return None
         return spec if spec.kind is SpotKind.INSTANCE else None
 
-    def _activate_recorded(self, spec: TypeSpec, held: Any, location: Location) -> None:
+    def _activate_recorded(
+        self, spec: TypeSpec, held: Any, location: Location, waits: bool = True
+    ) -> None:
         """Cold activation of an Instance Spot this node won (execution-model §14): the
         store holds its first record already (step 1); activation makes it Ready (step 2);
         the record's message goes first into its queue (step 3: the first waiter's, or one
         the previous owner left unfinished, replayed once as a one-way message), then the
         others are answered (step 4). A node that loses its lease first drops it all (the
         record stays for the next owner): that is the admission deadline from the owner's
-        lease."""
+        lease. ``waits``: the call whose message this node recorded still waits (its caller
+        may have given up meanwhile, told that nothing was queued: its record is then
+        cleared, and it never runs, here or at a later owner)."""
         target = location.spot_id
         self.rt.activate_instance(spec, target, location.object_generation,
                                   location.authority_generation)  # fmt: skip
@@ -323,6 +330,10 @@ class MeshRouter:
                 self.rt.metrics.add("first_records_dropped")
                 _log.exception("the first record of %r could not be replayed", target)
                 ran()
+            return
+        if not waits:
+            self.rt.metrics.add("first_records_withdrawn")
+            ran()
             return
         self._recorded[target] = ran  # the first waiter, the call recorded, carries it
 
@@ -357,7 +368,7 @@ class MeshRouter:
             kind, type_name = str(TargetKind.SPOT), reserve.name
         asked = self.store_worker.call(self.store.reserve, target, kind, type_name,
                                        self.rt.node_id, self.rt.incarnation)  # fmt: skip
-        asked.add_callback(functools.partial(self._located, target, waiting, reserve))
+        asked.add_callback(functools.partial(self._located, target, waiting, reserve, None))
 
     def _answer(self, waiting: list[Located], route: Route | None,
                 error: BaseException | None) -> None:  # fmt: skip
