@@ -31,6 +31,11 @@ def check_listen(endpoint: str) -> str:
     host, sep, port = rest.rpartition(":")
     if not sep or not host or not (port == "*" or (port.isdigit() and int(port) < 65536)):
         raise InvalidArgument(f"listen must be tcp://HOST:PORT, got {endpoint!r}")
+    if host.startswith("[") or ":" in host:  # (ZeroMQ would fail to bind it: "No such device")
+        raise InvalidArgument(
+            f"listen {endpoint!r} is an IPv6 address: the mesh's sockets speak IPv4 only for "
+            "now; give an IPv4 address or a host name"
+        )
     return endpoint
 
 

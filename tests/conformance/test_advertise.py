@@ -100,6 +100,14 @@ def test_a_bad_advertised_host_is_refused(bad: str) -> None:
         zlink.NodeConfig(listen="tcp://127.0.0.1:0", advertise=bad)
 
 
+@pytest.mark.parametrize("listen", ["tcp://[::1]:0", "tcp://::1:7101"])
+def test_an_ipv6_listen_address_is_refused_before_any_bind(listen: str) -> None:
+    """A service probe: ``tcp://[::1]:P`` passed the check, then failed to bind with ZeroMQ's
+    "No such device"; the mesh speaks IPv4 only (docs/guide/mesh.md)."""
+    with pytest.raises(zlink.InvalidArgument, match="IPv4 only"):
+        zlink.NodeConfig(listen=listen)
+
+
 def test_advertise_needs_listen_and_the_cli_refuses_a_bad_one() -> None:
     with pytest.raises(zlink.InvalidArgument, match="needs listen"):
         zlink.NodeConfig(advertise="localhost")

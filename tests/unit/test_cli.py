@@ -40,6 +40,11 @@ def test_bingo_play_on_several_nodes_moves_rooms_while_they_play():
 
 def test_bad_options_are_refused_with_a_clear_message():
     assert runner.invoke(cli, ["bingo", "play", "--rooms", "0"]).exit_code == 2
+    from zlink.samples.bingo.spots import MAX_PLAYERS
+
+    too_many = runner.invoke(cli, ["bingo", "play", "--players", str(MAX_PLAYERS + 1)])
+    assert too_many.exit_code == 2 and "Traceback" not in too_many.output  # (was a traceback)
+    assert "100" in too_many.output  # the CLI's bound is the room's
     result = runner.invoke(cli, ["bingo", "play", "--nodes", "0"])
     assert result.exit_code == 2 and "nodes" in result.output
     result = runner.invoke(cli, ["run", "no_colon_here"])

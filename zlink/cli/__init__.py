@@ -840,7 +840,9 @@ cli.add_typer(bingo_cli, name="bingo")
 @bingo_cli.command("play")
 def bingo_play(
     rooms: Annotated[int, typer.Option(min=1, help="rooms, one game each")] = 4,
-    players: Annotated[int, typer.Option(min=1, help="players per room")] = 8,
+    players: Annotated[
+        int, typer.Option(min=1, max=100, help="players per room (a room seats 100)")
+    ] = 8,
     nodes: Annotated[int, typer.Option(min=1, help="nodes; rooms move between them")] = 1,
     draw_ms: Annotated[float, typer.Option(min=1.0, help="milliseconds between draws")] = 5.0,
     workers: Annotated[int | None, typer.Option(help="worker threads (default: cores)")] = None,
