@@ -1,6 +1,8 @@
 """The admin endpoint of a node: read-only HTTP on loopback (``zlink run --admin``).
 
-``GET /status`` returns ``NodeStatus`` as JSON; ``GET /health`` returns ``{"ok": true}``;
+``GET /status`` returns ``NodeStatus`` as JSON; ``GET /health`` returns ``{"ok": true}``, or
+503 with ``{"ok": false, "why": ...}`` while the node does not serve (``Node.not_serving``:
+fenced, stopping, its infrastructure thread gone), so a load balancer's probe can tell;
 ``GET /metrics`` returns the node's counters and gauges in the Prometheus text format
 (``prometheus_client``, read from ``node.status()`` when scraped: per Spot / Actor type the
 messages handled and refused and a histogram of handler latency, one message in 64 per object
@@ -23,6 +25,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -162,17 +165,24 @@ class AdminServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 kind = "application/json"
-                if self.path == "/status":
+                code = 200
+                path = urlsplit(self.path).path  # (a query string is ignored)
+                if path == "/status":
                     body = node_ref.status().model_dump_json().encode()
-                elif self.path == "/health":
-                    body = json.dumps({"ok": True, "node_id": node_ref.node_id}).encode()
-                elif self.path == "/metrics":
+                elif path == "/health":
+                    why = node_ref.not_serving()
+                    code = 200 if why is None else 503  # a probe takes it out of rotation
+                    health: dict[str, object] = {"ok": why is None, "node_id": node_ref.node_id}
+                    if why is not None:
+                        health["why"] = why
+                    body = json.dumps(health).encode()
+                elif path == "/metrics":
                     body = generate_latest(registry)
                     kind = "text/plain; version=0.0.4; charset=utf-8"
                 else:
                     self.send_error(404, "try /status, /health or /metrics")
                     return
-                self.send_response(200)
+                self.send_response(code)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()

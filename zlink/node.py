@@ -323,6 +323,20 @@ class Node:
             )
         return self._client
 
+    def not_serving(self) -> str | None:
+        """Why this node does not serve calls now, or ``None`` when it does (cheap: the admin
+        endpoint's ``/health`` asks it on every probe): it fenced itself (its lease lapsed or
+        was refused; it refuses every call until it registered again), its infrastructure
+        thread is not running, or it is stopping or not started."""
+        rt = self._rt
+        if rt.fenced:
+            return "fenced: it lost its lease and serves nothing until it registered again"
+        if not self._infra.alive:
+            return "the infrastructure thread is not running"
+        if rt.stopping:
+            return "stopping"
+        return None
+
     def status(self) -> NodeStatus:
         """A snapshot: workers, infrastructure backlog, counters and every owner's lanes."""
         rt = self._rt

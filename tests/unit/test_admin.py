@@ -111,6 +111,26 @@ def _get(address: tuple[str, int], path: str) -> tuple[str, str]:
         return r.headers["Content-Type"], r.read().decode()
 
 
+def test_health_says_503_and_why_while_the_node_does_not_serve(make_node):
+    """A service probe: /health said ``{"ok": true}`` while the node was fenced and refused
+    every call; a load balancer's probe must be able to tell. A query string is ignored."""
+    import urllib.error
+
+    node, server = _admin(make_node)
+    try:
+        _kind, body = _get(server.address, "/health?probe=1")
+        assert json.loads(body) == {"ok": True, "node_id": "node-1"}
+        node._runtime.fenced = True  # what self-fencing sets (python-api §10 "Failure")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get(server.address, "/health")
+        assert refused.value.code == 503
+        answer = json.loads(refused.value.read().decode())
+        assert answer["ok"] is False and answer["why"].startswith("fenced")
+        node._runtime.fenced = False
+    finally:
+        server.stop()
+
+
 def test_metrics_are_served_in_the_prometheus_text_format(make_node):
     """Issue "Running ZLink as a service": /metrics (prometheus_client) has the node's
     counters, gauges, and queue depths and admission waiters by Spot type."""
