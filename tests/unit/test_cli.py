@@ -131,9 +131,11 @@ def test_run_stops_gracefully_on_sigint_and_at_once_on_a_second_one():
 
 
 @pytest.mark.timeout(60)
-def test_a_stop_without_a_drain_counts_the_spots_that_stayed():
+@pytest.mark.parametrize("stop_signal", ["SIGTERM", "SIGHUP"])
+def test_a_stop_without_a_drain_counts_the_spots_that_stayed(stop_signal: str):
     """Issue 15 review: the stop's summary line accounts for every Spot. Without a drain none
-    moves, so each one the node holds (here the counter's Entry Spot) stayed, and says so."""
+    moves, so each one the node holds (here the counter's Entry Spot) stayed, and says so.
+    SIGHUP stops it the same way (a service probe: it killed the node with no goodbye)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "zlink", "run", "examples.counter:app", "--no-drain",
          "--workers", "1"],
@@ -142,7 +144,7 @@ def test_a_stop_without_a_drain_counts_the_spots_that_stayed():
     lines, reader = _lines(proc)
     try:
         _until(lines, "SIGINT or SIGTERM stops it", 30)
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(getattr(signal, stop_signal))
         seen = _until(lines, "stopped:", 30)
         assert proc.wait(timeout=30) == 0
         assert not any(line.startswith("drained:") for line in seen), seen

@@ -168,8 +168,15 @@ def load(target: str, factory: bool = False) -> Any:
     return made
 
 
+# SIGHUP too (a closed terminal, a session that ended): without a handler it killed the node
+# at once, with no goodbye and its lease left to lapse
+_STOP_SIGNALS = tuple(
+    sig for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)) if sig
+)
+
+
 def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
-    """SIGINT/SIGTERM under ``zlink run``: the first starts the graceful stop (drain, then
+    """SIGINT/SIGTERM/SIGHUP under ``zlink run``: the first starts the graceful stop (drain, then
     shutdown); another while it goes on exits at once, with 128 + the signal's number (130
     for SIGINT), skipping what is left of the stop."""
     if not stop.is_set():
@@ -320,7 +327,7 @@ def run(
         )  # fmt: skip
     stop = threading.Event()
     with _SignalWaker() as waker:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             signal.signal(sig, functools.partial(_on_stop_signal, stop))
         server = None
         with _user_errors():  # a port in use, a store that will not open: one line
@@ -430,7 +437,7 @@ def _run_many(
         _on_stop_signal(stop, signum, frame)
 
     with _SignalWaker() as waker:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in _STOP_SIGNALS:
             signal.signal(sig, on_signal)
         try:
             for i in range(1, count + 1):
