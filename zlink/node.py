@@ -441,8 +441,12 @@ class Node:
         budget = self._move_budget(timeout)
         end = time.monotonic() + budget
         peers = [] if rt.router is None else rt.router.peers()
+        nowhere = "no other node to move to"
         if self._membership is not None:  # members by the store's lease, and reachable
-            members = {r.node_id for r in self._membership.members()}
+            try:
+                members = {r.node_id for r in self._membership.members()}
+            except ZLinkError as exc:  # no move could commit without the store: all stay
+                members, nowhere = set(), f"the location store could not be asked: {exc}"
             peers = [p for p in peers if p in members]
         moving: dict[str, Any] = {}
         stayed: dict[str, str] = {}
@@ -453,7 +457,7 @@ class Node:
                 moving[spot_id] = under_way
                 continue
             if self._relocator is None or not peers:
-                stayed[spot_id] = "no other node to move to"
+                stayed[spot_id] = nowhere
                 continue
             try:
                 moving[spot_id] = self._relocator.start(act, peers[turn % len(peers)], budget)

@@ -85,6 +85,23 @@ def test_drain_moves_every_movable_spot_round_robin_and_says_why_the_rest_stayed
         assert n2.client().request_to_spot("fixed", Total()).wait(WAIT) == 0  # stayed, serves
 
 
+def test_drain_with_the_store_down_moves_nothing_and_says_why(clock: ManualClock, monkeypatch):
+    """A service probe: SIGINT to a node whose Redis store was down crashed ``zlink run`` with
+    a 355-line traceback from the drain's look at the members. No move can commit without the
+    store: every Spot stays, with the reason, and the stop goes on."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2) as cluster:
+        n1, _n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.dr.room").wait(WAIT)
+
+        def down() -> list[object]:
+            raise zlink.Unavailable("the location store redis://127.0.0.1:1/0 failed: refused")
+
+        monkeypatch.setattr(cluster.store, "nodes", down)
+        result = n1.drain(timeout=WAIT)
+        assert result.moved == []
+        assert "location store" in result.stayed["room"]
+
+
 def test_drain_without_other_nodes_moves_nothing_and_stops_admission(make_node):
     node = make_node(build_app())
     client = node.client()
