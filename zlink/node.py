@@ -562,12 +562,12 @@ class Node:
         with self._rt.workers_idle:
             of_workers = {run.completion for run in self._rt.worker_runs}
         # (a worker call's own deadline last, with the rest of the worker calls)
-        pending.sort(key=lambda h: h.fn is expire and h.args[0] in of_workers)
-        for handle in pending:
-            if handle.fn is expire:
-                expire(handle.args[0], error)
-            elif getattr(handle.fn, "__func__", None) is Admitted.abandon:  # a wait for room
-                handle.fn(error)
+        pending.sort(key=lambda call: call[0] is expire and call[1][0] in of_workers)
+        for fn, args in pending:
+            if fn is expire:
+                expire(args[0], error)
+            elif getattr(fn, "__func__", None) is Admitted.abandon:  # a wait for room
+                fn(error)
         self._rt.abandon_workers()  # their waiters get Unavailable; the calls run on, unjoined
         self._rt.cancel_suspended()  # the closing deadlines left the heap too: due now
         self._pool.wait_idle(max(0.0, end - time.monotonic()))

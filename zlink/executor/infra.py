@@ -258,10 +258,12 @@ class InfraExecutor:
                 heapq.heapify(self._heap)
                 self._dead = 0
 
-    def take_pending(self) -> list[DeadlineHandle]:
-        """Remove and return every live deadline (shutdown fails them itself)."""
+    def take_pending(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]]:
+        """Remove every live deadline and return its call, read under ``_cond`` (a cancel on
+        another thread meanwhile empties a handle, not this copy): shutdown fails them
+        itself."""
         with self._cond:
-            live = [e[2] for e in self._heap if not e[2].cancelled]
+            live = [(e[2].fn, e[2].args) for e in self._heap if not e[2].cancelled]
             self._heap.clear()
             self._dead = 0
         return live
