@@ -300,6 +300,12 @@ class Outbound(RelocatorState):
                 )
         if any(o.state != READY for o in objects):
             raise Unavailable(f"{act.spot_id!r} is not ready (sealed, closing or activating)")
+        ending = [m.actor_id for m in members if m.state != READY]
+        if ending:  # (a PER_ACTOR shell would move, and each member then fail to follow)
+            raise Unavailable(
+                f"{act.spot_id!r} cannot move while its member {ending[0]!r} is not ready "
+                "(ending, sealed or activating)"
+            )
         out = Outgoing(next(self._ids), unit or act, act, objects, target, done,
                        signaled=signaled, caller=caller)  # fmt: skip
         if join is not None:

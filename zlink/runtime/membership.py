@@ -257,6 +257,8 @@ class Membership:
         actor = self.rt.actors.get(actor_id)
         if actor is not None and actor.state == CLOSING:
             return  # ending already
+        if actor is not None and (actor.state == SEALED or actor.spot.state in (SEALED, GONE)):
+            raise Unavailable(f"actor {actor_id!r} is moving; disconnect after the move")
         if actor is None or actor.state != READY:
             raise NotFound(f"no actor {actor_id!r}")
         if from_spot is not None and actor.spot.spot_id != from_spot:
@@ -276,15 +278,28 @@ class Membership:
         actor.owner.put_unreserved(job)
 
     def _disconnect_go(self, actor: ActorAct) -> None:
-        """(The Actor held, quiescent.) ``on_disconnect_actor`` on the Spot it is in."""
+        """(The Actor held, quiescent.) ``on_disconnect_actor`` on the Spot it is in; not
+        on one closing or gone (its ``on_closing`` ran, or runs first: nothing of it runs
+        after that, python-api §11), and not once the node fenced itself (no lifecycle step
+        then: ``Closing.drop_all``)."""
         if actor.state != CLOSING:  # the node fenced meanwhile: it is gone already
             return
         host = actor.spot
+        if host.state in (CLOSING, GONE):
+            self.rt.metrics.add("lifecycle_skipped_on_disconnect_actor")
+            self._disconnected(actor, host)
+            return
+
+        def run() -> Any:
+            if actor.state != CLOSING or host.state in (CLOSING, GONE):
+                return None  # fenced, or the room closed, since it was queued
+            return host.instance.on_disconnect_actor(actor.instance)
+
         host.owner.put_unreserved(
             LifeJob(
                 host,
                 "on_disconnect_actor",
-                lambda: host.instance.on_disconnect_actor(actor.instance),
+                run,
                 lambda _t: self._disconnected(actor, host),
                 Lane.UNRESERVED,
             )
@@ -295,6 +310,8 @@ class Membership:
         unrun (the node stops): the Actor leaves the node and the store."""
         rt = self.rt
         with rt.directory.lock:
+            if actor.state != CLOSING:  # dropped by the node's fence meanwhile: not ours
+                return
             actor.state = GONE
             if host.members.get(actor.actor_id) is actor:
                 del host.members[actor.actor_id]
