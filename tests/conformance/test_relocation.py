@@ -441,7 +441,7 @@ def test_a_node_keeps_a_bounded_number_of_forwarding_pointers(cluster, monkeypat
 
 
 def test_a_node_keeps_a_bounded_route_cache_the_least_recently_used_dropped_first(
-    cluster, monkeypatch
+    cluster, clock, monkeypatch
 ):
     """A node that calls a million short-lived rooms on other nodes keeps at most
     ``MAX_ROUTES`` routes (a growth probe saw one per remote target ever called, closed ones
@@ -455,16 +455,72 @@ def test_a_node_keeps_a_bounded_route_cache_the_least_recently_used_dropped_firs
     for name in ("p1", "p2", "p3", "p4"):
         _make(cluster, name, "t.rl.room")  # on node-1
     for name in ("p1", "p2", "p1", "p3"):  # p1 used again: p2 is the least recent
+        if name == "p3":  # none used for two timeouts: now one may go (none went before)
+            assert sorted(n3._runtime.router._routes) == ["p1", "p2"]
+            rt = n3._runtime
+            clock.advance(2 * max(rt.request_timeout, rt.admission_timeout) + 1)
         c3.send_to_spot(name, Add()).submit()
         cluster.wait_idle(WAIT)  # (each one's route learned before the next send)
     assert sorted(n3._runtime.router._routes) == ["p1", "p3"]
     assert n3.counters()["routes_dropped"] == 1
-    c3.send_to_spot("p4", Add()).submit()
+    c3.send_to_spot("p4", Add()).submit()  # p1 unused since before the wait: it goes
+    cluster.wait_idle(WAIT)
     c3.send_to_spot("p2", Add()).submit()  # asked of the store again
     cluster.wait_idle(WAIT)
     totals = [n1.client().request_to_spot(p, Total()).wait(WAIT) for p in ("p1", "p2", "p3", "p4")]
     assert totals == [2, 2, 1, 1]
-    assert len(n3._runtime.router._routes) <= 2
+    # past the bound, but each used just now: they stay (the bound is soft, see _remember)
+    assert sorted(n3._runtime.router._routes) == ["p2", "p3", "p4"]
+
+
+def test_a_route_used_lately_is_not_dropped_so_no_later_call_overtakes_an_earlier_one(
+    monkeypatch,
+):
+    """A review: with the route cache full, a route used a moment ago was dropped, and the
+    sender's next call, sent where the store said, overtook the one before it still being
+    relayed along the old path (python-api §9). A route goes only once no call used it for
+    two request timeouts."""
+    from zlink.runtime import routing as router_module
+
+    monkeypatch.setattr(router_module, "MAX_ROUTES", 2)
+    clock = ManualClock()
+    with LocalCluster(
+        build_app(), nodes=3, clock=clock, workers=2, request_timeout=20.0
+    ) as cluster:
+        n1, n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rl.room").wait(WAIT)
+        for name in ("p1", "p2"):
+            n2.client().spots.get_or_create(name, "t.rl.room").wait(WAIT)
+        c3 = n3.client()
+        c3.send_to_spot("room", Add(sender=3, seq=0)).submit()  # node-3 routes room -> node-1
+        cluster.wait_idle(WAIT)
+        n1.relocate_spot("room", "node-2", timeout=WAIT)  # node-3 does not know yet
+        cluster.wait_idle(WAIT)
+
+        gate = threading.Event()
+        n1._runtime.infra.submit(lambda: gate.wait(WAIT))  # node-1 is slow to relay
+        c3.send_to_spot("room", Add(sender=3, seq=1)).submit()  # along the old path (node-1)
+        run_until_idle(n3, WAIT)
+        for name in ("p1", "p2"):  # two other targets: "room" is the least recent, dropped
+            c3.send_to_spot(name, Add()).submit()
+            run_until_idle(n3, WAIT)
+        assert sorted(n3._runtime.router._routes) == ["p1", "p2", "room"]  # over, and kept
+        c3.send_to_spot("room", Add(sender=3, seq=2)).submit()  # the store says node-2
+        run_until_idle(n3, WAIT)
+        run_until_idle(n2, WAIT)
+        gate.set()
+        cluster.wait_idle(WAIT)
+        seen = n2._runtime.spots["room"].instance.seen["3"]
+        assert seen == [0, 1, 2]
+        assert "routes_dropped" not in n3.counters()
+        rt = n3._runtime
+        clock.advance(2 * max(rt.request_timeout, rt.admission_timeout) + 1)  # now they may go
+        c3.send_to_spot("p1", Add()).submit()  # p1 used again
+        n2.client().spots.get_or_create("p3", "t.rl.room").wait(WAIT)
+        c3.send_to_spot("p3", Add()).submit()  # a new route: the oldest unused ones go
+        cluster.wait_idle(WAIT)
+        assert n3.counters()["routes_dropped"] >= 1
+        assert len(n3._runtime.router._routes) <= 2
 
 
 def test_a_moved_queue_larger_than_the_targets_lane_is_refilled_whole(clock):

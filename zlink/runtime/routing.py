@@ -85,7 +85,8 @@ if TYPE_CHECKING:
 
 MAX_HOPS = 8  # a route that relays more often than this is a loop
 MAX_POINTERS = 100_000  # forwarding pointers a node keeps for Spots and Actors it moved away
-MAX_ROUTES = 100_000  # routes a node keeps for targets on other nodes (least recent dropped)
+MAX_ROUTES = 100_000  # routes a node keeps for targets on other nodes (least recent dropped,
+# and only one unused for two request or admission timeouts: see ``MeshRouter._remember``)
 
 CallEnvelope = wire.SendEnvelope | wire.RequestEnvelope
 Relayable = wire.SendEnvelope | wire.RequestEnvelope | wire.FenceEnvelope
@@ -119,7 +120,8 @@ class MeshRouter:
         self._ids = itertools.count(1)
         # routing: one path per remote target at a time (see the module docstring)
         self.route_lock = ranked_lock("router.route", LockRank.ROUTE, reentrant=True)
-        self._routes: dict[str, Route] = {}  # target -> where this node sends it
+        self._routes: dict[str, Route] = {}  # target -> where this node sends it (LRU order)
+        self._route_used: dict[str, float] = {}  # target -> when its route was last used
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
         self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
         self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
@@ -168,30 +170,48 @@ class MeshRouter:
 
     # -- routes ------------------------------------------------------------------------------
     def _remember(self, target: str, route: Route) -> None:
-        """(``route_lock`` held.) Cache ``route`` as the newest; past ``MAX_ROUTES`` the least
-        recently used go first (a node that calls a million short-lived rooms elsewhere must
-        not keep a route for each). A target whose path is being settled (a store question,
-        a fence) keeps its route; a call for a dropped one asks the store again, and goes
-        where its owner is now, as one after a restart would: behind a route that pointed
-        at the same node it keeps its order, and one that pointed elsewhere was left long
-        ago (the least recent of ``MAX_ROUTES``)."""
+        """(``route_lock`` held.) Cache ``route`` as the most recently used. Past
+        ``MAX_ROUTES``, the least recently used go, but only one no call used for two request
+        or admission timeouts (a node that calls a million short-lived rooms elsewhere must
+        not keep a route for each): a route is a path, and a call for a dropped target asks
+        the store, which may name another node than the one earlier calls went to; only
+        when every one of those is long done can a later call take another path without a
+        fence and keep per-sender order (python-api §9). So the bound is soft: routes used
+        within that time stay, whatever their number. A target whose path is being settled
+        (a store question, a fence) keeps its route."""
         routes = self._routes
         routes.pop(target, None)
-        routes[target] = route  # the newest last: dicts keep insertion order
+        routes[target] = route  # the most recent last: dicts keep insertion order
+        now = self.rt.clock.now()
+        used = self._route_used
+        used[target] = now
         if len(routes) <= MAX_ROUTES:
             return
+        idle = 2 * max(self.rt.request_timeout, self.rt.admission_timeout)
         busy: tuple[dict[str, Any], ...] = (
             self._switching, self._locating, self._learned, self._fence_via,
         )  # fmt: skip
         excess = len(routes) - MAX_ROUTES
         oldest = list(itertools.islice(routes, excess + sum(len(t) for t in busy) + 1))
         for old in oldest:
-            if excess <= 0:
-                break
+            if excess <= 0 or now - used.get(old, now) < idle:
+                break  # (in order of use: the rest were used more recently still)
             if old != target and not any(old in table for table in busy):
                 del routes[old]
+                used.pop(old, None)
                 excess -= 1
                 self.rt.metrics.add("routes_dropped")
+        if len(used) > 2 * len(routes) + 1024:  # times of routes dropped by other paths
+            self._route_used = {t: u for t, u in used.items() if t in routes}
+
+    def _touch(self, target: str) -> None:
+        """(``route_lock`` held.) A call goes along ``target``'s cached route: the most
+        recently used now."""
+        routes = self._routes
+        route = routes.pop(target, None)
+        if route is not None:
+            routes[target] = route
+            self._route_used[target] = self.rt.clock.now()
 
     def _known(self, target: str) -> Route | None:
         """This node's own path for ``target``: its forwarding pointer, else its route cache."""
@@ -219,6 +239,7 @@ class MeshRouter:
                 return
             hit = self._known(target)
             if hit is not None and hit.node != self.rt.node_id:
+                self._touch(target)
                 then(hit, None)
                 return
             # waiting before the question leaves: the answer may come back on this very thread
@@ -428,9 +449,7 @@ class MeshRouter:
             return
         route = self._known(target)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
-            routes = self._routes
-            if len(routes) > MAX_ROUTES // 2 and target in routes:  # the most recent last
-                routes[target] = routes.pop(target)  # (no cost while the cache is small)
+            self._touch(target)
             if hops or admitted:
                 self._post_call(call, reply, hops, route)
             elif reply is None and self._post_send_if_room(call, route.node, room is not None):
@@ -477,6 +496,7 @@ class MeshRouter:
                                        admitted=True)  # fmt: skip
                     return True
                 return False
+            self._touch(target)
             if not admitted and not self._outbox_room(call, None, room, route.node):
                 return True  # it waits for room in the outbox (``room`` tells its caller)
             me = self.rt.node_id
