@@ -52,6 +52,15 @@ GATE = threading.Event()
 STALLED = threading.Event()
 
 
+class Blob(zlink.Message, type_name="t.ms.blob"):
+    text: str
+
+
+class BlobAsk(zlink.Request[str], type_name="t.ms.blobask"):
+    text: str = ""
+    reply_bytes: int = 0
+
+
 def build_app() -> zlink.App:
     app = zlink.App("mesh")
 
@@ -89,6 +98,14 @@ def build_app() -> zlink.App:
         @zlink.handler
         def float_reply(self, req: FloatReply) -> float:
             return REPLIES[req.how]  # type: ignore[no-any-return]
+
+        @zlink.handler
+        def blob(self, msg: Blob) -> None:
+            self.total += 1
+
+        @zlink.handler
+        def blob_ask(self, req: BlobAsk) -> str:
+            return "x" * req.reply_bytes
 
         @zlink.handler
         def opaque(self, req: Opaque) -> Any:
@@ -434,3 +451,43 @@ def test_a_call_the_receiving_node_fails_to_take_gets_a_typed_error_not_a_timeou
     cluster.wait_idle(WAIT)
     assert n1.counters()["call_intake_errors"] == 2
     assert n1.counters()["sends_dropped_intake_error"] == 1
+
+
+def test_a_message_too_large_for_a_frame_between_nodes_is_refused_at_the_call_site(
+    cluster, monkeypatch
+):
+    """A service probe: past the frame limit (64 MiB) a one-way send to another node was
+    accepted, then dropped by the outbox as "unreachable", counted at the source only; its
+    sender had been told it was queued (python-api §9: refused at the source, nothing
+    queued, or handled)."""
+    from zlink.mesh import wire
+
+    monkeypatch.setattr(wire, "MAX_FRAME_BYTES", 64 * 1024)
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create("far", "t.ms.room").wait(WAIT)
+    c2 = n2.client()
+    big = "x" * (80 * 1024)
+    for send in (lambda: c2.send_to_spot("far", Blob(text=big)).submit(),
+                 lambda: c2.send_to_spot("far", Blob(text=big)).wait(WAIT),
+                 lambda: c2.request_to_spot("far", BlobAsk(text=big)).wait(WAIT)):  # fmt: skip
+        with pytest.raises(zlink.InvalidArgument, match="frame"):
+            send()
+    c2.send_to_spot("far", Blob(text="small")).wait(WAIT)
+    assert c2.request_to_spot("far", Total()).wait(WAIT) == 1  # only the small one
+    assert not any(k.startswith("sends_dropped") for k in n2.counters())
+
+
+def test_a_reply_too_large_for_a_frame_fails_its_caller_at_once(cluster, monkeypatch):
+    """A service probe: a reply past the frame limit was dropped by the replying node, and
+    its caller waited out its whole timeout for ``DeadlineExceeded`` ("the handler may still
+    run", though it ran). It is a reply-encoding failure: ``HandlerError`` at once (§5)."""
+    from zlink.mesh import wire
+
+    monkeypatch.setattr(wire, "MAX_FRAME_BYTES", 64 * 1024)
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create("far", "t.ms.room").wait(WAIT)
+    ask = n2.client().request_to_spot("far", BlobAsk(reply_bytes=80 * 1024))
+    with pytest.raises(zlink.HandlerError, match="frame"):
+        ask.wait(WAIT)  # (the cluster's clock never moves: no deadline passes)
+    small = n2.client().request_to_spot("far", BlobAsk(reply_bytes=10)).wait(WAIT)
+    assert small == "x" * 10

@@ -94,6 +94,26 @@ class EnvelopeKind(StrEnum):
     BATCH = "batch"
 
 
+def check_fits(payload: str, meta: dict[str, str] | None = None) -> int:
+    """Refuse (``WireError``, an ``InvalidArgument``) a message whose JSON text ``payload``,
+    with its metadata, cannot cross between nodes in one frame (``MAX_FRAME_BYTES``, room
+    kept for the envelope's other fields); else its size in bytes, about. Checked where a
+    call is made, before any queue changes (python-api §9): found later, by the encoder, it
+    could only be dropped."""
+    room = min(64 * 1024, MAX_FRAME_BYTES // 16)  # the envelope's other fields
+    limit = MAX_FRAME_BYTES - room - (sum(len(k) + len(v) for k, v in meta.items()) if meta else 0)
+    size = len(payload)
+    if size * 8 <= limit:  # (4 bytes a character at most, each quote or backslash escaped
+        return size  # again inside the envelope: only a large one is measured)
+    size = len(payload.encode()) + payload.count('"') + payload.count("\\")
+    if size > limit:
+        raise WireError(
+            f"a message of {size:,} bytes is more than a frame between nodes carries "
+            f"({MAX_FRAME_BYTES:,} bytes with its envelope)"
+        )
+    return size
+
+
 class WireError(InvalidArgument):
     """An envelope that cannot cross: it does not encode, or it does not decode strictly.
 
@@ -1135,6 +1155,7 @@ __all__ = [
     "RouteEnvelope",
     "SendEnvelope",
     "WireError",
+    "check_fits",
     "decode",
     "dump_record",
     "encode",

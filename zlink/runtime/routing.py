@@ -57,7 +57,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic_core import to_json
 
-from ..errors import InvalidArgument, NotFound, ResourceExhausted, Unavailable, ZLinkError
+from ..errors import (
+    HandlerError,
+    InvalidArgument,
+    NotFound,
+    ResourceExhausted,
+    Unavailable,
+    ZLinkError,
+)
 from ..executor import DeadlineHandle, ranked_lock
 from ..lock_order import LockRank
 from ..mesh import wire
@@ -484,7 +491,12 @@ class MeshRouter:
         target lives (python-api §8), after waiting for room in the outbox as one call does
         (§9). ``False`` (nothing done) when the target's path is not settled (a store question
         or a fence under way, or no route): the caller then sends it message by message, which
-        keeps its order behind what waits. Any thread; takes ``route_lock``."""
+        keeps its order behind what waits. Any thread; takes ``route_lock``. A message too
+        large for a frame refuses the batch (``InvalidArgument``, nothing queued); a batch too
+        large for one goes message by message."""
+        wires = [to_wire(m) for m in call.msgs]  # (serialized before the route lock)
+        if sum(wire.check_fits(payload) for _t, payload in wires) > wire.MAX_FRAME_BYTES * 3 // 4:
+            return False  # each fits, not all in one frame: one by one
         with self.route_lock:
             target = call.target
             route = self._known(target)
@@ -500,7 +512,6 @@ class MeshRouter:
             if not admitted and not self._outbox_room(call, None, room, route.node):
                 return True  # it waits for room in the outbox (``room`` tells its caller)
             me = self.rt.node_id
-            wires = [to_wire(m) for m in call.msgs]
             envelope = wire.BatchEnvelope(
                 str(call.kind), target, tuple(t for t, _ in wires), tuple(p for _, p in wires),
                 me, me, me, 0,
@@ -878,9 +889,12 @@ class MeshRouter:
         if isinstance(env, wire.ReplyEnvelope):
             return  # the caller's own deadline completes it; counted above
         if isinstance(env, wire.SendEnvelope):  # (at a stop: still in the outbox)
-            self.rt.metrics.add(
-                "sends_dropped_shutdown" if self.rt.stopping else "sends_dropped_unreachable"
-            )
+            reason = (
+                "shutdown" if self.rt.stopping
+                else "does_not_encode" if isinstance(error, wire.WireError)
+                else "unreachable"
+            )  # fmt: skip
+            self.rt.metrics.add(f"sends_dropped_{reason}")
             return
         corr = getattr(env, "correlation", None)
         origin = getattr(env, "origin_node", self.rt.node_id)
@@ -1175,10 +1189,18 @@ class MeshRouter:
         does not serialize is a reply-encoding failure: the caller gets ``HandlerError``."""
         if error is None:
             try:
-                out = wire.ReplyEnvelope(correlation, to_json(value).decode(), None)
+                text = to_json(value).decode()
+                if origin != self.rt.node_id:  # too large for a frame: as if it did not encode
+                    wire.check_fits(text)
+                out = wire.ReplyEnvelope(correlation, text, None)
             except Exception as exc:  # noqa: BLE001 - the caller gets it, typed, at once
                 self.rt.metrics.add("reply_encoding_failures")
-                out = wire.ReplyEnvelope(correlation, None, encode_error(exc))
+                cause: BaseException = (
+                    HandlerError(type(exc).__qualname__, f"the reply does not cross: {exc}")
+                    if isinstance(exc, ZLinkError)
+                    else exc
+                )  # (a handler's reply that cannot cross is its failure, not the caller's)
+                out = wire.ReplyEnvelope(correlation, None, encode_error(cause))
         else:
             out = wire.ReplyEnvelope(correlation, None, encode_error(error))
         if origin == self.rt.node_id:  # answered here: completed on this infrastructure thread

@@ -54,6 +54,7 @@ from ..executor import (
     run_free,
 )
 from ..lock_order import LockRank
+from ..mesh import wire
 from ..types import SpotRef, TargetKind
 from .routing import MAX_HOPS
 
@@ -606,6 +607,7 @@ class Runtime:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
         if call.wire is None:  # serialized before the route lock: senders hold it briefly
             call.wire = to_wire(call.msg)
+            wire.check_fits(call.wire[1], call.meta)  # (a relayed call fitted where it began)
         with router.route_lock:
             local = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
             if local is None:
