@@ -101,6 +101,12 @@ class _MeshEvents:
         members = [(r.node_id, r.incarnation, r.endpoint) for r in records]
         node._transport.reincarnate(node.node_id, incarnation, members, serve)
 
+    def superseded(self, why: str) -> None:
+        """Another process took this node's id: it stays fenced, and says so (``superseded``,
+        ``not_serving()``, ``/health``); ``zlink run`` then stops and exits non-zero."""
+        self._node._superseded_why = why
+        self._node.superseded.set()
+
     def peer_down(self, node_id: str) -> None:
         router = self._node._rt.router
         if router is not None:
@@ -147,6 +153,10 @@ class Node:
         self.clock: Clock = clock or MonotonicClock()
         self._state = "new"
         self._state_lock = threading.Lock()
+        # set when another process registered this node's id again: this one serves nothing
+        # for good (python-api §10 "Failure"; ``not_serving`` says why)
+        self.superseded = threading.Event()
+        self._superseded_why = ""
         workers = self.config.workers or default_workers()
         self._pool = WorkerPool(workers, f"zlink-{self.config.node_id}")
         self._infra = InfraExecutor(
@@ -329,6 +339,8 @@ class Node:
         was refused; it refuses every call until it registered again), its infrastructure
         thread is not running, or it is stopping or not started."""
         rt = self._rt
+        if self.superseded.is_set():
+            return f"superseded: {self._superseded_why}"
         if rt.fenced:
             return "fenced: it lost its lease and serves nothing until it registered again"
         if not self._infra.alive:

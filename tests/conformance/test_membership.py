@@ -191,3 +191,37 @@ def test_leases_are_judged_on_a_clock_that_counts_a_suspended_host() -> None:
         assert abs(real() - time.clock_gettime(time.CLOCK_BOOTTIME)) < 1.0
     else:
         assert abs(real() - time.monotonic()) < 1.0
+
+
+def test_a_second_process_with_the_same_node_id_supersedes_the_first_for_good(
+    clock: ManualClock,
+) -> None:
+    """A service probe: two ``zlink run`` with one ``--node-id`` on one store took the lease
+    from each other every renewal, for ever (each fenced, registered again, and fenced the
+    other), dropping their Spots each time. The newer registration wins: the older one,
+    refused, finds a newer live incarnation of its own id and stops serving for good
+    (``superseded``, its health says so), while the newer one serves on undisturbed."""
+    from zlink.mesh.location import InMemoryLocationStore
+    from zlink.mesh.transport import InProcessTransport
+
+    store = InMemoryLocationStore(clock)
+    config = zlink.NodeConfig(node_id="n1", workers=1, lease_seconds=3.0)
+    first = zlink.Node(_app(), config, clock=clock, store=store, transport=InProcessTransport())
+    second = zlink.Node(_app(), config, clock=clock, store=store, transport=InProcessTransport())
+    try:
+        first.start()
+        second.start()  # the same id: a newer incarnation
+        clock.advance(1.0)  # the renewals, a third of a lease on: the first is refused
+        _wait_counter(second, "lease_renewals", 1)
+        _wait_counter(first, "superseded", 1)
+        assert first.superseded.is_set()
+        assert (first.not_serving() or "").startswith("superseded")
+        for n in range(2, 5):  # the second renews on, undisturbed
+            clock.advance(1.0)
+            _wait_counter(second, "lease_renewals", n)
+        assert "self_fenced" not in second.counters()  # never disturbed again
+        assert first.counters().get("registrations_again", 0) == 0
+        assert [(r.node_id, r.incarnation) for r in store.nodes()] == [("n1", second.incarnation)]
+    finally:
+        second.shutdown(WAIT)
+        first.shutdown(WAIT)

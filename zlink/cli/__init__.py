@@ -348,6 +348,7 @@ def run(
                 typer.echo(f"node {node.node_id} listening on {node.address} ({config.store})")
             if stop_with_stdin:  # its parent (zlink run --nodes) holds the other end
                 _stop_at_eof(stop, waker)
+            _stop_when_superseded(node, stop, waker)
             typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
             sys.stdout.flush()
             waker.wait(stop)
@@ -379,6 +380,9 @@ def run(
         with contextlib.suppress(OSError):  # cannot read says "said nothing"
             Path(summary_file).write_text(json.dumps({**summary, "discarded": dropped}))
     typer.echo(f"stopped: {_stop_summary(summary['moved'], summary['stayed'], dropped)}")
+    if node.superseded.is_set():  # one line, and a status a supervisor sees
+        typer.echo(f"Error: {node.not_serving()}", err=True)
+        raise typer.Exit(1)
 
 
 def _stop_summary(moved: int, stayed: int, dropped: Mapping[str, int]) -> str:
@@ -602,6 +606,18 @@ def mesh_cmd(
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     Console().print(table)
+
+
+def _stop_when_superseded(node: Node, stop: threading.Event, waker: _SignalWaker) -> None:
+    """Set ``stop`` (and wake the main thread) if another process takes this node's id: a
+    second ``zlink run --node-id`` on the same store; the older one stops, and exits 1."""
+
+    def watch() -> None:
+        node.superseded.wait()
+        stop.set()
+        waker.wake()
+
+    threading.Thread(target=watch, name="zlink-superseded-watch", daemon=True).start()
 
 
 def _stop_at_eof(stop: threading.Event, waker: _SignalWaker) -> None:

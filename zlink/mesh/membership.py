@@ -63,6 +63,15 @@ def lease_clock(clock: Clock) -> Callable[[], float]:
     return clock.now
 
 
+class _Superseded(Exception):
+    """(Store thread.) A live incarnation of this node's id, newer than this one's, is listed:
+    another process runs under the same id."""
+
+    def __init__(self, incarnation: int) -> None:
+        super().__init__(f"a newer incarnation {incarnation} of this node id is live")
+        self.incarnation = incarnation
+
+
 class MembershipEvents(Protocol):
     """What the node does when membership changes (all on the infrastructure thread, but
     ``members``, which may come from the store thread or the node's start)."""
@@ -82,6 +91,12 @@ class MembershipEvents(Protocol):
 
     def peer_down(self, node_id: str) -> None:
         """The store declares ``node_id`` (the incarnation this node knew) down."""
+        ...
+
+    def superseded(self, why: str) -> None:
+        """Another process registered this node's id again while it ran: this one stays
+        fenced for good (it never registers again: the two would take the lease from each
+        other for ever)."""
         ...
 
     def still_member(self, node_id: str) -> bool:
@@ -268,6 +283,10 @@ class NodeMembership:
         known = self.incarnation
 
         def register() -> tuple[NodeRecord, list[NodeRecord]]:  # store thread
+            newer = [r.incarnation for r in self.store.nodes()
+                     if r.node_id == self.node_id and r.incarnation > known]  # fmt: skip
+            if newer:  # another process holds this id now (a second `zlink run --node-id`)
+                raise _Superseded(newer[0])
             record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds,
                                               known)  # fmt: skip
             return record, self.store.nodes()
@@ -277,6 +296,15 @@ class NodeMembership:
 
     def _rejoined(self, epoch: int, sent: float, result: Any, error: BaseException | None) -> None:
         if self._stopped or epoch != self._epoch:
+            return
+        if isinstance(error, _Superseded):
+            self._stopped = True  # no renewal, no registration, no polling from now on
+            self._count("superseded")
+            why = (f"node id {self.node_id!r} was registered again, as incarnation "
+                   f"{error.incarnation}, by another process; this one (incarnation "
+                   f"{self.incarnation}) stays fenced and serves nothing")  # fmt: skip
+            _log.error("%s", why)
+            self._events.superseded(why)
             return
         if error is not None:
             _log.warning("node %s could not register again: %s", self.node_id, error)
