@@ -21,7 +21,7 @@ import pytest
 import zmq
 
 import zlink.mesh.zmq_transport as zmq_transport
-from zlink.errors import Unavailable
+from zlink.errors import InvalidArgument, Unavailable
 from zlink.mesh.transport import Channel
 from zlink.mesh.zmq_transport import (
     _HEADER,
@@ -971,7 +971,8 @@ def test_an_oversized_frame_from_a_peer_taken_down_is_credited(nodes):
     _meshed(a, b)
     _on_thread(a.transport, lambda: a.transport._down(a.transport._peers["b"], "test"))
     a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
-    assert b.transport.send("b", "a", Channel.DATA, b"x" * 1500)
+    b.transport._peers["a"].max_frame = 0  # as if a's greeting had not said (an older peer):
+    assert b.transport.send("b", "a", Channel.DATA, b"x" * 1500)  # b sends what a drops
     a.infra.run_until(
         lambda: bool(a.link.seen("up", "b")) and counted.get("oversized_frames"), "a meets b again"
     )
@@ -1214,3 +1215,17 @@ def test_kept_bodies_hold_their_own_size_not_the_encoders_buffer(nodes):
 
     _on_thread(a.transport, keep)
     assert grown[0] < 200 * 600, grown  # ~200 B each, with the deque's share: not 4 KiB
+
+
+def test_a_peer_says_the_largest_frame_it_takes_and_a_larger_one_is_refused_at_the_source(nodes):
+    """A service probe: a peer with a lower ``max_frame_bytes`` dropped a larger frame
+    unread, counted only there. Its greeting now says its limit, and the sender refuses a
+    larger frame (``InvalidArgument``: nothing sent) instead of sending it to be lost."""
+    a = nodes("a", max_frame_bytes=1000).attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    _poll(lambda: b.transport.frame_limit("a") == 1000, "a's greeting reaches b")
+    with pytest.raises(InvalidArgument, match="more than node 'a' takes"):
+        b.transport.send("b", "a", Channel.DATA, b"x" * 1500)
+    assert b.transport.send("b", "a", Channel.DATA, b"small")
+    a.infra.run_until(lambda: a.link.seen("data", "b") == [b"small"], "a takes the small one")

@@ -113,6 +113,11 @@ class Transport(Protocol):
         waits for none to be left, python-api §9)."""
         ...
 
+    def frame_limit(self, peer: str) -> int | None:
+        """The largest frame ``peer`` takes, when it is less than the wire's limit and known
+        (a call larger is refused where it is made); else ``None``."""
+        ...
+
     def peers(self) -> list[str]:
         """The nodes reachable now, sorted."""
         ...
@@ -218,6 +223,10 @@ class InProcessTransport:
     def unacknowledged(self) -> int:
         """Always 0: a frame handed over is in its receiver's infrastructure queue."""
         return 0
+
+    def frame_limit(self, peer: str) -> int | None:
+        """``None``: nodes in one process take what the wire carries."""
+        return None
 
     def reachable(self, peer: str) -> bool:
         return peer in self._nodes

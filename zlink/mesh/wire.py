@@ -94,14 +94,15 @@ class EnvelopeKind(StrEnum):
     BATCH = "batch"
 
 
-def check_fits(payload: str, meta: dict[str, str] | None = None) -> int:
+def check_fits(payload: str, meta: dict[str, str] | None = None, frame: int | None = None) -> int:
     """Refuse (``WireError``, an ``InvalidArgument``) a message whose JSON text ``payload``,
     with its metadata, cannot cross between nodes in one frame (``MAX_FRAME_BYTES``, room
     kept for the envelope's other fields); else its size in bytes, about. Checked where a
     call is made, before any queue changes (python-api §9): found later, by the encoder, it
     could only be dropped."""
-    room = min(64 * 1024, MAX_FRAME_BYTES // 16)  # the envelope's other fields
-    limit = MAX_FRAME_BYTES - room - (sum(len(k) + len(v) for k, v in meta.items()) if meta else 0)
+    frame = MAX_FRAME_BYTES if frame is None else min(frame, MAX_FRAME_BYTES)  # (``frame``:
+    room = min(64 * 1024, frame // 16)  # a peer that takes less than the wire carries)
+    limit = frame - room - (sum(len(k) + len(v) for k, v in meta.items()) if meta else 0)
     size = len(payload)
     if size * 8 <= limit:  # (4 bytes a character at most, each quote or backslash escaped
         return size  # again inside the envelope: only a large one is measured)
@@ -109,7 +110,7 @@ def check_fits(payload: str, meta: dict[str, str] | None = None) -> int:
     if size > limit:
         raise WireError(
             f"a message of {size:,} bytes is more than a frame between nodes carries "
-            f"({MAX_FRAME_BYTES:,} bytes with its envelope)"
+            f"({frame:,} bytes with its envelope)"
         )
     return size
 

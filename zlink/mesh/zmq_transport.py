@@ -271,6 +271,7 @@ class _Peer:
     left: bool = False  # it said goodbye (what it sends after is not a reason to meet again)
     byes: set[Channel] = field(default_factory=set)  # the pipes its goodbye came on
     out: _Outgoing = field(default_factory=_Outgoing)  # its incarnation's, across connections
+    max_frame: int = 0  # the largest frame it takes, as its HELLO said (0: not said yet)
     inc: _Incoming = field(default_factory=_Incoming)  # the same, for what it sends here
 
     @property
@@ -630,6 +631,11 @@ class ZmqTransport:
                 raise ResourceExhausted(
                     f"an envelope of {len(data)} bytes is over max_frame_bytes ({self._max_frame})"
                 )
+            if target.max_frame and len(data) > target.max_frame:  # it would drop it unread
+                raise InvalidArgument(
+                    f"a frame of {len(data):,} bytes is more than node {peer!r} takes "
+                    f"({target.max_frame:,}: its max_frame_bytes)"
+                )
             if channel is Channel.DATA:
                 out = target.out
                 if not data_room(out.in_flight, out.in_flight_bytes, len(data), self._limit,
@@ -653,6 +659,12 @@ class ZmqTransport:
         if wake:
             self._wake_now()
         return True
+
+    def frame_limit(self, peer: str) -> int | None:
+        """The largest frame ``peer`` takes, as its greeting said; ``None`` until it did (any
+        thread)."""
+        found = self._peers.get(peer)
+        return found.max_frame or None if found is not None else None
 
     def send_client(self, client: bytes, data: bytes) -> None:
         """Send ``data`` to a connected client (any thread; never blocks)."""
@@ -1115,6 +1127,7 @@ class ZmqTransport:
                 "incarnation": self._incarnation,
                 "mesh": self._mesh,
                 "endpoint": self._endpoint.encode(),
+                "max_frame": self._max_frame,  # what it sends larger is refused at its source
             }
         ).encode()
         try:
@@ -1600,6 +1613,9 @@ class ZmqTransport:
             return
         peer = self._meet(node_id, incarnation, endpoint)
         if peer is not None:
+            limit = hello.get("max_frame")  # (a peer of an earlier version says nothing)
+            if type(limit) is int and limit > 0:
+                peer.max_frame = limit
             self._replay_strangers(peer)
 
     def _read_clients(self) -> None:

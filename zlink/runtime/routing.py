@@ -456,6 +456,8 @@ class MeshRouter:
             return
         route = self._known(target)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
+            if not hops:
+                self._check_peer_takes(call, route.node)
             self._touch(target)
             if hops or admitted:
                 self._post_call(call, reply, hops, route)
@@ -627,6 +629,13 @@ class MeshRouter:
         self._check_reachable(peer)
         return self.outbox.put_if_room(peer, self.envelope(call, None), can_wait, call.target)
 
+    def _check_peer_takes(self, call: MessageCall, peer: str) -> None:
+        """``InvalidArgument`` (nothing sent) when ``call`` is larger than ``peer`` takes (a
+        peer whose ``max_frame_bytes`` is below the wire's: it would drop it unread)."""
+        frame = self.transport.frame_limit(peer)
+        if frame is not None and call.wire is not None:
+            wire.check_fits(call.wire[1], call.meta, frame)
+
     def _post_call(
         self, call: MessageCall, reply: Completion | None, hops: int, route: Route
     ) -> None:
@@ -649,6 +658,8 @@ class MeshRouter:
         fault: ZLinkError
         try:
             if route is not None:  # a call made here takes its turn in the outbox (§9)
+                if not hops:
+                    self._check_peer_takes(call, route.node)
                 if not hops and not self._outbox_room(call, reply, room, route.node, True):
                     return  # it waits for room in the outbox now
                 self._post_call(call, reply, hops, route)
@@ -887,11 +898,14 @@ class MeshRouter:
         correlation id, which means nothing among this node's own)."""
         self.rt.metrics.add("envelopes_undeliverable")
         if isinstance(env, wire.ReplyEnvelope):
-            return  # the caller's own deadline completes it; counted above
+            if isinstance(error, InvalidArgument) and env.error is None:  # too large for it:
+                too_large = HandlerError("ReplyTooLarge", f"the reply does not cross: {error}")
+                self.reply(peer, env.correlation, error=too_large)  # its caller hears at once
+            return  # (else unreachable: the caller's own deadline completes it; counted above)
         if isinstance(env, wire.SendEnvelope):  # (at a stop: still in the outbox)
             reason = (
                 "shutdown" if self.rt.stopping
-                else "does_not_encode" if isinstance(error, wire.WireError)
+                else "does_not_cross" if isinstance(error, InvalidArgument)
                 else "unreachable"
             )  # fmt: skip
             self.rt.metrics.add(f"sends_dropped_{reason}")
@@ -1191,7 +1205,7 @@ class MeshRouter:
             try:
                 text = to_json(value).decode()
                 if origin != self.rt.node_id:  # too large for a frame: as if it did not encode
-                    wire.check_fits(text)
+                    wire.check_fits(text, None, self.transport.frame_limit(origin))
                 out = wire.ReplyEnvelope(correlation, text, None)
             except Exception as exc:  # noqa: BLE001 - the caller gets it, typed, at once
                 self.rt.metrics.add("reply_encoding_failures")
