@@ -133,6 +133,19 @@ def nodes() -> Iterator[Callable[..., Node]]:
         node.stop()
 
 
+def _as_an_older_peer(node: Node) -> None:
+    """``node`` hears no ``max_frame`` in greetings, as a node of the version before it was
+    sent: it sends frames its peer will drop (the receiving side of that is under test)."""
+    real = node.transport._on_hello
+
+    def without_limit(ident: bytes, body: bytes) -> None:
+        hello = json.loads(body)
+        hello.pop("max_frame", None)
+        real(ident, json.dumps(hello).encode())
+
+    node.transport._on_hello = without_limit  # type: ignore[method-assign]
+
+
 def _meshed(a: Node, b: Node) -> None:
     """``b`` learns ``a`` from the store and greets it; ``a`` connects back."""
     b.transport.learn([a.member()])
@@ -460,6 +473,7 @@ def test_an_oversized_frame_in_a_batch_drops_only_itself_and_is_credited(nodes):
 
     a = nodes("a", data_limit=4, max_frame_bytes=1024, count=count).attach()
     b = nodes("b", data_limit=4).attach()
+    _as_an_older_peer(b)  # (one that a's limit is not told to: it sends, a drops)
     _meshed(a, b)
     hold = threading.Event()  # keep b's transport thread from flushing until all are queued
     flush = b.transport._flush
@@ -968,10 +982,10 @@ def test_an_oversized_frame_from_a_peer_taken_down_is_credited(nodes):
     counted, count = _counter()
     a = nodes("a", data_limit=1, max_frame_bytes=1000, count=count).attach()
     b = nodes("b", data_limit=1).attach()
+    _as_an_older_peer(b)  # (one that a's limit is not told to: it sends, a drops)
     _meshed(a, b)
     _on_thread(a.transport, lambda: a.transport._down(a.transport._peers["b"], "test"))
     a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "a drops b")
-    b.transport._peers["a"].max_frame = 0  # as if a's greeting had not said (an older peer):
     assert b.transport.send("b", "a", Channel.DATA, b"x" * 1500)  # b sends what a drops
     a.infra.run_until(
         lambda: bool(a.link.seen("up", "b")) and counted.get("oversized_frames"), "a meets b again"

@@ -299,12 +299,12 @@ class NodeMembership:
             return
         if isinstance(error, _Superseded):
             self._stopped = True  # no renewal, no registration, no polling from now on
-            self._count("superseded")
             why = (f"node id {self.node_id!r} was registered again, as incarnation "
                    f"{error.incarnation}, by another process; this one (incarnation "
                    f"{self.incarnation}) stays fenced and serves nothing")  # fmt: skip
             _log.error("%s", why)
             self._events.superseded(why)
+            self._count("superseded")  # (last: whoever sees it sees the node say so too)
             return
         if error is not None:
             _log.warning("node %s could not register again: %s", self.node_id, error)
