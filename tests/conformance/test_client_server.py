@@ -243,9 +243,10 @@ def test_connect_refuses_bad_endpoints_and_times_out_where_nobody_answers():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
         started = time.monotonic()
-        with pytest.raises(zlink.Unavailable):
+        with pytest.raises(zlink.Unavailable) as refused:
             zlink.connect(f"tcp://127.0.0.1:{port}", timeout=0.3)
         assert time.monotonic() - started < WAIT
+        assert "within 0.3 s" in str(refused.value)  # (a probe read "within 0.299999 s")
     with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
         zlink.connect("tcp://127.0.0.1:7101", keys="somewhere")  # not a keys folder
 
@@ -584,6 +585,8 @@ def test_connect_refuses_bad_endpoint_lists_and_settings():
             zlink.connect(bad)  # type: ignore[arg-type]
     with pytest.raises(zlink.InvalidArgument, match="reconnect"):
         zlink.connect("tcp://127.0.0.1:7101", reconnect="yes")  # type: ignore[arg-type]
+    with pytest.raises(zlink.InvalidArgument, match="give keys too"):  # (a service probe: it
+        zlink.connect("tcp://127.0.0.1:7101", client="web")  # was silently ignored)
 
 
 def _fake_node() -> tuple[zmq.Socket[Any], str]:

@@ -291,7 +291,7 @@ class _Connection:
         end = time.monotonic() + timeout
         while not self._answered.wait(min(_CANCEL_LOOK, max(0.0, end - time.monotonic()))):
             if time.monotonic() >= end:
-                raise Unavailable(f"no node answered at {self.endpoint} within {timeout:g} s")
+                raise Unavailable(f"no node answered at {self.endpoint} within {timeout:.3g} s")
             if cancel is not None and cancel.is_set():
                 raise Unavailable(f"the client was closed while it connected to {self.endpoint}")
         with self._lock:
@@ -1071,6 +1071,8 @@ def connect(
             raise InvalidArgument(f"{what} is a whole number >= 1, got {value!r}")
     if not isinstance(reconnect, bool):
         raise InvalidArgument(f"reconnect is True or False, got {reconnect!r}")
+    if keys is None and client != "client":  # (it names a key pair in the keys folder)
+        raise InvalidArgument(f"client={client!r} names a key pair of keys=: give keys too")
     loaded = None if keys is None else ClientKeys.load(keys, client)
     counters = _Counters()
 

@@ -258,7 +258,7 @@ class Failover:
                     return
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
-                    raise DeadlineExceeded(f"no node answered within {timeout} s")
+                    raise DeadlineExceeded(f"no node answered within {timeout:.3g} s")
                 # a swap or the close notifies; a poll bounds what a loss between the
                 # state's change and its callback could hide
                 self._changed.wait(_LOOK if left is None else min(left, _LOOK))
