@@ -83,6 +83,9 @@ class EntrySpot:
     def on_joined_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor came back from a User Spot."""
 
+    def on_leave_actor(self, actor: Actor) -> Maybe[None]:
+        """An Actor left this Entry Spot for a User Spot it joined."""
+
     def on_disconnect_actor(self, actor: Actor) -> Maybe[None]:
         """An Actor in this Entry Spot (one that joined no User Spot) is ending: nothing of
         it runs after this."""

@@ -70,9 +70,13 @@ def build_app(probe_room: list[Room] | None = None) -> zlink.App:
         def __init__(self, context: zlink.EntrySpotContext) -> None:
             super().__init__(context)
             self.returned: list[str] = []
+            self.left: list[str] = []
 
         def on_joined_actor(self, actor: zlink.Actor) -> None:
             self.returned.append(actor.actor_id)
+
+        def on_leave_actor(self, actor: zlink.Actor) -> None:
+            self.left.append(actor.actor_id)
 
     @app.actor("t.jd.player")
     class Player(zlink.Actor):
@@ -235,3 +239,18 @@ def test_a_second_defer_of_one_join_is_invalid_operation_and_registers_nothing(m
     (done,) = actor.instance.completions  # one Join, one on_join_completed
     assert done.joined and done.spot_id == "room"
     assert _room(node, "room").events == [f"join?{pid}", f"joined:{pid}"]
+
+
+def test_the_entry_spot_hears_an_actor_leave_it_for_a_room(make_node):
+    """python-api §3 lists ``on_leave_actor`` for an Entry Spot too (kotlin-spot-interface:
+    ``onLeaveActorSuspending`` on ZLinkSuspendingEntrySpot): an Actor that joins a room leaves
+    its Entry Spot, which hears so, as it hears ``on_joined_actor`` when the Actor comes back."""
+    node, client, pid, actor = _setup(make_node)
+    entry = node._runtime.entries["t.jd.player"]
+    client.send_to_actor(pid, Enter(room="room")).submit()
+    assert actor.instance.completed.wait(WAIT)
+    node.wait_idle(WAIT)
+    assert entry.instance.left == [pid]
+    client.send_to_actor(pid, Leave()).submit()
+    node.wait_idle(WAIT)
+    assert entry.instance.returned == [pid] and entry.instance.left == [pid]

@@ -79,11 +79,16 @@ class Player(zlink.Actor):
         COMPLETED.release()
 
 
+class Lobby(zlink.EntrySpot):
+    def on_leave_actor(self, actor: zlink.Actor) -> None:
+        EVENTS.append(f"lobby-left@{self.context.spot_ref.node_rid}")
+
+
 def build_app() -> zlink.App:
     app = zlink.App("remote-join")
     state = zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
     app.user_spot("t.xj.room")(Room)
-    app.entry_spot("t.xj.lobby", actor="t.xj.player")(type("Lobby", (zlink.EntrySpot,), {}))
+    app.entry_spot("t.xj.lobby", actor="t.xj.player")(Lobby)
     app.actor("t.xj.player", relocation=state)(Player)
     app.entry_spot("t.xj.gate", actor="t.xj.fixed")(type("Gate", (zlink.EntrySpot,), {}))
     app.actor("t.xj.fixed")(type("Fixed", (Player,), {}))  # Relocation.disabled() by default
@@ -125,7 +130,8 @@ def test_an_actor_joins_a_spot_on_another_node_and_moves_there_with_its_state(cl
     done = _join(cluster, pid, "room")
     assert done.joined and done.spot_id == "room"
     assert done.reply == Welcome(text=f"hi {pid[:4]}")  # a Message reply keeps its type
-    assert EVENTS == ["join?@node-2", "joined@node-2:[1]"]
+    # its Entry Spot on node-1 hears it leave (python-api §3), as the room hears it join
+    assert sorted(EVENTS) == sorted(["join?@node-2", "joined@node-2:[1]", "lobby-left@node-1"])
     assert pid in n2._runtime.actors and pid not in n1._runtime.actors
     assert cluster.store.lookup(pid).owner_node == "node-2"
     assert n1.client().request_to_actor(pid, Info()).wait(WAIT) == "node-2:room:[1]"

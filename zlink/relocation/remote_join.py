@@ -139,8 +139,8 @@ class RemoteJoin:
             return
         # it left: moved, or committed to a node that then went down before it opened it
         # (the Actor belongs to that node, lost with it: nothing more runs on this copy)
-        if source is not actor.entry and source.members.pop(actor.actor_id, None) is not None:
-            old = actor.instance
+        if source is actor.entry or source.members.pop(actor.actor_id, None) is not None:
+            old = actor.instance  # (its Entry Spot hears it leave too: python-api §3)
             source.owner.put_unreserved(
                 LifeJob(source, "on_leave_actor", lambda: source.instance.on_leave_actor(old),
                         lane=Lane.UNRESERVED)

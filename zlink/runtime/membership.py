@@ -177,6 +177,7 @@ class Membership:
         source = actor.spot
         if source is not actor.entry:
             source.members.pop(actor.actor_id, None)
+        if source is not target:  # the Spot it leaves hears so, its Entry Spot too (§3)
             source.owner.put_unreserved(
                 LifeJob(
                     source,
