@@ -192,7 +192,12 @@ class AdminServer:
                 _log.debug("admin: " + format, *args)
 
         Handler.timeout = timeout  # idle or half-open connections end (socket timeout)
-        self._server = _BoundedServer((host, port), Handler, max_connections, node)
+        try:
+            self._server = _BoundedServer((host, port), Handler, max_connections, node)
+        except OSError as exc:  # a port in use, say: name the address (a service probe)
+            raise InvalidArgument(
+                f"the admin endpoint cannot bind {host}:{port}: {exc.strerror or exc}"
+            ) from exc
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="zlink-admin", daemon=True

@@ -111,6 +111,23 @@ def _get(address: tuple[str, int], path: str) -> tuple[str, str]:
         return r.headers["Content-Type"], r.read().decode()
 
 
+def test_an_admin_address_in_use_is_named_and_a_bad_one_refused_before_the_node_starts():
+    """A service probe: ``--admin nope`` was checked only after the node had started (and
+    registered), and a port in use said "[Errno 98] Address already in use" without the
+    address."""
+    import socket
+
+    result = CliRunner().invoke(cli, ["run", "examples.counter:app", "--admin", "nope"])
+    assert result.exit_code == 1 and "node-1 started" not in result.output
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        node = zlink.Node(zlink.App("a"), zlink.NodeConfig(workers=1))
+        with pytest.raises(zlink.InvalidArgument, match=f"127.0.0.1:{port}"):
+            AdminServer(node, "127.0.0.1", port)
+
+
 def test_health_says_503_and_why_while_the_node_does_not_serve(make_node):
     """A service probe: /health said ``{"ok": true}`` while the node was fenced and refused
     every call; a load balancer's probe must be able to tell. A query string is ignored."""

@@ -108,6 +108,45 @@ def test_run_nodes_starts_a_mesh_of_processes_and_stops_them_all(tmp_path: Path)
         _stop(proc, reader)
 
 
+@pytest.mark.timeout(90)
+def test_run_nodes_names_a_node_killed_exits_as_a_shell_would_and_removes_its_store() -> None:
+    """A service probe: with a child killed by SIGKILL the parent exited 9 (not 137) and said
+    only "1 of 3 nodes said nothing"; the temporary store folder was never removed."""
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--nodes", "2",
+         "--node-id", "k", "--workers", "1", "--lease", "1.5"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        store_line = _until(lines, "Location Store: ", 45)[-1]
+        folder = Path(store_line.split("sqlite:///", 1)[1].strip()).parent
+        for _ in range(2):
+            _until(lines, "listening on", 45)
+        children = psutil.Process(proc.pid).children()
+        victim = next(c for c in children if "k-2" in c.cmdline())
+        victim.kill()  # SIGKILL: it says nothing
+        seen = _until(lines, "all nodes stopped", 45)
+        assert "said nothing: k-2" in seen[-1], seen[-1]
+        assert proc.wait(timeout=30) == 128 + signal.SIGKILL
+        assert not folder.exists()
+    finally:
+        _stop(proc, reader)
+
+
+def test_mesh_looks_at_a_store_and_never_makes_one(tmp_path: Path) -> None:
+    """A service probe: ``zlink mesh`` on a typo'd path made an empty store there and listed
+    an empty mesh; on "memory" it listed the empty store of its own process."""
+    missing = tmp_path / "typo.db"
+    result = CliRunner().invoke(cli, ["mesh", "--store", f"sqlite:///{missing}"])
+    assert result.exit_code == 1 and "no Location Store" in result.output
+    assert not missing.exists()
+    result = CliRunner().invoke(cli, ["mesh", "--store", "memory"])
+    assert result.exit_code == 1 and "one process" in result.output
+
+
 def test_a_non_loopback_listen_needs_keys_or_insecure() -> None:
     """python-api §10: refused before anything binds; nothing here binds a non-loopback
     address."""

@@ -331,10 +331,11 @@ def run(
             signal.signal(sig, functools.partial(_on_stop_signal, stop))
         server = None
         with _user_errors():  # a port in use, a store that will not open: one line
+            where = None if admin is None else parse_address(admin)  # (before the node starts)
             node = Node(obj, config).start()
             try:
-                if admin is not None:
-                    host, port = parse_address(admin)
+                if where is not None:
+                    host, port = where
                     server = AdminServer(node, host, port,
                                          allow_remote=admin_allow_remote).start()  # fmt: skip
             except BaseException:
@@ -422,6 +423,7 @@ def _run_many(
     import subprocess
     import tempfile
 
+    folder: str | None = None  # a store made here, for this run only: removed at its end
     if store is None:
         folder = tempfile.mkdtemp(prefix="zlink-mesh-")
         store = f"sqlite:///{folder}/mesh.db"
@@ -477,18 +479,31 @@ def _run_many(
                     proc.wait(10)
                 if proc.stdin is not None:
                     proc.stdin.close()
-            summed = _summed(summaries, len(procs))  # (all stopped: what they wrote is all)
+            names = [f"{node_id}-{i}" for i in range(1, len(procs) + 1)]
+            summed = _summed(summaries, names)  # (all stopped: what they wrote is all)
             shutil.rmtree(summaries, ignore_errors=True)
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
     typer.echo(f"all nodes stopped: {summed}")
-    return max((abs(p.returncode or 0) for p in procs), default=0)
+    # a child a signal ended: 128 + its number, as a shell says (137 for SIGKILL)
+    return max((_status(p.returncode or 0) for p in procs), default=0)
 
 
-def _summed(folder: Path, count: int) -> str:
-    """The stop summaries the ``--nodes`` children wrote into ``folder``, added up; a child
-    that wrote none (killed, or failed) is said to be missing."""
+def _status(returncode: int) -> int:
+    """A child's exit status as a shell reports it: a signal's is 128 + its number."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _summed(folder: Path, names: list[str]) -> str:
+    """The stop summaries the ``--nodes`` children (``names``, in order) wrote into
+    ``folder``, added up; a child that wrote none (killed, or failed) is named."""
+    count = len(names)
     moved = stayed = reported = 0
     dropped: dict[str, int] = {}
+    silent = set(names)
     for path in sorted(folder.glob("*.json")):
+        with contextlib.suppress(ValueError, IndexError):
+            silent.discard(names[int(path.stem) - 1])
         try:
             one = json.loads(path.read_text())
             counts = (int(one["moved"]), int(one["stayed"]))
@@ -500,7 +515,12 @@ def _summed(folder: Path, count: int) -> str:
         moved, stayed, reported = moved + counts[0], stayed + counts[1], reported + 1
         for reason, n in discarded.items():
             dropped[reason] = dropped.get(reason, 0) + n
-    missing = "" if reported == count else f" ({count - reported} of {count} nodes said nothing)"
+    missing = (
+        ""
+        if reported == count
+        else f" ({count - reported} of {count} nodes said nothing: "
+        f"{', '.join(n for n in names if n in silent) or 'their summaries were cut short'})"
+    )
     return _stop_summary(moved, stayed, dropped) + missing
 
 
@@ -579,7 +599,16 @@ def mesh_cmd(
     from ..mesh.zmq_transport import MeshEndpoint
 
     with _user_errors():
-        opened = open_store(store)
+        if store == "memory":  # (it would always be empty: a store of this process only)
+            raise InvalidArgument('"memory" is a store of one process: give the mesh\'s own')
+        if (
+            store.lower().startswith("sqlite:///")
+            and not Path(store[len("sqlite:///") :]).is_file()
+        ):
+            raise InvalidArgument(
+                f"no Location Store at {store[len('sqlite:///') :]!r}"
+            )  # (looking
+        opened = open_store(store)  # must not make one: a typo'd path listed an empty mesh)
     try:
         records = opened.nodes()
         owned = opened.owned()
