@@ -605,10 +605,9 @@ def mesh_cmd(
             store.lower().startswith("sqlite:///")
             and not Path(store[len("sqlite:///") :]).is_file()
         ):
-            raise InvalidArgument(
-                f"no Location Store at {store[len('sqlite:///') :]!r}"
-            )  # (looking
-        opened = open_store(store)  # must not make one: a typo'd path listed an empty mesh)
+            # (looking must not make one: a typo'd path listed an empty mesh)
+            raise InvalidArgument(f"no Location Store at {store[len('sqlite:///') :]!r}")
+        opened = open_store(store)
     try:
         records = opened.nodes()
         owned = opened.owned()
