@@ -32,7 +32,15 @@ from .errors import (
     Unavailable,
     ZLinkError,
 )
-from .executor import Clock, DaemonPool, InfraExecutor, MonotonicClock, WorkerPool
+from .executor import (
+    Clock,
+    DaemonPool,
+    InfraExecutor,
+    MonotonicClock,
+    WorkerPool,
+    current_turn,
+    in_infrastructure,
+)
 from .mesh import wire
 from .mesh.client_server import ClientServer, ClientSettings
 from .mesh.keys import MeshKeys
@@ -52,6 +60,16 @@ from .runtime.type_stats import LATENCY_BOUNDS, SAMPLE_EVERY
 from .status import NodeStatus, StatusSubscription
 
 _log = logging.getLogger("zlink.node")
+
+
+def _blocking_outside(what: str) -> None:
+    """``InvalidOperation`` from inside a turn or on the infrastructure thread: ``what``
+    blocks until a move reaches barriers that turn (or that thread) would hold up (a Spot
+    moving itself never reached its own; python-api §4, as ``wait()``)."""
+    if current_turn() is not None:
+        raise InvalidOperation(f"{what} blocks the thread: call it from outside the runtime")
+    if in_infrastructure():
+        raise InvalidOperation(f"{what} would block the infrastructure thread")
 
 
 class _MeshEvents:
@@ -417,6 +435,12 @@ class Node:
         (python-api §8).
         ``None`` or ``1e-3 .. 1e7`` seconds."""
         timeout = check_timeout(timeout, "a relocation timeout")
+        _blocking_outside("relocate_spot()")
+        if not isinstance(spot_id, str) or not isinstance(target, str):
+            raise InvalidArgument(
+                f"relocate_spot takes a Spot id and a node id (str), got "
+                f"{type(spot_id).__name__} and {type(target).__name__}"
+            )
         rt = self._rt
         if self._relocator is None:
             raise InvalidOperation("relocation needs a mesh (store and transport)")
@@ -447,6 +471,7 @@ class Node:
         ``timeout``: ``None`` or ``1e-3 .. 1e7`` seconds (python-api §9).
         """
         timeout = check_timeout(timeout, "a drain timeout")
+        _blocking_outside("drain()")
         rt = self._rt
         if self._state != "running":
             raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")

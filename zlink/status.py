@@ -163,6 +163,7 @@ class StatusSubscription:
                     _, status = self._latest.popitem(last=False)
             try:
                 self._callback(status)
-            except Exception:  # noqa: BLE001 - a subscriber's failure is its own
+            except BaseException:  # noqa: BLE001 - a subscriber's failure is its own (even
+                # a KeyboardInterrupt from it must not end this thread: it served for good)
                 _log.exception("status subscriber %r failed", self._callback)
             self.delivered += 1

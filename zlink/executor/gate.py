@@ -24,6 +24,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -303,7 +304,9 @@ class Gate:
                             turn.job, turn.owner, turn.barriers = item, owner, None
                             _set_current(turn)
                             try:
-                                item.invoke()
+                                result = item.invoke()
+                                if result is not None:  # (a one-way handler's: None, mostly)
+                                    _no_coroutine(result)
                             except BaseException as exc:  # noqa: BLE001 - it is the result
                                 turn.error = exc
                             self.running = None
@@ -394,6 +397,17 @@ class Gate:
     def _deliver_keep(self, turn: Turn, value: Any, error: BaseException | None) -> None:
         self._cont = _Resume(turn, value, error)
         self._pool.submit_next(self._run)
+
+
+def _no_coroutine(result: object) -> None:
+    """A light job's handler, a ``def``, returned ``result``: a coroutine means it should have
+    been an ``async def`` (it never runs here): closed, and the turn fails with it, counted
+    as a handler error, not dropped unseen."""
+    if inspect.iscoroutine(result):
+        result.close()
+        raise TypeError(
+            "a def one-way handler returned a coroutine, which never runs: declare it async def"
+        )
 
 
 def run_free(job: Job, pool: WorkerPool) -> None:

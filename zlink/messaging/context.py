@@ -28,7 +28,7 @@ from .calls import (
     WorkerCall,
     check_id,
 )
-from .message import Message, Request
+from .message import Message, Request, wire_bytes
 
 R = TypeVar("R")  # the reply type of a Request[R], the result of a worker function
 P = ParamSpec("P")
@@ -289,12 +289,12 @@ class SpotContext(_Context):
 
     def leave_actor(self, actor: _HasActorContext) -> None:
         """Send a member Actor back to its Entry Spot (after this turn's queue position)."""
-        self._rt.leave(actor.context.actor_id, self.spot_id)
+        self._rt.leave(_actor_id("leave_actor", actor), self.spot_id)
 
     def disconnect_actor(self, actor: _HasActorContext) -> None:
         """End a member Actor after its current turn: ``on_disconnect_actor`` here, then it
         is gone (what was queued for it discarded and counted)."""
-        self._rt.disconnect(actor.context.actor_id, self.spot_id)
+        self._rt.disconnect(_actor_id("disconnect_actor", actor), self.spot_id)
 
     def relocation_ready(self) -> RelocationReadyCall:
         """A boundary for an ``APPLICATION_SIGNALED`` move; end it with ``.defer()``."""
@@ -311,7 +311,30 @@ class EntrySpotContext(SpotContext):
     ) -> JoinCall:
         """Join one of this Entry Spot's Actors into a User Spot; end it with ``.defer()``."""
         check_id("target_spot_id", target_spot_id)
-        return WatchedJoinCall(self._rt, actor.context.actor_id, target_spot_id, request)
+        actor_id = _actor_id("join", actor)
+        return WatchedJoinCall(self._rt, actor_id, target_spot_id, _join_request(request))
+
+
+def _actor_id(what: str, actor: object) -> str:
+    """The id of ``actor``, an Actor a callback was given; ``InvalidArgument`` for anything
+    else (an id string, ``None``: python-api §5)."""
+    actor_id = getattr(getattr(actor, "context", None), "actor_id", None)
+    if not isinstance(actor_id, str):
+        raise InvalidArgument(
+            f"{what} takes an Actor (one a callback was given), got {type(actor).__name__}"
+        )
+    return actor_id
+
+
+def _join_request(request: object) -> Message | None:
+    """A Join's request: ``None`` or a Message with a JSON form (it crosses to another node
+    when the room lives there: found later, it stranded the Actor), checked now (§1)."""
+    if request is None:
+        return None
+    if not isinstance(request, Message):
+        raise InvalidArgument(f"a join request is a zlink.Message, got {type(request).__name__}")
+    wire_bytes(request)  # InvalidArgument for one JSON cannot carry
+    return request
 
 
 class InstanceSpotContext(SpotContext):
@@ -346,9 +369,7 @@ class ActorContext(_Context):
     def join(self, target_spot_id: str, request: Message | None = None) -> JoinCall:
         """Join a User Spot after this handler ends normally; end it with ``.defer()`` (§5)."""
         check_id("target_spot_id", target_spot_id)
-        if request is not None and not isinstance(request, Message):
-            raise InvalidArgument("a join request is a zlink.Message")
-        return WatchedJoinCall(self._rt, self.actor_id, target_spot_id, request)
+        return WatchedJoinCall(self._rt, self.actor_id, target_spot_id, _join_request(request))
 
     def leave(self) -> None:
         """Leave the current User Spot and return to the Entry Spot."""

@@ -64,7 +64,10 @@ class Message(BaseModel):
             )
         cls.zlink_type_name = name
         prior = _BY_WIRE_NAME.get(name)
-        if prior is not None and prior.__qualname__ != cls.__qualname__:
+        if prior is not None and (prior.__module__, prior.__qualname__) != (
+            cls.__module__,
+            cls.__qualname__,
+        ):  # (the same class made again, a module reloaded, keeps its name)
             raise InvalidOperation(
                 f"wire name {name!r} is taken by {prior.__module__}.{prior.__qualname__}"
             )

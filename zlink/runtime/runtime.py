@@ -373,6 +373,8 @@ class Runtime:
             run_free(job, self.pool)
             return reply  # type: ignore[return-value]
         job.size = lane_size(msg)
+        if call.meta:  # metadata is held with the message: it counts against the byte limit
+            job.size += sum(len(k) + len(v) for k, v in call.meta.items())
         verdict = owner.put_app(job)  # (a handler never runs at the call site: §6, §11)
         if verdict != ADMITTED:
             assert not isinstance(act, ChannelAct)  # a Channel has no lanes

@@ -1,0 +1,196 @@
+"""Bad input at the public boundary (python-api §1, §4, §5, §7): a typed error at the call
+site, before any queue changes, and the node goes on. Each case here was found by a probe
+of every public call and failed before its fix."""
+
+from __future__ import annotations
+
+import threading
+import types
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT
+from zlink.testing import LocalCluster, ManualClock
+
+SEEN: list[str] = []
+
+
+class Odd:
+    """No JSON form."""
+
+
+class Bag(zlink.Message, type_name="t.bd.bag"):
+    model_config = {"arbitrary_types_allowed": True}
+    v: Any = None
+
+
+class Enter(zlink.Message, type_name="t.bd.enter"):
+    how: str
+
+
+class Move(zlink.Request[str], type_name="t.bd.move"):
+    what: str
+
+
+class Fire(zlink.Message, type_name="t.bd.fire"):
+    pass
+
+
+class Get(zlink.Request[int], type_name="t.bd.get"):
+    pass
+
+
+def build_app(node: list[zlink.Node]) -> zlink.App:
+    app = zlink.App("boundaries")
+
+    @app.entry_spot("t.bd.lobby", actor="t.bd.player")
+    class Lobby(zlink.EntrySpot):
+        pass
+
+    @app.actor("t.bd.player")
+    class Player(zlink.Actor):
+        @zlink.handler
+        def enter(self, msg: Enter) -> None:
+            try:
+                if msg.how == "unencodable":
+                    self.context.join("room", Bag(v=Odd()))
+                elif msg.how == "not-a-message":
+                    self.context.join("room", "hello")  # type: ignore[arg-type]
+                SEEN.append("accepted")
+            except zlink.ZLinkError as exc:
+                SEEN.append(type(exc).__name__)
+
+    @app.user_spot("t.bd.room")
+    class Room(zlink.UserSpot):
+        def __init__(self, context: zlink.SpotContext) -> None:
+            super().__init__(context)
+            self.n = 0
+
+        @zlink.handler
+        def move(self, req: Move) -> str:
+            try:
+                if req.what == "relocate":
+                    node[0].relocate_spot("room", "node-2", timeout=WAIT)
+                elif req.what == "drain":
+                    node[0].drain(timeout=WAIT)
+                elif req.what == "leave-none":
+                    self.context.leave_actor(None)  # type: ignore[arg-type]
+                elif req.what == "disconnect-id":
+                    self.context.disconnect_actor("p1")  # type: ignore[arg-type]
+            except zlink.ZLinkError as exc:
+                return type(exc).__name__
+            return "accepted"
+
+        @zlink.handler
+        def fire(self, msg: Fire) -> Any:  # a def that returns a coroutine: a mistake
+            self.n += 1
+            return self._later()
+
+        async def _later(self) -> None:
+            SEEN.append("the coroutine ran")
+
+        @zlink.handler
+        def get(self, req: Get) -> int:
+            return self.n
+
+    return app
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    SEEN.clear()
+
+
+def test_a_join_request_that_cannot_cross_is_refused_at_join(make_node):
+    """A Join's request that JSON cannot carry was accepted, then failed inside the Join's
+    hold when the room was on another node: the Actor stayed held for good, no counter."""
+    node = make_node(build_app([]))
+    client = node.client()
+    client.actors.create("t.bd.player", actor_id="p1").wait(WAIT)
+    for how in ("unencodable", "not-a-message"):
+        client.send_to_actor("p1", Enter(how=how)).submit()
+    assert node.wait_idle(WAIT)
+    assert SEEN == ["InvalidArgument", "InvalidArgument"]
+
+
+def test_moves_and_drains_from_inside_a_handler_are_refused_at_once(clock: ManualClock):
+    """``relocate_spot``/``drain`` from a handler blocked its worker for the whole timeout (a
+    Spot moving itself never reached its own barrier); refused as ``wait()`` is (§4)."""
+    holder: list[zlink.Node] = []
+    with LocalCluster(build_app(holder), nodes=2, clock=clock, workers=2) as cluster:
+        holder.append(cluster.node(0))
+        client = cluster.node(0).client()
+        client.spots.get_or_create("room", "t.bd.room").wait(WAIT)
+        for what in ("relocate", "drain"):
+            assert client.request_to_spot("room", Move(what=what)).wait(WAIT) == (
+                "InvalidOperation"
+            )
+        with pytest.raises(zlink.InvalidArgument):
+            cluster.node(0).relocate_spot(["room"], "node-2")  # type: ignore[arg-type]
+        with pytest.raises(zlink.InvalidArgument):
+            cluster.node(0).relocate_spot("room", None)  # type: ignore[arg-type]
+
+
+def test_membership_calls_take_an_actor_not_an_id_or_none(make_node):
+    node = make_node(build_app([]))
+    client = node.client()
+    client.spots.get_or_create("room", "t.bd.room").wait(WAIT)
+    for what in ("leave-none", "disconnect-id"):  # were AttributeError
+        assert client.request_to_spot("room", Move(what=what)).wait(WAIT) == "InvalidArgument"
+
+
+def test_a_def_one_way_handler_that_returns_a_coroutine_is_a_counted_error(make_node):
+    """It was dropped unseen (a request's ran): now a handler error, counted and logged."""
+    node = make_node(build_app([]))
+    client = node.client()
+    client.spots.get_or_create("room", "t.bd.room").wait(WAIT)
+    client.send_to_spot("room", Fire()).submit()
+    assert client.request_to_spot("room", Get()).wait(WAIT) == 1
+    assert node.counters().get("handler_errors") == 1
+    assert SEEN == []
+
+
+def test_metadata_counts_against_the_lane_byte_limit(make_node):
+    """Metadata was held with each message but never counted: 20 sends of 4 MiB metadata
+    sat in a 1 MiB lane."""
+    node = make_node(build_app([]), app_lane_bytes=64 * 1024)
+    client = node.client()
+    client.spots.get_or_create("room", "t.bd.room").wait(WAIT)
+    with pytest.raises(zlink.ResourceExhausted):
+        client.send_to_spot("room", Fire()).metadata("k", "v" * 100_000).submit()
+
+
+def test_a_status_subscriber_that_raises_keyboard_interrupt_is_served_on(make_node, clock):
+    """A BaseException from the callback ended the status thread for good."""
+    node = make_node(build_app([]))
+    calls: list[int] = []
+    again = threading.Event()
+
+    def callback(_status: object) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyboardInterrupt  # (a subscriber's own failure)
+        again.set()
+
+    node.subscribe_status(callback)
+    for _ in range(3):  # a status every status_interval, on the node's clock
+        clock.advance(node.config.status_interval)
+        node._infra.wait_quiet(WAIT)
+    assert again.wait(WAIT)
+
+
+def test_one_wire_name_for_two_message_classes_of_different_modules_is_refused():
+    """Two ``Draw`` classes in two modules with one explicit ``type_name``: the later one
+    silently replaced the first (the check compared class names only)."""
+
+    class Draw(zlink.Message, type_name="t.bd.draw"):
+        n: int
+
+    namespace = {"__module__": "elsewhere.cards", "__annotations__": {"label": str}}
+    with pytest.raises(zlink.InvalidOperation, match="taken"):
+        types.new_class(
+            "Draw", (zlink.Message,), {"type_name": "t.bd.draw"}, lambda ns: ns.update(namespace)
+        )
+    assert Draw(n=1).n == 1
