@@ -46,7 +46,8 @@ def check_endpoint(endpoint: object) -> str:
     if not isinstance(endpoint, str) or not endpoint.startswith("tcp://"):
         raise InvalidArgument(f"an endpoint is tcp://HOST:PORT, got {endpoint!r}")
     host, sep, port = endpoint[len("tcp://") :].rpartition(":")
-    if not sep or not host or any(c.isspace() for c in host) or "/" in host:
+    # (a NUL or a lone surrogate, neither printable, reached ZeroMQ: ZMQError, UnicodeError)
+    if not sep or not host or "/" in host or any(c.isspace() or not c.isprintable() for c in host):
         raise InvalidArgument(f"an endpoint is tcp://HOST:PORT, got {endpoint!r}")
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise InvalidArgument(f"an endpoint's port is 1..65535, got {endpoint!r}")

@@ -79,6 +79,17 @@ def _has_subscriptions(cls: type) -> bool:
     )
 
 
+def _relocation(relocation: object) -> Relocation | None:
+    """``relocation`` if it is a ``Relocation`` (or ``None``); ``InvalidOperation`` for
+    anything else (``"recreate"`` failed later, at ``Node.start``, with AttributeError)."""
+    if relocation is not None and not isinstance(relocation, Relocation):
+        raise InvalidOperation(
+            "relocation must be a Relocation (Relocation.recreate(), .preserve_state(...), "
+            f".disabled()), got {relocation!r}"
+        )
+    return relocation
+
+
 _MEMBERSHIP_CALLBACKS = (
     "on_actor_join", "on_joined_actor", "on_leave_actor", "on_create_actor", "on_disconnect_actor",
 )  # fmt: skip
@@ -105,6 +116,12 @@ class App:
         """Register a User Spot class, created by ``spots.create`` / ``get_or_create``."""
         if not isinstance(mode, ExecutionMode):
             raise InvalidOperation(f"mode must be an ExecutionMode, got {mode!r}")
+        if not isinstance(relocation_coordination, RelocationCoordination):  # (a string was
+            raise InvalidOperation(  # taken as FRAMEWORK_MANAGED, unseen)
+                "relocation_coordination must be a RelocationCoordination, "
+                f"got {relocation_coordination!r}"
+            )
+        relocation = _relocation(relocation)
         if relocation is None:
             relocation = (
                 Relocation.recreate() if mode is ExecutionMode.PER_ACTOR else Relocation.disabled()
@@ -130,13 +147,16 @@ class App:
     ) -> Callable[[C], C]:
         """Register an Instance Spot: activated by its first message, never holds Actors."""
         spec = TypeSpec(
-            spot_type, object, SpotKind.INSTANCE, relocation=relocation or Relocation.disabled()
-        )
+            spot_type, object, SpotKind.INSTANCE,
+            relocation=_relocation(relocation) or Relocation.disabled(),
+        )  # fmt: skip
         return self._register(self.spots, spec, InstanceSpot)
 
     def actor(self, actor_type: str, *, relocation: Relocation | None = None) -> Callable[[C], C]:
         """Register an Actor type; an ``entry_spot(..., actor=actor_type)`` must host it."""
-        spec = TypeSpec(actor_type, object, None, relocation=relocation or Relocation.disabled())
+        spec = TypeSpec(
+            actor_type, object, None, relocation=_relocation(relocation) or Relocation.disabled()
+        )
         return self._register(self.actors, spec, Actor)
 
     def channel(self, name: str) -> Callable[[C], C]:

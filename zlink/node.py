@@ -167,6 +167,8 @@ class Node:
         if not isinstance(app, App):
             raise InvalidOperation(f"Node takes a zlink.App, got {type(app).__name__}")
         self.app = app
+        if config is not None and not isinstance(config, NodeConfig):
+            raise InvalidArgument(f"Node takes a zlink.NodeConfig, got {type(config).__name__}")
         self.config = config or NodeConfig()
         self.clock: Clock = clock or MonotonicClock()
         self._state = "new"

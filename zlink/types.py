@@ -63,6 +63,9 @@ class SpotRef:
         gen = self.object_generation
         if type(gen) is not int or not 1 <= gen <= _MAX_GENERATION:
             raise InvalidArgument(f"object_generation is 1..2**63-1, got {gen!r}")
+        for name in ("spot_id", "mesh_name", "node_rid"):  # (a list here was a TypeError later)
+            if not isinstance(getattr(self, name), str):
+                raise InvalidArgument(f"{name} is a str, got {getattr(self, name)!r}")
 
     def to_json_dict(self) -> dict[str, str]:
         """JSON form: the generation is a decimal string (seed: JSON decimal string)."""

@@ -194,3 +194,22 @@ def test_one_wire_name_for_two_message_classes_of_different_modules_is_refused()
             "Draw", (zlink.Message,), {"type_name": "t.bd.draw"}, lambda ns: ns.update(namespace)
         )
     assert Draw(n=1).n == 1
+
+
+def test_constructors_and_registration_refuse_what_they_cannot_use():
+    """Each raised an untyped error later (AttributeError at start, TypeError, ZMQError,
+    UnicodeEncodeError) or was silently taken as something else (§2, §5)."""
+    with pytest.raises(zlink.InvalidArgument, match="NodeConfig"):
+        zlink.Node(zlink.App("a"), {"workers": 1})  # type: ignore[arg-type]
+    with pytest.raises(zlink.InvalidArgument, match="spot_id"):
+        zlink.SpotRef(["room"], 1, "main", "node-1")  # type: ignore[arg-type]
+    for bad in ("tcp://a\x00b:7000", "tcp://\ud800:7000"):
+        with pytest.raises(zlink.InvalidArgument):
+            zlink.connect(bad)
+    app = zlink.App("bad-registrations")
+    with pytest.raises(zlink.InvalidOperation, match="a Relocation"):
+        app.user_spot("t.bd.r1", relocation="recreate")  # type: ignore[arg-type]
+    with pytest.raises(zlink.InvalidOperation, match="a Relocation"):
+        app.actor("t.bd.a1", relocation="disabled")  # type: ignore[arg-type]
+    with pytest.raises(zlink.InvalidOperation, match="RelocationCoordination"):
+        app.user_spot("t.bd.r2", relocation_coordination="APPLICATION_SIGNALED")  # type: ignore[arg-type]
