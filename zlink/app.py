@@ -79,6 +79,29 @@ def _has_subscriptions(cls: type) -> bool:
     )
 
 
+def _check_marks(spec: TypeSpec, cls: type) -> None:
+    """Decorators a class of this kind would ignore (python-api §2: a registration mistake is
+    ``InvalidOperation``): a handler, timer handler or subscription wrapped in
+    ``staticmethod``/``classmethod`` (never bound: "no handler" at the first call), and timer
+    handlers or subscriptions on a Channel (stateless: it has neither) or an Actor (it takes
+    no Logical Multicast)."""
+    marks = ("__zlink_handler__", "__zlink_timer__", "__zlink_subscription__")
+    for klass in cls.__mro__:
+        for name, value in vars(klass).items():
+            if isinstance(value, (staticmethod, classmethod)) and any(
+                getattr(value.__func__, m, None) for m in marks
+            ):
+                raise InvalidOperation(
+                    f"{spec.name!r}: {name} is a {type(value).__name__}; a handler is a plain "
+                    "method (def or async def)"
+                )
+    channel = spec.kind is None and spec.actor_type is None and not issubclass(cls, Actor)
+    if channel and collect_timer_handlers(cls):
+        raise InvalidOperation(f"Channel {spec.name!r} is stateless: it has no timers")
+    if (channel or issubclass(cls, Actor)) and _has_subscriptions(cls):
+        raise InvalidOperation(f"{spec.name!r} cannot subscribe to Logical Multicast (Spots do)")
+
+
 def _relocation(relocation: object) -> Relocation | None:
     """``relocation`` if it is a ``Relocation`` (or ``None``); ``InvalidOperation`` for
     anything else (``"recreate"`` failed later, at ``Node.start``, with AttributeError)."""
@@ -179,6 +202,7 @@ class App:
                     raise InvalidOperation(
                         f"Instance Spot {spec.name!r} cannot hold Actors, yet defines {bad}"
                     )
+            _check_marks(spec, cls)
             spec.cls = cls
             spec.timer_handlers = collect_timer_handlers(cls)
             if spec.kind is SpotKind.INSTANCE and _has_subscriptions(cls):

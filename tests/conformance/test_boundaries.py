@@ -213,3 +213,38 @@ def test_constructors_and_registration_refuse_what_they_cannot_use():
         app.actor("t.bd.a1", relocation="disabled")  # type: ignore[arg-type]
     with pytest.raises(zlink.InvalidOperation, match="RelocationCoordination"):
         app.user_spot("t.bd.r2", relocation_coordination="APPLICATION_SIGNALED")  # type: ignore[arg-type]
+
+
+def test_decorators_a_class_would_ignore_are_refused_at_registration():
+    """A ``@zlink.handler`` under ``@classmethod`` was never bound ("no handler" at the first
+    call); ``@timer_handler`` / ``@subscription`` on a Channel, or a subscription on an Actor,
+    were ignored in silence (python-api §2: registration mistakes are InvalidOperation)."""
+    app = zlink.App("ignored-decorators")
+
+    class Bound(zlink.UserSpot):
+        @classmethod
+        @zlink.handler
+        def get(cls, req: Get) -> int:
+            return 1
+
+    with pytest.raises(zlink.InvalidOperation, match="classmethod"):
+        app.user_spot("t.bd.bound")(Bound)
+
+    class Ticking:
+        def __init__(self, context: zlink.ChannelContext) -> None:
+            self.context = context
+
+        @zlink.timer_handler("tick")
+        def on_tick(self, tick: zlink.TimerTick) -> None:
+            pass
+
+    with pytest.raises(zlink.InvalidOperation, match="no timers"):
+        app.channel("t.bd.ticking")(Ticking)
+
+    class Listening(zlink.Actor):
+        @zlink.subscription
+        def on_news(self, event: Fire) -> None:
+            pass
+
+    with pytest.raises(zlink.InvalidOperation, match="Multicast"):
+        app.actor("t.bd.listening")(Listening)
