@@ -54,6 +54,8 @@ class TimerOptions:
     keeps_alive: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.keeps_alive, bool):  # ("no" was taken as true)
+            raise InvalidArgument(f"keeps_alive is True or False, got {self.keeps_alive!r}")
         if not isinstance(self.overrun_policy, OverrunPolicy):
             raise InvalidArgument(
                 f"overrun_policy must be an OverrunPolicy: {self.overrun_policy!r}"

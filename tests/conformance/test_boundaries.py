@@ -248,3 +248,8 @@ def test_decorators_a_class_would_ignore_are_refused_at_registration():
 
     with pytest.raises(zlink.InvalidOperation, match="Multicast"):
         app.actor("t.bd.listening")(Listening)
+
+
+def test_a_timer_option_that_is_not_a_bool_is_refused():
+    with pytest.raises(zlink.InvalidArgument, match="keeps_alive"):
+        zlink.TimerOptions(keeps_alive="no")  # type: ignore[arg-type]  # (was taken as true)
