@@ -258,7 +258,7 @@ class Membership:
         actor = self.rt.actors.get(actor_id)
         if actor is not None and actor.state == CLOSING:
             return  # ending already
-        if actor is not None and (actor.state == SEALED or actor.spot.state in (SEALED, GONE)):
+        if actor is not None and actor.state == SEALED:  # moving with its Spot: not gone
             raise Unavailable(f"actor {actor_id!r} is moving; disconnect after the move")
         if actor is None or actor.state != READY:
             raise NotFound(f"no actor {actor_id!r}")
