@@ -1202,9 +1202,10 @@ def test_a_peer_gone_for_good_is_forgotten_once_its_session_ends(nodes, monkeypa
 
 
 def test_kept_bodies_hold_their_own_size_not_the_encoders_buffer(nodes):
-    """orjson's output keeps the 4 KiB buffer it was written in: a session that keeps 1,024
-    small bodies until they are acknowledged held 4 MiB for ~250 KB of frames (a growth
-    probe's side finding). What the transport keeps is compacted, as the outbox does."""
+    """orjson's output keeps the 4 KiB buffer it was written in: a session that keeps small
+    bodies for a peer that is down (for up to 30 s) held 4 KiB each (a growth probe's side
+    finding). What it keeps then is compacted, as the outbox does; a peer that is up has its
+    credit window to bound it."""
     import tracemalloc
 
     from zlink.messaging import codec
@@ -1222,7 +1223,7 @@ def test_kept_bodies_hold_their_own_size_not_the_encoders_buffer(nodes):
             before = tracemalloc.get_traced_memory()[0]
             for i in range(200):
                 assert a.transport._keep(peer, (codec.dumps({"n": i, "text": "x" * 100}),),
-                                         _Kind.DATA)  # fmt: skip
+                                         _Kind.DATA, compact=True)  # fmt: skip
             grown.append(tracemalloc.get_traced_memory()[0] - before)
         finally:
             tracemalloc.stop()

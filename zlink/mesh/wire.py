@@ -94,6 +94,12 @@ class EnvelopeKind(StrEnum):
     BATCH = "batch"
 
 
+FITS_ANY_FRAME: Final = 120
+"""A payload of at most this many characters fits in any frame a node takes (its
+``max_frame_bytes`` is at least 1,024: 8 bytes a character at most, as ``check_fits``
+counts, with the envelope's room), so it need not be measured."""
+
+
 def check_fits(payload: str, meta: dict[str, str] | None = None, frame: int | None = None) -> int:
     """Refuse (``WireError``, an ``InvalidArgument``) a message whose JSON text ``payload``,
     with its metadata, cannot cross between nodes in one frame (``MAX_FRAME_BYTES``, room
@@ -1122,6 +1128,7 @@ def load_record(cls: type[R], value: object) -> R:
 
 __all__ = [
     "ENVELOPE_CLASSES",
+    "FITS_ANY_FRAME",
     "KIND_KEY",
     "MAX_FRAME_BYTES",
     "RELOC_UNITS",

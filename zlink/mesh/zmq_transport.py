@@ -214,9 +214,11 @@ class _Outgoing:
 
 
 def _compact(body: bytes) -> bytes:
-    """A small ``body`` in a buffer of its own size, to be kept until acknowledged: orjson's
-    output keeps the 4,096-byte buffer it was written in (``Outbox`` compacts what it holds
-    for the same reason). A large one is kept as it is (its buffer is about its size)."""
+    """A small ``body`` in a buffer of its own size, to be kept while its peer is down (that
+    may be long): orjson's output keeps the 4,096-byte buffer it was written in (``Outbox``
+    compacts what it holds for the same reason). Not for the bodies of a peer that is up:
+    the credit window bounds them (4 MiB per peer at most, small frames), and a copy of each
+    is work on the one-way path. A large one is kept as it is (its buffer is its size)."""
     return memoryview(body).tobytes() if len(body) < 2048 else body
 
 
@@ -1007,7 +1009,10 @@ class ZmqTransport:
             self._down(peer, f"no connection ({exc.strerror})")
             return False
 
-    def _keep(self, peer: _Peer, bodies: tuple[bytes, ...] | list[bytes], kind: _Kind) -> int:
+    def _keep(
+        self, peer: _Peer, bodies: tuple[bytes, ...] | list[bytes], kind: _Kind,
+        compact: bool = False,
+    ) -> int:  # fmt: skip
         """Number DATA or COMPLETION ``bodies`` for ``peer`` and keep them until acknowledged;
         the first one's number, or 0 if ``peer``'s session has ended (nothing is kept)."""
         out = peer.out
@@ -1016,7 +1021,9 @@ class ZmqTransport:
         stream = out.stream(kind)
         seq = stream.next_seq
         stream.next_seq = seq + len(bodies)
-        stream.unacked.extend((seq + i, _compact(body), kind) for i, body in enumerate(bodies))
+        if compact:  # kept while the peer is down: it may be long
+            bodies = [_compact(body) for body in bodies]
+        stream.unacked.extend((seq + i, body, kind) for i, body in enumerate(bodies))
         return seq
 
     def _resend(self, peer: _Peer) -> None:
@@ -1204,7 +1211,7 @@ class ZmqTransport:
         lost = 0
         for kind, body in waiting:  # (a goodbye that waited is not a loss)
             if kind is _Kind.DATA or kind is _Kind.COMPLETION:
-                lost += 0 if self._keep(peer, (body,), kind) else 1
+                lost += 0 if self._keep(peer, (body,), kind, compact=True) else 1
             elif kind is not _Kind.BYE:
                 lost += 1
         if held:

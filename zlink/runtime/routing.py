@@ -129,6 +129,7 @@ class MeshRouter:
         self.route_lock = ranked_lock("router.route", LockRank.ROUTE, reentrant=True)
         self._routes: dict[str, Route] = {}  # target -> where this node sends it (LRU order)
         self._route_used: dict[str, float] = {}  # target -> when its route was last used
+        self._tracking = False  # (past half of MAX_ROUTES: each use moves and stamps a route)
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
         self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
         self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
@@ -189,9 +190,18 @@ class MeshRouter:
         routes = self._routes
         routes.pop(target, None)
         routes[target] = route  # the most recent last: dicts keep insertion order
+        if len(routes) <= MAX_ROUTES // 2:  # uses are not tracked (``_touch``): no cost yet
+            if self._tracking:
+                self._tracking, self._route_used = False, {}
+            return
         now = self.rt.clock.now()
         used = self._route_used
+        if not self._tracking:  # from here each use is: until now, count them all as used now
+            self._tracking = True  # (later than their last use: never dropped too soon)
+            self._route_used = used = dict.fromkeys(routes, now)
         used[target] = now
+        if len(used) > 2 * len(routes) + 1024:  # times of routes dropped by other paths
+            self._route_used = used = {t: u for t, u in used.items() if t in routes}
         if len(routes) <= MAX_ROUTES:
             return
         idle = 2 * max(self.rt.request_timeout, self.rt.admission_timeout)
@@ -208,12 +218,12 @@ class MeshRouter:
                 used.pop(old, None)
                 excess -= 1
                 self.rt.metrics.add("routes_dropped")
-        if len(used) > 2 * len(routes) + 1024:  # times of routes dropped by other paths
-            self._route_used = {t: u for t, u in used.items() if t in routes}
 
     def _touch(self, target: str) -> None:
         """(``route_lock`` held.) A call goes along ``target``'s cached route: the most
-        recently used now."""
+        recently used now. Called once the cache is past half its bound (``_tracking``): below
+        it nothing is dropped, and a send pays nothing for it (``_remember`` stamps them all
+        when it passes half)."""
         routes = self._routes
         route = routes.pop(target, None)
         if route is not None:
@@ -246,7 +256,8 @@ class MeshRouter:
                 return
             hit = self._known(target)
             if hit is not None and hit.node != self.rt.node_id:
-                self._touch(target)
+                if self._tracking:
+                    self._touch(target)
                 then(hit, None)
                 return
             # waiting before the question leaves: the answer may come back on this very thread
@@ -458,7 +469,8 @@ class MeshRouter:
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
             if not hops:
                 self._check_peer_takes(call, route.node)
-            self._touch(target)
+            if self._tracking:  # (a send pays for the route cache's order only when it is big)
+                self._touch(target)
             if hops or admitted:
                 self._post_call(call, reply, hops, route)
             elif reply is None and self._post_send_if_room(call, route.node, room is not None):
@@ -510,7 +522,8 @@ class MeshRouter:
                                        admitted=True)  # fmt: skip
                     return True
                 return False
-            self._touch(target)
+            if self._tracking:
+                self._touch(target)
             if not admitted and not self._outbox_room(call, None, room, route.node):
                 return True  # it waits for room in the outbox (``room`` tells its caller)
             me = self.rt.node_id
@@ -632,9 +645,11 @@ class MeshRouter:
     def _check_peer_takes(self, call: MessageCall, peer: str) -> None:
         """``InvalidArgument`` (nothing sent) when ``call`` is larger than ``peer`` takes (a
         peer whose ``max_frame_bytes`` is below the wire's: it would drop it unread)."""
+        if call.wire is None or len(call.wire[1]) <= wire.FITS_ANY_FRAME:
+            return  # (most messages: no look at the peer at all)
         frame = self.transport.frame_limit(peer)
-        if frame is not None and call.wire is not None:
-            wire.check_fits(call.wire[1], call.meta, frame)
+        if frame is not None and frame < wire.MAX_FRAME_BYTES:
+            wire.check_fits(call.wire[1], call.meta, frame)  # (the wire's own: at _remote)
 
     def _post_call(
         self, call: MessageCall, reply: Completion | None, hops: int, route: Route

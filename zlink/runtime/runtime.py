@@ -609,7 +609,8 @@ class Runtime:
             raise Unavailable(f"{call.target!r}: route relayed {hops} times; giving up")
         if call.wire is None:  # serialized before the route lock: senders hold it briefly
             call.wire = to_wire(call.msg)
-            wire.check_fits(call.wire[1], call.meta)  # (a relayed call fitted where it began)
+            if len(call.wire[1]) > wire.FITS_ANY_FRAME or call.meta:  # (a relayed call
+                wire.check_fits(call.wire[1], call.meta)  # fitted where it began)
         with router.route_lock:
             local = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
             if local is None:
