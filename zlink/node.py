@@ -528,6 +528,7 @@ class Node:
         ``timeout`` (real seconds, ``1e-3 .. 1e7``: python-api §9) passed first.
         """
         timeout = check_seconds(timeout, "a wait_idle timeout")
+        _blocking_outside("wait_idle()")  # (from a handler it waited for its own turn to end)
         end = time.monotonic() + timeout
         rt = self._rt
         store = rt.router.store_worker if rt.router is not None else None

@@ -77,6 +77,8 @@ def build_app(node: list[zlink.Node]) -> zlink.App:
                     node[0].drain(timeout=WAIT)
                 elif req.what == "leave-none":
                     self.context.leave_actor(None)  # type: ignore[arg-type]
+                elif req.what == "wait-idle":
+                    node[0].wait_idle(WAIT)
                 elif req.what == "disconnect-id":
                     self.context.disconnect_actor("p1")  # type: ignore[arg-type]
             except zlink.ZLinkError as exc:
@@ -123,7 +125,7 @@ def test_moves_and_drains_from_inside_a_handler_are_refused_at_once(clock: Manua
         holder.append(cluster.node(0))
         client = cluster.node(0).client()
         client.spots.get_or_create("room", "t.bd.room").wait(WAIT)
-        for what in ("relocate", "drain"):
+        for what in ("relocate", "drain", "wait-idle"):
             assert client.request_to_spot("room", Move(what=what)).wait(WAIT) == (
                 "InvalidOperation"
             )
@@ -253,3 +255,13 @@ def test_decorators_a_class_would_ignore_are_refused_at_registration():
 def test_a_timer_option_that_is_not_a_bool_is_refused():
     with pytest.raises(zlink.InvalidArgument, match="keeps_alive"):
         zlink.TimerOptions(keeps_alive="no")  # type: ignore[arg-type]  # (was taken as true)
+
+
+def test_a_ref_of_another_mesh_closes_nothing_here(make_node):
+    """``spots.close(ref)`` compared the id and generation only: a ref naming another mesh
+    closed this mesh's Spot of that id."""
+    node = make_node(build_app([]))
+    ref = node.client().spots.get_or_create("room", "t.bd.room").wait(WAIT).spot_ref
+    other = zlink.SpotRef(ref.spot_id, ref.object_generation, "another-mesh", ref.node_rid)
+    assert node.client().spots.close(other) is False
+    assert node.client().request_to_spot("room", Get()).wait(WAIT) == 0  # still serving

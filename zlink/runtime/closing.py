@@ -56,8 +56,8 @@ class Closing:
         if not isinstance(ref, SpotRef):
             raise InvalidArgument(f"close() takes a SpotRef, got {type(ref).__name__}")
         act = self.rt.spots.get(ref.spot_id)
-        if act is None or act.state == GONE:
-            return False
+        if act is None or act.state == GONE or ref.mesh_name != self.rt.mesh:
+            return False  # (a ref of another mesh names another Spot: not this one)
         if act.ref.object_generation != ref.object_generation:
             raise InvalidOperation(
                 f"{ref.spot_id!r} is generation {act.ref.object_generation}, "
