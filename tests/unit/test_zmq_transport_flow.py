@@ -854,20 +854,27 @@ def test_credit_lost_in_a_dropped_connection_is_sent_again(nodes):
     a = nodes("a", data_limit=1).attach()
     b = nodes("b", data_limit=1).attach()
     _meshed(a, b)
-    t = a.transport
-    outs = t._outs
-    real = outs[Channel.COMPLETION]
-    lossy = _Swallow(real, t._peers["b"].ident, _Kind.CREDIT)
-    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, lossy))
+    lossy, restore = _credits_lost(a, "b")
     assert b.transport.send("b", "a", Channel.DATA, b"x0")
     a.infra.run_until(lambda: a.link.seen("data", "b") == [b"x0"], "a takes x0")
     end = time.monotonic() + WAIT
     while not lossy.swallowed and time.monotonic() < end:
         time.sleep(0.005)
-    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, real))
+    restore()
     _drop_and_meet_again(a, b)  # the connection that lost it drops; a meets b again
     _credited(b, "a")
     assert b.transport.send("b", "a", Channel.DATA, b"x1"), "b stuck at its window for good"
+
+
+def _credits_lost(node: Node, peer: str) -> tuple[_Swallow, Callable[[], None]]:
+    """``node``'s CREDITs to ``peer`` are lost in transit (swallowed on its COMPLETION pipe)
+    until ``restore`` (returned with the swallower) puts the real pipe back."""
+    t = node.transport
+    outs = t._outs
+    real = outs[Channel.COMPLETION]
+    lossy = _Swallow(real, t._peers[peer].ident, _Kind.CREDIT)
+    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, lossy))
+    return lossy, lambda: _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, real))
 
 
 class _Blackhole:
@@ -1024,16 +1031,12 @@ def test_two_credits_kept_in_a_row_are_sent_again_each_on_its_own(nodes):
     a = nodes("a", data_limit=2).attach()
     b = nodes("b", data_limit=2).attach()
     _meshed(a, b)
-    t = a.transport
-    outs = t._outs
-    real = outs[Channel.COMPLETION]
-    lossy = _Swallow(real, t._peers["b"].ident, _Kind.CREDIT)
-    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, lossy))
+    lossy, restore = _credits_lost(a, "b")
     for i in range(2):  # two CREDITs (a step of one), both lost with the connection
         assert b.transport.send("b", "a", Channel.DATA, b"x%d" % i)
         a.infra.run_until(lambda i=i: len(a.link.seen("data", "b")) == i + 1, "a takes it")
         _poll(lambda i=i: len(lossy.swallowed) >= i + 1, "its CREDIT went")
-    _on_thread(t, lambda: outs.__setitem__(Channel.COMPLETION, real))
+    restore()
     _drop_and_meet_again(a, b)
     _credited(b, "a")
 
