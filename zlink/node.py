@@ -38,8 +38,6 @@ from .executor import (
     InfraExecutor,
     MonotonicClock,
     WorkerPool,
-    current_turn,
-    in_infrastructure,
 )
 from .mesh import wire
 from .mesh.client_server import ClientServer, ClientSettings
@@ -50,6 +48,7 @@ from .mesh.store_worker import StoreWorker
 from .mesh.stores import open_store
 from .mesh.transport import Transport
 from .mesh.zmq_transport import ZmqTransport
+from .messaging.calls import outside_only
 from .messaging.completion import Admitted, expire
 from .messaging.context import Client
 from .relocation.relocator import Relocator
@@ -62,14 +61,10 @@ from .status import NodeStatus, StatusSubscription
 _log = logging.getLogger("zlink.node")
 
 
-def _blocking_outside(what: str) -> None:
-    """``InvalidOperation`` from inside a turn or on the infrastructure thread: ``what``
-    blocks until a move reaches barriers that turn (or that thread) would hold up (a Spot
-    moving itself never reached its own; python-api §4, as ``wait()``)."""
-    if current_turn() is not None:
-        raise InvalidOperation(f"{what} blocks the thread: call it from outside the runtime")
-    if in_infrastructure():
-        raise InvalidOperation(f"{what} would block the infrastructure thread")
+# what a move or a drain called from a handler would wait for: barriers its turn holds up
+_MOVE_HINT = (
+    "a move waits for barriers a running turn holds up (a Spot moving itself never reaches its own)"
+)
 
 
 class _MeshEvents:
@@ -437,7 +432,7 @@ class Node:
         (python-api §8).
         ``None`` or ``1e-3 .. 1e7`` seconds."""
         timeout = check_timeout(timeout, "a relocation timeout")
-        _blocking_outside("relocate_spot()")
+        outside_only("relocate_spot()", _MOVE_HINT)
         if not isinstance(spot_id, str) or not isinstance(target, str):
             raise InvalidArgument(
                 f"relocate_spot takes a Spot id and a node id (str), got "
@@ -473,7 +468,7 @@ class Node:
         ``timeout``: ``None`` or ``1e-3 .. 1e7`` seconds (python-api §9).
         """
         timeout = check_timeout(timeout, "a drain timeout")
-        _blocking_outside("drain()")
+        outside_only("drain()", _MOVE_HINT)
         rt = self._rt
         if self._state != "running":
             raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")
@@ -528,7 +523,7 @@ class Node:
         ``timeout`` (real seconds, ``1e-3 .. 1e7``: python-api §9) passed first.
         """
         timeout = check_seconds(timeout, "a wait_idle timeout")
-        _blocking_outside("wait_idle()")  # (from a handler it waited for its own turn to end)
+        outside_only("wait_idle()", "a handler's own turn would never end")
         end = time.monotonic() + timeout
         rt = self._rt
         store = rt.router.store_worker if rt.router is not None else None

@@ -95,11 +95,15 @@ def _check_text(what: str, value: object) -> str:
     return value
 
 
-def _outside_only(what: str) -> None:
+def outside_only(
+    what: str, hint: str = "in a handler use `await call` or `await call.yield_()`"
+) -> None:
+    """``InvalidOperation`` when ``what``, which blocks its thread, is called inside a turn
+    (it would wait for work that turn holds up: python-api §4) or on the infrastructure
+    thread; ``hint`` says what to do instead."""
     if current_turn() is not None:
         raise InvalidOperation(
-            f"{what} blocks the thread and is for code outside the runtime; "
-            "in a handler use `await call` or `await call.yield_()`"
+            f"{what} blocks the thread and is for code outside the runtime; {hint}"
         )
     if in_infrastructure():
         raise InvalidOperation(f"{what} would block the infrastructure thread")
@@ -210,7 +214,7 @@ class _Completing(_Call, Generic[T]):
         """Outside the runtime: submit and block up to ``timeout`` real seconds (``None``: no
         limit but the call's own; python-api §9: else ``1e-3 .. 1e7``, checked first)."""
         self._attempt()
-        _outside_only(f"{type(self).__name__}.wait()")
+        outside_only(f"{type(self).__name__}.wait()")
         timeout = check_timeout(timeout, "a wait timeout")
         self._terminal()
         return self._submit(NO_WAIT).wait(timeout)  # type: ignore[no-any-return]
@@ -218,7 +222,7 @@ class _Completing(_Call, Generic[T]):
     def future(self) -> concurrent.futures.Future[T]:
         """Outside the runtime: a ``concurrent.futures.Future`` of the result."""
         self._attempt()
-        _outside_only(f"{type(self).__name__}.future()")
+        outside_only(f"{type(self).__name__}.future()")
         self._terminal()
         return self._submit(NO_WAIT).future()
 
@@ -296,7 +300,7 @@ class _OneWay(_Call):
         ``DeadlineExceeded`` if there was no room in time (nothing was queued);
         ``ResourceExhausted`` at once if too many callers wait for room already."""
         self._attempt()
-        _outside_only(f"{type(self).__name__}.wait()")
+        outside_only(f"{type(self).__name__}.wait()")
         timeout = check_timeout(timeout, "a wait timeout")
         self._waiting(timeout, NO_WAIT).wait_admitted(timeout)
 
@@ -304,7 +308,7 @@ class _OneWay(_Call):
         """Outside the runtime: a future that completes once admitted, waiting for room as
         ``wait()`` does."""
         self._attempt()
-        _outside_only(f"{type(self).__name__}.future()")
+        outside_only(f"{type(self).__name__}.future()")
         return self._waiting(None, NO_WAIT).future()
 
     def __await__(self) -> Generator[Any, Any, None]:
