@@ -599,15 +599,7 @@ def mesh_cmd(
     from ..mesh.zmq_transport import MeshEndpoint
 
     with _user_errors():
-        if store == "memory":  # (it would always be empty: a store of this process only)
-            raise InvalidArgument('"memory" is a store of one process: give the mesh\'s own')
-        if (
-            store.lower().startswith("sqlite:///")
-            and not Path(store[len("sqlite:///") :]).is_file()
-        ):
-            # (looking must not make one: a typo'd path listed an empty mesh)
-            raise InvalidArgument(f"no Location Store at {store[len('sqlite:///') :]!r}")
-        opened = open_store(store)
+        opened = open_store(store, existing=True)  # (looking must not make one)
     try:
         records = opened.nodes()
         owned = opened.owned()

@@ -21,6 +21,8 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import os
+
 from ..errors import InvalidArgument
 from ..executor import Clock
 from .location import InMemoryLocationStore, LocationStore
@@ -33,9 +35,13 @@ _FORMS = (
 )
 
 
-def open_store(url: str, clock: Clock | None = None) -> LocationStore:
-    """The Location Store that ``url`` names (see the module docstring)."""
+def open_store(url: str, clock: Clock | None = None, *, existing: bool = False) -> LocationStore:
+    """The Location Store that ``url`` names (see the module docstring). ``existing``: one
+    that is there already, to look at (``zlink mesh``): never made here, so a typo'd path
+    is ``InvalidArgument``, not an empty store; nor "memory", a store of this process only."""
     if url == "memory":
+        if existing:
+            raise InvalidArgument('"memory" is a store of one process: give the mesh\'s own')
         return InMemoryLocationStore(clock)
     scheme = url.partition(":")[0].lower()
     if scheme == "sqlite":
@@ -51,6 +57,8 @@ def open_store(url: str, clock: Clock | None = None) -> LocationStore:
             )
         if "?" in path:  # SQLAlchemy would read options there; a file name has none here
             raise InvalidArgument(f"a SQLite store URL takes no options: {url!r}")
+        if existing and not os.path.isfile(path):
+            raise InvalidArgument(f"no Location Store at {path!r}")
         return SqliteLocationStore(path, clock)
     if scheme in ("redis", "rediss"):
         try:
