@@ -8,6 +8,10 @@ delivery; ``relocation/`` moves between nodes; ``mesh/`` the store and transport
 ``node.py`` wires them together. docs/architecture.md draws the arrows.
 """
 
+from . import _native
+
+_native.install()  # before any other module: which of them run compiled (zlink/_native.py)
+
 from . import errors as errors
 from .adapters import JsonStateAdapter as JsonStateAdapter
 from .adapters import RelocationAdapter as RelocationAdapter

@@ -13,6 +13,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+from zlink import _native
 from zlink.cli import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -24,6 +25,7 @@ def test_version_names_the_interpreter():
     result = runner.invoke(cli, ["version"])
     assert result.exit_code == 0
     assert "zlink 0.1.0 on Python" in result.output
+    assert ("modules compiled" in result.output) == bool(_native.compiled_modules())
 
 
 def test_bingo_play_prints_a_summary():

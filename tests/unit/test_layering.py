@@ -31,6 +31,8 @@ ALLOWED: dict[str, frozenset[str]] = {
     "zlink.types": frozenset({"zlink.errors"}),
     # duration parsing and arithmetic
     "zlink.durations": frozenset({"zlink.errors"}),
+    # which modules run compiled: a leaf of the standard library, imported first by the package
+    "zlink._native": frozenset(),
     # the lock ranks: a leaf, so any layer may name a rank
     "zlink.lock_order": frozenset(),
     # the kernel imports nothing of zlink
@@ -158,12 +160,14 @@ ALLOWED: dict[str, frozenset[str]] = {
             "zlink.status",
             "zlink.samples",
             "zlink.mesh",  # zlink mesh reads the Location Store (downward: no cycle)
+            "zlink._native",  # zlink version names the compiled modules
         }
     ),
     # the package __init__: every unit except the ones above it (cli, admin, testing, samples
     # and the ``python -m zlink`` entry point)
     "zlink": frozenset(
         {
+            "zlink._native",
             "zlink.errors",
             "zlink.types",
             "zlink.durations",

@@ -975,12 +975,17 @@ def _bingo_processes(
 
 @cli.command()
 def version() -> None:
-    """Print the ZLink version and the interpreter it runs on."""
-    from .. import __version__
+    """Print the ZLink version, the interpreter it runs on, and how many of the turn's modules
+    run compiled (setup.py; ``ZLINK_PURE=1`` runs them all as Python)."""
+    from .. import __version__, _native
 
     gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    compiled = [n for n in _native.compiled_modules() if n in _native.COMPILED]
+    code = f"{len(compiled)} of {len(_native.COMPILED)} modules compiled"
+    code = code if compiled else "pure Python"
     typer.echo(
-        f"zlink {__version__} on Python {sys.version.split()[0]} (GIL {'on' if gil else 'off'})"
+        f"zlink {__version__} on Python {sys.version.split()[0]} "
+        f"(GIL {'on' if gil else 'off'}, {code})"
     )
 
 

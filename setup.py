@@ -1,0 +1,123 @@
+"""zlink's build: pyproject.toml says everything but the compiled modules.
+
+On the free-threaded CPython (3.13t) the modules of the turn's path are compiled with Cython
+from their own ``.py`` files (pure-Python mode: one source of truth, no ``.pyx``). Measured in
+docs/benchmarks.md: on 3.13t they cut a one-way message's CPU by about a fifth; on 3.11 the
+same compiled modules were slower than the specializing interpreter, so there they are not
+built. ``ZLINK_COMPILE=1`` builds them on any interpreter, ``ZLINK_COMPILE=0`` never.
+
+A build that cannot compile (no Cython, no C compiler, a module Cython refuses) warns and
+installs pure Python: every compiled module has its ``.py`` beside it, and ``zlink/_native.py``
+imports the ``.py`` whenever the extension is missing, stale or ``ZLINK_PURE=1`` is set.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+from setuptools.errors import CCompilerError, CompileError, ExecError, LinkError, PlatformError
+
+# what a C build that cannot go on raises: no compiler, a failed compile or link
+_BUILD_FAILED = (CCompilerError, CompileError, ExecError, LinkError, PlatformError, OSError)
+
+
+def _native() -> Any:
+    """zlink/_native.py (standard library only), loaded without importing the package: it
+    names the compiled modules and digests their sources as it will check them at import."""
+    spec = importlib.util.spec_from_file_location("_zlink_native", Path("zlink/_native.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+NATIVE = _native()
+
+
+def _warn(text: str) -> None:
+    print(f"WARNING: zlink: {text}; installing pure Python", file=sys.stderr)
+
+
+def _wanted() -> bool:
+    choice = os.environ.get("ZLINK_COMPILE", "")
+    if choice in ("0", "1"):
+        return choice == "1"
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def _extensions() -> list[Any]:
+    if not _wanted():
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        _warn("Cython is not installed, so nothing is compiled")
+        return []
+    try:
+        return list(
+            cythonize(
+                [str(NATIVE.source_path(name, Path("zlink"))) for name in NATIVE.COMPILED],
+                compiler_directives={
+                    "language_level": 3,
+                    "freethreading_compatible": True,
+                    # the hints are for mypy: pydantic's metaclass is not a plain `type`
+                    "annotation_typing": False,
+                },
+                quiet=True,
+            )
+        )
+    except Exception as exc:  # noqa: BLE001 - Cython's errors share no base; any one falls back
+        _warn(f"Cython could not translate the modules ({exc})")
+        return []
+
+
+class _BuildExt(build_ext):
+    """Builds what it can; a module that does not compile stays pure Python (with a warning),
+    and the manifest names only the modules that built."""
+
+    def run(self) -> None:
+        self._built: list[str] = []
+        try:
+            super().run()
+        except _BUILD_FAILED as exc:
+            _warn(f"the compiled modules did not build ({exc})")
+            self.extensions = []  # nothing for an editable or wheel build to copy
+        self._write_manifest()
+
+    def build_extensions(self) -> None:
+        wanted = list(self.extensions)
+        for ext in wanted:
+            self.build_extension(ext)
+        # what did not build is not an output: the editable and wheel builds copy the rest
+        self.extensions = [ext for ext in wanted if ext.name in self._built]
+
+    def build_extension(self, ext: Any) -> None:
+        try:
+            super().build_extension(ext)
+        except _BUILD_FAILED as exc:
+            _warn(f"{ext.name} did not compile ({exc})")
+            return
+        self._built.append(ext.name)
+
+    def _write_manifest(self) -> None:
+        digests = {
+            name: NATIVE.source_digest(NATIVE.source_path(name, Path("zlink")))
+            for name in self._built
+        }
+        text = json.dumps(digests, indent=1, sort_keys=True) + "\n"
+        targets = [Path("zlink", NATIVE.MANIFEST)] if self.inplace else []
+        targets.append(Path(self.build_lib, "zlink", NATIVE.MANIFEST))
+        for target in targets:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": _BuildExt})

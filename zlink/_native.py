@@ -1,0 +1,148 @@
+"""Which of zlink's modules run compiled, and the switch that keeps them pure Python.
+
+Issue "Performance" allows a compiled hot path on conditions: one source of truth, the
+pure-Python modules stay and behave the same, CI runs the suite both ways, and a build that
+cannot compile falls back. ``setup.py`` compiles the modules of the turn's path with Cython
+from these very ``.py`` files, on the free-threaded build only (on 3.11 the compiled modules
+measured slower than the specializing interpreter: docs/benchmarks.md), and writes
+``_compiled.json``: each compiled module's name and the SHA-256 of the source it was compiled
+from.
+
+This module, imported before any other of the package, decides per module:
+
+* ``ZLINK_PURE=1`` in the environment: every module is imported from its ``.py``;
+* a compiled module whose ``.py`` changed since it was built (an editable checkout edited or
+  checked out again) is stale: its ``.py`` is imported, with one warning on stderr naming
+  the rebuild command, so an edit always takes effect;
+* otherwise Python's own import system finds the extension first, when there is one built
+  for this interpreter.
+
+Only the standard library is used here: nothing of zlink is imported yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import json
+import logging
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+
+# the turn's path: a send, its lane, the gate, the worker, the turn, the reply (setup.py reads
+# this list from here)
+COMPILED = (
+    "zlink.executor.gate",
+    "zlink.executor.lanes",
+    "zlink.executor.pool",
+    "zlink.executor.turn",
+    "zlink.runtime.runtime",
+    "zlink.runtime.jobs",
+    "zlink.messaging.calls",
+    "zlink.messaging.context",
+    "zlink.messaging.message",
+    "zlink.messaging.completion",
+)
+MANIFEST = "_compiled.json"
+PURE_ENV = "ZLINK_PURE"
+_PACKAGE = Path(__file__).parent
+_log = logging.getLogger("zlink")
+
+
+def source_digest(path: Path) -> str:
+    """The SHA-256 of a module's source, as the build records it."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def source_path(name: str, package: Path = _PACKAGE) -> Path:
+    parts = name.split(".")[1:]  # "zlink.executor.gate" -> executor/gate.py
+    return package.joinpath(*parts[:-1], parts[-1] + ".py")
+
+
+def _built_here(source: Path) -> bool:
+    """An extension of this module, built for this interpreter, sits beside its source."""
+    stem = source.with_suffix("")
+    return any(
+        Path(f"{stem}{suffix}").exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    )
+
+
+class _SourceFinder:
+    """Imports the named modules from their ``.py`` even where an extension sits beside it
+    (a meta path finder first on ``sys.meta_path``; every other name it leaves alone)."""
+
+    def __init__(self, names: dict[str, Path]) -> None:
+        self.names = names
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        source = self.names.get(fullname)
+        if source is None:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source)
+
+
+def _manifest(package: Path) -> dict[str, str]:
+    try:
+        text = (package / MANIFEST).read_text()
+    except OSError:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        _log.warning("zlink: %s is not JSON; every module runs as pure Python", MANIFEST)
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): str(v) for k, v in data.items() if str(k).startswith("zlink.")}
+
+
+def plan(
+    package: Path = _PACKAGE, environ: Mapping[str, str] = os.environ
+) -> tuple[dict[str, Path], list[str]]:
+    """The modules to import from their ``.py`` though an extension for this interpreter sits
+    beside it, and which of those are stale (see above)."""
+    pure = environ.get(PURE_ENV, "") not in ("", "0")
+    built = [(name, source_path(name, package)) for name in COMPILED]
+    built = [(name, source) for name, source in built if _built_here(source)]
+    if not built:
+        return {}, []
+    manifest = _manifest(package)
+    from_source: dict[str, Path] = {}
+    stale: list[str] = []
+    for name, source in built:
+        if pure:
+            from_source[name] = source
+        elif manifest.get(name) != source_digest(source):  # no record counts as stale
+            from_source[name] = source
+            stale.append(name)
+    return from_source, stale
+
+
+def install() -> None:
+    """Puts the finder in place when some module must be imported from source (see above)."""
+    from_source, stale = plan()
+    if stale:
+        _log.warning(
+            "zlink: %d compiled module(s) older than their source (%s); running them as pure "
+            "Python. Rebuild with: pip install --no-build-isolation -e .",
+            len(stale),
+            ", ".join(sorted(stale)),
+        )
+    if from_source:
+        sys.meta_path.insert(0, _SourceFinder(from_source))
+
+
+def compiled_modules() -> list[str]:
+    """The names of zlink's modules imported compiled in this process (empty: pure Python)."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    return sorted(
+        name
+        for name, module in list(sys.modules.items())
+        if name.startswith("zlink.") and str(getattr(module, "__file__", "")).endswith(suffixes)
+    )
