@@ -162,6 +162,10 @@ def test_a_rejected_or_impossible_remote_join_completes_as_failed_and_the_actor_
     done = _join(cluster, fixed, "closed-room")  # a policy failure: asked nothing remotely
     assert not done.joined and "disabled" in str(done.error)
     assert EVENTS == ["join?@node-2"]
+    # a Spot that is nowhere is "target not found" for an Actor of any policy: the policy
+    # only matters once there is a node to move to
+    done = _join(cluster, fixed, "nowhere")
+    assert not done.joined and isinstance(done.error, zlink.NotFound), done.error
 
 
 def test_a_remote_join_accepted_without_a_reply_completes(cluster):

@@ -67,13 +67,9 @@ class RemoteJoin:
 
     # -- the Actor's node ------------------------------------------------------------------------
     def ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
-        """The Actor is held: ask the node of ``target_id`` whether it may join."""
-        if actor.spec.relocation.kind is RelocationPolicy.DISABLED:
-            self._fail(actor, target_id, InvalidOperation(
-                f"{actor.spec.name!r} is registered with Relocation.disabled(): it cannot "
-                f"join {target_id!r} on another node"
-            ))  # fmt: skip
-            return
+        """The Actor is held: ask the node of ``target_id`` whether it may join. A Spot that
+        is nowhere is ``NotFound`` whatever the Actor's policy; an Actor registered
+        ``Relocation.disabled()`` fails only once there is a node it would have to move to."""
         answer = Completion()
         self.rt.arm(answer, None, f"{target_id!r} did not answer the Join in time")
         answer.add_callback(lambda value, error: self._answered(actor, target_id, value, error))
@@ -82,6 +78,12 @@ class RemoteJoin:
         def located(route: Route | None, error: BaseException | None) -> None:
             if route is None:
                 answer.set(None, _nowhere(target_id, error))
+                return
+            if actor.spec.relocation.kind is RelocationPolicy.DISABLED:
+                answer.set(None, InvalidOperation(
+                    f"{actor.spec.name!r} is registered with Relocation.disabled(): it cannot "
+                    f"join {target_id!r} on another node"
+                ))  # fmt: skip
                 return
             envelope = wire.JoinAskEnvelope(
                 target_id, actor.actor_id, self.rt.node_id,
