@@ -265,3 +265,60 @@ def test_a_ref_of_another_mesh_closes_nothing_here(make_node):
     other = zlink.SpotRef(ref.spot_id, ref.object_generation, "another-mesh", ref.node_rid)
     assert node.client().spots.close(other) is False
     assert node.client().request_to_spot("room", Get()).wait(WAIT) == 0  # still serving
+
+
+class Reading(zlink.Message, type_name="t.bd.reading"):
+    x: float = 0.0
+    extra: dict[str, Any] = {}
+
+
+class Sample(zlink.Request[Reading], type_name="t.bd.sample"):
+    x: float
+
+
+def _meter_app() -> zlink.App:
+    app = zlink.App("meter")
+
+    @app.user_spot("t.bd.meter")
+    class Meter(zlink.UserSpot):
+        @zlink.handler
+        def reading(self, msg: Reading) -> None:
+            SEEN.append(repr(msg.x))
+
+        @zlink.handler
+        def sample(self, req: Sample) -> Reading:
+            return Reading(x=req.x * 1e308 * 10)  # infinity for any x of 1 or more
+
+    return app
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Reading(x=float("nan")),
+        Reading(x=float("inf")),
+        Reading(x=float("-inf")),
+        Reading(extra={"deep": [1.0, float("nan")]}),
+    ],
+)
+def test_a_non_finite_float_is_refused_where_it_would_cross_nodes(clock: ManualClock, bad):
+    """JSON has no NaN or infinity: a message holding one crossed as ``null`` and was refused
+    at the receiver (a float field) or silently became ``None`` (an ``Any`` one). It is refused
+    at the sender, before anything is queued (python-api §1); text that merely spells "NaN"
+    crosses as it is."""
+    with LocalCluster(_meter_app(), nodes=2, clock=clock, workers=2) as cluster:
+        cluster.node(1).client().spots.get_or_create("m", "t.bd.meter").wait(WAIT)
+        client = cluster.node(0).client()
+        with pytest.raises(zlink.InvalidArgument, match="NaN or infinity"):
+            client.send_to_spot("m", bad).submit()
+        with pytest.raises(zlink.InvalidArgument, match="NaN or infinity"):
+            client.send_many_to_spot("m", [Reading(x=1.0), bad]).submit()
+        fine = Reading(x=2.5, extra={"word": "NaN", "Infinity": "-Infinity"})
+        client.send_to_spot("m", fine).wait(WAIT)
+        # a reply that cannot cross is the handler's fault, at once (a reply-encoding failure)
+        with pytest.raises(zlink.HandlerError):
+            client.request_to_spot("m", Sample(x=1.0)).wait(WAIT)
+        with pytest.raises(zlink.InvalidArgument, match="NaN or infinity"):
+            client.request_to_spot("m", Sample(x=float("inf"))).wait(WAIT)
+        cluster.wait_idle(WAIT)
+        assert SEEN == ["2.5"]  # the fine one only: nothing of a refused call arrived
