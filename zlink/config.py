@@ -21,7 +21,9 @@ class NodeConfig(BaseModel):
     the deadline heap cannot hold is refused here, never found by the infrastructure thread.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # strict: a number is a number (True or "2" is refused, not taken as 1 or 2); an int is
+    # still a valid float; NaN and infinities are named as such, not as out of range
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
     node_id: str = Field("node-1", min_length=1, max_length=255)
     mesh: str = Field("main", min_length=1, max_length=255)
@@ -120,6 +122,21 @@ class NodeConfig(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise InvalidArgument(f"invalid NodeConfig: {exc}") from exc
+
+    @field_validator("node_id", "mesh")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        """Ids are valid UTF-8 of 1..255 bytes (python-api §1), printable: they name the
+        node in the store, on the wire, in routing ids and in logs."""
+        try:
+            size = len(value.encode())
+        except UnicodeEncodeError:
+            raise ValueError("an id is valid UTF-8 (a lone surrogate is not)") from None
+        if size > 255:
+            raise ValueError(f"an id is at most 255 bytes of UTF-8, got {size}")
+        if not value.isprintable():
+            raise ValueError("an id is printable: no control characters or line breaks")
+        return value
 
     @field_validator("listen")
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -287,6 +288,48 @@ def test_bad_node_config_is_invalid_argument():
     for bad in ({"workers": 0}, {"app_lane_items": 0}, {"owner_time_budget": -1}, {"nope": 1}):
         with pytest.raises(zlink.InvalidArgument):
             zlink.NodeConfig(**bad)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        # a number is a number: True or "2" was taken as 1 or 2 (lax coercion)
+        {"workers": True},
+        {"workers": "2"},
+        {"app_lane_items": 2.0},
+        {"request_timeout": "5"},
+        {"lease_seconds": True},
+        {"insecure": "yes"},
+        {"insecure": 1},
+        # ids are valid UTF-8 of 1..255 bytes (python-api §1), as every other id: 255
+        # characters of Hangul are 765 bytes; a lone surrogate has no UTF-8 form
+        {"node_id": "한" * 100},
+        {"mesh": "é" * 128},
+        {"node_id": "n\ud8001"},
+        {"node_id": "n\n1"},
+        {"mesh": "m\x00"},
+    ],
+)
+def test_node_config_takes_numbers_as_numbers_and_ids_in_utf8_bytes(bad: dict[str, Any]):
+    with pytest.raises(zlink.InvalidArgument):
+        zlink.NodeConfig(**bad)
+
+
+@pytest.mark.parametrize("field", ["lease_seconds", "request_timeout", "idle_timeout"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_non_finite_duration_is_named_so(field: str, value: float):
+    """``--lease nan`` was refused as "less than or equal to 10000000"."""
+    with pytest.raises(zlink.InvalidArgument, match="finite"):
+        zlink.NodeConfig(**{field: value})
+
+
+def test_node_config_takes_what_it_always_took():
+    config = zlink.NodeConfig(
+        node_id="한" * 85, mesh="é" * 127, workers=2, lease_seconds=3, request_timeout=1,
+        insecure=False, idle_timeout=None,
+    )  # fmt: skip
+    assert config.lease_seconds == 3.0 and isinstance(config.lease_seconds, float)
+    assert config.node_id == "한" * 85
 
 
 def test_wait_inside_a_turn_is_invalid_operation(make_node):
