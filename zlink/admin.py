@@ -164,6 +164,12 @@ class AdminServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                self._answer(with_body=True)
+
+            def do_HEAD(self) -> None:  # a load balancer's probe: GET's status and headers
+                self._answer(with_body=False)
+
+            def _answer(self, with_body: bool) -> None:
                 kind = "application/json"
                 code = 200
                 path = urlsplit(self.path).path  # (a query string is ignored)
@@ -186,7 +192,8 @@ class AdminServer:
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write(body)
+                if with_body:
+                    self.wfile.write(body)
 
             def log_message(self, format: str, *args: Any) -> None:
                 _log.debug("admin: " + format, *args)

@@ -148,6 +148,34 @@ def test_health_says_503_and_why_while_the_node_does_not_serve(make_node):
         server.stop()
 
 
+def test_head_answers_as_get_does_without_a_body(make_node):
+    """A service probe: ``HEAD /health`` (what some load balancers send) was 501."""
+    import http.client
+
+    node, server = _admin(make_node)
+    try:
+        for path, code in (("/health", 200), ("/status", 200), ("/metrics", 200), ("/x", 404)):
+            conn = http.client.HTTPConnection(*server.address, timeout=10)
+            try:
+                conn.request("HEAD", path)
+                answer = conn.getresponse()
+                assert (answer.status, answer.read()) == (code, b""), path
+                if code == 200:
+                    assert int(answer.headers["Content-Length"]) > 0
+            finally:
+                conn.close()
+        node._runtime.fenced = True
+        conn = http.client.HTTPConnection(*server.address, timeout=10)
+        try:
+            conn.request("HEAD", "/health")
+            assert conn.getresponse().status == 503
+        finally:
+            conn.close()
+        node._runtime.fenced = False
+    finally:
+        server.stop()
+
+
 def test_metrics_are_served_in_the_prometheus_text_format(make_node):
     """Issue "Running ZLink as a service": /metrics (prometheus_client) has the node's
     counters, gauges, and queue depths and admission waiters by Spot type."""
