@@ -216,6 +216,15 @@ class Journal(zlink.InstanceSpot):
             RELEASE_HOLD.wait(30)
 
 
+FACTORY_CALLS: list[str] = []
+
+
 def make_app() -> zlink.App:
     """A factory (``zlink run tests.procs.app:make_app --factory``)."""
+    FACTORY_CALLS.append("make_app")
+    return app
+
+
+def make_app_unannotated():  # type: ignore[no-untyped-def]
+    """A factory whose return type is not written: known only once called."""
     return app

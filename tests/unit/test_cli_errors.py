@@ -25,6 +25,7 @@ runner = CliRunner()
         (["run", "tests.procs.app:nothing"], "has no attribute 'nothing'"),
         (["run", "tests.procs.app:app", "--factory"], "is a zlink.App, not a factory"),
         (["run", "tests.procs.app:make_app"], "it is a factory; add --factory"),
+        (["run", "tests.procs.app:make_app_unannotated"], "it is a factory; add --factory"),
         (["run", "tests.procs.app:Bump"], "is a class (Bump), not a zlink.App or a main()"),
         (["run", "examples.counter:main", "--admin", "127.0.0.1:0"], "needs a zlink.App"),
         (["run", "tests.procs.app:app", "--workers", "0"], "Error: invalid setting: workers:"),
@@ -37,6 +38,17 @@ def test_a_mistake_is_one_error_line_and_exit_1(args: list[str], says: str) -> N
     assert says in result.output
     assert "Traceback" not in result.output and "pydantic" not in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_a_factory_annotated_as_one_is_refused_before_it_is_called() -> None:
+    """A service probe: a factory run without ``--factory`` ran (as a ``main()``, whatever it
+    does on the way) before it was refused. Its return annotation says what it is."""
+    from tests.procs import app
+
+    app.FACTORY_CALLS.clear()
+    result = runner.invoke(cli, ["run", "tests.procs.app:make_app"])
+    assert result.exit_code == 1 and "add --factory" in result.output
+    assert app.FACTORY_CALLS == []
 
 
 def test_a_log_level_that_is_not_one_is_a_usage_error() -> None:

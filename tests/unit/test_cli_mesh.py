@@ -136,6 +136,34 @@ def test_run_nodes_names_a_node_killed_exits_as_a_shell_would_and_removes_its_st
         _stop(proc, reader)
 
 
+@pytest.mark.timeout(90)
+def test_run_nodes_says_started_only_once_every_node_serves(tmp_path: Path) -> None:
+    """A service probe: "2 node processes started" was printed as soon as they were spawned,
+    also when one then failed (here its port is taken): the parent names the one that
+    failed, stops the others, and exits with its status."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--nodes", "2",
+             "--node-id", "f", "--workers", "1", "--listen", f"tcp://127.0.0.1:{port}",
+             "--store", f"sqlite:///{tmp_path / 'mesh.db'}"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        lines, reader = _lines(proc)
+        try:
+            seen = _until(lines, "all nodes stopped", 60)
+            text = "".join(seen)
+            assert "node processes serving" not in text, text
+            assert "f-1 exited with status 1 before it served" in text, text
+            assert proc.wait(timeout=30) == 1
+        finally:
+            _stop(proc, reader)
+
+
 def test_mesh_looks_at_a_store_and_never_makes_one(tmp_path: Path) -> None:
     """A service probe: ``zlink mesh`` on a typo'd path made an empty store there and listed
     an empty mesh; on "memory" it listed the empty store of its own process."""

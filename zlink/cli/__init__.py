@@ -21,6 +21,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from enum import StrEnum
@@ -295,6 +296,10 @@ def run(
         str | None,
         typer.Option(hidden=True, help="write the stop summary here as JSON (--nodes children)"),
     ] = None,
+    ready_file: Annotated[
+        str | None,
+        typer.Option(hidden=True, help="made once the node serves (--nodes children)"),
+    ] = None,
 ) -> None:
     """Start a node for an App and serve until SIGINT/SIGTERM (drain, then shutdown; a second
     signal exits at once, with 130 for SIGINT); a callable ATTR is just run.
@@ -352,6 +357,9 @@ def run(
             _stop_when_superseded(node, stop, waker)
             typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
             sys.stdout.flush()
+            if ready_file is not None:  # its parent (zlink run --nodes) waits for it
+                with contextlib.suppress(OSError):
+                    Path(ready_file).touch()
             waker.wait(stop)
 
             summary: dict[str, int] = {"moved": 0, "stayed": 0}
@@ -407,8 +415,22 @@ def _run_callable(target: str, obj: Any, admin: str | None) -> None:
         raise InvalidArgument(
             "--admin serves a node's status: it needs a zlink.App target, not a function"
         )
+    if _returns_app(obj):  # known before it runs: refused without running it
+        raise InvalidArgument(f"{target} returns a zlink.App: it is a factory; add --factory")
     if isinstance(obj(), App):
         raise InvalidArgument(f"{target} returned a zlink.App: it is a factory; add --factory")
+
+
+def _returns_app(fn: Any) -> bool:
+    """Whether ``fn``'s return annotation says it makes a ``zlink.App`` (a factory), read
+    without calling it; an annotation that does not resolve says nothing."""
+    import typing
+
+    try:
+        hint = typing.get_type_hints(fn).get("return")
+    except Exception:  # noqa: BLE001 - a hint naming what is not importable here: unknown
+        return False
+    return isinstance(hint, type) and issubclass(hint, App)
 
 
 def _run_many(
@@ -433,6 +455,7 @@ def _run_many(
     host, _, port = base.rpartition(":")
     child_env = _child_env(os.environ)
     procs: list[subprocess.Popen[bytes]] = []
+    first: subprocess.Popen[bytes] | None = None  # the child that failed to start, if one did
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -451,12 +474,19 @@ def _run_many(
                 args = _child_args(target, factory, f"{node_id}-{i}", address, store, mesh,
                                    insecure, keys, workers, lease, log_level, log_format, admin,
                                    admin_allow_remote, advertise)  # fmt: skip
-                args += ["--summary-file", str(summaries / f"{i}.json")]
+                args += ["--summary-file", str(summaries / f"{i}.json"),
+                         "--ready-file", str(summaries / f"{i}.ready")]  # fmt: skip
                 # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
                 # pipe closes and the node stops (no node outlives its parent)
                 procs.append(subprocess.Popen(args, start_new_session=True, env=child_env,
                                               stdin=subprocess.PIPE))  # fmt: skip
-            typer.echo(f"{count} node processes started; SIGINT or SIGTERM stops them all")
+            failed = _until_serving(procs, summaries, stop, f"{node_id}-")
+            if failed:  # (its status is the run's: the others are stopped by this one)
+                first = next((p for p in procs if p.poll() is not None), None)
+                typer.echo(f"Error: {failed}; stopping the others", err=True)
+                stop.set()
+            else:
+                typer.echo(f"{count} node processes serving; SIGINT or SIGTERM stops them all")
             sys.stdout.flush()
 
             def watch() -> None:  # one that ends by itself stops the rest
@@ -485,8 +515,36 @@ def _run_many(
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
     typer.echo(f"all nodes stopped: {summed}")
+    if first is not None:  # one failed to start: the others were stopped for it
+        return _status(first.returncode or 0) or 1  # (ending before serving is a failure)
     # a child a signal ended: 128 + its number, as a shell says (137 for SIGKILL)
     return max((_status(p.returncode or 0) for p in procs), default=0)
+
+
+_SERVING_WITHIN = 120.0  # seconds for every --nodes child to serve (a store, a first lease)
+
+
+def _until_serving(
+    procs: list[Any], folder: Path, stop: threading.Event, prefix: str
+) -> str | None:
+    """Wait until every ``--nodes`` child serves (its ready file exists), one exits first, a
+    signal stops the run, or ``_SERVING_WITHIN`` passes. ``None`` when all serve (or a signal
+    came); else what went wrong, naming the children."""
+    deadline = time.monotonic() + _SERVING_WITHIN
+    pending = set(range(1, len(procs) + 1))
+    while pending and not stop.is_set():
+        pending = {i for i in pending if not (folder / f"{i}.ready").exists()}
+        ended = sorted(i for i in pending if procs[i - 1].poll() is not None)
+        if ended:
+            return ", ".join(
+                f"node {prefix}{i} exited with status {_status(procs[i - 1].returncode)} "
+                "before it served" for i in ended
+            )  # fmt: skip
+        if time.monotonic() > deadline:
+            names = ", ".join(f"{prefix}{i}" for i in sorted(pending))
+            return f"{names} did not serve within {_SERVING_WITHIN:g} s"
+        stop.wait(0.05)
+    return None
 
 
 def _status(returncode: int) -> int:
