@@ -51,6 +51,11 @@ def check_endpoint(endpoint: object) -> str:
         raise InvalidArgument(f"an endpoint is tcp://HOST:PORT, got {endpoint!r}")
     if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
         raise InvalidArgument(f"an endpoint's port is 1..65535, got {endpoint!r}")
+    if host.startswith("[") or ":" in host:  # (ZeroMQ would try it for the whole timeout)
+        raise InvalidArgument(
+            f"endpoint {endpoint!r} is an IPv6 address: the mesh's sockets speak IPv4 only for "
+            "now; give an IPv4 address or a host name"
+        )
     return endpoint
 
 

@@ -249,6 +249,12 @@ def test_connect_refuses_bad_endpoints_and_times_out_where_nobody_answers():
         assert "within 0.3 s" in str(refused.value)  # (a probe read "within 0.299999 s")
     with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
         zlink.connect("tcp://127.0.0.1:7101", keys="somewhere")  # not a keys folder
+    # an IPv6 address waited out the whole timeout (the mesh speaks IPv4 only): said at once
+    for ipv6 in ("tcp://[::1]:7101", "tcp://::1:7101"):
+        started = time.monotonic()
+        with pytest.raises(zlink.InvalidArgument, match="IPv6"):
+            zlink.connect(ipv6, timeout=5)
+        assert time.monotonic() - started < 1
 
 
 def test_a_client_closed_with_frames_zeromq_refused_closes_at_once_and_counts_them():
