@@ -21,7 +21,7 @@ from zlink import cli as zcli
 from zlink.cli import cli
 
 RUN = typer.main.get_command(cli).commands["run"]  # type: ignore[attr-defined]
-INTERNAL = {"stop_with_stdin", "summary_file"}  # hidden: set by a --nodes parent on its children
+INTERNAL = {"stop_with_stdin", "summary_file", "ready_file"}  # hidden: set by a --nodes parent
 
 
 def _parse(args: list[str]) -> dict[str, object]:
