@@ -125,6 +125,10 @@ class _MeshEvents:
         if router is not None:
             router.declared_down(node_id)
 
+    def said_goodbye(self, node_id: str) -> bool:
+        router = self._node._rt.router
+        return router is not None and router.transport.said_goodbye(node_id)
+
     def still_member(self, node_id: str) -> bool:
         router = self._node._rt.router
         if router is None or not router.transport.reachable(node_id):
@@ -618,7 +622,7 @@ class Node:
             self._client_server.close()
         if self._transport is not None:  # before the infrastructure thread stops: peers hear
             self._abandon_outbox(error, end)
-            self._transport.detach(self.node_id)
+            self._transport.detach(self.node_id, goodbye=True)
         self._infra.stop(max(0.0, end - time.monotonic()))
         close = getattr(self._owned_store, "close", None)
         if close is not None:

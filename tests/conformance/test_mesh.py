@@ -366,6 +366,28 @@ def test_calls_to_a_node_the_store_declares_down_fail_at_once(cluster):
     assert n1.counters()["peers_declared_down"] == 1
 
 
+def test_a_node_that_leaves_cleanly_is_not_logged_as_declared_down(cluster, caplog):
+    """A service probe: every clean stop of a peer was logged on the others at WARNING as
+    "the store declares node ... down", as a crash is; it said goodbye: INFO, "left". A node
+    that vanished without one is still a warning."""
+    import logging
+
+    n1, n2, n3 = cluster.nodes
+    with caplog.at_level(logging.INFO, logger="zlink"):
+        n2.shutdown(WAIT)  # unregisters, says goodbye
+        cluster.wait_idle(WAIT)
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert not [m for m in warned if "node-2" in m], warned
+        assert "node node-1: node node-2 left the mesh" in caplog.text
+        assert n1.counters()["peers_declared_down"] == 1  # counted as before
+        caplog.clear()
+        assert cluster.store.unregister_node("node-3", n3.incarnation)
+        cluster.transport.detach("node-3")  # no goodbye: a connection that dropped
+        cluster.wait_idle(WAIT)
+        warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert "node node-1: the store declares node node-3 down" in warned
+
+
 def test_a_paused_peer_never_holds_a_reply_back(cluster):
     """Seed §4, §16: replies travel on COMPLETION, which is never paused; DATA from a paused
     peer waits, in order, and flows again on resume."""

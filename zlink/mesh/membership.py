@@ -99,6 +99,11 @@ class MembershipEvents(Protocol):
         other for ever)."""
         ...
 
+    def said_goodbye(self, node_id: str) -> bool:
+        """Whether ``node_id``, now gone from the store, left cleanly (``Transport
+        .said_goodbye``): a clean stop is logged as one, not as a crash."""
+        ...
+
     def still_member(self, node_id: str) -> bool:
         """The store still lists a suspected peer at its incarnation: ``True`` if it is
         reachable again (the suspicion ends), ``False`` to keep asking."""
@@ -377,7 +382,10 @@ class NodeMembership:
             self._suspects.pop(peer, None)
         self._known = now
         for peer in down:
-            _log.warning("node %s: the store declares node %s down", self.node_id, peer)
+            if self._events.said_goodbye(peer):
+                _log.info("node %s: node %s left the mesh", self.node_id, peer)
+            else:
+                _log.warning("node %s: the store declares node %s down", self.node_id, peer)
             try:
                 self._events.peer_down(peer)
             except Exception:  # noqa: BLE001 - the other peers are still declared down

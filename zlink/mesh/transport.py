@@ -87,7 +87,16 @@ class Transport(Protocol):
         to the ones it does not know (any thread, never blocks)."""
         ...
 
-    def detach(self, node_id: str) -> None: ...
+    def detach(self, node_id: str, goodbye: bool = False) -> None:
+        """``node_id`` leaves: its peers see it go (``peer_down``). ``goodbye``: it left
+        cleanly (a network transport always says goodbye on a clean close)."""
+        ...
+
+    def said_goodbye(self, peer: str) -> bool:
+        """Whether ``peer`` last left cleanly (it said goodbye), not by a dropped connection:
+        asked when the store declares it down (a clean stop is not logged as a crash). Kept
+        until it is met again (a new incarnation), for the last ``GOODBYES_KEPT`` leaves."""
+        ...
 
     def reincarnate(
         self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],
@@ -150,6 +159,19 @@ def data_resumed(frames: int, size: int, frames_limit: int, bytes_limit: int) ->
     return frames <= frames_limit // 2 and size <= bytes_limit // 2
 
 
+GOODBYES_KEPT = 1024  # clean leaves remembered (the oldest go first)
+
+
+def remember_goodbye(goodbyes: dict[str, None], node_id: str, goodbye: bool) -> None:
+    """Note (or, for a leave without one, forget) ``node_id``'s goodbye, in a bounded
+    insertion-ordered dict (``Transport.said_goodbye`` reads it)."""
+    goodbyes.pop(node_id, 0)
+    if goodbye:
+        goodbyes[node_id] = None
+        if len(goodbyes) > GOODBYES_KEPT:
+            del goodbyes[next(iter(goodbyes))]
+
+
 @dataclass(eq=False)
 class _Flow:
     """DATA from one node to another: frames in flight, and what a pause holds back."""
@@ -179,6 +201,7 @@ class InProcessTransport:
         self._nodes: dict[str, _Attached] = {}
         self._flows: dict[tuple[str, str], _Flow] = {}  # (sender, receiver) -> its DATA flow
         self._limit = data_limit
+        self._goodbyes: dict[str, None] = {}  # nodes that detached cleanly, oldest first
         self.sent = 0
         self.dropped = 0  # DATA in flight to or from nodes that detached
 
@@ -194,12 +217,14 @@ class InProcessTransport:
         with self._lock:
             others = list(self._nodes.items())
             self._nodes[node_id] = _Attached(link, submit)
+            self._goodbyes.pop(node_id, 0)  # a goodbye was its last attachment's
         for peer, other in others:
             other.submit(other.link.peer_up, node_id)
             submit(link.peer_up, peer)
 
-    def detach(self, node_id: str) -> None:
+    def detach(self, node_id: str, goodbye: bool = False) -> None:
         with self._lock:
+            remember_goodbye(self._goodbyes, node_id, goodbye)
             gone = self._nodes.pop(node_id, None)
             others = list(self._nodes.values())
             for key in [k for k in self._flows if node_id in k]:  # its DATA dies with it
@@ -207,6 +232,10 @@ class InProcessTransport:
         if gone is not None:
             for other in others:
                 other.submit(other.link.peer_down, node_id)
+
+    def said_goodbye(self, peer: str) -> bool:
+        with self._lock:
+            return peer in self._goodbyes
 
     def reincarnate(
         self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],
