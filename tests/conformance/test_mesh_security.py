@@ -143,3 +143,46 @@ def test_zlink_connect_with_the_mesh_keys_is_served_and_an_unknown_client_is_ref
             thread.join(10)
             assert not thread.is_alive(), thread.name
         assert n1.client().request_to_spot("room", Total()).wait(10) == 10  # nothing came in
+
+
+def test_a_client_added_to_a_keys_folder_is_served_once_the_node_restarts(tmp_path: Path) -> None:
+    """A service probe: ``zlink keys generate --client`` refused a folder that had a mesh key,
+    so a client could not be added to a running mesh's keys. ``add_clients`` (``zlink keys
+    add-client``) makes only the client's pair; a node reads client keys when it starts."""
+    folder = tmp_path / "keys"
+    mesh_keys.generate(folder, ["alice"])
+    mesh_before = (folder / "mesh.key_secret").read_bytes()
+    written = mesh_keys.add_clients(folder, ["bob"])
+    assert sorted(p.name for p in written) == ["bob.key", "bob.key_secret"]
+    assert (folder / "mesh.key_secret").read_bytes() == mesh_before  # the mesh key is kept
+    assert oct((folder / "clients" / "bob.key_secret").stat().st_mode & 0o777) == "0o600"
+    with pytest.raises(zlink.InvalidArgument, match="already"):
+        mesh_keys.add_clients(folder, ["alice"])  # never overwritten: it would lock alice out
+    with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
+        mesh_keys.add_clients(tmp_path / "nothing-here", ["carol"])
+    for bad in ("", "a/b", ".hidden"):
+        with pytest.raises(zlink.InvalidArgument):
+            mesh_keys.add_clients(folder, [bad])
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, folder) as n1:
+        assert n1.address is not None
+        with zlink.connect(n1.address, keys=folder, client="bob") as bob:
+            bob.spots.get_or_create("room", "mp.room").wait(10)
+            assert bob.request_to_spot("room", Total()).timeout(5).wait(10) == 0
+
+
+def test_keys_add_client_on_the_command_line(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from zlink.cli import cli
+
+    folder = tmp_path / "keys"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["keys", "generate", str(folder)]).exit_code == 0
+    added = runner.invoke(cli, ["keys", "add-client", str(folder), "web", "worker"])
+    assert added.exit_code == 0, added.output
+    assert (folder / "clients" / "web.key").exists() and (
+        folder / "clients" / "worker.key"
+    ).exists()
+    again = runner.invoke(cli, ["keys", "add-client", str(folder), "web"])
+    assert again.exit_code == 1 and "already" in again.output and "Traceback" not in again.output

@@ -639,6 +639,21 @@ def keys_generate(
         typer.echo(str(path))
 
 
+@keys_cli.command("add-client")
+def keys_add_client(
+    folder: Annotated[str, typer.Argument(help="a keys folder (zlink keys generate)")],
+    names: Annotated[list[str], typer.Argument(help="client names, one key pair each")],
+) -> None:
+    """Add client key pairs to a keys folder, keeping its mesh key. Nodes read client keys
+    when they start: restart them to let the new clients in."""
+    from ..mesh.keys import add_clients
+
+    with _user_errors():
+        paths = add_clients(folder, names)
+    for path in paths:
+        typer.echo(str(path))
+
+
 @cli.command("mesh")
 def mesh_cmd(
     store: Annotated[

@@ -69,19 +69,59 @@ def generate(folder: str | os.PathLike[str], clients: list[str] | None = None) -
 
     root = Path(folder)
     if (root / f"{MESH}.key_secret").exists():
-        raise InvalidArgument(f"{root} already holds a mesh key; use another folder")
-    names = clients if clients else ["client"]
+        raise InvalidArgument(
+            f"{root} already holds a mesh key; use another folder (or `zlink keys add-client` "
+            "to add a client to it)"
+        )
+    names = _client_names(clients if clients else ["client"])
+    (root / CLIENTS).mkdir(parents=True, exist_ok=True)
+    written = [Path(p) for p in zmq.auth.create_certificates(root, MESH)]
+    return _secret_only(written + _client_pairs(root, names))
+
+
+def add_clients(folder: str | os.PathLike[str], clients: list[str]) -> list[Path]:
+    """Write a key pair for each client name into the keys folder ``folder`` (made by
+    ``generate``), keeping its mesh key; refuses a name that has a pair already (a new one
+    would lock its holder out). Nodes read client keys when they start: restart them to let
+    the new clients in. Returns the files."""
+    root = Path(folder)
+    if not (root / f"{MESH}.key_secret").is_file():
+        raise InvalidArgument(f"{root} holds no mesh key (make one with `zlink keys generate`)")
+    names = _client_names(clients)
+    taken = [n for n in names if (root / CLIENTS / f"{n}.key").exists()
+             or (root / CLIENTS / f"{n}.key_secret").exists()]  # fmt: skip
+    if taken:
+        raise InvalidArgument(f"{root} already holds a key pair for {', '.join(taken)}")
+    (root / CLIENTS).mkdir(parents=True, exist_ok=True)
+    return _secret_only(_client_pairs(root, names))
+
+
+def _client_names(names: list[str]) -> list[str]:
+    if not names:
+        raise InvalidArgument("name at least one client")
     for name in names:
         if not name or "/" in name or name.startswith("."):
             raise InvalidArgument(f"a client name is a plain file name, got {name!r}")
-    (root / CLIENTS).mkdir(parents=True, exist_ok=True)
-    written = [Path(p) for p in zmq.auth.create_certificates(root, MESH)]
+    if len(set(names)) != len(names):
+        raise InvalidArgument(f"a client name is given once, got {names!r}")
+    return names
+
+
+def _client_pairs(root: Path, names: list[str]) -> list[Path]:
+    import zmq.auth
+
+    written: list[Path] = []
     for name in names:
         written += [Path(p) for p in zmq.auth.create_certificates(root / CLIENTS, name)]
-    for path in written:
+    return written
+
+
+def _secret_only(paths: list[Path]) -> list[Path]:
+    """Secrets readable by their owner only (0600); returns ``paths``."""
+    for path in paths:
         if path.name.endswith("_secret"):
             path.chmod(0o600)
-    return written
+    return paths
 
 
 def _pair(path: Path) -> tuple[bytes, bytes]:
