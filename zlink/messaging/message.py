@@ -9,7 +9,6 @@ serializing a message that never leaves the process (issue "Performance", target
 
 from __future__ import annotations
 
-import json
 import sys
 import types
 from collections.abc import Callable
@@ -18,7 +17,7 @@ from typing import Any, ClassVar, ForwardRef, Generic, TypeVar, Union, get_args,
 from weakref import ref
 
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import PydanticSerializationError
 
 from ..errors import InvalidArgument, InvalidOperation, NotFound
 from . import codec
@@ -35,9 +34,7 @@ class Message(BaseModel):
     The default wire name is ``module.QualName``. Two classes may not share a wire name.
     """
 
-    # NaN and infinities serialize as the tokens JSON lacks (not as ``null``), so that
-    # ``wire_bytes`` can tell one is there and refuse the message at the sender
-    model_config = ConfigDict(frozen=True, ser_json_inf_nan="constants")
+    model_config = ConfigDict(frozen=True)
     zlink_type_name: ClassVar[str] = "zlink.Message"
 
     def __init__(self, /, **data: Any) -> None:
@@ -131,53 +128,11 @@ def is_request(cls: type[Message]) -> bool:
 
 def wire_bytes(msg: Message) -> bytes:
     """The wire form of ``msg``: JSON bytes. ``InvalidArgument`` for a message JSON cannot
-    carry (a lone surrogate in a str, a float that is NaN or infinite), before anything is
-    queued (python-api §1). pydantic's default would send such a float as ``null``: refused at
-    the receiver for a ``float`` field, silently ``None`` in an ``Any`` one."""
-    out = _json(msg)
-    if (b"NaN" in out or b"Infinity" in out) and _non_finite(out):  # the scan: a few ns
-        raise InvalidArgument(
-            f"{type(msg).__qualname__} has no JSON form: a float in it is NaN or infinity, "
-            "which JSON cannot carry"
-        )
-    return out
-
-
-def reply_bytes(value: Any) -> bytes:
-    """A reply's JSON as it crosses nodes (any value pydantic serializes; a Message by its own
-    serializer). ``InvalidArgument`` for one JSON cannot carry, NaN and infinities included
-    (they crossed as tokens the receiver's JSON refused)."""
-    out = to_json(value, inf_nan_mode="constants")
-    if (b"NaN" in out or b"Infinity" in out) and _non_finite(out):
-        raise InvalidArgument(
-            "the reply holds a float that is NaN or infinity, which JSON cannot carry"
-        )
-    return out
-
-
-def _json(msg: Message) -> bytes:
-    """pydantic's JSON of ``msg``, NaN and infinities as bare tokens (``Message``'s config)."""
+    carry (a lone surrogate in a str, say), before anything is queued (python-api §1)."""
     try:
         return msg.__pydantic_serializer__.to_json(msg)
     except PydanticSerializationError as exc:
         raise InvalidArgument(f"{type(msg).__qualname__} has no JSON form: {exc}") from None
-
-
-class _NonFinite(Exception):
-    pass
-
-
-def _refuse_constant(name: str) -> Any:
-    raise _NonFinite(name)
-
-
-def _non_finite(data: bytes) -> bool:
-    """Whether ``data`` holds a NaN or infinity token (not merely text that spells one)."""
-    try:
-        json.loads(data, parse_constant=_refuse_constant)
-    except _NonFinite:
-        return True
-    return False
 
 
 def _dead() -> None:
@@ -200,7 +155,7 @@ def wire_size(msg: Message) -> int:
     last = _LAST_SIZE
     if last[0]() is msg:
         return last[1]
-    size = len(_json(msg))  # a NaN's token is refused only where the message crosses
+    size = len(wire_bytes(msg))
     try:
         _LAST_SIZE = (ref(msg), size)
     except TypeError:  # a subclass with __slots__ and no __weakref__

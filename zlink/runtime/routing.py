@@ -55,6 +55,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from pydantic_core import to_json
+
 from ..errors import (
     HandlerError,
     InvalidArgument,
@@ -80,7 +82,7 @@ from ..messaging.calls import (
     SendCall,
 )
 from ..messaging.completion import Admitted, Completion, in_progress
-from ..messaging.message import from_wire, reply_bytes, reply_from_json, reply_type, to_wire
+from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, SpotKind, TargetKind
 from .acts import READY
 
@@ -1216,7 +1218,7 @@ class MeshRouter:
         does not serialize is a reply-encoding failure: the caller gets ``HandlerError``."""
         if error is None:
             try:
-                text = reply_bytes(value).decode()
+                text = to_json(value).decode()
                 if origin != self.rt.node_id:  # too large for a frame: as if it did not encode
                     wire.check_fits(text, None, self.transport.frame_limit(origin))
                 out = wire.ReplyEnvelope(correlation, text, None)
