@@ -53,6 +53,11 @@ def _wanted() -> bool:
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 
 
+# each module's source digest as Cython is given it (before it translates: an edit after this
+# makes the record older than the extension, so the extension is judged stale, never fresh)
+DIGESTS: dict[str, str] = {}
+
+
 def _extensions() -> list[Any]:
     if not _wanted():
         return []
@@ -61,10 +66,13 @@ def _extensions() -> list[Any]:
     except ImportError:
         _warn("Cython is not installed, so nothing is compiled")
         return []
+    for name in NATIVE.COMPILED:
+        DIGESTS[name] = NATIVE.source_digest(NATIVE.source_path(name, Path("zlink")))
     try:
         return list(
             cythonize(
                 [str(NATIVE.source_path(name, Path("zlink"))) for name in NATIVE.COMPILED],
+                force=True,  # never judged by file times: a checkout or a copy can reorder them
                 compiler_directives={
                     "language_level": 3,
                     "freethreading_compatible": True,
@@ -85,6 +93,7 @@ class _BuildExt(build_ext):
 
     def run(self) -> None:
         self._built: list[str] = []
+        self.force = True  # (as cythonize: file times decide nothing)
         try:
             super().run()
         except _BUILD_FAILED as exc:
@@ -108,16 +117,45 @@ class _BuildExt(build_ext):
         self._built.append(ext.name)
 
     def _write_manifest(self) -> None:
-        digests = {
-            name: NATIVE.source_digest(NATIVE.source_path(name, Path("zlink")))
-            for name in self._built
-        }
-        text = json.dumps(digests, indent=1, sort_keys=True) + "\n"
-        targets = [Path("zlink", NATIVE.MANIFEST)] if self.inplace else []
-        targets.append(Path(self.build_lib, "zlink", NATIVE.MANIFEST))
-        for target in targets:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(text)
+        digests = {name: DIGESTS[name] for name in self._built}
+        if self.inplace:
+            _forget_in_tree(set(self._built))  # what did not build this time: pure Python
+            _record(Path("zlink", NATIVE.MANIFEST), digests)
+        _record(Path(self.build_lib, "zlink", NATIVE.MANIFEST), digests)
 
 
-setup(ext_modules=_extensions(), cmdclass={"build_ext": _BuildExt})
+def _record(target: Path, digests: dict[str, str] | None) -> None:
+    """This interpreter's entry in the manifest at ``target`` (``None``: remove it); the
+    entries of other interpreters' builds are kept."""
+    try:
+        data = json.loads(target.read_text())
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    data.pop(NATIVE.INTERPRETER, None)
+    if digests is not None:
+        data[NATIVE.INTERPRETER] = digests
+    if not data and not target.exists():
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _forget_in_tree(keep: set[str]) -> None:
+    """Remove this interpreter's extensions of the listed modules from the source tree (but
+    ``keep``'s): a build that compiles nothing, or fewer, leaves none of an older build
+    behind to be imported."""
+    for name in NATIVE.COMPILED:
+        if name in keep:
+            continue
+        stem = NATIVE.source_path(name, Path("zlink")).with_suffix("")
+        Path(f"{stem}{NATIVE.INTERPRETER}").unlink(missing_ok=True)
+
+
+EXTENSIONS = _extensions()
+if not EXTENSIONS:  # (ZLINK_COMPILE=0, no Cython): an older build's extensions go too
+    _forget_in_tree(set())
+    _record(Path("zlink", NATIVE.MANIFEST), None)
+
+setup(ext_modules=EXTENSIONS, cmdclass={"build_ext": _BuildExt})

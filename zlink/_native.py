@@ -5,15 +5,16 @@ pure-Python modules stay and behave the same, CI runs the suite both ways, and a
 cannot compile falls back. ``setup.py`` compiles the modules of the turn's path with Cython
 from these very ``.py`` files, on the free-threaded build only (on 3.11 the compiled modules
 measured slower than the specializing interpreter: docs/benchmarks.md), and writes
-``_compiled.json``: each compiled module's name and the SHA-256 of the source it was compiled
-from.
+``_compiled.json``: per interpreter (its extension suffix), each compiled module's name and
+the SHA-256 of the source it was compiled from.
 
 This module, imported before any other of the package, decides per module:
 
 * ``ZLINK_PURE=1`` in the environment: every module is imported from its ``.py``;
-* a compiled module whose ``.py`` changed since it was built (an editable checkout edited or
-  checked out again) is stale: its ``.py`` is imported, with one warning on stderr naming
-  the rebuild command, so an edit always takes effect;
+* an extension whose ``.py`` changed since it was built (an editable checkout edited or
+  checked out again), or that this interpreter's build did not record (a module since taken
+  off ``COMPILED``, another interpreter's build), is stale: its ``.py`` is imported, with one
+  warning on stderr naming the rebuild command, so an edit always takes effect;
 * otherwise Python's own import system finds the extension first, when there is one built
   for this interpreter.
 
@@ -87,7 +88,12 @@ class _SourceFinder:
         return importlib.util.spec_from_file_location(fullname, source)
 
 
-def _manifest(package: Path) -> dict[str, str]:
+INTERPRETER = importlib.machinery.EXTENSION_SUFFIXES[0]  # ".cpython-313t-x86_64-linux-gnu.so"
+
+
+def _manifest(package: Path, interpreter: str = INTERPRETER) -> dict[str, str]:
+    """The build's record for this interpreter: module name -> digest of its source (each
+    interpreter's build keeps its own, so one build never vouches for another's files)."""
     try:
         text = (package / MANIFEST).read_text()
     except OSError:
@@ -97,31 +103,39 @@ def _manifest(package: Path) -> dict[str, str]:
     except ValueError:
         _log.warning("zlink: %s is not JSON; every module runs as pure Python", MANIFEST)
         return {}
-    if not isinstance(data, dict):
+    mine = data.get(interpreter) if isinstance(data, dict) else None
+    if not isinstance(mine, dict):
         return {}
-    return {str(k): str(v) for k, v in data.items() if str(k).startswith("zlink.")}
+    return {str(k): str(v) for k, v in mine.items() if str(k).startswith("zlink.")}
+
+
+def _module_name(source: Path, package: Path) -> str:
+    parts = source.relative_to(package).with_suffix("").parts
+    return ".".join(("zlink", *parts))
 
 
 def plan(
     package: Path = _PACKAGE, environ: Mapping[str, str] = os.environ
 ) -> tuple[dict[str, Path], list[str]]:
     """The modules to import from their ``.py`` though an extension for this interpreter sits
-    beside it, and which of those are stale (see above)."""
+    beside it, and which of those are stale (see above). Every extension beside a ``.py`` of
+    the package counts, listed in ``COMPILED`` or not: one left over from a build of a module
+    since taken off the list, or whose record is missing, is stale too."""
     pure = environ.get(PURE_ENV, "") not in ("", "0")
-    built = [(name, source_path(name, package)) for name in COMPILED]
-    built = [(name, source) for name, source in built if _built_here(source)]
+    built = [s for s in package.rglob("*.py") if _built_here(s) and s.name != "__init__.py"]
     if not built:
         return {}, []
     manifest = _manifest(package)
     from_source: dict[str, Path] = {}
     stale: list[str] = []
-    for name, source in built:
+    for source in built:
+        name = _module_name(source, package)
         if pure:
             from_source[name] = source
-        elif manifest.get(name) != source_digest(source):  # no record counts as stale
-            from_source[name] = source
+        elif name not in COMPILED or manifest.get(name) != source_digest(source):
+            from_source[name] = source  # no record, or another source's, counts as stale
             stale.append(name)
-    return from_source, stale
+    return from_source, sorted(stale)
 
 
 def install() -> None:

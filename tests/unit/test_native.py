@@ -34,9 +34,9 @@ def _package(tmp_path: Path, names: tuple[str, ...], *, built: bool = True) -> P
     return package
 
 
-def _record(package: Path, names: tuple[str, ...]) -> None:
+def _record(package: Path, names: tuple[str, ...], interpreter: str = _native.INTERPRETER) -> None:
     digests = {n: _native.source_digest(_native.source_path(n, package)) for n in names}
-    (package / _native.MANIFEST).write_text(json.dumps(digests))
+    (package / _native.MANIFEST).write_text(json.dumps({interpreter: digests}))
 
 
 def test_an_extension_built_from_this_source_is_left_to_the_import_system(tmp_path: Path) -> None:
@@ -68,6 +68,24 @@ def test_an_extension_with_no_record_counts_as_stale(tmp_path: Path) -> None:
     assert _native.plan(package, {})[1] == ["zlink.executor.gate"]
     (package / _native.MANIFEST).write_text("not json")
     assert _native.plan(package, {})[1] == ["zlink.executor.gate", "zlink.executor.pool"]
+
+
+def test_an_extension_of_a_module_off_the_list_is_stale(tmp_path: Path) -> None:
+    """A review's finding: a module taken off ``COMPILED`` kept its extension in the tree, and
+    that extension won over the edited ``.py`` (and over ``ZLINK_PURE=1``)."""
+    package = _package(tmp_path, ("zlink.executor.gate", "zlink.executor.infra"))
+    _record(package, ("zlink.executor.gate", "zlink.executor.infra"))
+    infra = _native.source_path("zlink.executor.infra", package)
+    assert _native.plan(package, {}) == ({"zlink.executor.infra": infra}, ["zlink.executor.infra"])
+    assert "zlink.executor.infra" in _native.plan(package, {"ZLINK_PURE": "1"})[0]
+
+
+def test_another_interpreters_build_vouches_for_nothing_here(tmp_path: Path) -> None:
+    """A review's finding: one manifest for every interpreter let a 3.11 build record today's
+    source over 3.13t extensions built from yesterday's."""
+    package = _package(tmp_path, ("zlink.executor.gate",))
+    _record(package, ("zlink.executor.gate",), interpreter=".cpython-399-elsewhere.so")
+    assert _native.plan(package, {})[1] == ["zlink.executor.gate"]
 
 
 def test_nothing_built_means_nothing_to_decide(tmp_path: Path) -> None:
