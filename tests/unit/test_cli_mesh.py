@@ -237,3 +237,38 @@ def test_run_nodes_leaves_no_node_behind_when_its_parent_is_killed(tmp_path: Pat
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
         _stop(proc, reader)
+
+
+class _Child:
+    """What ``_until_serving`` reads of a child process."""
+
+    def __init__(self, returncode: int | None = None) -> None:
+        self.returncode = returncode
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+def test_until_serving_says_how_the_start_went(tmp_path: Path, monkeypatch) -> None:
+    """A review's findings: a run whose nodes never served exited 0, a signal during the
+    wait printed "serving", and a node that served and then ended was not noticed."""
+    import threading
+
+    from zlink import cli as cli_module
+
+    stop = threading.Event()
+    until = cli_module._until_serving
+    (tmp_path / "1.ready").touch()
+    (tmp_path / "2.ready").touch()
+    assert until([_Child(), _Child()], tmp_path, stop, "n-") == cli_module._Start(True)
+    ended = until([_Child(), _Child(-9)], tmp_path, stop, "n-")
+    assert ended.error == "node n-2 exited with status 137 as the others started"
+    assert ended.status == 137 and not ended.serving
+    (tmp_path / "2.ready").unlink()
+    early = until([_Child(), _Child(0)], tmp_path, stop, "n-")
+    assert early.error == "node n-2 exited with status 0 before it served" and early.status == 1
+    monkeypatch.setattr(cli_module, "_SERVING_WITHIN", 0.0)
+    late = until([_Child(), _Child()], tmp_path, stop, "n-")
+    assert late.error == "n-2 did not serve within 0 s" and late.status == 1
+    stop.set()
+    assert until([_Child(), _Child()], tmp_path, stop, "n-") == cli_module._Start(False)

@@ -24,6 +24,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -455,7 +456,7 @@ def _run_many(
     host, _, port = base.rpartition(":")
     child_env = _child_env(os.environ)
     procs: list[subprocess.Popen[bytes]] = []
-    first: subprocess.Popen[bytes] | None = None  # the child that failed to start, if one did
+    failed_start: int | None = None  # the run's status when the nodes did not all serve
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -480,12 +481,12 @@ def _run_many(
                 # pipe closes and the node stops (no node outlives its parent)
                 procs.append(subprocess.Popen(args, start_new_session=True, env=child_env,
                                               stdin=subprocess.PIPE))  # fmt: skip
-            failed = _until_serving(procs, summaries, stop, f"{node_id}-")
-            if failed:  # (its status is the run's: the others are stopped by this one)
-                first = next((p for p in procs if p.poll() is not None), None)
-                typer.echo(f"Error: {failed}; stopping the others", err=True)
+            start = _until_serving(procs, summaries, stop, f"{node_id}-")
+            if start.error is not None:  # (its status is the run's, not the others' stop)
+                failed_start = start.status
+                typer.echo(f"Error: {start.error}; stopping the others", err=True)
                 stop.set()
-            else:
+            elif start.serving:  # (not when a signal came first: they are stopping)
                 typer.echo(f"{count} node processes serving; SIGINT or SIGTERM stops them all")
             sys.stdout.flush()
 
@@ -515,8 +516,8 @@ def _run_many(
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
     typer.echo(f"all nodes stopped: {summed}")
-    if first is not None:  # one failed to start: the others were stopped for it
-        return _status(first.returncode or 0) or 1  # (ending before serving is a failure)
+    if failed_start is not None:  # the nodes did not all serve: the others were stopped
+        return failed_start
     # a child a signal ended: 128 + its number, as a shell says (137 for SIGKILL)
     return max((_status(p.returncode or 0) for p in procs), default=0)
 
@@ -524,27 +525,42 @@ def _run_many(
 _SERVING_WITHIN = 120.0  # seconds for every --nodes child to serve (a store, a first lease)
 
 
-def _until_serving(
-    procs: list[Any], folder: Path, stop: threading.Event, prefix: str
-) -> str | None:
-    """Wait until every ``--nodes`` child serves (its ready file exists), one exits first, a
-    signal stops the run, or ``_SERVING_WITHIN`` passes. ``None`` when all serve (or a signal
-    came); else what went wrong, naming the children."""
+@dataclass(frozen=True)
+class _Start:
+    """How the start of ``--nodes`` children went (``_until_serving``)."""
+
+    serving: bool  # every child serves
+    error: str | None = None  # what went wrong, naming the children (None: nothing did)
+    status: int = 0  # the run's exit status when ``error``
+
+
+def _until_serving(procs: list[Any], folder: Path, stop: threading.Event, prefix: str) -> _Start:
+    """Wait until every ``--nodes`` child serves (its ready file exists), one ends first
+    (served or not: the run is then not whole), a signal stops the run, or
+    ``_SERVING_WITHIN`` passes (status 1)."""
     deadline = time.monotonic() + _SERVING_WITHIN
     pending = set(range(1, len(procs) + 1))
-    while pending and not stop.is_set():
+    while not stop.is_set():
         pending = {i for i in pending if not (folder / f"{i}.ready").exists()}
-        ended = sorted(i for i in pending if procs[i - 1].poll() is not None)
+        ended = [i for i in range(1, len(procs) + 1) if procs[i - 1].poll() is not None]
         if ended:
-            return ", ".join(
-                f"node {prefix}{i} exited with status {_status(procs[i - 1].returncode)} "
-                "before it served" for i in ended
-            )  # fmt: skip
+            first = _status(procs[ended[0] - 1].returncode)
+            return _Start(
+                False,
+                ", ".join(
+                    f"node {prefix}{i} exited with status {_status(procs[i - 1].returncode)} "
+                    + ("before it served" if i in pending else "as the others started")
+                    for i in ended
+                ),
+                first or 1,
+            )  # (ending before all serve is a failure, even with status 0)
+        if not pending:
+            return _Start(True)
         if time.monotonic() > deadline:
             names = ", ".join(f"{prefix}{i}" for i in sorted(pending))
-            return f"{names} did not serve within {_SERVING_WITHIN:g} s"
+            return _Start(False, f"{names} did not serve within {_SERVING_WITHIN:g} s", 1)
         stop.wait(0.05)
-    return None
+    return _Start(False)
 
 
 def _status(returncode: int) -> int:
