@@ -135,7 +135,7 @@ class NodeConfig(BaseModel):
         if size > 255:
             raise ValueError(f"an id is at most 255 bytes of UTF-8, got {size}")
         if not value.isprintable():
-            raise ValueError("an id is printable: no control characters or line breaks")
+            raise ValueError("an id is printable: no control, format or line characters")
         return value
 
     @field_validator("listen")

@@ -125,9 +125,10 @@ class _MeshEvents:
         if router is not None:
             router.declared_down(node_id)
 
-    def said_goodbye(self, node_id: str) -> bool:
+    def said_goodbye(self, node_id: str, incarnation: int | None) -> bool:
         router = self._node._rt.router
-        return router is not None and router.transport.said_goodbye(node_id)
+        said = None if router is None else getattr(router.transport, "said_goodbye", None)
+        return said is not None and bool(said(node_id, incarnation))  # (optional: Transport)
 
     def still_member(self, node_id: str) -> bool:
         router = self._node._rt.router
@@ -617,12 +618,15 @@ class Node:
         if self._membership is not None:  # releases and the like first, while the lease holds
             assert self._rt.router is not None
             self._rt.router.store_worker.stop(max(0.25, (end - time.monotonic()) / 2))
+            leaving = getattr(self._transport, "leaving", None)  # before the store says "gone":
+            if leaving is not None:  # peers that look then hear a clean leave, not a crash
+                leaving(self.node_id)
             self._membership.leave(max(0.5, end - time.monotonic()))
         if self._client_server is not None:  # after the last replies: clients hear goodbye
             self._client_server.close()
         if self._transport is not None:  # before the infrastructure thread stops: peers hear
             self._abandon_outbox(error, end)
-            self._transport.detach(self.node_id, goodbye=True)
+            self._transport.detach(self.node_id)
         self._infra.stop(max(0.0, end - time.monotonic()))
         close = getattr(self._owned_store, "close", None)
         if close is not None:

@@ -1,5 +1,6 @@
-"""Which peers left cleanly (``Transport.said_goodbye``): a clean stop is logged as one, not as
-a crash (``NodeMembership``); the memory of goodbyes is bounded and forgets a node met again."""
+"""Which peers left cleanly (the transports' optional ``said_goodbye``): a clean stop is logged
+as one, not as a crash (``NodeMembership``); the memory of goodbyes is per incarnation and
+bounded."""
 
 from __future__ import annotations
 
@@ -17,23 +18,65 @@ def _run(fn, *args):  # type: ignore[no-untyped-def]
     fn(*args)
 
 
-def test_a_clean_detach_is_a_goodbye_and_a_dropped_link_is_not() -> None:
+def test_a_clean_leave_is_a_goodbye_and_a_dropped_link_is_not() -> None:
     transport = InProcessTransport()
     for node in ("a", "b", "c"):
-        transport.attach(node, _Link(), _run)  # type: ignore[arg-type]
-    transport.detach("b", goodbye=True)
+        transport.attach(node, _Link(), _run, incarnation=7)  # type: ignore[arg-type]
+    transport.leaving("b")  # its node's stop, before it leaves the store
+    transport.detach("b")
     transport.detach("c")  # a dropped link (what tests do to simulate one)
-    assert transport.said_goodbye("b") and transport.said_goodbye("b")  # asked by every peer
-    assert not transport.said_goodbye("c") and not transport.said_goodbye("nobody")
-    transport.attach("b", _Link(), _run)  # type: ignore[arg-type]
-    assert not transport.said_goodbye("b")  # met again: its next leave is judged afresh
+    assert transport.said_goodbye("b", 7) and transport.said_goodbye("b", 7)  # every peer asks
+    assert not transport.said_goodbye("c", 7) and not transport.said_goodbye("nobody", 1)
+    transport.attach("b", _Link(), _run, incarnation=8)  # type: ignore[arg-type]
+    transport.detach("b")  # its next incarnation vanishes: that one said nothing
+    assert not transport.said_goodbye("b", 8) and not transport.said_goodbye("b", None)
 
 
 def test_goodbyes_are_bounded_oldest_first() -> None:
-    goodbyes: dict[str, None] = {}
+    goodbyes: dict[tuple[str, int], None] = {}
     for i in range(GOODBYES_KEPT + 5):
-        remember_goodbye(goodbyes, f"n{i}", True)
+        remember_goodbye(goodbyes, f"n{i}", 1)
     assert len(goodbyes) == GOODBYES_KEPT
-    assert "n0" not in goodbyes and f"n{GOODBYES_KEPT + 4}" in goodbyes
-    remember_goodbye(goodbyes, "n10", False)  # a leave without one forgets it
-    assert "n10" not in goodbyes
+    assert ("n0", 1) not in goodbyes and (f"n{GOODBYES_KEPT + 4}", 1) in goodbyes
+
+
+class _OldTransport:
+    """A transport written before the goodbye: everything but ``said_goodbye`` and
+    ``leaving``, and ``detach`` of one argument."""
+
+    def __init__(self, inner: InProcessTransport) -> None:
+        self._inner = inner
+
+    def detach(self, node_id: str) -> None:
+        self._inner.detach(node_id)
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("said_goodbye", "leaving"):
+            raise AttributeError(name)
+        return getattr(self._inner, name)
+
+
+def test_a_transport_without_the_goodbye_still_stops_and_declares_peers_down(caplog) -> None:  # type: ignore[no-untyped-def]
+    """A review's finding: with a Transport written before the goodbye, a node's stop raised
+    (``detach`` took no ``goodbye``) and the membership stopped declaring peers down
+    (``said_goodbye`` missing). Both parts are optional now."""
+    import logging
+
+    import zlink
+    from tests.procs.app import app
+    from zlink.mesh.location import InMemoryLocationStore
+
+    store = InMemoryLocationStore()
+    transport = _OldTransport(InProcessTransport())
+    n1, n2 = (
+        zlink.Node(app, zlink.NodeConfig(node_id=f"o{i}", workers=1), store=store,
+                   transport=transport)  # type: ignore[arg-type]
+        for i in (1, 2)
+    )  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="zlink"), n1.start():
+        n2.start()
+        n2.shutdown(10)  # raised TypeError
+        assert n2._state == "stopped"
+        n1.wait_idle(10)
+        assert "the store declares node o2 down" in caplog.text  # no goodbye known: a warning
+        assert n1.counters()["peers_declared_down"] == 1

@@ -99,9 +99,10 @@ class MembershipEvents(Protocol):
         other for ever)."""
         ...
 
-    def said_goodbye(self, node_id: str) -> bool:
-        """Whether ``node_id``, now gone from the store, left cleanly (``Transport
-        .said_goodbye``): a clean stop is logged as one, not as a crash."""
+    def said_goodbye(self, node_id: str, incarnation: int | None) -> bool:
+        """Whether ``node_id`` at ``incarnation`` (the one this node knew), now gone from the
+        store, left cleanly (the transport's ``said_goodbye``): a clean stop is logged as
+        one, not as a crash."""
         ...
 
     def still_member(self, node_id: str) -> bool:
@@ -366,6 +367,7 @@ class NodeMembership:
     def _judge(self, records: list[NodeRecord]) -> None:
         """Compare the store's members with what this node knew: who is down, who is back."""
         now = {r.node_id: r.incarnation for r in records if r.node_id != self.node_id}
+        knew = {**self._suspects, **self._known}  # the incarnation of each this node knew
         down = [peer for peer, inc in self._known.items() if now.get(peer) != inc]
         for peer, inc in list(self._suspects.items()):
             if inc is None:  # it met this node after the last look: judged from now on
@@ -382,11 +384,11 @@ class NodeMembership:
             self._suspects.pop(peer, None)
         self._known = now
         for peer in down:
-            if self._events.said_goodbye(peer):
-                _log.info("node %s: node %s left the mesh", self.node_id, peer)
-            else:
-                _log.warning("node %s: the store declares node %s down", self.node_id, peer)
             try:
+                if self._events.said_goodbye(peer, knew.get(peer)):
+                    _log.info("node %s: node %s left the mesh", self.node_id, peer)
+                else:
+                    _log.warning("node %s: the store declares node %s down", self.node_id, peer)
                 self._events.peer_down(peer)
             except Exception:  # noqa: BLE001 - the other peers are still declared down
                 self._count("peer_down_errors")

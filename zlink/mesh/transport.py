@@ -87,16 +87,12 @@ class Transport(Protocol):
         to the ones it does not know (any thread, never blocks)."""
         ...
 
-    def detach(self, node_id: str, goodbye: bool = False) -> None:
-        """``node_id`` leaves: its peers see it go (``peer_down``). ``goodbye``: it left
-        cleanly (a network transport always says goodbye on a clean close)."""
-        ...
+    def detach(self, node_id: str) -> None: ...
 
-    def said_goodbye(self, peer: str) -> bool:
-        """Whether ``peer`` last left cleanly (it said goodbye), not by a dropped connection:
-        asked when the store declares it down (a clean stop is not logged as a crash). Kept
-        until it is met again (a new incarnation), for the last ``GOODBYES_KEPT`` leaves."""
-        ...
+    # Optional (looked up with getattr, so a transport written before it still works):
+    # ``said_goodbye(peer: str, incarnation: int | None) -> bool``, whether that incarnation
+    # of ``peer`` left cleanly (it said goodbye), not by a dropped connection; asked when the
+    # store declares it down, so that a clean stop is not logged as a crash.
 
     def reincarnate(
         self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],
@@ -144,6 +140,7 @@ class Transport(Protocol):
 class _Attached:
     link: NodeLink
     submit: Callable[..., None]
+    incarnation: int = 0
 
 
 def data_room(frames: int, size: int, more: int, frames_limit: int, bytes_limit: int) -> bool:
@@ -162,14 +159,12 @@ def data_resumed(frames: int, size: int, frames_limit: int, bytes_limit: int) ->
 GOODBYES_KEPT = 1024  # clean leaves remembered (the oldest go first)
 
 
-def remember_goodbye(goodbyes: dict[str, None], node_id: str, goodbye: bool) -> None:
-    """Note (or, for a leave without one, forget) ``node_id``'s goodbye, in a bounded
-    insertion-ordered dict (``Transport.said_goodbye`` reads it)."""
-    goodbyes.pop(node_id, 0)
-    if goodbye:
-        goodbyes[node_id] = None
-        if len(goodbyes) > GOODBYES_KEPT:
-            del goodbyes[next(iter(goodbyes))]
+def remember_goodbye(goodbyes: dict[tuple[str, int], None], node_id: str, incarnation: int) -> None:
+    """Note that ``node_id`` at ``incarnation`` left cleanly, in a bounded insertion-ordered
+    dict (``said_goodbye`` reads it; a later incarnation has a key of its own)."""
+    goodbyes[(node_id, incarnation)] = None
+    if len(goodbyes) > GOODBYES_KEPT:
+        del goodbyes[next(iter(goodbyes))]
 
 
 @dataclass(eq=False)
@@ -201,7 +196,8 @@ class InProcessTransport:
         self._nodes: dict[str, _Attached] = {}
         self._flows: dict[tuple[str, str], _Flow] = {}  # (sender, receiver) -> its DATA flow
         self._limit = data_limit
-        self._goodbyes: dict[str, None] = {}  # nodes that detached cleanly, oldest first
+        self._goodbyes: dict[tuple[str, int], None] = {}  # (node, incarnation) that left
+        self._latest: dict[str, int] = {}  # each node's latest incarnation attached
         self.sent = 0
         self.dropped = 0  # DATA in flight to or from nodes that detached
 
@@ -216,15 +212,29 @@ class InProcessTransport:
     ) -> None:
         with self._lock:
             others = list(self._nodes.items())
-            self._nodes[node_id] = _Attached(link, submit)
-            self._goodbyes.pop(node_id, 0)  # a goodbye was its last attachment's
+            self._nodes[node_id] = _Attached(link, submit, incarnation)
+            self._latest[node_id] = incarnation
         for peer, other in others:
             other.submit(other.link.peer_up, node_id)
             submit(link.peer_up, peer)
 
-    def detach(self, node_id: str, goodbye: bool = False) -> None:
+    def leaving(self, node_id: str) -> None:
+        """``node_id`` is about to leave cleanly (its node's stop, before it leaves the store):
+        what ``said_goodbye`` tells its peers. A ``detach`` alone is a dropped link."""
         with self._lock:
-            remember_goodbye(self._goodbyes, node_id, goodbye)
+            attached = self._nodes.get(node_id)
+            if attached is not None:
+                remember_goodbye(self._goodbyes, node_id, attached.incarnation)
+
+    def said_goodbye(self, peer: str, incarnation: int | None) -> bool:
+        """Whether ``peer`` at ``incarnation`` said goodbye (``None``: its latest attachment)."""
+        with self._lock:
+            if incarnation is None:
+                incarnation = self._latest.get(peer)
+            return (peer, incarnation) in self._goodbyes
+
+    def detach(self, node_id: str) -> None:
+        with self._lock:
             gone = self._nodes.pop(node_id, None)
             others = list(self._nodes.values())
             for key in [k for k in self._flows if node_id in k]:  # its DATA dies with it
@@ -232,10 +242,6 @@ class InProcessTransport:
         if gone is not None:
             for other in others:
                 other.submit(other.link.peer_down, node_id)
-
-    def said_goodbye(self, peer: str) -> bool:
-        with self._lock:
-            return peer in self._goodbyes
 
     def reincarnate(
         self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],

@@ -327,7 +327,7 @@ class ZmqTransport:
         self._client_link: ClientLink | None = None
         self._submit: Callable[..., None] = lambda fn, *args: None
         self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
-        self._goodbyes: dict[str, None] = {}  # peers that left cleanly (under _lock)
+        self._goodbyes: dict[tuple[str, int], None] = {}  # (peer, incarnation) that left (_lock)
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
         self._listed: dict[str, int] = {}  # node id -> its newest incarnation the store listed
         self._other_versions: set[bytes] = set()  # senders told of (logged) as another version
@@ -545,13 +545,16 @@ class ZmqTransport:
         """Hand frames from clients to ``link`` (the node's client server)."""
         self._client_link = link
 
-    def said_goodbye(self, peer: str) -> bool:
+    def said_goodbye(self, peer: str, incarnation: int | None) -> bool:
+        """Whether ``peer`` at ``incarnation`` said goodbye (``Transport``'s optional part;
+        ``None``: the latest incarnation of it this node heard of)."""
         with self._lock:
-            return peer in self._goodbyes
+            if incarnation is None:
+                incarnation = self._listed.get(peer)
+            return (peer, incarnation) in self._goodbyes
 
-    def detach(self, node_id: str, goodbye: bool = True) -> None:
-        """Say goodbye to every peer, then stop the thread and close the sockets (always a
-        goodbye: ``goodbye`` is for the in-process transport, whose tests drop links).
+    def detach(self, node_id: str) -> None:
+        """Say goodbye to every peer, then stop the thread and close the sockets.
 
         Other threads may still hand work over meanwhile: the wake-up socket they send on is
         closed under ``_wake_lock`` (never under a sender: ZeroMQ sockets are not
@@ -1320,8 +1323,6 @@ class ZmqTransport:
                 return None
             self._down(known, f"restarted as incarnation {incarnation}")
         self._end_sessions(node_id, incarnation)  # older incarnations' (restarted)
-        with self._lock:  # a goodbye was an older incarnation's: this one has said none
-            self._goodbyes.pop(node_id, 0)
         key = (node_id, incarnation)
         peer = _Peer(node_id, incarnation, identity(node_id, "@" + endpoint.token),
                      identity(node_id, f"#{incarnation}"), endpoint, time.monotonic(),
@@ -1542,7 +1543,7 @@ class ZmqTransport:
                 self._submit(self._deliver, peer, held)
             peer.left = True
             with self._lock:
-                remember_goodbye(self._goodbyes, peer.node_id, True)
+                remember_goodbye(self._goodbyes, peer.node_id, peer.incarnation)
             self._down(peer, "it left")
             self._end_sessions(peer.node_id, peer.incarnation + 1)
 
