@@ -49,6 +49,7 @@ COMPILED = (
     "zlink.messaging.completion",
 )
 MANIFEST = "_compiled.json"
+INTERPRETER = importlib.machinery.EXTENSION_SUFFIXES[0]  # ".cpython-313t-x86_64-linux-gnu.so"
 PURE_ENV = "ZLINK_PURE"
 _PACKAGE = Path(__file__).parent
 _log = logging.getLogger("zlink")
@@ -86,9 +87,6 @@ class _SourceFinder:
         if source is None:
             return None
         return importlib.util.spec_from_file_location(fullname, source)
-
-
-INTERPRETER = importlib.machinery.EXTENSION_SUFFIXES[0]  # ".cpython-313t-x86_64-linux-gnu.so"
 
 
 def _manifest(package: Path, interpreter: str = INTERPRETER) -> dict[str, str]:
@@ -143,8 +141,9 @@ def install() -> None:
     from_source, stale = plan()
     if stale:
         _log.warning(
-            "zlink: %d compiled module(s) older than their source (%s); running them as pure "
-            "Python. Rebuild with: pip install --no-build-isolation -e .",
+            "zlink: %d compiled module(s) not built from their current source by this "
+            "interpreter (%s); running them as pure Python. Rebuild with: "
+            "pip install --no-build-isolation -e .",
             len(stale),
             ", ".join(sorted(stale)),
         )
