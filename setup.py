@@ -96,9 +96,10 @@ class _BuildExt(build_ext):
         self.force = True  # (as cythonize: file times decide nothing)
         try:
             super().run()
-        except _BUILD_FAILED as exc:
+        except _BUILD_FAILED as exc:  # (a copy into the tree may have failed halfway)
             _warn(f"the compiled modules did not build ({exc})")
             self.extensions = []  # nothing for an editable or wheel build to copy
+            self._built = []  # none vouched for: the tree's extensions go, all pure Python
         self._write_manifest()
 
     def build_extensions(self) -> None:
@@ -133,6 +134,9 @@ def _record(target: Path, digests: dict[str, str] | None) -> None:
         data = {}
     if not isinstance(data, dict):
         data = {}
+    # only other interpreters' entries stay (a build before the manifest was keyed wrote flat
+    # "module": digest pairs, which an older tree would read as vouching for these files)
+    data = {k: v for k, v in data.items() if k.startswith(".") and isinstance(v, dict)}
     data.pop(NATIVE.INTERPRETER, None)
     if digests is not None:
         data[NATIVE.INTERPRETER] = digests

@@ -109,6 +109,8 @@ def _manifest(package: Path, interpreter: str = INTERPRETER) -> dict[str, str]:
 
 def _module_name(source: Path, package: Path) -> str:
     parts = source.relative_to(package).with_suffix("").parts
+    if parts[-1] == "__init__":  # a package's own module: its name is the package's
+        parts = parts[:-1]
     return ".".join(("zlink", *parts))
 
 
@@ -120,7 +122,8 @@ def plan(
     the package counts, listed in ``COMPILED`` or not: one left over from a build of a module
     since taken off the list, or whose record is missing, is stale too."""
     pure = environ.get(PURE_ENV, "") not in ("", "0")
-    built = [s for s in package.rglob("*.py") if _built_here(s) and s.name != "__init__.py"]
+    # (zlink/__init__ itself is imported before this runs: the build never compiles it)
+    built = [s for s in package.rglob("*.py") if _built_here(s) and s != package / "__init__.py"]
     if not built:
         return {}, []
     manifest = _manifest(package)

@@ -80,6 +80,16 @@ def test_an_extension_of_a_module_off_the_list_is_stale(tmp_path: Path) -> None:
     assert "zlink.executor.infra" in _native.plan(package, {"ZLINK_PURE": "1"})[0]
 
 
+def test_an_extension_of_a_package_init_is_judged_too(tmp_path: Path) -> None:
+    """A second review's finding: ``executor/__init__.<ext>`` (a hand-run ``cythonize -i``)
+    was never judged and won over the ``.py``, even under ``ZLINK_PURE=1``."""
+    package = _package(tmp_path, ("zlink.executor.__init__",))
+    init = package / "executor" / "__init__.py"
+    assert _native.plan(package, {}) == ({"zlink.executor": init}, ["zlink.executor"])
+    spec = _native._SourceFinder({"zlink.executor": init}).find_spec("zlink.executor")
+    assert spec is not None and spec.submodule_search_locations == [str(init.parent)]
+
+
 def test_another_interpreters_build_vouches_for_nothing_here(tmp_path: Path) -> None:
     """A review's finding: one manifest for every interpreter let a 3.11 build record today's
     source over 3.13t extensions built from yesterday's."""

@@ -1247,3 +1247,17 @@ def test_a_peer_says_the_largest_frame_it_takes_and_a_larger_one_is_refused_at_t
         b.transport.send("b", "a", Channel.DATA, b"x" * 1500)
     assert b.transport.send("b", "a", Channel.DATA, b"small")
     a.infra.run_until(lambda: a.link.seen("data", "b") == [b"small"], "a takes the small one")
+
+
+def test_a_peer_met_only_by_its_greeting_that_leaves_said_goodbye(nodes):
+    """A second review's finding: ``a`` met ``b`` through ``b``'s HELLO only (the store never
+    showed ``b`` to ``a``), so asked with no incarnation ``a`` looked in the store's listing,
+    found nothing, and logged ``b``'s clean stop as a crash."""
+    a = nodes("a").attach()
+    b = nodes("b", incarnation=4).attach()
+    _meshed(a, b)  # b learned a from the store; a never did
+    assert not a.transport.said_goodbye("b", None)
+    b.stop()
+    a.infra.run_until(lambda: bool(a.link.seen("down", "b")), "b is down at a")
+    assert a.transport.said_goodbye("b", None) and a.transport.said_goodbye("b", 4)
+    assert not a.transport.said_goodbye("b", 3)  # an older incarnation said nothing

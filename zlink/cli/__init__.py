@@ -499,9 +499,11 @@ def _run_many(
             threading.Thread(target=watch, name="zlink-nodes-watch", daemon=True).start()
             waker.wait(stop)
         finally:
+            stopped_here: set[int] = set()  # children this run sent its SIGTERM
             for proc in procs:
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
+                    stopped_here.add(proc.pid)
             for proc in procs:
                 try:
                     proc.wait(30)
@@ -518,8 +520,17 @@ def _run_many(
     typer.echo(f"all nodes stopped: {summed}")
     if failed_start is not None:  # the nodes did not all serve: the others were stopped
         return failed_start
-    # a child a signal ended: 128 + its number, as a shell says (137 for SIGKILL)
-    return max((_status(p.returncode or 0) for p in procs), default=0)
+    # a child a signal ended: 128 + its number, as a shell says (137 for SIGKILL); but one
+    # that this run's own SIGTERM ended before it could handle it (still starting) stopped as
+    # asked
+    return max(
+        (
+            0 if p.returncode == -signal.SIGTERM and p.pid in stopped_here
+            else _status(p.returncode or 0)
+            for p in procs
+        ),
+        default=0,
+    )  # fmt: skip
 
 
 _SERVING_WITHIN = 120.0  # seconds for every --nodes child to serve (a store, a first lease)

@@ -78,7 +78,14 @@ from ..addresses import advertised, check_advertise, check_listen
 from ..durations import poll_ms
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .keys import MeshKeys
-from .transport import Channel, NodeLink, data_resumed, data_room, remember_goodbye
+from .transport import (
+    GOODBYES_KEPT,
+    Channel,
+    NodeLink,
+    data_resumed,
+    data_room,
+    remember_goodbye,
+)
 
 _log = logging.getLogger("zlink.mesh.zmq")
 
@@ -328,6 +335,7 @@ class ZmqTransport:
         self._submit: Callable[..., None] = lambda fn, *args: None
         self._peers: dict[str, _Peer] = {}  # node id -> its current incarnation (under _lock)
         self._goodbyes: dict[tuple[str, int], None] = {}  # (peer, incarnation) that left (_lock)
+        self._met: dict[str, int] = {}  # each peer's latest incarnation met (_lock; bounded)
         self._by_ident: dict[bytes, _Peer] = {}  # routing id -> peer (transport thread)
         self._listed: dict[str, int] = {}  # node id -> its newest incarnation the store listed
         self._other_versions: set[bytes] = set()  # senders told of (logged) as another version
@@ -547,10 +555,10 @@ class ZmqTransport:
 
     def said_goodbye(self, peer: str, incarnation: int | None) -> bool:
         """Whether ``peer`` at ``incarnation`` said goodbye (``Transport``'s optional part;
-        ``None``: the latest incarnation of it this node heard of)."""
+        ``None``: the latest incarnation of it this transport met)."""
         with self._lock:
             if incarnation is None:
-                incarnation = self._listed.get(peer)
+                incarnation = self._met.get(peer)
             return (peer, incarnation) in self._goodbyes
 
     def detach(self, node_id: str) -> None:
@@ -1323,6 +1331,11 @@ class ZmqTransport:
                 return None
             self._down(known, f"restarted as incarnation {incarnation}")
         self._end_sessions(node_id, incarnation)  # older incarnations' (restarted)
+        with self._lock:  # (said_goodbye reads it for a peer the store never showed here)
+            self._met.pop(node_id, None)
+            self._met[node_id] = incarnation
+            if len(self._met) > GOODBYES_KEPT:
+                del self._met[next(iter(self._met))]
         key = (node_id, incarnation)
         peer = _Peer(node_id, incarnation, identity(node_id, "@" + endpoint.token),
                      identity(node_id, f"#{incarnation}"), endpoint, time.monotonic(),
