@@ -65,12 +65,20 @@ def source_path(name: str, package: Path = _PACKAGE) -> Path:
     return package.joinpath(*parts[:-1], parts[-1] + ".py")
 
 
-def _built_here(source: Path) -> bool:
-    """An extension of this module, built for this interpreter, sits beside its source."""
-    stem = source.with_suffix("")
-    return any(
-        Path(f"{stem}{suffix}").exists() for suffix in importlib.machinery.EXTENSION_SUFFIXES
-    )
+def built_sources(package: Path = _PACKAGE) -> list[Path]:
+    """The package's ``.py`` files with an extension for this interpreter beside them (any
+    name Python's import system would load instead), found by one walk of the package's
+    folders: this runs at every ``import zlink``, so no file is opened or stat'ed here."""
+    suffixes = importlib.machinery.EXTENSION_SUFFIXES
+    found: list[Path] = []
+    for root, _dirs, files in os.walk(package):
+        names = set(files)
+        for name in files:
+            suffix = next((s for s in suffixes if name.endswith(s)), None)
+            if suffix is not None and name[: -len(suffix)] + ".py" in names:
+                found.append(Path(root, name[: -len(suffix)] + ".py"))
+    # (zlink/__init__ itself is imported before this runs: the build never compiles it)
+    return sorted(set(found) - {package / "__init__.py"})
 
 
 class _SourceFinder:
@@ -122,8 +130,7 @@ def plan(
     the package counts, listed in ``COMPILED`` or not: one left over from a build of a module
     since taken off the list, or whose record is missing, is stale too."""
     pure = environ.get(PURE_ENV, "") not in ("", "0")
-    # (zlink/__init__ itself is imported before this runs: the build never compiles it)
-    built = [s for s in package.rglob("*.py") if _built_here(s) and s != package / "__init__.py"]
+    built = built_sources(package)
     if not built:
         return {}, []
     manifest = _manifest(package)

@@ -124,7 +124,8 @@ def test_what_runs_compiled_here_is_what_the_build_recorded() -> None:
     expected = sorted(
         name
         for name in _native.COMPILED
-        if _native._built_here(_native.source_path(name, package)) and name not in from_source
+        if _native.source_path(name, package) in _native.built_sources(package)
+        and name not in from_source
     )
     assert [n for n in compiled if n in _native.COMPILED] == expected
 
