@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from ..errors import Unavailable
 
@@ -156,15 +156,25 @@ def data_resumed(frames: int, size: int, frames_limit: int, bytes_limit: int) ->
     return frames <= frames_limit // 2 and size <= bytes_limit // 2
 
 
-GOODBYES_KEPT = 1024  # clean leaves remembered (the oldest go first)
+GOODBYES_KEPT = 1024  # clean leaves (and incarnations met) remembered; the oldest go first
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def keep_latest(store: dict[_K, _V], key: _K, value: _V) -> None:
+    """Put ``key`` last in the insertion-ordered ``store``, dropping the oldest entry past
+    ``GOODBYES_KEPT``: the bounded memories of who left and which incarnation was met."""
+    store.pop(key, None)
+    store[key] = value
+    if len(store) > GOODBYES_KEPT:
+        del store[next(iter(store))]
 
 
 def remember_goodbye(goodbyes: dict[tuple[str, int], None], node_id: str, incarnation: int) -> None:
-    """Note that ``node_id`` at ``incarnation`` left cleanly, in a bounded insertion-ordered
-    dict (``said_goodbye`` reads it; a later incarnation has a key of its own)."""
-    goodbyes[(node_id, incarnation)] = None
-    if len(goodbyes) > GOODBYES_KEPT:
-        del goodbyes[next(iter(goodbyes))]
+    """Note that ``node_id`` at ``incarnation`` left cleanly (``said_goodbye`` reads it; a
+    later incarnation has a key of its own)."""
+    keep_latest(goodbyes, (node_id, incarnation), None)
 
 
 @dataclass(eq=False)

@@ -79,11 +79,11 @@ from ..durations import poll_ms
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .keys import MeshKeys
 from .transport import (
-    GOODBYES_KEPT,
     Channel,
     NodeLink,
     data_resumed,
     data_room,
+    keep_latest,
     remember_goodbye,
 )
 
@@ -1332,10 +1332,7 @@ class ZmqTransport:
             self._down(known, f"restarted as incarnation {incarnation}")
         self._end_sessions(node_id, incarnation)  # older incarnations' (restarted)
         with self._lock:  # (said_goodbye reads it for a peer the store never showed here)
-            self._met.pop(node_id, None)
-            self._met[node_id] = incarnation
-            if len(self._met) > GOODBYES_KEPT:
-                del self._met[next(iter(self._met))]
+            keep_latest(self._met, node_id, incarnation)
         key = (node_id, incarnation)
         peer = _Peer(node_id, incarnation, identity(node_id, "@" + endpoint.token),
                      identity(node_id, f"#{incarnation}"), endpoint, time.monotonic(),
