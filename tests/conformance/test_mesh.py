@@ -181,6 +181,66 @@ def test_an_actor_is_reached_from_every_node(cluster):
     assert n2.client().actors.get_or_create(pid, "t.ms.player").wait(WAIT).created is False
 
 
+def test_a_call_of_the_wrong_kind_is_not_found_at_once_on_every_node(cluster):
+    """A client probe: a call naming a Spot's id as an Actor's (or an Actor's as a Spot's)
+    made the owner ask the store again and again, a CPU core busy until the call's deadline,
+    and then failed with ``DeadlineExceeded``. It is ``NotFound`` at once, as for an id that
+    names nothing (python-api §5): Spots and Actors share the Location Store's one id space."""
+    n1, n2, _ = cluster.nodes
+    n1.client().spots.get_or_create("s1", "t.ms.room").wait(WAIT)
+    pid = n1.client().actors.create("t.ms.player").wait(WAIT).actor_id
+    for node in (n1, n2):  # the owner, and a node that asks the store
+        client = node.client()
+        with pytest.raises(zlink.NotFound, match="actor 's1'"):
+            client.request_to_actor("s1", Where()).timeout(60).wait(WAIT)
+        with pytest.raises(zlink.NotFound, match="actor 's1'"):
+            client.send_to_actor("s1", Add(n=1)).wait(WAIT)
+        with pytest.raises(zlink.NotFound, match=f"spot {pid!r}"):
+            client.request_to_spot(pid, Total()).timeout(60).wait(WAIT)
+    with pytest.raises(zlink.NotFound, match="actor 's1'"):  # the route is known here now
+        client.send_to_actor("s1", Add(n=1)).submit()
+    cluster.wait_idle(WAIT)
+    assert n1.client().request_to_spot("s1", Total()).wait(WAIT) == 0  # both still serve
+    assert n2.client().request_to_actor(pid, Where()).wait(WAIT) == "t.ms.lobby@node-1"
+    assert not any(node.counters().get("late_replies") for node in cluster.nodes)
+
+
+def test_spots_and_actors_share_one_id_space_on_every_node(cluster):
+    """A client probe: with Actor ``x`` on node-1, ``get_or_create`` of a Spot ``x`` through
+    node-1 made a second object under ``x`` that the store never recorded (through node-2 it
+    was refused). The Location Store has one id space; every node keeps to it."""
+    n1, n2, _ = cluster.nodes
+    pid = n1.client().actors.create("t.ms.player").wait(WAIT).actor_id
+    n1.client().spots.get_or_create("s1", "t.ms.room").wait(WAIT)
+    for node in (n1, n2):
+        client = node.client()
+        with pytest.raises(zlink.InvalidArgument, match=r"exists as actor 't\.ms\.player'"):
+            client.spots.get_or_create(pid, "t.ms.room").wait(WAIT)
+        with pytest.raises(zlink.InvalidArgument, match=r"exists as spot 't\.ms\.room'"):
+            client.actors.get_or_create("s1", "t.ms.player").wait(WAIT)
+        with pytest.raises(zlink.InvalidOperation, match="exists already"):
+            client.actors.create("t.ms.player", actor_id="s1").wait(WAIT)
+    assert n2.client().request_to_actor(pid, Where()).wait(WAIT) == "t.ms.lobby@node-1"
+    assert n2.client().request_to_spot("s1", Total()).wait(WAIT) == 0
+    assert n1._rt.spots.get(pid) is None and n1._rt.actors.get("s1") is None
+
+
+def test_one_node_keeps_one_id_space_too():
+    """As a mesh does (the test above): what works on one node works on several, unchanged."""
+    with zlink.Node(build_app(), zlink.NodeConfig(workers=1)) as node:
+        client = node.client()
+        pid = client.actors.create("t.ms.player").wait(WAIT).actor_id
+        client.spots.get_or_create("s1", "t.ms.room").wait(WAIT)
+        with pytest.raises(zlink.InvalidArgument, match=r"exists as actor 't\.ms\.player'"):
+            client.spots.get_or_create(pid, "t.ms.room").wait(WAIT)
+        with pytest.raises(zlink.InvalidArgument, match=r"exists as spot 't\.ms\.room'"):
+            client.actors.get_or_create("s1", "t.ms.player").wait(WAIT)
+        with pytest.raises(zlink.InvalidOperation, match="exists already"):
+            client.actors.create("t.ms.player", actor_id="s1").wait(WAIT)
+        with pytest.raises(zlink.NotFound, match="actor 's1'"):
+            client.request_to_actor("s1", Where()).wait(WAIT)
+
+
 def test_every_store_write_is_fenced_and_a_stale_owner_is_refused():
     store = InMemoryLocationStore()
     i1, i2, _ = (store.register_node(f"node-{k}", "x", 60.0).incarnation for k in (1, 2, 3))

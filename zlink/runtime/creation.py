@@ -163,7 +163,7 @@ class Creation:
     # -- create ----------------------------------------------------------------------------------
     def _claim(
         self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
-        completion: Completion, then: Callable[[Reservation | None], bool],
+        completion: Completion, then: Callable[[Reservation | None], bool], get: bool,
     ) -> None:  # fmt: skip
         """Call ``then(reservation)``: at once with ``None`` when ``object_id`` lives here or
         there is no store; else once the store has reserved it (or said who owns it), on the
@@ -171,10 +171,15 @@ class Creation:
         §10). ``then`` holds the directory lock while it decides, and returns ``False`` when
         the object it was told lives here went away meanwhile: the store is asked after all.
         What ``then`` raises later, or a store failure, completes ``completion``."""
+        found = self.rt.directory.kind_of(object_id)
+        if found is not None and found[0] != kind:  # one id space: it is the other kind
+            if completion.timer is not None:
+                completion.timer.cancel()
+            raise _other_kind(object_id, *found, get)
         router = self.rt.router
         if router is None or object_id in table:
             if not then(None):
-                self._claim(table, object_id, kind, type_name, completion, then)
+                self._claim(table, object_id, kind, type_name, completion, then, get)
             return
 
         def reserved(held: Reservation | None, error: BaseException | None) -> None:
@@ -185,6 +190,9 @@ class Creation:
                     )
                 assert held is not None
                 loc = held.location
+                if loc.kind != kind:  # the store holds the id for the other kind
+                    raise _other_kind(object_id, TargetKind(loc.kind), loc.type_name, get,
+                                      loc.owner_node)  # fmt: skip
                 if loc.owner_node == self.rt.node_id and (
                     self.rt.fenced or loc.owner_incarnation != self.rt.incarnation
                 ):  # granted to an incarnation that fenced itself meanwhile: never activated
@@ -222,7 +230,7 @@ class Creation:
         spot_id = call.object_id or uuid.uuid4().hex
         self._claim(
             self.rt.spots, spot_id, TargetKind.SPOT, spec.name, completion,
-            lambda held: self._create_spot(call, spec, spot_id, completion, held),
+            lambda held: self._create_spot(call, spec, spot_id, completion, held), call.get,
         )  # fmt: skip
         return completion
 
@@ -324,6 +332,7 @@ class Creation:
         self._claim(
             self.rt.actors, actor_id, TargetKind.ACTOR, spec.name, completion,
             lambda held: self._create_actor_claimed(call, spec, entry, actor_id, completion, held),
+            call.get,
         )  # fmt: skip
         return completion
 
@@ -426,3 +435,15 @@ class Creation:
                 f"{self.rt.limits.waiters} creates already wait for room"
             )
         return True
+
+
+def _other_kind(
+    object_id: str, kind: TargetKind, type_name: str, get: bool, node: str | None = None
+) -> ZLinkError:
+    """A create for an id that another kind of object holds: Spots and Actors share one id
+    space, the Location Store's, on one node as on several (``get_or_create``: as for another
+    type, ``InvalidArgument``; ``create``: ``InvalidOperation``, it exists already)."""
+    where = "" if node is None else f" on node {node}"
+    if get:
+        return InvalidArgument(f"{object_id!r} exists as {kind} {type_name!r}{where}")
+    return InvalidOperation(f"{object_id!r} exists already, as {kind} {type_name!r}{where}")

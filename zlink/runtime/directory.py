@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..executor import ranked_lock
 from ..lock_order import LockRank
-from ..types import SpotKind
+from ..types import SpotKind, TargetKind
 from .acts import GONE, ActorAct, ChannelAct, SpotAct
 from .type_stats import TypeStats
 
@@ -78,10 +78,25 @@ class Directory:
         for topic in topics:
             self.subscribe(spot_id, topic, True)
 
-    def has_live(self, target: str) -> bool:
-        """Whether a Spot or Actor ``target`` lives on this node (in any state but gone)."""
-        act = self.spots.get(target) or self.actors.get(target)
+    def has_live(self, target: str, kind: TargetKind | None = None) -> bool:
+        """Whether a Spot or Actor ``target`` lives on this node (in any state but gone);
+        given ``kind``, one of that kind. (Spots and Actors share one id space, the Location
+        Store's, but a call names the kind it means: a Spot's id called as an Actor's is
+        ``NotFound``, python-api §5.)"""
+        if kind is None:
+            act = self.spots.get(target) or self.actors.get(target)
+        else:
+            act = (self.actors if kind == TargetKind.ACTOR else self.spots).get(target)
         return act is not None and act.state != GONE
+
+    def kind_of(self, object_id: str) -> tuple[TargetKind, str] | None:
+        """The kind and type of what lives under ``object_id`` here, if anything does (the
+        caller holds ``lock``): the one id space a create keeps to."""
+        for kind, table in ((TargetKind.SPOT, self.spots), (TargetKind.ACTOR, self.actors)):
+            act = table.get(object_id)
+            if act is not None and act.state != GONE:
+                return kind, act.spec.name
+        return None
 
 
 def _put(table: dict[str, frozenset[str]], key: str, value: frozenset[str]) -> None:

@@ -467,6 +467,7 @@ class MeshRouter:
             return
         route = self._known(target)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
+            _check_kind(call, route)
             if not hops:
                 self._check_peer_takes(call, route.node)
             if self._tracking:  # (a send pays for the route cache's order only when it is big)
@@ -522,6 +523,7 @@ class MeshRouter:
                                        admitted=True)  # fmt: skip
                     return True
                 return False
+            _check_kind(call, route)
             if self._tracking:
                 self._touch(target)
             if not admitted and not self._outbox_room(call, None, room, route.node):
@@ -672,6 +674,8 @@ class MeshRouter:
             room.withdraw = in_progress  # from now on its outcome is on its way
         fault: ZLinkError
         try:
+            if route is not None:
+                _check_kind(call, route)
             if route is not None:  # a call made here takes its turn in the outbox (§9)
                 if not hops:
                     self._check_peer_takes(call, route.node)
@@ -681,7 +685,7 @@ class MeshRouter:
                 if room is not None:
                     room.set(None, None)
                 return
-            if self.rt.has_live(target) or (error is None and call.instance):
+            if self.rt.has_live(target, call.kind) or (error is None and call.instance):
                 recorded = self._recorded.pop(target, None) if call.instance else None
                 self.rt.submit(call, reply, NO_WAIT, hops, room=room,
                                recorded=recorded)  # here, or activated  # fmt: skip
@@ -1287,19 +1291,29 @@ def _drop_reason(error: BaseException) -> str:
 
 
 class Route(NamedTuple):
-    """Where a node sends a remote target: a node, at an (object, authority) generation."""
+    """Where a node sends a remote target: a node, at an (object, authority) generation;
+    ``kind``: what the store says lives under the id (``None``: a relaying node's hint)."""
 
     node: str
     generation: tuple[int, int]
+    kind: str | None = None
 
     @staticmethod
     def at(location: Location) -> Route:
         """The route to where the Location Store says the target is."""
         generation = (location.object_generation, location.authority_generation)
-        return Route(location.owner_node, generation)
+        return Route(location.owner_node, generation, location.kind)
 
 
 __all__ = ["MAX_HOPS", "MAX_POINTERS", "MAX_ROUTES", "MeshRouter", "Route"]
+
+
+def _check_kind(call: MessageCall | BatchSendCall, route: Route) -> None:
+    """``NotFound`` for a call whose target id the store holds for the other kind (a Spot's
+    id called as an Actor's, or the reverse): Spots and Actors share the store's one id space,
+    and a call names the kind it means (python-api §5). Nothing is sent."""
+    if route.kind is not None and route.kind != call.kind:
+        raise NotFound(f"no {call.kind} {call.target!r}")
 
 
 def _previous_owner(found: object) -> str | None:
