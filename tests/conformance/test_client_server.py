@@ -645,6 +645,34 @@ def test_a_connection_that_drops_without_goodbye_fails_pending_calls_at_once():
         client.close()
 
 
+def test_a_send_wait_returns_by_its_deadline_when_its_node_gives_no_verdict():
+    """A client probe: ``send(...).wait(0.5)`` to a node that had stopped (SIGSTOP) returned
+    only when heartbeats declared the connection lost, 3.4 s later (20 s with a heartbeat of
+    5 s). A blocking wait returns by its deadline (python-api §11): the send left, so its
+    outcome is the node's, and the caller is told it may still be admitted."""
+    router, endpoint = _fake_node()
+    result: dict[str, Any] = {}
+    opened = threading.Thread(
+        target=lambda: result.update(client=zlink.connect(endpoint, heartbeat=60.0))
+    )
+    opened.start()
+    _welcome(router)  # and then silence: nothing it is sent gets a verdict
+    opened.join(WAIT)
+    client = result["client"]
+    try:
+        for make in (
+            lambda: client.send_to_spot("r", Note(n=1)),
+            lambda: client.send_many_to_spot("r", [Note(n=2), Note(n=3)]),
+        ):
+            started = time.monotonic()
+            with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
+                make().wait(0.3)
+            assert time.monotonic() - started < 1.0  # its 0.3 s, and a moment for a verdict
+    finally:
+        router.close(0)
+        client.close()
+
+
 def test_a_node_that_stops_answering_heartbeats_is_lost():
     script = (
         "import sys, zmq\n"

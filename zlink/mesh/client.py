@@ -27,8 +27,10 @@ Guarantees / assumes:
   (a ``submit()`` never overtakes them), then for the node's verdict: they complete once the
   node admitted the message, or fail with its typed error. A wait that ends before its frame
   left is withdrawn (nothing sent); once sent, the node decides within the time the caller
-  had left and its verdict is the outcome. A send the node did not admit is counted
-  (``sends_dropped_<reason>``) here as on the node.
+  had left and its verdict is the outcome. A ``wait(timeout)`` still returns by its deadline
+  (python-api §11): a verdict not back by then (a node stopped, say) is ``DeadlineExceeded``
+  saying the send may still be admitted (``Admitted.wait_admitted``). A send the node did not
+  admit is counted (``sends_dropped_<reason>``) here as on the node.
 * A lost connection (the node says goodbye, the TCP connection drops, or ZMTP heartbeats go
   unanswered for ``3 * heartbeat`` seconds) fails every pending call and wait at once with
   ``Unavailable``, and every later call too; sends without a verdict then are counted

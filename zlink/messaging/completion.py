@@ -117,6 +117,12 @@ class Completion:
         return fut
 
 
+# (seconds) what a wait for admission gives an outcome already on its way when its own time
+# is up: a hand-over between this node's threads takes far less; a frame to another process
+# without a verdict by then is the other end's to decide (``Admitted.wait_admitted``)
+ON_ITS_WAY = 0.1
+
+
 def in_progress() -> bool:
     """``Admitted.withdraw`` while a waiter is being admitted: it can no longer be withdrawn
     (its outcome is on its way)."""
@@ -148,7 +154,13 @@ class Admitted(Completion):
 
     def wait_admitted(self, timeout: float | None) -> None:
         """Block until admitted; ``DeadlineExceeded`` (nothing queued) after ``timeout`` real
-        seconds, or the node's admission deadline, whichever comes first."""
+        seconds, or the node's admission deadline, whichever comes first.
+
+        A send that can no longer be withdrawn when the wait ends has its outcome on its way
+        (it left for another node, or a client's node, which decides): that outcome if it
+        comes within ``ON_ITS_WAY`` seconds more, else ``DeadlineExceeded`` saying it may
+        still be admitted. A wait returns by its deadline (python-api §11), whatever the node
+        at the other end does; its verdict, if it comes later, is that node's."""
         if self._done and self._error is None:  # admitted at once (the common case): no lock
             return
         try:
@@ -156,7 +168,17 @@ class Admitted(Completion):
         except DeadlineExceeded as exc:
             if self.abandon(exc):
                 raise
-            self.wait(None)  # admitted (or failed) as we gave up: that outcome, at once
+            try:
+                self.wait(ON_ITS_WAY)  # admitted (or failed) as we gave up: that outcome
+                return
+            except DeadlineExceeded:
+                if self._done:
+                    self.wait(0)  # its own outcome, come meanwhile: returned, or raised
+                    return
+            raise DeadlineExceeded(
+                f"the send left, and no verdict on it came within {timeout} s of waiting:"
+                " it may still be admitted"
+            ) from None
 
 
 def expire(completion: Completion, reason: BaseException | str) -> None:
