@@ -512,6 +512,34 @@ def test_a_client_reconnects_to_a_node_restarted_at_its_endpoint(serve, connect)
     assert client.counters()["reconnects"] == 1
 
 
+def test_a_client_does_not_reconnect_to_a_node_of_another_mesh(serve, connect):
+    """A client probe: the node at a client's endpoint replaced by a node of mesh "other",
+    the client reconnected to it in silence, and its calls went on in the wrong mesh (a
+    ``get_or_create`` made a second room there). A client stays in the mesh it first met, as
+    an Orleans client keeps to its cluster id: another mesh's node is refused (counted,
+    logged) and the client keeps looking."""
+    node = serve(node_id="n-a", mesh="main")
+    client = connect(node)
+    _room(client)
+    address = node.address
+    node.shutdown(timeout=WAIT)
+    _until_lost(client)
+    stranger = serve(node_id="n-x", mesh="other", listen=address)
+    end = time.monotonic() + WAIT
+    while not client.counters().get("reconnects_refused_other_mesh"):
+        assert time.monotonic() < end, "the client never met the other mesh's node"
+        threading.Event().wait(0.01)  # polling the reconnect thread's verdict, bounded
+    with pytest.raises(zlink.Unavailable, match="reconnects"):
+        client.request_to_spot("r", Echo(text="x")).wait(WAIT)
+    assert client.counters().get("reconnects", 0) == 0
+    stranger.shutdown(timeout=WAIT)
+    again = serve(node_id="n-b", mesh="main", listen=address)
+    client.wait_connected(WAIT)
+    assert client.node_id == "n-b" and again.address == address
+    _room(client)
+    assert client.request_to_spot("r", Echo(text="y")).wait(WAIT) == "y"
+
+
 def test_a_client_of_several_endpoints_takes_the_first_that_answers_and_fails_over(serve):
     """Nodes of one mesh each route any call, so a client may be given several: it connects
     to the first that answers (a dead one costs only its share of the timeout) and, when that

@@ -28,6 +28,7 @@ class _Fake:
         self.endpoint, self._lost, self._plan = endpoint, lost, plan
         self.state = "connecting"
         self.node_id = f"node@{endpoint}"
+        self.mesh = "main"  # what its node's WELCOME names (one mesh throughout here)
         self.peers = named.get(endpoint, ())  # what its node's WELCOME names
         self.retired = False
 

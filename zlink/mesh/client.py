@@ -406,6 +406,12 @@ class _Connection:
         return "?" if limits is None else limits.node_id
 
     @property
+    def mesh(self) -> str | None:
+        """The mesh of the node it shook hands with (``None`` before the handshake)."""
+        limits = self._limits
+        return None if limits is None else limits.mesh
+
+    @property
     def state(self) -> str:
         return self._state.value
 

@@ -21,6 +21,10 @@ Guarantees / assumes:
   when it knows it is safe), so per-sender order never spans two connections.
 * While no connection is up, a call fails at once with ``Unavailable``, saying the client is
   reconnecting; ``wait_connected`` blocks until one is up.
+* A client keeps to the mesh its first connection met (as an Orleans client keeps to its
+  cluster id): a node of another mesh at an endpoint it tries (one restarted in another mesh,
+  say) is refused, counted (``reconnects_refused_other_mesh``) and logged, and the client
+  keeps looking.
 * ``close()`` ends the reconnect thread and closes the current connection; a connection a
   reconnect opened after the close is closed at once.
 * Lock order: ``_lock`` -> the client's counters (a leaf). Under ``_lock`` the current
@@ -78,6 +82,11 @@ class Connection(RuntimePort, Protocol):
     def node_id(self) -> str: ...
 
     @property
+    def mesh(self) -> str | None:
+        """The mesh its node is in, once the handshake named it."""
+        ...
+
+    @property
     def state(self) -> str: ...
 
     @property
@@ -130,6 +139,7 @@ class Failover:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a swap or the close (notify_all)
         self._current: Connection | None = None
+        self._mesh: str | None = None  # the mesh the first connection met: the client's
         self._closed = threading.Event()
         self._loop: threading.Thread | None = None
 
@@ -154,6 +164,7 @@ class Failover:
             with self._lock:
                 self._current = connection
                 self._learned = connection.peers
+                self._mesh = connection.mesh
             if connection.state != "up":  # lost in the moment since: reconnecting
                 self._lost()
             return
@@ -173,6 +184,13 @@ class Failover:
             self._counted("reconnect_errors")
             _log.warning("connecting to %s failed: %r", endpoint, exc)
             return f"{endpoint}: {exc!r}"
+        mine, theirs = self._mesh, connection.mesh
+        if mine is not None and theirs != mine:  # the client keeps to the mesh it first met
+            connection.close()
+            self._counted("reconnects_refused_other_mesh")
+            _log.warning("client of mesh %r: node %s at %s is of mesh %r; not connecting",
+                         mine, connection.node_id, endpoint, theirs)  # fmt: skip
+            return f"{endpoint}: node {connection.node_id} is of mesh {theirs!r}, not {mine!r}"
         return connection
 
     def _lost(self) -> None:
