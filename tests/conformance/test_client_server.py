@@ -410,16 +410,23 @@ def test_a_send_with_no_room_at_the_node_in_time_fails_and_is_counted_at_both_en
     assert _seen(client) == ["block:0", "1"]
 
 
-def test_calls_past_the_nodes_limit_are_refused_at_once(serve, connect):
+def test_calls_past_the_nodes_limit_wait_for_a_slot_within_their_deadline(serve, connect):
+    """python-api §9: a request's wait for room counts inside its own timeout. A client probe
+    found calls past the node's ``client_calls_in_flight`` refused at once with
+    ``ResourceExhausted`` (500 concurrent awaits in asyncio code lose some); they wait for a
+    call in flight to end, in order, and one whose deadline passes first is never sent."""
     node = serve(client_calls_in_flight=2)
     client = connect(node)
     _room(client)
     held = [client.request_to_spot("r", Hold()).future() for _ in range(2)]
-    with pytest.raises(zlink.ResourceExhausted):
-        client.request_to_spot("r", Echo(text="third")).wait(WAIT)
-    assert client.counters()["calls_refused_in_flight"] == 1
+    with pytest.raises(zlink.DeadlineExceeded, match="no room for a call"):
+        client.request_to_spot("r", Echo(text="gives up")).timeout(0.2).wait(WAIT)
+    waiting = [client.request_to_spot("r", Echo(text=f"w{i}")).future() for i in range(3)]
     HOLD.set()
     assert [call.result(WAIT) for call in held] == ["held", "held"]
+    assert [call.result(WAIT) for call in waiting] == ["w0", "w1", "w2"]
+    assert client.counters()["call_waits"] == 4
+    assert node.counters().get("client_calls_refused", 0) == 0  # the node never saw too many
     assert client.request_to_spot("r", Echo(text="again")).wait(WAIT) == "again"
 
 

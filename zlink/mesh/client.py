@@ -30,7 +30,9 @@ Guarantees / assumes:
   had left and its verdict is the outcome. A ``wait(timeout)`` still returns by its deadline
   (python-api §11): a verdict not back by then (a node stopped, say) is ``DeadlineExceeded``
   saying the send may still be admitted (``Admitted.wait_admitted``). A send the node did not
-  admit is counted (``sends_dropped_<reason>``) here as on the node.
+  admit is counted (``sends_dropped_<reason>``) here as on the node. Requests and creates
+  past the node's ``calls_in_flight`` wait for a call in flight to end, in order, within
+  their own deadline (nothing is sent for one whose deadline passes first).
 * A lost connection (the node says goodbye, the TCP connection drops, or ZMTP heartbeats go
   unanswered for ``3 * heartbeat`` seconds) fails every pending call and wait at once with
   ``Unavailable``, and every later call too; sends without a verdict then are counted
@@ -168,6 +170,17 @@ class _Pending:
     decode: Callable[[bytes], Any]
 
 
+@dataclass(slots=True)
+class _CallWaiting:
+    """A call waiting for one of the calls in flight to end (python-api §9: a request's wait
+    for room counts inside its own timeout, armed on its completion already)."""
+
+    pending: _Pending
+    build: Callable[[int, float], bytes]  # (correlation, the time left) -> its frame
+    deadline: float  # seconds, from ``since``
+    since: float  # monotonic
+
+
 @dataclass(frozen=True, slots=True)
 class _Limits:
     """What this client keeps to on its connection: the node's ``WELCOME``, narrowed by its
@@ -244,6 +257,7 @@ class _Connection:
         self._sends: dict[int, _InFlight] = {}  # seq -> send without a verdict (under _lock)
         self._waiting: deque[_Waiting] = deque()  # sends waiting for room (under _lock)
         self._calls: dict[int, _Pending] = {}  # correlation -> call (under _lock)
+        self._call_waiting: deque[_CallWaiting] = deque()  # calls waiting for a slot (_lock)
         self._infra = InfraExecutor(MonotonicClock(), "zlink-client", self._failed)
         self._ctx = zmq.Context()
         try:
@@ -347,6 +361,8 @@ class _Connection:
     def _take_all(self) -> tuple[list[_Pending], list[_InFlight], list[_Waiting]]:
         """(Under ``_lock``.) Empty every table: what a loss or a close fails."""
         calls, self._calls = list(self._calls.values()), {}
+        calls += [waiting.pending for waiting in self._call_waiting]  # (never sent)
+        self._call_waiting = deque()
         sends, self._sends = list(self._sends.values()), {}
         waiting, self._waiting = list(self._waiting), deque()
         self._items = self._bytes = 0
@@ -648,37 +664,89 @@ class _Connection:
         deadline: float | None,
     ) -> None:
         """Send a call awaiting a reply; its deadline (the node's default if ``None``) is
-        this client's, on its own heap."""
+        this client's, on its own heap. With ``calls_in_flight`` calls on their way already
+        it waits for one of them to end, first come first served, within that same deadline
+        (python-api §9: a request's wait for room counts inside its timeout); nothing is sent
+        for a call whose deadline passes while it waits."""
         with self._lock:
             limits = self._ready()
-            if len(self._calls) >= limits.calls_in_flight:
-                self.counters.add("calls_refused_in_flight")
-                raise ResourceExhausted(
-                    f"{limits.calls_in_flight} calls to node {limits.node_id} are in flight "
-                    "already; nothing was sent"
-                )
             if deadline is None:
                 deadline = limits.request_timeout
-            correlation = self._next
-            frame = self._frame(build(correlation, deadline), limits)
-            self._next = correlation + 1
-            self._calls[correlation] = _Pending(completion, decode)
+            pending = _Pending(completion, decode)
+            if len(self._calls) >= limits.calls_in_flight or self._call_waiting:
+                self._frame(build(_MAX_ID, deadline), limits)  # it will fit when its turn comes
+                waiting = _CallWaiting(pending, build, deadline, time.monotonic())
+                self._call_waiting.append(waiting)
+                self.counters.add("call_waits")
+                completion.timer = self._infra.call_later(
+                    deadline,
+                    expire,
+                    completion,
+                    f"no room for a call to node {limits.node_id} within {deadline:g} s "
+                    f"({limits.calls_in_flight} calls in flight); nothing was sent",
+                )
+            else:
+                waiting = None
+                correlation = self._send_call(pending, build, deadline, limits)
+                wake = not self._signalled
+                self._signalled = True
+        if waiting is not None:  # (outside the lock: a callback of a call done already runs
+            completion.add_callback(functools.partial(self._unwait, waiting))  # at once)
+            return
+        completion.add_callback(functools.partial(self._forget, correlation))
+        if wake:
+            self._wake_now()
+
+    def _send_call(
+        self, pending: _Pending, build: Callable[[int, float], bytes], deadline: float,
+        limits: _Limits,
+    ) -> int:  # fmt: skip
+        """(Under ``_lock``.) Number a call, put its frame on the outgoing queue and (unless it
+        waited with one armed already) its deadline on the heap; its correlation."""
+        correlation = self._next
+        frame = self._frame(build(correlation, deadline), limits)
+        self._next = correlation + 1
+        self._calls[correlation] = pending
+        completion = pending.completion
+        if completion.timer is None:
             completion.timer = self._infra.call_later(
                 deadline,
                 expire,
                 completion,
                 f"no reply from node {limits.node_id} within {deadline:g} s",
             )
-            self._out.append(frame)
-            wake = not self._signalled
-            self._signalled = True
-        completion.add_callback(functools.partial(self._forget, correlation))
-        if wake:
-            self._wake_now()
+        self._out.append(frame)
+        return correlation
+
+    def _unwait(self, waiting: _CallWaiting, _value: Any, _error: BaseException | None) -> None:
+        """A call that waited for a slot ended before it had one (its deadline, a cancel)."""
+        with self._lock, contextlib.suppress(ValueError):  # (ValueError: it was sent, and
+            self._call_waiting.remove(waiting)  # ``_forget`` takes it; or failed with the link)
 
     def _forget(self, correlation: int, _value: Any, _error: BaseException | None) -> None:
+        """A call ended: its slot goes to the calls that wait for one, in order."""
+        sent: list[tuple[int, Completion]] = []
         with self._lock:
             self._calls.pop(correlation, None)
+            limits = self._limits
+            if self._state is not _State.UP or limits is None:
+                return
+            now = time.monotonic()
+            while self._call_waiting and len(self._calls) < limits.calls_in_flight:
+                waiting = self._call_waiting.popleft()
+                completion = waiting.pending.completion
+                if completion.done:
+                    continue  # (its deadline or a cancel, just now)
+                left = max(0.001, waiting.deadline - (now - waiting.since))
+                sent.append((self._send_call(waiting.pending, waiting.build, left, limits),
+                             completion))  # fmt: skip
+            wake = bool(sent) and not self._signalled
+            if wake:
+                self._signalled = True
+        for number, completion in sent:
+            completion.add_callback(functools.partial(self._forget, number))
+        if wake:
+            self._wake_now()
 
     # what a remote client has no turn for
     def submit_worker(self, call: WorkerCall[Any]) -> Completion:
