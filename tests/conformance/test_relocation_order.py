@@ -15,6 +15,9 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
+import zlink
 from tests.conformance.test_relocation import Add, build_app
 from tests.conftest import WAIT
 from zlink.executor import RoomWaiter
@@ -75,3 +78,42 @@ def test_a_call_taken_while_a_seal_ends_the_waits_for_room_is_parked_behind_them
         assert room.seen["2"] == [0, 1, 2, 3]
         assert room.disorder == 0
         assert room.total == 8
+
+
+def test_calls_that_meet_a_move_wait_for_room_once_as_many_as_a_lane_holds_are_parked() -> None:
+    """A probe: calls that met a sealed Spot were parked without any bound, each ``wait()``
+    returning at once (107,718 in half a second); at the commit the target's infrastructure
+    thread re-admitted them for seconds, missed its lease renewal, fenced itself and dropped
+    them all. The park holds what the Spot's lane holds; past it a caller waits for room,
+    first come first served (python-api §9: ``wait()`` blocks until admitted), ``submit()`` is
+    refused, and what was accepted is handled once, in order, after the move."""
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rl.room").wait(WAIT)
+        run_until_idle(n1, WAIT)
+        rt1 = n1._runtime
+        act = rt1.spots["room"]
+        assert act.gate._flag.acquire(False)  # hold the gate: the barrier cannot run yet
+        moving = rt1.relocator.start(act, "node-2")
+        local = n1.client()
+        accepted = 0
+        with pytest.raises(zlink.DeadlineExceeded):
+            for seq in range(1_000):  # (bounded: unbounded parking took all of them)
+                local.send_to_spot("room", Add(sender=1, seq=seq)).wait(0.05)
+                accepted += 1
+        assert accepted == 4, accepted  # as many as the lane holds; nothing of the last one
+        with pytest.raises(zlink.ResourceExhausted):
+            local.send_to_spot("room", Add(sender=1, seq=99)).submit()
+        late = local.send_to_spot("room", Add(sender=1, seq=4)).future()  # waits, in order
+        assert not late.done()
+        rt1.pool.submit(act.gate._run)  # the barrier turn runs; the room moves
+        moving.wait(WAIT)
+        late.result(WAIT)  # admitted once the move went on
+        cluster.wait_idle(WAIT)
+        room = n2._runtime.spots["room"].instance
+        assert room.seen["1"] == [0, 1, 2, 3, 4]
+        assert room.disorder == 0
+        for node in cluster.nodes:
+            counters = node.counters()
+            assert not counters.get("self_fenced")
+            assert not [k for k, v in counters.items() if v and "sends_dropped" in k], counters

@@ -162,4 +162,4 @@ def test_a_busy_room_moved_100_times_loses_doubles_and_reorders_nothing(clock: M
             for key, value in node.counters().items():
                 counters[key] = counters.get(key, 0) + value
         assert counters["relocated_out"] == counters["relocated_in"] == MOVES
-        assert counters.get("remote_sends_refused", 0) == 0
+        assert not [k for k, v in counters.items() if v and "sends_dropped" in k], counters

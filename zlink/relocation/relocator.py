@@ -74,16 +74,19 @@ the route lock held or with none, and takes the relocator's.
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
-from ..errors import Unavailable
-from ..messaging.completion import Completion
+from ..errors import ResourceExhausted, Unavailable
+from ..messaging.completion import Admitted, Completion
 
 if TYPE_CHECKING:
     from ..executor import OwnerLanes
     from ..messaging.calls import MessageCall
+    from ..runtime.routing import Relayable
 
 from .source import Outbound
+from .state import MoveWait, Outgoing
 from .target import Inbound
 
 
@@ -121,19 +124,33 @@ class Relocator(Outbound, Inbound):
             done.set(None, error)
         for out in leaving:
             parked, out.parked = out.parked, []
+            waiting, out.waiting = out.waiting, []
             out.done.set(None, error)
             for env in parked:  # refused here now (fenced): their callers are told
                 self.router.redeliver(env)
+            for wait in waiting:  # never queued: their callers hear why
+                if wait.room is not None:
+                    wait.room.set(None, error)
+                if wait.reply is not None:
+                    wait.reply.set(None, error)
 
     def divert(
         self, call: MessageCall, reply: Completion | None, hops: int,
-        lanes: OwnerLanes | None = None,
+        lanes: OwnerLanes | None = None, room: Admitted | None = None,
     ) -> bool:  # fmt: skip
         """Keep a call for an object that is moving; ``False`` if it is not moving (nothing
         done then). ``lanes``: the object's; calls still waiting for room there came first,
         so their waits end and they are routed again (kept, in their order) before this one,
         all under this lock, which every other call kept for a move takes too (per-sender
-        order: a call another thread keeps meanwhile never goes ahead of them)."""
+        order: a call another thread keeps meanwhile never goes ahead of them).
+
+        A sealed object parks at most what its lane holds (items and payload bytes): past
+        that, a call whose caller can wait (``room``: a send's ``wait()``/``future()``/
+        ``await``, or a call from a peer; or a request, within its deadline) waits for the
+        move to go on, in arrival order, and a plain ``submit()`` is ``ResourceExhausted``
+        with nothing queued (python-api §9). Unbounded, a slow barrier let one sender park
+        100,000 calls, whose re-admission at the target then held its infrastructure thread
+        past a lease renewal."""
         target = call.target
         with self._lock:
             out = self._out_ids.get(target)
@@ -143,6 +160,16 @@ class Relocator(Outbound, Inbound):
                 out = self._out_ids.get(target)
             if out is not None:  # its reply comes from the move's target: lost with it
                 env = self.router.envelope(call, reply, hops, peer=out.target)
+                size = len(getattr(env, "payload", ""))
+                if not (out.relaying and not out.lost):  # parked, not relayed at once
+                    limits = (lanes or out.unit.owner.lanes).limits
+                    if (
+                        out.waiting
+                        or len(out.parked) >= limits.app_items
+                        or (out.parked and out.parked_bytes + size > limits.app_bytes)
+                    ):
+                        return self._wait_for_move(out, env, call, reply, room)
+                    out.parked_bytes += size
                 return self.divert_envelope(target, env)
             inc = self._in_ids.get(target)
             if inc is None:
@@ -153,4 +180,37 @@ class Relocator(Outbound, Inbound):
                 inc.local.append((call, reply, hops))
             else:
                 self._take_in(inc, (call, reply, hops))
+            return True
+
+    def _wait_for_move(
+        self, out: Outgoing, env: Relayable, call: MessageCall, reply: Completion | None,
+        room: Admitted | None,
+    ) -> bool:  # fmt: skip
+        """(Relocator lock held.) ``out``'s park is full: ``call`` waits behind it, or, a
+        plain ``submit()``, is refused (``divert``)."""
+        if room is None and reply is None:
+            self.rt.metrics.add("rejected_admissions")
+            raise ResourceExhausted(
+                f"{call.kind} {call.target!r} is moving and {len(out.parked)} calls wait for "
+                "it already; nothing was queued"
+            )
+        waiting = MoveWait(env, room, reply)
+        out.waiting.append(waiting)
+        self.rt.metrics.add("admission_waits")
+        if room is not None:
+            room.withdraw = functools.partial(self._unwait, out, waiting)
+            # a send made here waits up to its admission deadline; a request has its own
+            # deadline, and a call from a peer waits as that peer's backlog (it pauses it)
+            if room.peer is None and reply is None:
+                self.rt.arm_room(room, f"the moving {call.kind} {call.target!r}")
+        return True
+
+    def _unwait(self, out: Outgoing, waiting: MoveWait) -> bool:
+        """Take back a call waiting for a move (its caller gave up): ``True`` if it still
+        waited (nothing of it was queued)."""
+        with self._lock:
+            try:
+                out.waiting.remove(waiting)
+            except ValueError:
+                return False
             return True

@@ -40,7 +40,7 @@ from ..executor import Job, Lane, Turn
 from ..mesh import wire
 from ..mesh.location import Location
 from ..messaging import codec
-from ..messaging.completion import Completion
+from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import Message, reply_type, to_wire
 from ..runtime.routing import Route
 from ..timers import TimerJob
@@ -470,6 +470,7 @@ class Outbound(RelocatorState):
                 self._put_back(out)
             for obj in out.objects:
                 obj.owner.lanes.set_closed(False)
+            rooms = self._admit_waiting(out)
             kept = [*out.relayed, *out.parked]
             out.relayed, out.parked = [], []
             self._answered_here(kept)
@@ -480,6 +481,7 @@ class Outbound(RelocatorState):
             if out.shipped:
                 with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
                     self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
+        _accepted(rooms)
         out.done.set(None, typed_error(error))
         return True
 
@@ -527,6 +529,7 @@ class Outbound(RelocatorState):
         with self._lock:  # before the commit, in arrival order: per-sender order holds
             if self._out.get(out.rid) is not out or out.relaying:  # withdrawn meanwhile
                 return
+            rooms = self._admit_waiting(out)
             try:  # each kept here too until the store answers (see ``Outgoing.relayed``)
                 while out.parked:
                     self._relay(out, out.parked[0])
@@ -534,6 +537,7 @@ class Outbound(RelocatorState):
                 out.relaying = True
             except Unavailable as exc:  # the target went away: the move cannot happen
                 gone = exc
+        _accepted(rooms)  # (relayed, or parked still: either way queued, in their order)
         if gone is not None:
             self._reopen(out, gone)
             return
@@ -669,11 +673,30 @@ class Outbound(RelocatorState):
         its target was declared down go on as if just arrived (by the store now)."""
         with self._lock:
             self._forget_out(out)
+            rooms = self._admit_waiting(out)
             parked, out.parked = out.parked, []
+        _accepted(rooms)
         out.done.set(None, None if error is None else typed_error(error))
         self._answered_here(parked)
         for env in parked:
             self.router.redeliver(env)
+
+    def _admit_waiting(self, out: Outgoing) -> list[Admitted]:
+        """(Relocator lock held, as the park is taken.) The calls that waited for the move
+        join the park behind what it holds, in their order; those whose callers gave up are
+        dropped, never sent. Their callers are told they are accepted (``_accepted``) once
+        the caller of this lets the lock go."""
+        rooms: list[Admitted] = []
+        waiting, out.waiting = out.waiting, []
+        for wait in waiting:
+            if wait.gave_up():
+                continue
+            if wait.room is not None:
+                wait.room.withdraw = in_progress  # queued from now on: no longer withdrawn
+                rooms.append(wait.room)
+            out.parked.append(wait.env)
+        out.parked_bytes = 0
+        return rooms
 
     def _forget_out(self, out: Outgoing) -> None:
         self._out.pop(out.rid, None)
@@ -704,6 +727,13 @@ class Outbound(RelocatorState):
 _Commit = tuple[list[Location], BaseException | None, bool]
 """What the store did with a commit: what moved, why not all did, and whether nothing did for
 sure (the store still names this node, at the same authority)."""
+
+
+def _accepted(rooms: list[Admitted]) -> None:
+    """Tell callers that waited for a move that their calls are queued (no lock held:
+    a caller's future may run callbacks of its own)."""
+    for room in rooms:
+        room.set(None, None)
 
 
 def _settles(done: Completion, seconds: float) -> bool:

@@ -33,6 +33,23 @@ STORE_RETRY = 1.0  # seconds: a store question that failed is asked again (a dea
 Held = tuple["MessageCall", "Completion | None", int]  # a call kept for later admission
 
 
+@dataclass(slots=True)
+class MoveWait:
+    """A call that met a sealed object whose park was full: it waits for the move to go on
+    (python-api §9), its caller on ``room`` (a send's wait, or a peer's call: that peer's
+    backlog) or ``reply`` (a request, within its own deadline); parked, in order, then."""
+
+    env: Relayable
+    room: Admitted | None
+    reply: Completion | None
+
+    def gave_up(self) -> bool:
+        """Its caller stopped waiting (a deadline, a cancel): it is dropped, never sent."""
+        return (self.room is not None and self.room.done) or (
+            self.reply is not None and self.reply.done
+        )
+
+
 @dataclass(eq=False)
 class Outgoing:
     """One move leaving this node: a Spot (with its SpotWide members, or alone as a PER_ACTOR
@@ -51,6 +68,10 @@ class Outgoing:
     into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
     join: wire.JoinGrant | None = None  # ... and the accepted join's reply, as sent
     parked: list[Relayable] = field(default_factory=list)
+    # the calls parked count against what the moving Spot's lane holds (items, payload
+    # bytes): past it a call waits here, in arrival order, behind them (python-api §9)
+    parked_bytes: int = 0
+    waiting: list[MoveWait] = field(default_factory=list)
     # what was relayed to the target once the commit got under way, kept until the store
     # answers: a commit the store refuses puts these back here, in order (the target, told
     # to forget its copy, drops what came from this node)
@@ -131,15 +152,15 @@ class RelocatorState:
         except ZLinkError as exc:
             if reply is not None:
                 reply.set(None, exc)
-            else:
-                self.rt.metrics.add("remote_sends_refused")
+            else:  # counted here and where it was sent from, with its reason (§9)
+                self.router.count_dropped(call, exc)
             return
         if reply is None:
-            metrics = self.rt.metrics
+            router = self.router
 
             def refused(_value: Any, error: BaseException | None) -> None:
                 if error is not None:  # the Spot was sealed again, or closed, meanwhile
-                    metrics.add("remote_sends_refused")
+                    router.count_dropped(call, error)
 
             room.add_callback(refused)
 

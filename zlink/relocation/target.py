@@ -379,7 +379,7 @@ class Inbound(RelocatorState):
                 if reply is not None:
                     reply.set(None, exc)
                 else:
-                    rt.metrics.add("remote_sends_refused")
+                    self.router.count_dropped(call, exc)
 
     def _discard(self, inc: Arriving) -> None:
         """Drop the half-made copy of a move that did not happen: its timers, and its queue

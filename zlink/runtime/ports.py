@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from ..executor import OwnerLanes
     from ..messaging.calls import MessageCall
-    from ..messaging.completion import Completion
+    from ..messaging.completion import Admitted, Completion
     from ..messaging.message import Message
     from .acts import ActorAct, SpotAct
     from .routing import Relayable
@@ -25,10 +25,12 @@ class RelocationPort(Protocol):
 
     def divert(
         self, call: MessageCall, reply: Completion | None, hops: int,
-        lanes: OwnerLanes | None = None,
+        lanes: OwnerLanes | None = None, room: Admitted | None = None,
     ) -> bool:  # fmt: skip
         """Keep a call for an object that is moving; ``False`` if it is not moving. Calls
-        waiting for room in its ``lanes`` are routed again first, in their order."""
+        waiting for room in its ``lanes`` are routed again first, in their order. Past what
+        the object's lane holds, a call waits (``room``, or a request's deadline) or a plain
+        send is ``ResourceExhausted`` (python-api §9)."""
         ...
 
     def divert_envelope(self, target: str, env: Relayable) -> bool:

@@ -1199,6 +1199,12 @@ class MeshRouter:
         at its first origin (python-api §9: at both ends, with its reason)."""
         self._count_drop(env.target, env.message_type, env.first_origin, _drop_reason(error))
 
+    def count_dropped(self, call: MessageCall, error: BaseException) -> None:
+        """A one-way ``call`` this node accepted (or took from another) cannot be delivered:
+        counted here and at its first origin, with the reason ``error`` gives (python-api §9:
+        at both ends, never in silence)."""
+        self._count_drop(call.target, call.msg.zlink_type_name, call.origin, _drop_reason(error))
+
     def _count_drop(self, target: str, message_type: str, origin: str | None,
                     reason: str) -> None:  # fmt: skip
         """Count a dropped one-way message here and, if it came from another node, there."""

@@ -582,7 +582,7 @@ class Runtime:
         if reply is not None and reply.timer is None:  # its deadline runs from now on
             self.arm(reply, call.deadline, self._no_reply(call))
         relocator = self.relocator  # (a moving target's waiters go first, under its lock)
-        if relocator is not None and relocator.divert(call, reply, hops, lanes):
+        if relocator is not None and relocator.divert(call, reply, hops, lanes, room):
             return reply  # type: ignore[return-value]
         if act.state in PAST_READY and (lanes.app_waiters or lanes.life_waiters):
             # each routed again now, in its order (_room_sealed); not once it is open again
