@@ -483,3 +483,68 @@ def test_a_tick_queued_on_time_but_delivered_late_counts_its_lateness_at_deliver
     node.wait_idle(WAIT)
     assert [(t.sequence, t.scheduled_at, t.late_ticks) for t in ticks][-1] == (3, t0 + 102, 0)
     assert node._runtime.spots["s"].timers["slow"].late_ticks == 99
+
+
+class Hold(zlink.Request[str], type_name="t.tm.hold"):
+    pass
+
+
+def _closing_app(events: list[str], in_tick: threading.Event, go: threading.Event) -> zlink.App:
+    app = zlink.App("timers-closing")
+
+    class Hall(zlink.UserSpot):
+        @zlink.handler
+        def start(self, msg: Start) -> None:
+            self.context.timers.register(msg.name, msg.interval, first_delay=0)
+
+        @zlink.timer_handler("sync")
+        def on_sync(self, tick: TimerTick) -> None:
+            events.append("sync tick")
+            in_tick.set()
+            assert go.wait(WAIT)
+            events.append("sync tick ends")
+
+        @zlink.timer_handler("async")
+        async def on_async(self, tick: TimerTick) -> None:
+            events.append("async tick")
+            in_tick.set()
+            await self.context.outbound.request_to_spot("svc", Hold()).timeout(WAIT)
+            events.append("async tick resumed")
+
+        def on_closing(self, closing: zlink.SpotClosingContext) -> None:
+            events.append("on_closing")
+
+    class Svc(zlink.UserSpot):
+        @zlink.handler
+        def hold(self, req: Hold) -> str:
+            assert go.wait(WAIT)
+            return "done"
+
+    app.user_spot("t.tm.hall", mode=zlink.ExecutionMode.PER_ACTOR)(Hall)
+    app.user_spot("t.tm.svc")(Svc)
+    return app
+
+
+@pytest.mark.parametrize("timer", ["sync", "async"])
+def test_closing_a_per_actor_spot_waits_for_its_timer_callbacks(clock: ManualClock, timer: str):
+    """A probe: a PER_ACTOR Spot gives each timer a gate of its own, and a close ran
+    ``on_closing`` while a tick still ran there (or was suspended in a plain await), whose
+    code then ran after it. A close waits for the all-lane barrier before ``on_closing``, the
+    timers' lanes too (python-api §11: no continuation ever runs after ``on_closing``)."""
+    events: list[str] = []
+    in_tick, go = threading.Event(), threading.Event()
+    with zlink.Node(_closing_app(events, in_tick, go), zlink.NodeConfig(workers=4),
+                    clock=clock) as node:  # fmt: skip
+        client = node.client()
+        client.spots.get_or_create("svc", "t.tm.svc").wait(WAIT)
+        ref = client.spots.get_or_create("hall", "t.tm.hall").wait(WAIT).spot_ref
+        client.send_to_spot("hall", Start(name=timer, interval=60.0)).wait(WAIT)
+        clock.advance(0)
+        assert in_tick.wait(WAIT)
+        assert client.spots.close(ref)
+        assert not node.wait_idle(0.2)  # the tick holds its gate: on_closing must not run
+        assert "on_closing" not in events, events
+        go.set()
+        assert node.wait_idle(WAIT)
+    end = "sync tick ends" if timer == "sync" else "async tick resumed"
+    assert events == [f"{timer} tick", end, "on_closing"], events

@@ -145,6 +145,7 @@ class SpotAct(ObjectAct):
         "spec",
         "spot_id",
         "state",
+        "timer_owners",
         "yield_ok",
         "yielded",
     )
@@ -171,6 +172,7 @@ class SpotAct(ObjectAct):
         # are made on first use and dropped when empty: an idle Spot keeps neither (216 + 56
         # bytes).
         self.yielded: set[Turn] | None = None
+        self.timer_owners: list[Owner] | None = None  # a PerActor Spot's timers' own gates
         self.quiet: list[Callable[[], None]] | None = None
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}
@@ -190,11 +192,15 @@ class SpotAct(ObjectAct):
         self._init_object()
 
     def timer_owner(self, name: str) -> Owner:
-        """A PerActor User Spot gives each of its timers a gate of its own (§2)."""
+        """A PerActor User Spot gives each of its timers a gate of its own (§2); it keeps
+        them (those not yet quiet) for its close, whose barrier waits for them too."""
         if self.kind is SpotKind.USER and not self.shared:
             gate = self.rt.new_gate(f"{self.spot_id}/timer:{name}")
             owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False)
             owner.ref = self
+            kept = [o for o in self.timer_owners or () if not quiet(o)]  # (cancelled ones go)
+            kept.append(owner)
+            self.timer_owners = kept
             return owner
         return self.owner
 
@@ -267,3 +273,8 @@ class ChannelAct:
 
 
 Act = SpotAct | ActorAct | ChannelAct
+
+
+def quiet(owner: Owner) -> bool:
+    """Whether nothing of ``owner`` runs, waits to run or keeps its gate across an await."""
+    return not owner.gate.busy and not owner.lanes.ready()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -30,12 +31,12 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Lane, Owner, Turn, current_turn
+from ..executor import CallJob, Lane, Owner, Turn, current_turn
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
-from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct
+from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct, quiet
 from .jobs import LifeJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
@@ -120,14 +121,24 @@ class Closing:
             deadline = self._deadline(act, budget)
         self._on_closing(act, SpotClosingContext(reason, deadline), first=False)
 
-    def _on_closing(self, act: SpotAct, closing: SpotClosingContext, first: bool) -> None:
+    def _on_closing(
+        self, act: SpotAct, closing: SpotClosingContext, first: bool,
+        timers_checked: bool = False,
+    ) -> None:  # fmt: skip
         """The ``on_closing`` turn, on the lifecycle lane (``first``: at its head). If a
         handler of the Spot or of a member is still suspended in a Yield, the turn ends at
-        once and is queued again, first, when the last such continuation has resumed."""
+        once and is queued again, first, when the last such continuation has resumed; so it
+        does while a timer callback of a PER_ACTOR Spot (each timer on a gate of its own,
+        §2) still runs there (``timers_checked``: they have all ended; the close cancelled
+        the timers, so no new callback starts)."""
         ran = [False]
 
         def run() -> Any:
-            if not self.rt.when_quiet(act, partial(self._on_closing, act, closing, True)):
+            again = partial(self._on_closing, act, closing, True, True)
+            if not timers_checked and not self._timers_quiet(act, again):
+                return None  # a timer callback on a gate of its own must finish first
+            if not self.rt.when_quiet(act, partial(self._on_closing, act, closing, True,
+                                                   timers_checked)):  # fmt: skip
                 return None  # not at the barrier yet: a continuation must finish first
             ran[0] = True
             turn = act.closing_turn = current_turn()
@@ -145,6 +156,27 @@ class Closing:
         else:
             act.owner.put_unreserved(job)
 
+    def _timers_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
+        """Whether no timer callback of ``act`` runs, waits or is suspended on a timer's own
+        gate (a PER_ACTOR Spot, §2); else ``then()`` runs once each such gate has let its
+        current turn go (a turn queued behind it on its own lanes says so)."""
+        busy = [owner for owner in act.timer_owners or () if not quiet(owner)]
+        if not busy:
+            return True
+        left = [len(busy)]
+        lock = threading.Lock()
+
+        def one_ended() -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                then()
+
+        for owner in busy:
+            owner.put_unreserved(CallJob(one_ended, Lane.UNRESERVED))
+        return False
+
     def _closing_overdue(self, act: SpotAct) -> None:
         """(Infrastructure thread.) The close's deadline passed: every turn of the Spot (and
         of its members) still suspended, in a Yield or a plain await, and ``on_closing``
@@ -155,7 +187,9 @@ class Closing:
         act.closing_overdue = True
         error = Cancelled(f"the close of {act.spot_id!r} passed its deadline")
         turns = self.rt.suspended_yields(act)
-        for gate in {act.gate, *(m.owner.gate for m in list(act.members.values()))}:
+        gates = {act.gate, *(m.owner.gate for m in list(act.members.values()))}
+        gates.update(owner.gate for owner in act.timer_owners or ())  # a PER_ACTOR Spot's
+        for gate in gates:
             if gate.running is not None:  # a plain await keeps the gate (or a turn runs)
                 turns.append(gate.running)
         if act.closing_turn is not None:
