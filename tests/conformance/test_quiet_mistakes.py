@@ -10,6 +10,7 @@ import pytest
 
 import zlink
 from tests.conftest import WAIT
+from zlink.messaging import calls
 from zlink.testing import ManualClock
 
 HOLD = threading.Event()
@@ -61,6 +62,10 @@ def test_a_request_timeout_names_its_target_and_its_limit(make_node, clock: Manu
     HOLD.set()
 
 
+@pytest.mark.skipif(
+    not calls.WATCHED,
+    reason="calls do not warn where this runs as Python on the free-threaded build (calls.WATCHED)",
+)
 def test_a_call_never_given_a_terminal_warns_when_it_is_collected(make_node) -> None:
     """As asyncio warns of a coroutine never awaited: ``send_to_spot(...)`` without
     ``.submit()`` sent nothing, and says so, naming the call, its target and its payload."""

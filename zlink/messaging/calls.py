@@ -23,9 +23,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import sysconfig
 import warnings
 from collections.abc import Callable, Generator
 from enum import Enum
+from types import FunctionType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from ..durations import check_seconds, check_timeout
@@ -587,43 +589,59 @@ def _warn_unended(call: _Call) -> None:
         )
 
 
+# Whether the public builders' calls warn when collected without a terminal. Not where this
+# module runs as Python on the free-threaded build: there an object freed for another thread
+# (biased reference counting) is freed at the owner's next check for pending work, which a
+# Python ``__del__`` itself reaches, so under load each nests the next (thousands of
+# RecursionErrors; a probe). Compiled (the default there) it runs no such check.
+WATCHED = not (
+    sysconfig.get_config_var("Py_GIL_DISABLED") and isinstance(_warn_unended, FunctionType)
+)
+
+
 class WatchedSendCall(SendCall):
     """A ``SendCall`` from a public builder; warns if collected without a terminal."""
 
     __slots__ = ()
-    __del__ = _warn_unended
+    if WATCHED:
+        __del__ = _warn_unended
 
 
 class WatchedBatchSendCall(BatchSendCall):
     """A ``BatchSendCall`` from a public builder; warns if collected without a terminal."""
 
     __slots__ = ()
-    __del__ = _warn_unended
+    if WATCHED:
+        __del__ = _warn_unended
 
 
 class WatchedRequestCall(RequestCall[T]):
     """A ``RequestCall`` from a public builder; warns if collected without a terminal."""
 
     __slots__ = ()
-    __del__ = _warn_unended
+    if WATCHED:
+        __del__ = _warn_unended
 
 
 class WatchedCreateCall(CreateCall[T]):
     """A ``CreateCall`` from a public builder; warns if collected without a terminal."""
 
     __slots__ = ()
-    __del__ = _warn_unended
+    if WATCHED:
+        __del__ = _warn_unended
 
 
 class WatchedWorkerCall(WorkerCall[T]):
     """A ``WorkerCall`` from a public builder; warns if collected without a terminal."""
 
     __slots__ = ()
-    __del__ = _warn_unended
+    if WATCHED:
+        __del__ = _warn_unended
 
 
 class WatchedJoinCall(JoinCall):
     """A ``JoinCall`` from a public builder; warns if collected without a terminal."""
 
     __slots__ = ()
-    __del__ = _warn_unended
+    if WATCHED:
+        __del__ = _warn_unended
