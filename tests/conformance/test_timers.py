@@ -504,6 +504,10 @@ def _closing_app(events: list[str], in_tick: threading.Event, go: threading.Even
             assert go.wait(WAIT)
             events.append("sync tick ends")
 
+        @zlink.timer_handler("other")
+        def on_other(self, tick: TimerTick) -> None:
+            events.append("other tick")
+
         @zlink.timer_handler("async")
         async def on_async(self, tick: TimerTick) -> None:
             events.append("async tick")
@@ -548,3 +552,33 @@ def test_closing_a_per_actor_spot_waits_for_its_timer_callbacks(clock: ManualClo
         assert node.wait_idle(WAIT)
     end = "sync tick ends" if timer == "sync" else "async tick resumed"
     assert events == [f"{timer} tick", end, "on_closing"], events
+
+
+def test_the_close_of_a_per_actor_spot_waits_for_a_timer_registered_before_another(
+    clock: ManualClock,
+):
+    """A review: the Spot kept its timers' gates but dropped the ones idle when another timer
+    was registered, so a close did not wait for a tick of the first timer."""
+    events: list[str] = []
+    in_tick, go = threading.Event(), threading.Event()
+    with zlink.Node(_closing_app(events, in_tick, go), zlink.NodeConfig(workers=4),
+                    clock=clock) as node:  # fmt: skip
+        client = node.client()
+        ref = client.spots.get_or_create("hall", "t.tm.hall").wait(WAIT).spot_ref
+        client.send_to_spot("hall", Start(name="sync", interval=60.0)).wait(WAIT)
+        clock.advance(0)
+        assert in_tick.wait(WAIT)
+        go.set()  # the first tick ends; the gate of "sync" is idle now
+        assert node.wait_idle(WAIT)
+        go.clear()
+        in_tick.clear()
+        client.send_to_spot("hall", Start(name="other", interval=600.0)).wait(WAIT)
+        assert node.wait_idle(WAIT)
+        clock.advance(60.0)  # the next tick of "sync" (and one of "other")
+        assert in_tick.wait(WAIT)
+        assert client.spots.close(ref)
+        assert not node.wait_idle(0.2)  # the tick holds its gate: on_closing must not run
+        assert "on_closing" not in events, events
+        go.set()
+        assert node.wait_idle(WAIT)
+    assert events[-2:] == ["sync tick ends", "on_closing"], events

@@ -198,7 +198,8 @@ class SpotAct(ObjectAct):
             gate = self.rt.new_gate(f"{self.spot_id}/timer:{name}")
             owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False)
             owner.ref = self
-            kept = [o for o in self.timer_owners or () if not quiet(o)]  # (cancelled ones go)
+            live = {t.owner for t in self.timers.values()}  # (a cancelled timer's gate goes
+            kept = [o for o in self.timer_owners or () if o in live or not quiet(o)]  # once quiet)
             kept.append(owner)
             self.timer_owners = kept
             return owner
