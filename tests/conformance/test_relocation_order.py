@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conformance.test_relocation import Add, build_app
+from tests.conformance.test_relocation import Add, Total, build_app
 from tests.conftest import WAIT
 from zlink.executor import RoomWaiter
 from zlink.testing import LocalCluster, run_until_idle
@@ -117,3 +117,132 @@ def test_calls_that_meet_a_move_wait_for_room_once_as_many_as_a_lane_holds_are_p
             counters = node.counters()
             assert not counters.get("self_fenced")
             assert not [k for k, v in counters.items() if v and "sends_dropped" in k], counters
+
+
+def _moving_room(cluster: LocalCluster, target: str) -> tuple[Any, Any, Any]:
+    """node-1's room, its gate held (the barrier cannot run yet), its move to ``target`` begun:
+    (runtime, act, the move's completion)."""
+    n1 = cluster.nodes[0]
+    n1.client().spots.get_or_create("room", "t.rl.room").wait(WAIT)
+    run_until_idle(n1, WAIT)
+    rt1 = n1._runtime
+    act = rt1.spots["room"]
+    assert act.gate._flag.acquire(False)
+    return rt1, act, rt1.relocator.start(act, target)
+
+
+def test_a_batch_to_a_moving_spot_is_parked_whole_or_waits_whole() -> None:
+    """A review of the bounded park: a batch to a moving Spot went message by message, so one
+    past the park's room was refused after the first ones were parked ("nothing was queued",
+    yet they ran). A batch is all or none (python-api §8): it waits for the move as one."""
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        rt1, act, moving = _moving_room(cluster, "node-2")
+        client = n1.client()
+        for seq in range(2):
+            client.send_to_spot("room", Add(sender=9, seq=seq)).submit()
+        with pytest.raises(zlink.ResourceExhausted):  # no room for all four: none is parked
+            client.send_many_to_spot("room", [Add(sender=1, seq=s) for s in range(4)]).submit()
+        waits = client.send_many_to_spot("room", [Add(sender=2, seq=s) for s in range(4)])
+        waiting = waits.future()
+        assert not waiting.done()
+        rt1.pool.submit(act.gate._run)
+        moving.wait(WAIT)
+        waiting.result(WAIT)
+        cluster.wait_idle(WAIT)
+        room = n2._runtime.spots["room"].instance
+        assert room.seen.get("1") is None
+        assert room.seen["2"] == [0, 1, 2, 3] and room.seen["9"] == [0, 1]
+
+
+def test_callers_waiting_for_a_move_are_bounded_like_waiters_for_room() -> None:
+    """A review: nothing capped the callers waiting for a move (python-api §9: waiters are
+    bounded per target, ``ResourceExhausted`` past them); 20,000 futures piled up."""
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      admission_waiters=8) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        rt1, act, moving = _moving_room(cluster, "node-2")
+        client = n1.client()
+        futures = [client.send_to_spot("room", Add(sender=1, seq=s)).future() for s in range(12)]
+        with pytest.raises(zlink.ResourceExhausted):
+            client.send_to_spot("room", Add(sender=1, seq=12)).future()
+        rt1.pool.submit(act.gate._run)
+        moving.wait(WAIT)
+        for future in futures:
+            future.result(WAIT)
+        cluster.wait_idle(WAIT)
+        assert n2._runtime.spots["room"].instance.seen["1"] == list(range(12))
+
+
+def test_a_peer_request_that_gives_up_waiting_for_a_move_leaves_no_backlog() -> None:
+    """A review: a request from another node that waited for a move and passed its deadline
+    kept one item of that node's backlog for good; 256 of them paused the node forever."""
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4) as cluster:
+        n1, n2, _ = cluster.nodes
+        rt1, act, moving = _moving_room(cluster, "node-3")
+        for seq in range(4):
+            n1.client().send_to_spot("room", Add(sender=1, seq=seq)).submit()  # the park is full
+        with pytest.raises(zlink.DeadlineExceeded):
+            n2.client().request_to_spot("room", Total()).timeout(0.3).wait(WAIT)
+        rt1.pool.submit(act.gate._run)
+        moving.wait(WAIT)
+        cluster.wait_idle(WAIT)
+        assert rt1.router.backlog() == {}
+
+
+class Poke(zlink.Message, type_name="t.ro.poke"):
+    pass
+
+
+class Note(zlink.Message, type_name="t.ro.note"):
+    pass
+
+
+def _self_wait_app(go: threading.Event, result: dict[str, Any], done: threading.Event) -> Any:
+    app = zlink.App("self-wait")
+
+    @app.user_spot("t.ro.room", relocation=zlink.Relocation.recreate())
+    class Room(zlink.UserSpot):
+        @zlink.handler
+        async def poke(self, msg: Poke) -> None:
+            assert go.wait(WAIT)
+            try:
+                await self.context.outbound.send_to_spot(self.context.spot_id, Note())
+                result["outcome"] = "admitted"
+            except zlink.ZLinkError as exc:
+                result["outcome"] = type(exc).__name__
+            done.set()
+
+        @zlink.handler
+        def note(self, msg: Note) -> None:
+            pass
+
+    return app
+
+
+def test_a_handler_that_awaits_a_send_to_its_own_moving_spot_is_refused_at_once() -> None:
+    """A review: with the park full, a handler of the moving Spot awaiting a send to its own
+    Spot kept its turn, which the move's barrier needs, until the admission deadline (30 s).
+    As for a Spot that is not moving, such a wait is ``InvalidOperation`` at once (§9)."""
+    go, done = threading.Event(), threading.Event()
+    result: dict[str, Any] = {}
+    with LocalCluster(_self_wait_app(go, result, done), nodes=2, workers=2,
+                      app_lane_items=4) as cluster:  # fmt: skip
+        n1, _ = cluster.nodes
+        client = n1.client()
+        client.spots.get_or_create("room", "t.ro.room").wait(WAIT)
+        run_until_idle(n1, WAIT)
+        rt1 = n1._runtime
+        act = rt1.spots["room"]
+        client.send_to_spot("room", Poke()).submit()  # it runs, and keeps the gate
+        deadline = time.monotonic() + WAIT
+        while act.gate.running is None:
+            assert time.monotonic() < deadline, "the poke never ran"
+            time.sleep(0.005)
+        moving = rt1.relocator.start(act, "node-2")
+        for _ in range(4):
+            client.send_to_spot("room", Note()).submit()  # the park is full
+        go.set()
+        assert done.wait(WAIT), "the handler's await was not refused at once"
+        assert result["outcome"] == "InvalidOperation"
+        moving.wait(WAIT)

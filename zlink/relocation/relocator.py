@@ -78,11 +78,12 @@ import functools
 from typing import TYPE_CHECKING
 
 from ..errors import ResourceExhausted, Unavailable
+from ..messaging.calls import SendCall
 from ..messaging.completion import Admitted, Completion
 
 if TYPE_CHECKING:
     from ..executor import OwnerLanes
-    from ..messaging.calls import MessageCall
+    from ..messaging.calls import BatchSendCall, MessageCall
     from ..runtime.routing import Relayable
 
 from .source import Outbound
@@ -160,16 +161,9 @@ class Relocator(Outbound, Inbound):
                 out = self._out_ids.get(target)
             if out is not None:  # its reply comes from the move's target: lost with it
                 env = self.router.envelope(call, reply, hops, peer=out.target)
-                size = len(getattr(env, "payload", ""))
-                if not (out.relaying and not out.lost):  # parked, not relayed at once
-                    limits = (lanes or out.unit.owner.lanes).limits
-                    if (
-                        out.waiting
-                        or len(out.parked) >= limits.app_items
-                        or (out.parked and out.parked_bytes + size > limits.app_bytes)
-                    ):
-                        return self._wait_for_move(out, env, call, reply, room)
-                    out.parked_bytes += size
+                parks = not (out.relaying and not out.lost)  # parked, not relayed at once
+                if parks and not self._park_takes(out, [env], lanes):
+                    return self._wait_for_move(out, [env], call, reply, room)
                 return self.divert_envelope(target, env)
             inc = self._in_ids.get(target)
             if inc is None:
@@ -182,26 +176,67 @@ class Relocator(Outbound, Inbound):
                 self._take_in(inc, (call, reply, hops))
             return True
 
+    def divert_batch(self, call: BatchSendCall, room: Admitted | None) -> bool:
+        """A batch for an object sealed here for a move, decided whole (python-api §8: all or
+        none): parked whole, or waiting whole for the move (``room``), or refused whole (a
+        plain ``submit()``: ``ResourceExhausted``). ``False`` if the object is not sealed
+        here for a move (the batch then goes message by message, as before)."""
+        with self._lock:
+            out = self._out_ids.get(call.target)
+            if out is None or (out.relaying and not out.lost):
+                return False
+            envs: list[Relayable] = [
+                self.router.envelope(SendCall(self.rt, call.kind, call.target, msg), None, 0,
+                                     peer=out.target)
+                for msg in call.msgs
+            ]  # fmt: skip
+            if not self._park_takes(out, envs, None):
+                return self._wait_for_move(out, envs, call, None, room)
+            for env in envs:
+                self.divert_envelope(call.target, env)
+            return True
+
+    def _park_takes(self, out: Outgoing, envs: list[Relayable], lanes: OwnerLanes | None) -> bool:
+        """(Relocator lock held.) Whether ``envs`` fit in ``out``'s park, behind no waiting
+        call (what the moving object's lane holds: items, payload characters); if they do,
+        they are counted in it."""
+        limits = (lanes or out.unit.owner.lanes).limits
+        size = sum(len(getattr(env, "payload", "")) for env in envs)
+        if (
+            out.waiting
+            or len(out.parked) + len(envs) > max(limits.app_items, len(envs))
+            or (out.parked and out.parked_bytes + size > limits.app_bytes)
+        ):
+            return False
+        out.parked_bytes += size
+        return True
+
     def _wait_for_move(
-        self, out: Outgoing, env: Relayable, call: MessageCall, reply: Completion | None,
-        room: Admitted | None,
+        self, out: Outgoing, envs: list[Relayable], call: MessageCall | BatchSendCall,
+        reply: Completion | None, room: Admitted | None,
     ) -> bool:  # fmt: skip
         """(Relocator lock held.) ``out``'s park is full: ``call`` waits behind it, or, a
-        plain ``submit()``, is refused (``divert``)."""
-        if room is None and reply is None:
+        plain ``submit()``, or past ``LaneLimits.waiters`` callers waiting already (a call
+        from a peer waits as that peer's backlog instead), is refused (``divert``)."""
+        plain = room is None and reply is None
+        from_peer = room is not None and room.peer is not None
+        if plain or (not from_peer and len(out.waiting) >= self.rt.limits.waiters):
             self.rt.metrics.add("rejected_admissions")
             raise ResourceExhausted(
-                f"{call.kind} {call.target!r} is moving and {len(out.parked)} calls wait for "
-                "it already; nothing was queued"
+                f"{call.kind} {call.target!r} is moving, and its park is full or "
+                f"{len(out.waiting)} callers wait for it already; nothing was queued"
             )
-        waiting = MoveWait(env, room, reply)
+        waiting = MoveWait(envs, room, reply)
         out.waiting.append(waiting)
         self.rt.metrics.add("admission_waits")
         if room is not None:
             room.withdraw = functools.partial(self._unwait, out, waiting)
-            # a send made here waits up to its admission deadline; a request has its own
-            # deadline, and a call from a peer waits as that peer's backlog (it pauses it)
-            if room.peer is None and reply is None:
+            if reply is not None:  # a request that gives up (its deadline) ends its wait too
+                reply.add_callback(functools.partial(_end_wait, room))
+            # a send made here waits up to its admission deadline (unless it has one from an
+            # earlier wait); a request has its own deadline; a call from a peer waits as that
+            # peer's backlog (which pauses it)
+            elif not from_peer and room.timer is None:
                 self.rt.arm_room(room, f"the moving {call.kind} {call.target!r}")
         return True
 
@@ -214,3 +249,10 @@ class Relocator(Outbound, Inbound):
             except ValueError:
                 return False
             return True
+
+
+def _end_wait(room: Admitted, _value: object, error: BaseException | None) -> None:
+    """A request that waited for a move ended (its deadline, say) before it was parked: its
+    wait ends with it (a peer's backlog lets it go)."""
+    if error is not None:
+        room.abandon(error)

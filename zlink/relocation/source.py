@@ -58,6 +58,7 @@ if TYPE_CHECKING:
 
 from .state import (
     RESTORE_ATTEMPTS,
+    MoveWait,
     Outgoing,
     RelocatorState,
     capture_one,
@@ -681,20 +682,24 @@ class Outbound(RelocatorState):
         for env in parked:
             self.router.redeliver(env)
 
-    def _admit_waiting(self, out: Outgoing) -> list[Admitted]:
+    def _admit_waiting(self, out: Outgoing) -> list[tuple[Admitted, BaseException | None]]:
         """(Relocator lock held, as the park is taken.) The calls that waited for the move
         join the park behind what it holds, in their order; those whose callers gave up are
-        dropped, never sent. Their callers are told they are accepted (``_accepted``) once
+        dropped, never sent (a peer's request that passed its deadline: its wait ends with
+        that, so the peer's backlog lets it go). Their callers are told (``_accepted``) once
         the caller of this lets the lock go."""
-        rooms: list[Admitted] = []
+        rooms: list[tuple[Admitted, BaseException | None]] = []
         waiting, out.waiting = out.waiting, []
         for wait in waiting:
             if wait.gave_up():
+                if wait.room is not None and not wait.room.done:
+                    assert wait.reply is not None  # (a room that is done did not wait)
+                    rooms.append((wait.room, wait.reply.error))
                 continue
             if wait.room is not None:
                 wait.room.withdraw = in_progress  # queued from now on: no longer withdrawn
-                rooms.append(wait.room)
-            out.parked.append(wait.env)
+                rooms.append((wait.room, None))
+            out.parked.extend(wait.envs)
         out.parked_bytes = 0
         return rooms
 
@@ -715,6 +720,8 @@ class Outbound(RelocatorState):
                 self._relay(out, env)
                 if not out.committed:
                     out.relayed.append(env)
+            elif out.waiting:  # (a fence) behind the calls that wait: never ahead of them
+                out.waiting.append(MoveWait([env], None, None))
             else:  # sealed; or its target went down: it waits for the store's answer
                 out.parked.append(env)
             return True
@@ -729,11 +736,11 @@ _Commit = tuple[list[Location], BaseException | None, bool]
 sure (the store still names this node, at the same authority)."""
 
 
-def _accepted(rooms: list[Admitted]) -> None:
-    """Tell callers that waited for a move that their calls are queued (no lock held:
-    a caller's future may run callbacks of its own)."""
-    for room in rooms:
-        room.set(None, None)
+def _accepted(rooms: list[tuple[Admitted, BaseException | None]]) -> None:
+    """Tell callers that waited for a move that their calls are queued, or why not (no lock
+    held: a caller's future may run callbacks of its own)."""
+    for room, error in rooms:
+        room.set(None, error)
 
 
 def _settles(done: Completion, seconds: float) -> bool:

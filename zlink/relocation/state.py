@@ -33,13 +33,14 @@ STORE_RETRY = 1.0  # seconds: a store question that failed is asked again (a dea
 Held = tuple["MessageCall", "Completion | None", int]  # a call kept for later admission
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class MoveWait:
-    """A call that met a sealed object whose park was full: it waits for the move to go on
-    (python-api §9), its caller on ``room`` (a send's wait, or a peer's call: that peer's
-    backlog) or ``reply`` (a request, within its own deadline); parked, in order, then."""
+    """A call (or a whole batch: ``envs``) that met a sealed object whose park was full: it
+    waits for the move to go on (python-api §9), its caller on ``room`` (a send's wait, or a
+    peer's call: that peer's backlog) or ``reply`` (a request, within its own deadline);
+    parked, in order, then. A fence that came behind such calls waits with neither."""
 
-    env: Relayable
+    envs: list[Relayable]
     room: Admitted | None
     reply: Completion | None
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from ..executor import OwnerLanes
-    from ..messaging.calls import MessageCall
+    from ..messaging.calls import BatchSendCall, MessageCall
     from ..messaging.completion import Admitted, Completion
     from ..messaging.message import Message
     from .acts import ActorAct, SpotAct
@@ -31,6 +31,11 @@ class RelocationPort(Protocol):
         waiting for room in its ``lanes`` are routed again first, in their order. Past what
         the object's lane holds, a call waits (``room``, or a request's deadline) or a plain
         send is ``ResourceExhausted`` (python-api §9)."""
+        ...
+
+    def divert_batch(self, call: BatchSendCall, room: Admitted | None) -> bool:
+        """A batch for an object sealed here for a move, parked, waiting or refused whole;
+        ``False`` if it is not moving."""
         ...
 
     def divert_envelope(self, target: str, env: Relayable) -> bool:

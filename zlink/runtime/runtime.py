@@ -511,6 +511,9 @@ class Runtime:
             router = self.router
             if act is None and router is not None and router.send_batch(call, room):
                 return  # one envelope, all or none where the target lives
+            relocator = self.relocator
+            if act is not None and relocator is not None and relocator.divert_batch(call, room):
+                return  # moving: parked whole, or waiting whole for the move (§8, §9)
             self._one_by_one(call)
             return
         turn = current_turn()
@@ -579,6 +582,8 @@ class Runtime:
         (routed on), or it is closing (refused before any queue change). Calls still waiting
         for room in its lanes came first: they are routed the same way before this one."""
         lanes = act.owner.lanes
+        if mode in (KEEP_TURN, YIELD_GATE):  # a wait only this turn's own gate could end is
+            self._check_wait(current_turn(), act, mode)  # refused, moving or not (§9)
         if reply is not None and reply.timer is None:  # its deadline runs from now on
             self.arm(reply, call.deadline, self._no_reply(call))
         relocator = self.relocator  # (a moving target's waiters go first, under its lock)
