@@ -466,8 +466,10 @@ class MeshRouter:
                 kept.append(self.envelope(call, reply, hops))
             return
         route = self._known(target)
+        if route is not None and route.kind not in (None, call.kind):  # a route for the
+            self._routes.pop(target, None)  # other kind: stale, or not; the store says
+            route = None
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
-            _check_kind(call, route)
             if not hops:
                 self._check_peer_takes(call, route.node)
             if self._tracking:  # (a send pays for the route cache's order only when it is big)
@@ -523,7 +525,8 @@ class MeshRouter:
                                        admitted=True)  # fmt: skip
                     return True
                 return False
-            _check_kind(call, route)
+            if route.kind not in (None, call.kind):  # the other kind: message by message,
+                return False  # which asks the store (``send_call``)
             if self._tracking:
                 self._touch(target)
             if not admitted and not self._outbox_room(call, None, room, route.node):
@@ -1317,7 +1320,8 @@ __all__ = ["MAX_HOPS", "MAX_POINTERS", "MAX_ROUTES", "MeshRouter", "Route"]
 def _check_kind(call: MessageCall | BatchSendCall, route: Route) -> None:
     """``NotFound`` for a call whose target id the store holds for the other kind (a Spot's
     id called as an Actor's, or the reverse): Spots and Actors share the store's one id space,
-    and a call names the kind it means (python-api §5). Nothing is sent."""
+    and a call names the kind it means (python-api §5). Nothing is sent. (A cached route of
+    the other kind is dropped first, and the store asked: the id may have changed kind.)"""
     if route.kind is not None and route.kind != call.kind:
         raise NotFound(f"no {call.kind} {call.target!r}")
 
