@@ -639,12 +639,14 @@ def _fake_node() -> tuple[zmq.Socket[Any], str]:
     return router, f"tcp://127.0.0.1:{port}"
 
 
-def _welcome(router: zmq.Socket[Any]) -> bytes:
+def _welcome(router: zmq.Socket[Any], admission_timeout: float = 5.0) -> bytes:
     assert router.poll(WAIT * 1000)
     ident, data = router.recv_multipart()
     hello = cw.decode(data)
     assert isinstance(hello, cw.Hello)
-    welcome = cw.Welcome(hello.correlation, "fake", "main", 8, 1 << 20, 8, 5.0, 5.0, 1 << 20, ())
+    welcome = cw.Welcome(
+        hello.correlation, "fake", "main", 8, 1 << 20, 8, admission_timeout, 5.0, 1 << 20, ()
+    )
     router.send_multipart([ident, cw.encode(welcome)])
     return ident
 
@@ -703,6 +705,32 @@ def test_a_send_wait_returns_by_its_deadline_when_its_node_gives_no_verdict():
             with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
                 make().wait(0.3)
             assert time.monotonic() - started < 1.0  # its 0.3 s, and a moment for a verdict
+    finally:
+        router.close(0)
+        client.close()
+
+
+def test_a_send_with_no_timeout_of_its_own_ends_by_the_nodes_admission_timeout():
+    """A review: ``send.wait()`` (no timeout: the node's ``admission_timeout``, python-api §9)
+    and ``future()`` of a send that left for a node that gives no verdict waited until the
+    connection was declared lost, or for ever with long heartbeats."""
+    router, endpoint = _fake_node()
+    result: dict[str, Any] = {}
+    opened = threading.Thread(
+        target=lambda: result.update(client=zlink.connect(endpoint, heartbeat=60.0))
+    )
+    opened.start()
+    _welcome(router, admission_timeout=0.3)  # and then silence
+    opened.join(WAIT)
+    client = result["client"]
+    try:
+        started = time.monotonic()
+        with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
+            client.send_to_spot("r", Note(n=1)).wait()
+        waiting = client.send_to_spot("r", Note(n=2)).future()
+        with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
+            waiting.result(WAIT)
+        assert time.monotonic() - started < 2.0  # twice its 0.3 s, and moments for verdicts
     finally:
         router.close(0)
         client.close()

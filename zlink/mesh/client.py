@@ -77,7 +77,7 @@ from ..errors import (
 )
 from ..executor import InfraExecutor, MonotonicClock, current_turn, in_infrastructure
 from ..messaging import codec
-from ..messaging.completion import Admitted, Completion, expire, in_progress
+from ..messaging.completion import ON_ITS_WAY, Admitted, Completion, expire, in_progress
 from ..messaging.context import Client
 from ..messaging.message import Message, reply_from_json, reply_type, wire_bytes
 from ..types import ActorCreateResult, SpotCreateResult, SpotRef, TargetKind
@@ -595,7 +595,8 @@ class _Connection:
             )
             if fits:
                 frame = self._frame(build(self._next, wait), limits)
-                self._put(items, size, frame, room)
+                self._put(items, size, frame, room,
+                          wait if wait is not None else limits.admission_timeout)  # fmt: skip
                 wake = not self._signalled
                 self._signalled = True
             elif room is not None:
@@ -635,9 +636,14 @@ class _Connection:
             )
         return frame
 
-    def _put(self, items: int, size: int, frame: bytes, room: Admitted | None) -> None:
+    def _put(
+        self, items: int, size: int, frame: bytes, room: Admitted | None, limit: float = 0.0
+    ) -> None:
         """(Under ``_lock``.) A send numbered ``_next`` into the window and onto the outgoing
-        queue."""
+        queue. A caller waiting on ``room`` hears the node's verdict, or, if none comes within
+        ``limit`` seconds (the time it had left, or the node's admission timeout) and a
+        moment more, ``DeadlineExceeded`` saying it may still be admitted (python-api §9,
+        §11: every wait has an end)."""
         seq = self._next
         self._next = seq + 1
         self._items += items
@@ -646,6 +652,10 @@ class _Connection:
         self._out.append(frame)
         if room is not None:
             room.withdraw = in_progress  # sent: the node's verdict is its outcome
+            if room.timer is not None:  # (its wait for room in the window is over)
+                room.timer.cancel()
+            node = self.node_id
+            room.timer = self._infra.call_later(limit + ON_ITS_WAY, _no_verdict, room, node, limit)
 
     def _withdraw(self, waiting: _Waiting) -> bool:
         """Take back a send still waiting for room (its caller gave up): ``True`` if it was."""
@@ -911,7 +921,7 @@ class _Connection:
             if head.room.done:
                 continue
             left = max(1e-3, head.limit - (now - head.since))
-            self._put(head.items, head.size, head.build(self._next, left), head.room)
+            self._put(head.items, head.size, head.build(self._next, left), head.room, left)
             if head.room.timer is not None:
                 head.room.timer.cancel()  # the node's wait is its limit now
             sent = True
@@ -1163,3 +1173,16 @@ def connect(
 
 
 __all__ = ["RemoteClient", "connect"]
+
+
+def _no_verdict(room: Admitted, node_id: str, limit: float) -> None:
+    """(The client's timer.) A send left, and its node gave no verdict in time: its waiter
+    hears that it may still be admitted (a verdict after this changes nothing)."""
+    if not room.done:
+        room.set(
+            None,
+            DeadlineExceeded(
+                f"the send left for node {node_id}, and no verdict on it came within "
+                f"{limit:g} s: it may still be admitted"
+            ),
+        )
