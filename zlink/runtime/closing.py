@@ -88,16 +88,8 @@ class Closing:
         if not members:
             self.queue_closing(act, reason, deadline=deadline)
             return
-        left = [len(members)]
-        lock = threading.Lock()
-
-        def one_left() -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                self.queue_closing(act, reason, deadline=deadline)
-
+        one_left = _countdown(len(members), partial(self.queue_closing, act, reason,
+                                                    deadline=deadline))  # fmt: skip
         for actor_id in members:
             member = act.members.get(actor_id)
             if member is not None and member.state != READY:  # ending (``disconnect``): it
@@ -163,16 +155,7 @@ class Closing:
         busy = [owner for owner in act.timer_owners or () if not quiet(owner)]
         if not busy:
             return True
-        left = [len(busy)]
-        lock = threading.Lock()
-
-        def one_ended() -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                then()
-
+        one_ended = _countdown(len(busy), then)
         for owner in busy:
             owner.put_unreserved(CallJob(one_ended, Lane.UNRESERVED))
         return False
@@ -318,3 +301,18 @@ class Closing:
             owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
             n += discard_jobs(self.rt, owner.drain(), error, "at_shutdown")
         return n
+
+
+def _countdown(n: int, then: Callable[[], None]) -> Callable[[], None]:
+    """A function to call ``n`` times, from any threads: the last call runs ``then()``."""
+    left = [n]
+    lock = threading.Lock()
+
+    def one() -> None:
+        with lock:
+            left[0] -= 1
+            last = left[0] == 0
+        if last:
+            then()
+
+    return one
