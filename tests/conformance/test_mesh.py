@@ -218,9 +218,21 @@ def test_an_id_that_changed_kind_is_found_through_a_stale_route(cluster):
     assert n2.client().request_to_actor("x", Where()).wait(WAIT) == "t.ms.lobby@node-1"
     n2.client().send_many_to_spot("x", [Add(n=1)]).submit()  # a batch: one by one, found not
     cluster.wait_idle(WAIT)
-    assert n2.counters().get("remote_sends_dropped_not_found", 0) + n2.counters().get(
-        "sends_dropped_not_found", 0
-    ) == 1
+    assert (
+        n2.counters().get("remote_sends_dropped_not_found", 0)
+        + n2.counters().get("sends_dropped_not_found", 0)
+        == 1
+    )
+
+
+def _one_id_space(client: zlink.Client, pid: str) -> None:
+    """Through ``client``: Actor ``pid`` and Spot ``s1`` hold their ids against the other kind."""
+    with pytest.raises(zlink.InvalidArgument, match=r"exists as actor 't\.ms\.player'"):
+        client.spots.get_or_create(pid, "t.ms.room").wait(WAIT)
+    with pytest.raises(zlink.InvalidArgument, match=r"exists as spot 't\.ms\.room'"):
+        client.actors.get_or_create("s1", "t.ms.player").wait(WAIT)
+    with pytest.raises(zlink.InvalidOperation, match="exists already"):
+        client.actors.create("t.ms.player", actor_id="s1").wait(WAIT)
 
 
 def test_spots_and_actors_share_one_id_space_on_every_node(cluster):
@@ -231,13 +243,7 @@ def test_spots_and_actors_share_one_id_space_on_every_node(cluster):
     pid = n1.client().actors.create("t.ms.player").wait(WAIT).actor_id
     n1.client().spots.get_or_create("s1", "t.ms.room").wait(WAIT)
     for node in (n1, n2):
-        client = node.client()
-        with pytest.raises(zlink.InvalidArgument, match=r"exists as actor 't\.ms\.player'"):
-            client.spots.get_or_create(pid, "t.ms.room").wait(WAIT)
-        with pytest.raises(zlink.InvalidArgument, match=r"exists as spot 't\.ms\.room'"):
-            client.actors.get_or_create("s1", "t.ms.player").wait(WAIT)
-        with pytest.raises(zlink.InvalidOperation, match="exists already"):
-            client.actors.create("t.ms.player", actor_id="s1").wait(WAIT)
+        _one_id_space(node.client(), pid)
     assert n2.client().request_to_actor(pid, Where()).wait(WAIT) == "t.ms.lobby@node-1"
     assert n2.client().request_to_spot("s1", Total()).wait(WAIT) == 0
     assert n1._rt.spots.get(pid) is None and n1._rt.actors.get("s1") is None
@@ -249,12 +255,7 @@ def test_one_node_keeps_one_id_space_too():
         client = node.client()
         pid = client.actors.create("t.ms.player").wait(WAIT).actor_id
         client.spots.get_or_create("s1", "t.ms.room").wait(WAIT)
-        with pytest.raises(zlink.InvalidArgument, match=r"exists as actor 't\.ms\.player'"):
-            client.spots.get_or_create(pid, "t.ms.room").wait(WAIT)
-        with pytest.raises(zlink.InvalidArgument, match=r"exists as spot 't\.ms\.room'"):
-            client.actors.get_or_create("s1", "t.ms.player").wait(WAIT)
-        with pytest.raises(zlink.InvalidOperation, match="exists already"):
-            client.actors.create("t.ms.player", actor_id="s1").wait(WAIT)
+        _one_id_space(client, pid)
         with pytest.raises(zlink.NotFound, match="actor 's1'"):
             client.request_to_actor("s1", Where()).wait(WAIT)
 

@@ -529,6 +529,17 @@ def _closing_app(events: list[str], in_tick: threading.Event, go: threading.Even
     return app
 
 
+def _close_waits_for_the_tick(
+    node: zlink.Node, ref: zlink.SpotRef, events: list[str], go: threading.Event
+) -> None:
+    """Close the Spot while a tick holds its timer's gate: ``on_closing`` waits for it."""
+    assert node.client().spots.close(ref)
+    assert not node.wait_idle(0.2)  # the tick holds its gate: on_closing must not run
+    assert "on_closing" not in events, events
+    go.set()
+    assert node.wait_idle(WAIT)
+
+
 @pytest.mark.parametrize("timer", ["sync", "async"])
 def test_closing_a_per_actor_spot_waits_for_its_timer_callbacks(clock: ManualClock, timer: str):
     """A probe: a PER_ACTOR Spot gives each timer a gate of its own, and a close ran
@@ -545,11 +556,7 @@ def test_closing_a_per_actor_spot_waits_for_its_timer_callbacks(clock: ManualClo
         client.send_to_spot("hall", Start(name=timer, interval=60.0)).wait(WAIT)
         clock.advance(0)
         assert in_tick.wait(WAIT)
-        assert client.spots.close(ref)
-        assert not node.wait_idle(0.2)  # the tick holds its gate: on_closing must not run
-        assert "on_closing" not in events, events
-        go.set()
-        assert node.wait_idle(WAIT)
+        _close_waits_for_the_tick(node, ref, events, go)
     end = "sync tick ends" if timer == "sync" else "async tick resumed"
     assert events == [f"{timer} tick", end, "on_closing"], events
 
@@ -576,9 +583,5 @@ def test_the_close_of_a_per_actor_spot_waits_for_a_timer_registered_before_anoth
         assert node.wait_idle(WAIT)
         clock.advance(60.0)  # the next tick of "sync" (and one of "other")
         assert in_tick.wait(WAIT)
-        assert client.spots.close(ref)
-        assert not node.wait_idle(0.2)  # the tick holds its gate: on_closing must not run
-        assert "on_closing" not in events, events
-        go.set()
-        assert node.wait_idle(WAIT)
+        _close_waits_for_the_tick(node, ref, events, go)
     assert events[-2:] == ["sync tick ends", "on_closing"], events
