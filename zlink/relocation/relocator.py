@@ -130,6 +130,9 @@ class Relocator(Outbound, Inbound):
             for env in parked:  # refused here now (fenced): their callers are told
                 self.router.redeliver(env)
             for wait in waiting:  # never queued: their callers hear why
+                if wait.room is None and wait.reply is None:  # a fence: as one parked
+                    for env in wait.envs:
+                        self.router.redeliver(env)
                 if wait.room is not None:
                     wait.room.set(None, error)
                 if wait.reply is not None:

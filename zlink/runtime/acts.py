@@ -198,8 +198,9 @@ class SpotAct(ObjectAct):
             gate = self.rt.new_gate(f"{self.spot_id}/timer:{name}")
             owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False)
             owner.ref = self
-            live = {t.owner for t in self.timers.values()}  # (a cancelled timer's gate goes
-            kept = [o for o in self.timer_owners or () if o in live or not quiet(o)]  # once quiet)
+            # a live timer's gate stays; a cancelled one's goes once it is quiet
+            live = {t.owner for t in self.timers.values()}
+            kept = [o for o in self.timer_owners or () if o in live or not quiet(o)]
             kept.append(owner)
             self.timer_owners = kept
             return owner

@@ -171,11 +171,6 @@ class Creation:
         §10). ``then`` holds the directory lock while it decides, and returns ``False`` when
         the object it was told lives here went away meanwhile: the store is asked after all.
         What ``then`` raises later, or a store failure, completes ``completion``."""
-        found = self.rt.directory.kind_of(object_id)
-        if found is not None and found[0] != kind:  # one id space: it is the other kind
-            if completion.timer is not None:
-                completion.timer.cancel()
-            raise _other_kind(object_id, *found, get)
         router = self.rt.router
         if router is None or object_id in table:
             if not then(None):
@@ -241,6 +236,7 @@ class Creation:
         """(``_claim``'s ``then``.) ``False``: it went away since it was found here."""
         remote: Location | None = None
         with self.rt.directory.lock:
+            self._one_id_space(spot_id, TargetKind.SPOT, call.get, completion)
             existing = self.rt.spots.get(spot_id)
             if existing is None and held is None and self.rt.router is not None:
                 return False
@@ -271,6 +267,18 @@ class Creation:
         act.activated.add_callback(completion.set)
         self.activate(act, call.request_msg)
         return True
+
+    def _one_id_space(
+        self, object_id: str, kind: TargetKind, get: bool, completion: Completion
+    ) -> None:
+        """(Directory lock held, as a create decides.) Refuse ``object_id`` when an object of
+        the other kind lives under it here: Spots and Actors share one id space, the Location
+        Store's, on one node as on several (the store refuses it for other nodes)."""
+        found = self.rt.directory.kind_of(object_id)
+        if found is not None and found[0] != kind:
+            if completion.timer is not None:
+                completion.timer.cancel()
+            raise _other_kind(object_id, *found, get)
 
     def _timed(self, call: CreateCall[Any]) -> Completion:
         completion = Completion()
@@ -342,6 +350,7 @@ class Creation:
     ) -> bool:  # fmt: skip
         """(``_claim``'s ``then``.) ``False``: it went away since it was found here."""
         with self.rt.directory.lock:
+            self._one_id_space(actor_id, TargetKind.ACTOR, call.get, completion)
             existing = self.rt.actors.get(actor_id)
             if existing is None and held is None and self.rt.router is not None:
                 return False

@@ -91,7 +91,8 @@ class Directory:
 
     def kind_of(self, object_id: str) -> tuple[TargetKind, str] | None:
         """The kind and type of what lives under ``object_id`` here, if anything does (the
-        caller holds ``lock``): the one id space a create keeps to."""
+        caller holds ``lock``, or reads a moment's view): the one id space a create keeps
+        to."""
         for kind, table in ((TargetKind.SPOT, self.spots), (TargetKind.ACTOR, self.actors)):
             act = table.get(object_id)
             if act is not None and act.state != GONE:

@@ -677,9 +677,8 @@ class MeshRouter:
             room.withdraw = in_progress  # from now on its outcome is on its way
         fault: ZLinkError
         try:
-            if route is not None:
-                _check_kind(call, route)
             if route is not None:  # a call made here takes its turn in the outbox (§9)
+                _check_kind(call, route)
                 if not hops:
                     self._check_peer_takes(call, route.node)
                 if not hops and not self._outbox_room(call, reply, room, route.node, True):
