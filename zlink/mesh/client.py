@@ -637,7 +637,7 @@ class _Connection:
         return frame
 
     def _put(
-        self, items: int, size: int, frame: bytes, room: Admitted | None, limit: float = 0.0
+        self, items: int, size: int, frame: bytes, room: Admitted | None, limit: float
     ) -> None:
         """(Under ``_lock``.) A send numbered ``_next`` into the window and onto the outgoing
         queue. A caller waiting on ``room`` hears the node's verdict, or, if none comes within
@@ -730,8 +730,9 @@ class _Connection:
 
     def _unwait(self, waiting: _CallWaiting, _value: Any, _error: BaseException | None) -> None:
         """A call that waited for a slot ended before it had one (its deadline, a cancel)."""
-        with self._lock, contextlib.suppress(ValueError):  # (ValueError: it was sent, and
-            self._call_waiting.remove(waiting)  # ``_forget`` takes it; or failed with the link)
+        # (not there: it was sent, and ``_forget`` takes it; or it failed with the connection)
+        with self._lock, contextlib.suppress(ValueError):
+            self._call_waiting.remove(waiting)
 
     def _forget(self, correlation: int, _value: Any, _error: BaseException | None) -> None:
         """A call ended: its slot goes to the calls that wait for one, in order."""
