@@ -246,3 +246,117 @@ def test_a_handler_that_awaits_a_send_to_its_own_moving_spot_is_refused_at_once(
         assert done.wait(WAIT), "the handler's await was not refused at once"
         assert result["outcome"] == "InvalidOperation"
         moving.wait(WAIT)
+
+
+RESTORING, RESTORE_GO = threading.Event(), threading.Event()
+RESTORE_FAILS: list[bool] = []  # non-empty: every restore fails, once let go
+
+
+class _SlowRestore(zlink.JsonStateAdapter):
+    """Holds the target's restore turn until ``RESTORE_GO``: the Spot stays arriving there."""
+
+    def restore(self, instance: Any, data: bytes) -> None:
+        RESTORING.set()
+        assert RESTORE_GO.wait(WAIT)
+        if RESTORE_FAILS:
+            raise RuntimeError("cannot restore")
+        super().restore(instance, data)
+
+
+def _slow_restore_app() -> zlink.App:
+    from tests.conformance.test_relocation import Room
+
+    app = build_app()
+    slow = zlink.Relocation.preserve_state(_SlowRestore)
+    app.user_spot("t.ro.slow", relocation=slow)(type("R9", (Room,), {}))
+    return app
+
+
+@pytest.fixture
+def _arrival_held() -> Any:
+    RESTORING.clear()
+    RESTORE_GO.clear()
+    RESTORE_FAILS.clear()
+    yield
+    RESTORE_GO.set()
+
+
+@pytest.mark.usefixtures("_arrival_held")
+def test_calls_made_where_a_spot_arrives_are_bounded_like_the_source_park() -> None:
+    """The target side of the bounded park: calls made on the target node while a Spot
+    arrives there (restore and commit under way) were kept without bound, each ``wait()``
+    returning at once. They are kept up to what the Spot's lane holds; past it a caller
+    waits for the Spot to open, in order (python-api §9), ``submit()`` and a batch that does
+    not fit are refused whole (§8), and what was accepted runs once, in order."""
+    with LocalCluster(_slow_restore_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.ro.slow").wait(WAIT)
+        run_until_idle(n1, WAIT)
+        rt1 = n1._runtime
+        moving = rt1.relocator.start(rt1.spots["room"], "node-2")
+        assert RESTORING.wait(WAIT)
+        local = n2.client()
+        accepted = 0
+        with pytest.raises(zlink.DeadlineExceeded):
+            for seq in range(1_000):  # (bounded: unbounded keeping took all of them)
+                local.send_to_spot("room", Add(sender=2, seq=seq)).wait(0.05)
+                accepted += 1
+        assert accepted == 4, accepted  # as many as the lane holds; nothing of the last one
+        with pytest.raises(zlink.ResourceExhausted):
+            local.send_to_spot("room", Add(sender=2, seq=99)).submit()
+        with pytest.raises(zlink.ResourceExhausted):  # whole: none of it is kept
+            local.send_many_to_spot("room", [Add(sender=3, seq=s) for s in range(2)]).submit()
+        late = local.send_to_spot("room", Add(sender=2, seq=4)).future()  # waits, in order
+        batch = local.send_many_to_spot("room", [Add(sender=4, seq=s) for s in range(3)])
+        batch_waits = batch.future()
+        asked = local.request_to_spot("room", Total()).timeout(WAIT).future()
+        assert not late.done() and not batch_waits.done() and not asked.done()
+        RESTORE_GO.set()
+        moving.wait(WAIT)
+        late.result(WAIT)
+        batch_waits.result(WAIT)
+        assert asked.result(WAIT) == 8  # behind every send that waited before it
+        cluster.wait_idle(WAIT)
+        room = n2._runtime.spots["room"].instance
+        assert room.seen["2"] == [0, 1, 2, 3, 4]
+        assert room.seen["4"] == [0, 1, 2] and "3" not in room.seen
+        assert room.disorder == 0
+        for node in cluster.nodes:
+            counters = node.counters()
+            assert not [k for k, v in counters.items() if v and "dropped" in k], counters
+
+
+@pytest.mark.usefixtures("_arrival_held")
+def test_calls_waiting_for_an_arrival_that_fails_go_to_the_source_in_order() -> None:
+    """The move is aborted (its restore fails past its retries, python-api §11): the calls
+    kept on the target and those that waited there go to the source, which serves again,
+    in their order, each wait or request with its own outcome; nothing is lost."""
+    with LocalCluster(_slow_restore_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.ro.slow").wait(WAIT)
+        run_until_idle(n1, WAIT)
+        rt1 = n1._runtime
+        moving = rt1.relocator.start(rt1.spots["room"], "node-2")
+        assert RESTORING.wait(WAIT)
+        local = n2.client()
+        for seq in range(4):
+            local.send_to_spot("room", Add(sender=2, seq=seq)).wait(WAIT)
+        late = local.send_to_spot("room", Add(sender=2, seq=4)).future()
+        batch = local.send_many_to_spot("room", [Add(sender=4, seq=s) for s in range(3)]).future()
+        asked = local.request_to_spot("room", Total()).timeout(WAIT).future()
+        assert not late.done() and not batch.done() and not asked.done()
+        RESTORE_FAILS.append(True)
+        RESTORE_GO.set()
+        with pytest.raises(zlink.StateIncompatible):
+            moving.wait(WAIT)
+        late.result(WAIT)
+        batch.result(WAIT)
+        assert asked.result(WAIT) == 8
+        cluster.wait_idle(WAIT)
+        room = rt1.spots["room"].instance  # served on the source again
+        assert room.seen["2"] == [0, 1, 2, 3, 4]
+        assert room.seen["4"] == [0, 1, 2]
+        assert room.disorder == 0
+        for node in cluster.nodes:
+            counters = node.counters()
+            assert not [k for k, v in counters.items() if v and "dropped" in k], counters

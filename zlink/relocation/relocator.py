@@ -75,11 +75,12 @@ the route lock held or with none, and takes the relocator's.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import ResourceExhausted, Unavailable
 from ..messaging.calls import SendCall
 from ..messaging.completion import Admitted, Completion
+from ..messaging.message import lane_size
 
 if TYPE_CHECKING:
     from ..executor import OwnerLanes
@@ -87,8 +88,10 @@ if TYPE_CHECKING:
     from ..runtime.routing import Relayable
 
 from .source import Outbound
-from .state import MoveWait, Outgoing
+from .state import Arriving, Held, MoveWait, Outgoing, fits
 from .target import Inbound
+
+_Item = TypeVar("_Item")
 
 
 class Relocator(Outbound, Inbound):
@@ -131,7 +134,7 @@ class Relocator(Outbound, Inbound):
                 self.router.redeliver(env)
             for wait in waiting:  # never queued: their callers hear why
                 if wait.room is None and wait.reply is None:  # a fence: as one parked
-                    for env in wait.envs:
+                    for env in wait.items:
                         self.router.redeliver(env)
                 if wait.room is not None:
                     wait.room.set(None, error)
@@ -154,7 +157,9 @@ class Relocator(Outbound, Inbound):
         move to go on, in arrival order, and a plain ``submit()`` is ``ResourceExhausted``
         with nothing queued (python-api §9). Unbounded, a slow barrier let one sender park
         100,000 calls, whose re-admission at the target then held its infrastructure thread
-        past a lease renewal."""
+        past a lease renewal. The target bounds what it keeps for an arriving object the same
+        way (the calls the source relays are bounded by its park already); its waiters go
+        in when the object opens, or go the old way, in order, if the move is withdrawn."""
         target = call.target
         with self._lock:
             out = self._out_ids.get(target)
@@ -163,40 +168,60 @@ class Relocator(Outbound, Inbound):
                     lanes.end_waits()  # each comes back here (reentrant), in its order
                 out = self._out_ids.get(target)
             if out is not None:  # its reply comes from the move's target: lost with it
-                env = self.router.envelope(call, reply, hops, peer=out.target)
+                env: Relayable = self.router.envelope(call, reply, hops, peer=out.target)
                 parks = not (out.relaying and not out.lost)  # parked, not relayed at once
                 if parks and not self._park_takes(out, [env], lanes):
-                    return self._wait_for_move(out, [env], call, reply, room)
+                    return self._wait_for_move(out.waiting, [env], call, reply, room)
                 return self.divert_envelope(target, env)
             inc = self._in_ids.get(target)
             if inc is None:
                 return False
-            if inc.fences and not (hops and call.via == inc.key[0]):
+            held: Held = (call, reply, hops)
+            relayed = bool(hops) and call.via == inc.key[0]  # bounded by the source's park
+            if not relayed and not self._keep_takes(inc, [held]):
+                return self._wait_for_move(inc.waiting, [held], call, reply, room)
+            if inc.fences and not relayed:
                 # Calls made or relayed here went the old way until now: those still on it
                 # come back through the source, ahead of this node's fence; the rest wait.
-                inc.local.append((call, reply, hops))
+                inc.local.append(held)
             else:
-                self._take_in(inc, (call, reply, hops))
+                self._take_in(inc, held)
             return True
 
     def divert_batch(self, call: BatchSendCall, room: Admitted | None) -> bool:
-        """A batch for an object sealed here for a move, decided whole (python-api §8: all or
-        none): parked whole, or waiting whole for the move (``room``), or refused whole (a
-        plain ``submit()``: ``ResourceExhausted``). ``False`` if the object is not sealed
-        here for a move (the batch then goes message by message, as before)."""
+        """A batch for an object moving from or to this node, decided whole (python-api §8:
+        all or none): parked (kept) whole, or waiting whole for the move (``room``), or
+        refused whole (a plain ``submit()``: ``ResourceExhausted``). ``False`` if the object
+        is not moving here (the batch then goes message by message, as before)."""
+        target = call.target
         with self._lock:
-            out = self._out_ids.get(call.target)
-            if out is None or (out.relaying and not out.lost):
+            out = self._out_ids.get(target)
+            if out is not None:
+                if out.relaying and not out.lost:
+                    return False  # relayed at once, message by message, in order
+                envs: list[Relayable] = [
+                    self.router.envelope(SendCall(self.rt, call.kind, target, msg), None, 0,
+                                         peer=out.target)
+                    for msg in call.msgs
+                ]  # fmt: skip
+                if not self._park_takes(out, envs, None):
+                    return self._wait_for_move(out.waiting, envs, call, None, room)
+                for env in envs:
+                    self.divert_envelope(target, env)
+                return True
+            inc = self._in_ids.get(target)
+            if inc is None:
                 return False
-            envs: list[Relayable] = [
-                self.router.envelope(SendCall(self.rt, call.kind, call.target, msg), None, 0,
-                                     peer=out.target)
-                for msg in call.msgs
-            ]  # fmt: skip
-            if not self._park_takes(out, envs, None):
-                return self._wait_for_move(out, envs, call, None, room)
-            for env in envs:
-                self.divert_envelope(call.target, env)
+            helds: list[Held] = [
+                (SendCall(self.rt, call.kind, target, msg), None, 0) for msg in call.msgs
+            ]
+            if not self._keep_takes(inc, helds):
+                return self._wait_for_move(inc.waiting, helds, call, None, room, batch=call)
+            for held in helds:
+                if inc.fences:  # as ``divert`` keeps each
+                    inc.local.append(held)
+                else:
+                    self._take_in(inc, held)
             return True
 
     def _park_takes(self, out: Outgoing, envs: list[Relayable], lanes: OwnerLanes | None) -> bool:
@@ -205,35 +230,46 @@ class Relocator(Outbound, Inbound):
         they are counted in it."""
         limits = (lanes or out.unit.owner.lanes).limits
         size = sum(len(getattr(env, "payload", "")) for env in envs)
-        if (
-            out.waiting
-            or len(out.parked) + len(envs) > max(limits.app_items, len(envs))
-            or (out.parked and out.parked_bytes + size > limits.app_bytes)
-        ):
+        if not fits(limits, out.waiting, len(out.parked), out.parked_bytes, len(envs), size):
             return False
         out.parked_bytes += size
         return True
 
+    def _keep_takes(self, inc: Arriving, helds: list[Held]) -> bool:
+        """(Relocator lock held.) Whether ``helds``, made on this node or come from a peer
+        other than the source, may be kept for the arriving object, behind no waiting call
+        (the target side of ``_park_takes``: what the object's lane holds); if they may,
+        they are counted."""
+        size = sum(lane_size(call.msg) for call, _reply, _hops in helds)
+        limits = inc.spot.owner.lanes.limits
+        if not fits(limits, inc.waiting, inc.taken, inc.taken_bytes, len(helds), size):
+            return False
+        inc.taken += len(helds)
+        inc.taken_bytes += size
+        return True
+
     def _wait_for_move(
-        self, out: Outgoing, envs: list[Relayable], call: MessageCall | BatchSendCall,
-        reply: Completion | None, room: Admitted | None,
+        self, waiting: list[MoveWait[_Item]], items: list[_Item],
+        call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted | None,
+        batch: BatchSendCall | None = None,
     ) -> bool:  # fmt: skip
-        """(Relocator lock held.) ``out``'s park is full: ``call`` waits behind it, or, a
-        plain ``submit()``, or past ``LaneLimits.waiters`` callers waiting already (a call
-        from a peer waits as that peer's backlog instead), is refused (``divert``)."""
+        """(Relocator lock held.) The move's park (or, on the target, what it keeps) is full:
+        ``call`` (as ``items``) waits behind it on ``waiting``, or, a plain ``submit()``, or
+        past ``LaneLimits.waiters`` callers waiting already (a call from a peer waits as that
+        peer's backlog instead), is refused (``divert``)."""
         plain = room is None and reply is None
         from_peer = room is not None and room.peer is not None
-        if plain or (not from_peer and len(out.waiting) >= self.rt.limits.waiters):
+        if plain or (not from_peer and len(waiting) >= self.rt.limits.waiters):
             self.rt.metrics.add("rejected_admissions")
             raise ResourceExhausted(
                 f"{call.kind} {call.target!r} is moving, and its park is full or "
-                f"{len(out.waiting)} callers wait for it already; nothing was queued"
+                f"{len(waiting)} callers wait for it already; nothing was queued"
             )
-        waiting = MoveWait(envs, room, reply)
-        out.waiting.append(waiting)
+        wait = MoveWait(items, room, reply, batch)
+        waiting.append(wait)
         self.rt.metrics.add("admission_waits")
         if room is not None:
-            room.withdraw = functools.partial(self._unwait, out, waiting)
+            room.withdraw = functools.partial(self._unwait, waiting, wait)
             if reply is not None:  # a request that gives up (its deadline) ends its wait too
                 reply.add_callback(functools.partial(_end_wait, room))
             # a send made here waits up to its admission deadline (unless it has one from an
@@ -243,12 +279,12 @@ class Relocator(Outbound, Inbound):
                 self.rt.arm_room(room, f"the moving {call.kind} {call.target!r}")
         return True
 
-    def _unwait(self, out: Outgoing, waiting: MoveWait) -> bool:
+    def _unwait(self, waiting: list[MoveWait[_Item]], wait: MoveWait[_Item]) -> bool:
         """Take back a call waiting for a move (its caller gave up): ``True`` if it still
         waited (nothing of it was queued)."""
         with self._lock:
             try:
-                out.waiting.remove(waiting)
+                waiting.remove(wait)
             except ValueError:
                 return False
             return True

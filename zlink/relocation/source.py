@@ -40,7 +40,7 @@ from ..executor import Job, Lane, Turn
 from ..mesh import wire
 from ..mesh.location import Location
 from ..messaging import codec
-from ..messaging.completion import Admitted, Completion, in_progress
+from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, reply_type, to_wire
 from ..runtime.routing import Route
 from ..timers import TimerJob
@@ -61,8 +61,10 @@ from .state import (
     MoveWait,
     Outgoing,
     RelocatorState,
+    accepted,
     capture_one,
     restore_timers,
+    take_waiting,
     timers_of,
     typed_error,
 )
@@ -482,7 +484,7 @@ class Outbound(RelocatorState):
             if out.shipped:
                 with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
                     self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
-        _accepted(rooms)
+        accepted(rooms)
         out.done.set(None, typed_error(error))
         return True
 
@@ -538,7 +540,7 @@ class Outbound(RelocatorState):
                 out.relaying = True
             except Unavailable as exc:  # the target went away: the move cannot happen
                 gone = exc
-        _accepted(rooms)  # (relayed, or parked still: either way queued, in their order)
+        accepted(rooms)  # (relayed, or parked still: either way queued, in their order)
         if gone is not None:
             self._reopen(out, gone)
             return
@@ -676,7 +678,7 @@ class Outbound(RelocatorState):
             self._forget_out(out)
             rooms = self._admit_waiting(out)
             parked, out.parked = out.parked, []
-        _accepted(rooms)
+        accepted(rooms)
         out.done.set(None, None if error is None else typed_error(error))
         self._answered_here(parked)
         for env in parked:
@@ -684,22 +686,9 @@ class Outbound(RelocatorState):
 
     def _admit_waiting(self, out: Outgoing) -> list[tuple[Admitted, BaseException | None]]:
         """(Relocator lock held, as the park is taken.) The calls that waited for the move
-        join the park behind what it holds, in their order; those whose callers gave up are
-        dropped, never sent (a peer's request that passed its deadline: its wait ends with
-        that, so the peer's backlog lets it go). Their callers are told (``_accepted``) once
-        the caller of this lets the lock go."""
-        rooms: list[tuple[Admitted, BaseException | None]] = []
-        waiting, out.waiting = out.waiting, []
-        for wait in waiting:
-            if wait.gave_up():
-                if wait.room is not None and not wait.room.done:
-                    assert wait.reply is not None  # (a room that is done did not wait)
-                    rooms.append((wait.room, wait.reply.error))
-                continue
-            if wait.room is not None:
-                wait.room.withdraw = in_progress  # queued from now on: no longer withdrawn
-                rooms.append((wait.room, None))
-            out.parked.extend(wait.envs)
+        join the park behind what it holds, in their order (``take_waiting``); their callers
+        are told (``accepted``) once the caller of this lets the lock go."""
+        rooms = take_waiting(out.waiting, out.parked.extend)
         out.parked_bytes = 0
         return rooms
 
@@ -734,13 +723,6 @@ class Outbound(RelocatorState):
 _Commit = tuple[list[Location], BaseException | None, bool]
 """What the store did with a commit: what moved, why not all did, and whether nothing did for
 sure (the store still names this node, at the same authority)."""
-
-
-def _accepted(rooms: list[tuple[Admitted, BaseException | None]]) -> None:
-    """Tell callers that waited for a move that their calls are queued, or why not (no lock
-    held: a caller's future may run callbacks of its own)."""
-    for room, error in rooms:
-        room.set(None, error)
 
 
 def _settles(done: Completion, seconds: float) -> bool:

@@ -44,9 +44,13 @@ from .state import (
     RESTORE_ATTEMPTS,
     STORE_RETRY,
     Arriving,
+    Held,
+    MoveWait,
     RelocatorState,
+    accepted,
     decode_reply,
     restore_timers,
+    take_waiting,
 )
 
 _log = logging.getLogger("zlink.relocation")
@@ -234,10 +238,13 @@ class Inbound(RelocatorState):
             for held in inc.kept:  # in the order they came, behind the moved queue
                 self._admit(held)
             inc.kept.clear()
+            # then those that waited for room in what it kept (python-api §9), in order
+            rooms = take_waiting(inc.waiting, self._admit_all)
             for obj in inc.objects:
                 if self._in_ids.get(obj.name) is inc:
                     del self._in_ids[obj.name]
                 obj.state = READY
+        accepted(rooms)  # (the locks of a caller of this are reentrant)
         act = inc.spot
         self.rt.metrics.add("relocated_in")  # counted before anything it held back runs
         if inc.signaled:  # first of all, before the messages and ticks it held back
@@ -380,6 +387,31 @@ class Inbound(RelocatorState):
                     reply.set(None, exc)
                 else:
                     self.router.count_dropped(call, exc)
+        waiting, inc.waiting = inc.waiting, []
+        for wait in waiting:  # then those that waited: routed with their own wait, in order
+            if not wait.gave_up():
+                self._route_again(wait)
+            elif wait.room is not None and wait.reply is not None:  # a peer's request that
+                wait.room.set(None, wait.reply.error)  # gave up: its backlog lets it go
+
+    def _route_again(self, wait: MoveWait[Held]) -> None:
+        """(Route and relocator locks held.) A call that waited for an arrival that did not
+        happen goes the way it would have gone (its wait for room, if any, goes on there
+        within its deadline); an error ends its wait, or its request."""
+        room = wait.room
+        if room is not None:
+            room.withdraw = None  # no longer waiting here; a wait there sets its own
+        call, reply, hops = wait.items[0]
+        try:
+            if wait.batch is not None:  # all or none, there too (python-api §8)
+                self.rt.submit_many(wait.batch, room)
+            else:
+                self.rt.submit(call, reply, NO_WAIT, hops, room=room)
+        except ZLinkError as exc:
+            if room is not None:
+                room.set(None, exc)
+            if reply is not None:
+                reply.set(None, exc)
 
     def _discard(self, inc: Arriving) -> None:
         """Drop the half-made copy of a move that did not happen: its timers, and its queue
