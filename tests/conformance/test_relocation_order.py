@@ -96,12 +96,7 @@ def test_calls_that_meet_a_move_wait_for_room_once_as_many_as_a_lane_holds_are_p
         assert act.gate._flag.acquire(False)  # hold the gate: the barrier cannot run yet
         moving = rt1.relocator.start(act, "node-2")
         local = n1.client()
-        accepted = 0
-        with pytest.raises(zlink.DeadlineExceeded):
-            for seq in range(1_000):  # (bounded: unbounded parking took all of them)
-                local.send_to_spot("room", Add(sender=1, seq=seq)).wait(0.05)
-                accepted += 1
-        assert accepted == 4, accepted  # as many as the lane holds; nothing of the last one
+        assert _taken_before_a_wait(local, sender=1) == 4  # as many as the lane holds
         with pytest.raises(zlink.ResourceExhausted):
             local.send_to_spot("room", Add(sender=1, seq=99)).submit()
         late = local.send_to_spot("room", Add(sender=1, seq=4)).future()  # waits, in order
@@ -117,6 +112,18 @@ def test_calls_that_meet_a_move_wait_for_room_once_as_many_as_a_lane_holds_are_p
             counters = node.counters()
             assert not counters.get("self_fenced")
             assert not [k for k, v in counters.items() if v and "sends_dropped" in k], counters
+
+
+def _taken_before_a_wait(client: Any, sender: int) -> int:
+    """How many sends of ``sender`` (seq 0, 1, ...) to "room" are taken, each ``wait()``
+    returning at once, before one waits past 50 ms (``DeadlineExceeded``: nothing of it was
+    queued). Bounded: unbounded parking took all 1,000."""
+    for seq in range(1_000):
+        try:
+            client.send_to_spot("room", Add(sender=sender, seq=seq)).wait(0.05)
+        except zlink.DeadlineExceeded:
+            return seq
+    return 1_000
 
 
 def _moving_room(cluster: LocalCluster, target: str) -> tuple[Any, Any, Any]:
@@ -272,6 +279,18 @@ def _slow_restore_app() -> zlink.App:
     return app
 
 
+def _arriving_on_node_2(cluster: LocalCluster) -> tuple[Any, Any]:
+    """node-1's room moving to node-2, held in its restore there: (node-1's runtime, the
+    move's completion)."""
+    n1 = cluster.nodes[0]
+    n1.client().spots.get_or_create("room", "t.ro.slow").wait(WAIT)
+    run_until_idle(n1, WAIT)
+    rt1 = n1._runtime
+    moving = rt1.relocator.start(rt1.spots["room"], "node-2")
+    assert RESTORING.wait(WAIT)
+    return rt1, moving
+
+
 @pytest.fixture
 def _arrival_held() -> Any:
     RESTORING.clear()
@@ -289,19 +308,9 @@ def test_calls_made_where_a_spot_arrives_are_bounded_like_the_source_park() -> N
     waits for the Spot to open, in order (python-api §9), ``submit()`` and a batch that does
     not fit are refused whole (§8), and what was accepted runs once, in order."""
     with LocalCluster(_slow_restore_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
-        n1, n2 = cluster.nodes
-        n1.client().spots.get_or_create("room", "t.ro.slow").wait(WAIT)
-        run_until_idle(n1, WAIT)
-        rt1 = n1._runtime
-        moving = rt1.relocator.start(rt1.spots["room"], "node-2")
-        assert RESTORING.wait(WAIT)
-        local = n2.client()
-        accepted = 0
-        with pytest.raises(zlink.DeadlineExceeded):
-            for seq in range(1_000):  # (bounded: unbounded keeping took all of them)
-                local.send_to_spot("room", Add(sender=2, seq=seq)).wait(0.05)
-                accepted += 1
-        assert accepted == 4, accepted  # as many as the lane holds; nothing of the last one
+        _, moving = _arriving_on_node_2(cluster)
+        local = cluster.nodes[1].client()
+        assert _taken_before_a_wait(local, sender=2) == 4  # as many as the lane holds
         with pytest.raises(zlink.ResourceExhausted):
             local.send_to_spot("room", Add(sender=2, seq=99)).submit()
         with pytest.raises(zlink.ResourceExhausted):  # whole: none of it is kept
@@ -317,7 +326,7 @@ def test_calls_made_where_a_spot_arrives_are_bounded_like_the_source_park() -> N
         batch_waits.result(WAIT)
         assert asked.result(WAIT) == 8  # behind every send that waited before it
         cluster.wait_idle(WAIT)
-        room = n2._runtime.spots["room"].instance
+        room = cluster.nodes[1]._runtime.spots["room"].instance
         assert room.seen["2"] == [0, 1, 2, 3, 4]
         assert room.seen["4"] == [0, 1, 2] and "3" not in room.seen
         assert room.disorder == 0
@@ -332,13 +341,8 @@ def test_calls_waiting_for_an_arrival_that_fails_go_to_the_source_in_order() -> 
     kept on the target and those that waited there go to the source, which serves again,
     in their order, each wait or request with its own outcome; nothing is lost."""
     with LocalCluster(_slow_restore_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
-        n1, n2 = cluster.nodes
-        n1.client().spots.get_or_create("room", "t.ro.slow").wait(WAIT)
-        run_until_idle(n1, WAIT)
-        rt1 = n1._runtime
-        moving = rt1.relocator.start(rt1.spots["room"], "node-2")
-        assert RESTORING.wait(WAIT)
-        local = n2.client()
+        rt1, moving = _arriving_on_node_2(cluster)
+        local = cluster.nodes[1].client()
         for seq in range(4):
             local.send_to_spot("room", Add(sender=2, seq=seq)).wait(WAIT)
         late = local.send_to_spot("room", Add(sender=2, seq=4)).future()
