@@ -364,3 +364,43 @@ def test_calls_waiting_for_an_arrival_that_fails_go_to_the_source_in_order() -> 
         for node in cluster.nodes:
             counters = node.counters()
             assert not [k for k, v in counters.items() if v and "dropped" in k], counters
+
+
+class Text(zlink.Message, type_name="t.ro.text"):
+    text: str
+
+
+def _text_app() -> zlink.App:
+    from tests.conformance.test_relocation import Room
+
+    app = zlink.App("text")
+
+    @app.user_spot("t.ro.texts", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+    class Texts(Room):
+        @zlink.handler
+        def text(self, msg: Text) -> None:
+            self.total += 1
+
+    return app
+
+
+def test_a_move_counts_what_it_parks_in_bytes_as_they_travel() -> None:
+    """The park's byte bound counted payload characters: a text beyond ASCII takes more
+    bytes than characters on the wire (UTF-8), so a park could hold twice the lane's bytes."""
+    with LocalCluster(_text_app(), nodes=2, workers=2, app_lane_bytes=3_000) as cluster:
+        n1 = cluster.nodes[0]
+        client = n1.client()
+        client.spots.get_or_create("room", "t.ro.texts").wait(WAIT)
+        run_until_idle(n1, WAIT)
+        rt1 = n1._runtime
+        act = rt1.spots["room"]
+        assert act.gate._flag.acquire(False)  # hold the gate: the barrier cannot run yet
+        moving = rt1.relocator.start(act, "node-2")
+        wide = "é" * 1_000  # 1,000 characters, 2,000 bytes
+        client.send_to_spot("room", Text(text=wide)).wait(WAIT)  # the first always parks
+        with pytest.raises(zlink.DeadlineExceeded):  # 4,000 bytes: past the lane's 3,000
+            client.send_to_spot("room", Text(text=wide)).wait(0.05)
+        rt1.pool.submit(act.gate._run)
+        moving.wait(WAIT)
+        cluster.wait_idle(WAIT)
+        assert cluster.nodes[1]._runtime.spots["room"].instance.total == 1

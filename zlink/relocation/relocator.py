@@ -226,10 +226,10 @@ class Relocator(Outbound, Inbound):
 
     def _park_takes(self, out: Outgoing, envs: list[Relayable], lanes: OwnerLanes | None) -> bool:
         """(Relocator lock held.) Whether ``envs`` fit in ``out``'s park, behind no waiting
-        call (what the moving object's lane holds: items, payload characters); if they do,
-        they are counted in it."""
+        call (what the moving object's lane holds: items, payload bytes as they travel); if
+        they do, they are counted in it."""
         limits = (lanes or out.unit.owner.lanes).limits
-        size = sum(len(getattr(env, "payload", "")) for env in envs)
+        size = sum(_utf8_size(getattr(env, "payload", "")) for env in envs)
         if not fits(limits, out.waiting, len(out.parked), out.parked_bytes, len(envs), size):
             return False
         out.parked_bytes += size
@@ -288,6 +288,11 @@ class Relocator(Outbound, Inbound):
             except ValueError:
                 return False
             return True
+
+
+def _utf8_size(text: str) -> int:
+    """The bytes ``text`` takes on the wire (UTF-8); its length where it is ASCII (a flag)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _end_wait(room: Admitted, _value: object, error: BaseException | None) -> None:
