@@ -111,6 +111,10 @@ class Owner:
     def put_unreserved(self, job: Job, lifecycle: bool = True) -> None:
         """Queue a framework follow-up that must not be refused (no reservation taken)."""
         self.lanes.put_unreserved(job, lifecycle)
+        self.wake()
+
+    def wake(self) -> None:
+        """Make the owner ready if it is not (what it holds was queued without waking it)."""
         if self._flag.acquire(False):
             self.gate.push(self)
 

@@ -263,6 +263,24 @@ class OwnerLanes:
         if closed:
             self.end_waits()
 
+    def close_if_idle(self, ticks: int) -> bool:
+        """Close admission (as ``set_closed(True)``) only if the application lane holds
+        nothing but ``ticks`` timer ticks, the lifecycle lane nothing, and no producer waits
+        for room: decided atomically with every producer, so an idle eviction never seals an
+        owner that has just admitted work. ``False``: not idle (nothing changed)."""
+        with self._put_lock:
+            if (
+                self.closed
+                or self.life
+                or self.app_waiters
+                or self.life_waiters
+                or self._app_in - self._app_out != ticks
+                or self._life_in != self._life_out
+            ):
+                return False
+            self.closed = True
+            return True
+
     def end_waits(self) -> None:
         """End every wait for room with ``notify(CLOSED)``, nothing of theirs queued (a seal,
         or an owner that stops taking work, as a close does)."""

@@ -16,7 +16,6 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -81,6 +80,11 @@ class Closing:
             if act.state in PAST_READY:
                 raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
             act.state = CLOSING
+        self._begin_close(act, reason)
+
+    def _begin_close(self, act: SpotAct, reason: SpotCloseReason) -> None:
+        """(``act`` is CLOSING now.) Its timers stop, its members go home, then
+        ``on_closing`` is queued."""
         act.owner.lanes.end_waits()  # who waits for room is refused as a new call now is
         act.cancel_timers()
         deadline = self._deadline(act, 0)
@@ -192,13 +196,13 @@ class Closing:
 
     def _closed(self, act: SpotAct, turn: Turn) -> None:
         """``on_closing`` ended (a failure was counted by its job) or was discarded unrun."""
-        act.state = GONE
         act.closing_turn = None
         timer, act.closing_timer = act.closing_timer, None
         if timer is not None:
             timer.cancel()
         with self.rt.directory.lock:  # its subscriptions go with it (``Directory.forget``)
             self.rt.directory.forget(act)
+            act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
         router = self.rt.router
         if router is not None:  # on the store thread; fenced: a stale owner's is refused
             router.store_worker.call(
@@ -230,13 +234,24 @@ class Closing:
                 continue
             if now - act.idle_since < self.rt.idle_timeout:  # type: ignore[operator]
                 continue
-            lanes = act.owner.lanes
-            ticks = sum(t.queued for t in act.timers.values() if t.owner is act.owner)
-            if not act.members and not lanes.life and lanes.reserved()[0] == ticks:
-                with contextlib.suppress(Unavailable):  # closed by someone else meanwhile
-                    self.close_spot(act, SpotCloseReason.IDLE_EVICTED)
+            self._evict(act)
         if not self.rt.stopping and self.rt.idle_timeout is not None:
             self.rt.infra.call_later(self.rt.idle_timeout / 4, self.sweep_idle)
+
+    def _evict(self, act: SpotAct) -> None:
+        """Close ``act`` (``IDLE_EVICTED``) if it is idle: no member, nothing queued but its
+        own timer ticks. Its admission closes in the same step as that check, with every
+        producer (``OwnerLanes.close_if_idle``), under the directory lock (as a close's
+        state changes are): a call admitted a moment before is not discarded by a close the
+        framework began (a probe lost 5-16 sends a run on 3.13t); one a moment after meets
+        a closing Spot, as for any close."""
+        lanes = act.owner.lanes
+        with self.rt.directory.lock:
+            ticks = sum(t.queued for t in act.timers.values() if t.owner is act.owner)
+            if act.state != READY or act.members or not lanes.close_if_idle(ticks):
+                return
+            act.state = CLOSING
+        self._begin_close(act, SpotCloseReason.IDLE_EVICTED)
 
     def close_all(self, budget: float) -> None:
         """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)`` (at its barrier, as a close

@@ -64,11 +64,27 @@ class Creation:
 
     # -- activation ----------------------------------------------------------------------------
     def register_spot(
-        self, spec: TypeSpec, spot_id: str, generation: int | None = None, authority: int = 1
-    ) -> SpotAct:
+        self, spec: TypeSpec, spot_id: str, generation: int | None = None, authority: int = 1,
+        *, request: Message | None = None, rehomed: bool = False,
+        then: Callable[[Any, BaseException | None], Any] | None = None, wake: bool = True,
+    ) -> SpotAct:  # fmt: skip
+        """Make a Spot and publish it in the node's table, its activation (``activate``)
+        queued first: a call that finds it there queues behind the constructor, ``on_create``
+        and ``on_initialize`` (lifecycle first), never ahead of them (concepts "Lifecycle",
+        §14). (Published first, a probe's message ran on a worker with no instance yet.) The
+        owner is woken only once it is published, so the activation never runs before
+        anyone can find the Spot (``wake=False``: the caller wakes it, once it has
+        published more). ``then``: called with the activation's outcome. The caller holds
+        the directory lock, but at the node's start."""
         act = SpotAct(self.rt, spec, spot_id, generation or self.rt.directory.next_generation())
         act.authority = authority  # the store's: a re-homed Spot's is past 1 (fencing)
+        if then is not None:
+            assert act.activated is not None  # just made
+            act.activated.add_callback(then)
+        self.activate(act, request, rehomed, wake=False)
         self.rt.spots[spot_id] = act
+        if wake:
+            act.owner.wake()
         return act
 
     def instance_spec(self, call: MessageCall) -> TypeSpec:
@@ -89,9 +105,7 @@ class Creation:
             act = self.rt.spots.get(spot_id)
             if act is not None:
                 return act
-            act = self.register_spot(spec, spot_id, generation, authority)
-        self.activate(act, None)
-        return act
+            return self.register_spot(spec, spot_id, generation, authority)
 
     def rehome(self, location: Location, lapsed: str | None = None) -> bool:
         """Activate here a Spot the store just gave this node because its owner's lease had
@@ -108,18 +122,19 @@ class Creation:
         with self.rt.directory.lock:
             if location.spot_id in self.rt.spots:
                 return True
-            act = self.register_spot(spec, location.spot_id, location.object_generation,
-                                     location.authority_generation)  # fmt: skip
+            self.register_spot(spec, location.spot_id, location.object_generation,
+                               location.authority_generation, rehomed=True)  # fmt: skip
         self.rt.metrics.add("spots_rehomed")
         _log.info("node %s re-homed spot %r (generation %d, its owner %s lost its lease)",
                   self.rt.node_id, location.spot_id, location.object_generation,
                   "(unknown)" if lapsed is None else repr(lapsed))  # fmt: skip
-        self.activate(act, None, rehomed=True)
         return True
 
-    def activate(self, act: SpotAct, request: Message | None, rehomed: bool = False) -> None:
+    def activate(
+        self, act: SpotAct, request: Message | None, rehomed: bool = False, wake: bool = True
+    ) -> None:
         """Queue construction, ``on_create`` (User Spots, not when re-homed) and
-        ``on_initialize`` (lifecycle)."""
+        ``on_initialize`` (lifecycle); ``wake``: make the owner ready now."""
 
         def construct() -> None:
             act.instance = act.spec.cls(act.context)
@@ -141,14 +156,17 @@ class Creation:
             activated.set(result, None)
 
         job = LifeJob(act, "activation", lambda: run_steps(job, *steps), done, Lane.UNRESERVED)
-        act.owner.put_unreserved(job)
+        if wake:
+            act.owner.put_unreserved(job)
+        else:
+            act.owner.lanes.put_unreserved(job, True)
 
     def deactivate(self, act: SpotAct, error: Exception) -> None:
         """An activation failed (or never ran): the Spot goes, its creator gets ``error``, and
         what was queued for it is discarded (``messages_discarded_not_created``)."""
-        act.state = GONE
         with self.rt.directory.lock:
             self.rt.directory.forget(act)
+            act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
         if act.activated is not None:
             act.activated.set(None, error)
         self._discard_queued(act, NotFound(f"spot {act.spot_id!r} failed to activate"))
@@ -248,7 +266,9 @@ class Creation:
                     generation = held.location.object_generation
                     authority = held.location.authority_generation
                 if remote is None:
-                    act = self.register_spot(spec, spot_id, generation, authority)
+                    self.register_spot(spec, spot_id, generation, authority,
+                                       request=call.request_msg, then=completion.set)  # fmt: skip
+                    return True
         if remote is not None:
             assert self.rt.router is not None
             if not call.get or remote.type_name != spec.name:
@@ -260,12 +280,8 @@ class Creation:
                 )
             self.rt.router.forward_create(call, completion, remote)
             return True
-        if existing is not None:
-            self._existing(existing, spec, call, completion)
-            return True
-        assert act.activated is not None  # just made
-        act.activated.add_callback(completion.set)
-        self.activate(act, call.request_msg)
+        assert existing is not None
+        self._existing(existing, spec, call, completion)
         return True
 
     def _one_id_space(
@@ -386,9 +402,9 @@ class Creation:
         def not_made(error: BaseException) -> None:
             """The Actor will not be: it leaves, its creators hear ``error`` (``activated``
             tells ``completion`` too), and what was sent to it is discarded and counted."""
-            act.state = GONE
             with self.rt.directory.lock:
                 self.rt.directory.forget(act)
+                act.state = GONE  # (under the lock, once forgotten: ``Runtime._not_ready``)
             if act.activated is not None:
                 act.activated.set(None, error)
             self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))

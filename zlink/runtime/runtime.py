@@ -231,13 +231,13 @@ class Runtime:
         waits = []
         for spec in self.app.spots.values():
             if spec.kind is SpotKind.ENTRY:
-                act = self.register_spot(spec, f"{spec.name}@{self.node_id}")
+                activated = Completion()
+                act = self.register_spot(spec, f"{spec.name}@{self.node_id}",
+                                         then=activated.set, wake=False)  # fmt: skip
                 assert spec.actor_type is not None
-                self.entries[spec.actor_type] = act
-                activated = act.activated  # taken first: activation drops it once done
-                assert activated is not None
+                self.entries[spec.actor_type] = act  # known as its type's Entry first
+                act.owner.wake()
                 waits.append(activated)
-                self.activate(act, None)
         if self.idle_timeout is not None:
             self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
         return waits
@@ -593,7 +593,18 @@ class Runtime:
             # each routed again now, in its order (_room_sealed); not once it is open again
             lanes.end_waits()  # (then they stay in the queue, ahead of this call)
         if act.state == GONE or act.state not in PAST_READY:  # moved or reopened: go again
-            return self.submit(call, reply, mode, hops, room=room)  # the same deadline
+            # A close or an eviction changes the state, and forgets the object, under the
+            # directory lock: waited out here, so the call is not routed again to the same
+            # object over and over meanwhile (a probe's caller recursed until its stack ran
+            # out, a segfault on 3.13t, while a close took the object out of the table).
+            with self.directory.lock:
+                table = self.actors if isinstance(act, ActorAct) else self.spots
+                stale = act.state == GONE and table.get(act.name) is act
+                closed = act.state not in PAST_READY and lanes.closed
+            if stale or closed:  # (neither, once a state change is made whole)
+                raise Unavailable(f"{call.kind} {call.target!r} is closing or moving")
+            if act.state == GONE or act.state not in PAST_READY:
+                return self.submit(call, reply, mode, hops, room=room)  # the same deadline
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
