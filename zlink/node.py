@@ -479,6 +479,9 @@ class Node:
             raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")
         budget = self._move_budget(timeout)
         end = time.monotonic() + budget
+        if self._relocator is not None:  # nothing moves here from now on; what is on its
+            self._relocator.refuse_arrivals(f"node {self.node_id} is draining")  # way lands
+            self._relocator.wait_arrivals(budget)  # first, and moves on with the rest
         peers = [] if rt.router is None else rt.router.peers()
         nowhere = "no other node to move to"
         if self._membership is not None:  # members by the store's lease, and reachable
@@ -488,6 +491,7 @@ class Node:
                 members, nowhere = set(), f"the location store could not be asked: {exc}"
             peers = [p for p in peers if p in members]
         moving: dict[str, Any] = {}
+        targets: dict[str, str] = {}  # where each move this drain began goes
         stayed: dict[str, str] = {}
         turn = 0
         for spot_id, act in list(rt.spots.items()):
@@ -499,22 +503,52 @@ class Node:
                 stayed[spot_id] = nowhere
                 continue
             try:
-                moving[spot_id] = self._relocator.start(act, peers[turn % len(peers)], budget)
+                targets[spot_id] = peers[turn % len(peers)]
+                moving[spot_id] = self._relocator.start(act, targets[spot_id], budget)
                 turn += 1
             except ZLinkError as exc:
                 stayed[spot_id] = str(exc)
         rt.draining = True  # from here calls made on this node are refused; relays go on
         moved = []
+        refusing: set[str] = set()  # nodes that took no move (they drain or went away)
         for spot_id, done in moving.items():
-            assert self._relocator is not None
-            try:  # one past its deadline is withdrawn: it stays, admission restored
-                left = max(0.0, end - time.monotonic())
-                self._relocator.wait_move(spot_id, done, left, self.config.request_timeout)
+            why = self._drain_one(spot_id, done, targets.get(spot_id), peers, refusing, end)
+            if why is None:
                 moved.append(spot_id)
-            except ZLinkError as exc:
-                stayed[spot_id] = f"{type(exc).__name__}: {exc}"
+            else:
+                stayed[spot_id] = why
         _log.info("node %s drained: %d moved, %d stayed", self.node_id, len(moved), len(stayed))
         return DrainResult(sorted(moved), stayed)
+
+    def _drain_one(
+        self, spot_id: str, done: Any, target: str | None, peers: list[str],
+        refusing: set[str], end: float,
+    ) -> str | None:  # fmt: skip
+        """Wait for one move of a drain: ``None`` once it happened, else why the Spot stayed.
+        A target that took no move (``Unavailable``: it drains too, or went away) is passed
+        over for another node, within the drain's time (``target``: where this drain sent
+        it; ``None``, a move begun before, is only waited for)."""
+        relocator = self._relocator
+        assert relocator is not None
+        while True:
+            try:  # one past its deadline is withdrawn: it stays, admission restored
+                left = max(0.0, end - time.monotonic())
+                relocator.wait_move(spot_id, done, left, self.config.request_timeout)
+                return None
+            except Unavailable as exc:
+                if target is not None:
+                    refusing.add(target)
+                others = [p for p in peers if p not in refusing]
+                act = self._rt.spots.get(spot_id)
+                if target is None or not others or act is None or time.monotonic() >= end:
+                    return f"{type(exc).__name__}: {exc}"
+                target = others[0]
+                try:
+                    done = relocator.start(act, target, end - time.monotonic())
+                except ZLinkError as again:
+                    return str(again)
+            except ZLinkError as exc:
+                return f"{type(exc).__name__}: {exc}"
 
     def counters(self) -> dict[str, int]:
         """Late replies, handler errors, rejected admissions and the like."""
@@ -590,6 +624,8 @@ class Node:
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         end = time.monotonic() + timeout
         graceful = end - min(1.0, timeout / 10)  # the rest: for what the forced stop wakes
+        if self._relocator is not None:  # a move to a node that stops would be closed here
+            self._relocator.refuse_arrivals(f"node {self.node_id} is shutting down")
         self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         self._settle(graceful)

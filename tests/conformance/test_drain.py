@@ -247,3 +247,40 @@ def _until(check):  # type: ignore[no-untyped-def]
             return True
         done.wait(0.005)
     return False
+
+
+def test_a_drain_never_moves_a_spot_onto_a_node_that_is_draining_itself():
+    """A probe (a rolling stop: SIGTERM to two nodes 50 ms apart): the second node's drain
+    moved Spots onto the first, which was draining too and then closed them at its shutdown:
+    their state was lost, though a third node was there, and both drains said "0 stayed".
+    A node refuses moves to it once it drains (``Unavailable``), and a drain tries the
+    Spot's move on the next node (as Orleans never places on a silo that shuts down)."""
+    BLOCKING.clear()
+    GO.clear()
+    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        c1, c2 = n1.client(), n2.client()
+        c1.spots.get_or_create("held", "t.dr.room").wait(WAIT)
+        c1.send_to_spot("held", Block()).submit()  # node-1's drain waits for its barrier
+        assert BLOCKING.wait(WAIT)
+        rooms = ["room-a", "room-b", "room-c", "room-d"]
+        for room in rooms:
+            c2.spots.get_or_create(room, "t.dr.room").wait(WAIT)
+            c2.send_to_spot(room, Add()).submit()
+        drained1: list[zlink.DrainResult] = []
+        first = threading.Thread(target=lambda: drained1.append(n1.drain(WAIT)))
+        first.start()
+        try:
+            assert _until(lambda: n1._runtime.draining)  # node-1 drains, and is held there
+            result = n2.drain(WAIT)
+        finally:
+            GO.set()
+            first.join(WAIT)
+        assert result.moved == rooms and result.stayed == {}
+        assert {cluster.store.lookup(room).owner_node for room in rooms} == {"node-3"}
+        assert drained1[0].moved == ["held"]
+        n1.shutdown(WAIT)
+        n2.shutdown(WAIT)
+        c3 = n3.client()
+        for room in rooms:  # every state kept
+            assert c3.request_to_spot(room, Total()).wait(WAIT) == 1

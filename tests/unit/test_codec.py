@@ -12,7 +12,7 @@ from tests.unit.json_backends import backend  # noqa: F401 - applies to every te
 from zlink.messaging import codec
 
 VALUES: list[Any] = [
-    {"version": 3, "kind": "send", "payload": '{"x":1,"s":"é 🎲"}', "meta": None, "hops": 0},
+    {"version": 4, "kind": "send", "payload": '{"x":1,"s":"é 🎲"}', "meta": None, "hops": 0},
     [1, 2.5, -3, True, False, None, "", 'a"b\\c\n\u2028'],
     {"nested": {"deep": [{"k": [[]]}]}, "empty": {}},
     "just a string",

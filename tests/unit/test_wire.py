@@ -131,6 +131,7 @@ SAMPLES: dict[str, Envelope] = {
     "reloc-join-no-reply": dataclasses.replace(RELOC, unit="actor", join=JoinGrant(None)),
     "reloc_done-ok": RelocDoneEnvelope(relocation_id=3, error=None),
     "reloc_done-failed": RelocDoneEnvelope(relocation_id=3, error="restore failed 3 times"),
+    "reloc_done-refused": RelocDoneEnvelope(relocation_id=3, error="draining", refused=True),
     "reloc_commit": RelocCommitEnvelope(
         source_node="n1", relocation_id=3, authority={"room-1": 5, "actor-1": 2}
     ),
@@ -201,7 +202,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 3
+    assert frame["version"] == WIRE_VERSION == 4
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -314,7 +315,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 2, 4, "3", 3.0, True, None, [3]])
+@pytest.mark.parametrize("version", [0, 1, 3, 5, "4", 4.0, True, None, [4]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

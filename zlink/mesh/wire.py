@@ -54,9 +54,11 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 3
+WIRE_VERSION: Final = 4
 """The version every envelope carries; a node decodes its own version only.
 
+4: ``RelocDoneEnvelope.refused`` (a target that drains or stops takes no move: the source
+tries another node).
 3: ``RelocObject.topics`` (a moving Spot's Logical Multicast subscriptions go with it).
 2: ``reloc_abort`` (a move withdrawn before its commit: the target forgets what it restored).
 ``dropped`` (a one-way message a node could not deliver, told to its origin), ``batch`` (a
@@ -525,6 +527,9 @@ class RelocDoneEnvelope:
     """The move's id on the receiving (source) node."""
     error: str | None
     """Why the target gave up, ``None`` when it restored everything."""
+    refused: bool = False
+    """The target took nothing: it drains or stops (``Unavailable`` at the source, which may
+    try another node), rather than failing to restore (``StateIncompatible``)."""
 
     @property
     def ok(self) -> bool:

@@ -525,7 +525,8 @@ class Outbound(RelocatorState):
         if out is None or out.relaying:  # gone, or a repeat while the commit is under way
             return
         if env.error is not None:  # it gave up (and forgot its copy): the Spot stays here
-            self._reopen(out, StateIncompatible(env.error))
+            refused = Unavailable(f"{out.target} takes no move: {env.error}")
+            self._reopen(out, refused if env.refused else StateIncompatible(env.error))
             return
         router, rt = self.router, self.rt
         gone: Unavailable | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import itertools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -187,6 +188,8 @@ class RelocatorState:
         self._out_ids: dict[str, Outgoing] = {}  # spot and member ids -> their move
         self._chunks: dict[tuple[str, int], list[str]] = {}
         self._in: dict[tuple[str, int], Arriving] = {}
+        self._arrived = threading.Condition()  # a leaf: notified as an arrival ends
+        self.refusing: str | None = None  # why this node takes no move now (it drains)
         self._in_ids: dict[str, Arriving] = {}
         self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
 

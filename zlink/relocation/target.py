@@ -87,6 +87,9 @@ class Inbound(RelocatorState):
         states: dict[str, str | None] = codec.loads("".join(chunks))
         # lock order (zlink.lock_order): route -> relocator -> directory
         with self.router.route_lock, self._lock:  # sent before this left, or finds it here
+            if self.refusing is not None:  # draining or stopping: it would not stay here
+                self._answer(env, self.refusing, refused=True)
+                return
             with rt.directory.lock:
                 here = rt.spots.keys() | rt.actors.keys()
                 taken = [o.object_id for o in objects if o.object_id in here]
@@ -229,12 +232,32 @@ class Inbound(RelocatorState):
             if not inc.fences:  # else it opens when this node's last fence is back
                 self._open(inc)
 
+    def refuse_arrivals(self, why: str) -> None:
+        """From now on this node takes no move (it drains or stops): a source that sends one
+        is answered ``refused`` and tries another node, so nothing moves onto a node that
+        would close it (as Orleans never places on a silo that is shutting down). Moves
+        arriving already go on (``wait_arrivals``)."""
+        with self._lock:
+            self.refusing = why
+
+    def wait_arrivals(self, seconds: float) -> bool:
+        """Block until no move is arriving here (each opened or forgotten), at most
+        ``seconds``; ``False`` if some still is."""
+        with self._arrived:
+            return self._arrived.wait_for(lambda: not self._in, seconds)
+
+    def _arrival_ended(self, inc: Arriving) -> None:
+        """(Relocator lock held.) ``inc`` is no longer arriving: who waits for that hears."""
+        self._in.pop(inc.key, None)
+        with self._arrived:
+            self._arrived.notify_all()
+
     def _open(self, inc: Arriving) -> None:
         """Authority is here and this node's own calls are in line: admission opens."""
         from ..runtime.acts import READY
 
         with self._lock:
-            self._in.pop(inc.key, None)
+            self._arrival_ended(inc)
             for held in inc.kept:  # in the order they came, behind the moved queue
                 self._admit(held)
             inc.kept.clear()
@@ -364,7 +387,7 @@ class Inbound(RelocatorState):
 
         rt = self.rt
         inc.forgotten = True
-        self._in.pop(inc.key, None)
+        self._arrival_ended(inc)
         with rt.directory.lock:
             for obj in inc.objects:
                 if self._in_ids.get(obj.name) is inc:
@@ -422,9 +445,10 @@ class Inbound(RelocatorState):
             obj.owner.drain()
         self.rt.metrics.add("relocations_forgotten")
 
-    def _answer(self, env: wire.RelocEnvelope, error: str | None) -> None:
+    def _answer(self, env: wire.RelocEnvelope, error: str | None, refused: bool = False) -> None:
         try:
-            self.router.post(env.source_node, wire.RelocDoneEnvelope(env.relocation_id, error))
+            done = wire.RelocDoneEnvelope(env.relocation_id, error, refused)
+            self.router.post(env.source_node, done)
         except Unavailable:  # the source is gone: its move ends with it
             self.rt.metrics.add("relocation_answers_undeliverable")
 
