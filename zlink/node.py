@@ -176,6 +176,7 @@ class Node:
         # set when another process registered this node's id again: this one serves nothing
         # for good (python-api §10 "Failure"; ``not_serving`` says why)
         self.superseded = threading.Event()
+        self._draining = False  # drain() began: not serving (``not_serving``)
         self._superseded_why = ""
         workers = self.config.workers or default_workers()
         self._pool = WorkerPool(workers, f"zlink-{self.config.node_id}")
@@ -357,7 +358,8 @@ class Node:
         """Why this node does not serve calls now, or ``None`` when it does (cheap: the admin
         endpoint's ``/health`` asks it on every probe): it fenced itself (its lease lapsed or
         was refused; it refuses every call until it registered again), its infrastructure
-        thread is not running, or it is stopping or not started."""
+        thread is not running, it is stopping or not started, or it drains (it refuses calls
+        made on it from the moment ``drain()`` begins: a readiness probe must tell)."""
         rt = self._rt
         if self.superseded.is_set():
             return f"superseded: {self._superseded_why}"
@@ -367,6 +369,8 @@ class Node:
             return "the infrastructure thread is not running"
         if rt.stopping:
             return "stopping"
+        if rt.draining or self._draining:
+            return "draining: it takes no new calls; make them on another node"
         return None
 
     def status(self) -> NodeStatus:
@@ -479,6 +483,7 @@ class Node:
             raise InvalidOperation(f"node {self.node_id} is {self._state}, not running")
         budget = self._move_budget(timeout)
         end = time.monotonic() + budget
+        self._draining = True  # (``not_serving``: from now on, before any move)
         if self._relocator is not None:  # nothing moves here from now on; what is on its
             self._relocator.refuse_arrivals(f"node {self.node_id} is draining")  # way lands
             self._relocator.wait_arrivals(budget)  # first, and moves on with the rest

@@ -15,11 +15,31 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
 _log = logging.getLogger("zlink.status")
+
+_LOSSES = (  # (counter prefix, kind of loss): what a stop can leave lost, in a node's counters
+    ("messages_discarded_", "discarded"),  # never reached their handler here
+    ("sends_dropped_", "dropped"),  # accepted here for another node, never handed over
+    ("data_unacknowledged_", "unacknowledged"),  # sent, never acknowledged: may have arrived
+)
+
+
+def losses(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """What a node's counters say it lost, by kind (``discarded``, ``dropped``,
+    ``unacknowledged``) and reason, leaving out what is 0: what ``zlink run`` tells when it
+    stops. Counter names: ``zlink.runtime.metrics`` (``frames_dropped_<reason>``, frames a
+    session kept for a peer that went, is left out: most are the mesh's own, a goodbye or a
+    credit that met a peer leaving as well; ``/metrics`` has it)."""
+    out: dict[str, dict[str, int]] = {}
+    for name, n in counters.items():
+        for prefix, kind in _LOSSES:
+            if n and name.startswith(prefix):
+                out.setdefault(kind, {})[name.removeprefix(prefix)] = n
+    return out
 
 
 class TimerStatus(BaseModel):

@@ -305,3 +305,20 @@ def test_status_and_inspect_say_what_is_wrong_with_the_admin_address_in_one_line
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_health_says_503_draining_from_the_moment_a_drain_begins(make_node):
+    """A service probe: ``/health`` said ``{"ok": true}`` for the whole drain of ``zlink
+    run``, while the node already refused calls ("node n1 is draining"): a readiness probe
+    kept sending clients to it. It is 503 with ``why`` from the drain on."""
+    import urllib.error
+
+    node, server = _admin(make_node)
+    try:
+        node.drain(1.0)  # one node: nothing to move, but it drains (refuses new calls)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get(server.address, "/health")
+        assert refused.value.code == 503
+        assert json.loads(refused.value.read().decode())["why"].startswith("draining")
+    finally:
+        server.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pathlib
 import queue
 import signal
@@ -177,3 +178,68 @@ def test_bingo_says_when_it_is_overloaded_and_fails_on_handler_errors(monkeypatc
     assert result.exit_code == 1
     assert "overloaded: a mark takes 3,000 ms (p50) after its draw" in result.output
     assert "7 handler errors" in result.output
+
+
+@pytest.mark.timeout(60)
+def test_health_and_metrics_answer_while_the_node_stops():
+    """A service probe: ``zlink run`` stopped its admin server before the node's shutdown,
+    so ``/health`` refused connections instead of saying 503 "stopping" (cli.md), and the
+    node's counters of what the stop dropped were nowhere. The admin endpoint now stops
+    last."""
+    import urllib.error
+    import urllib.request
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.unit.slow_stop_app:app", "--workers", "1",
+         "--admin", "127.0.0.1:0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        seen = _until(lines, "SIGINT or SIGTERM stops it", 30)
+        base = next(line for line in seen if line.startswith("admin on ")).strip()[9:]
+        if not any("holding a worker call" in line for line in seen):
+            _until(lines, "holding a worker call", 30)  # its worker call holds the stop up
+        proc.send_signal(signal.SIGINT)
+        _until(lines, "stopping:", 5)
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{base}/health", timeout=10)
+        assert refused.value.code == 503
+        assert json.loads(refused.value.read().decode())["why"] == "stopping"
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as metrics:
+            assert metrics.status == 200
+        proc.send_signal(signal.SIGINT)  # (the held worker call: not waited for)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        reader.join(WAIT_LINES)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+def test_the_stop_summary_counts_sends_dropped_and_unacknowledged_too():
+    """A service probe: a node that gave up on 290 sends for a frozen peer printed "0
+    messages discarded", the counters that said so (``sends_dropped_*``) gone with the
+    process. The summary names every kind of loss a stop can leave, by reason."""
+    from zlink.cli import _stop_summary
+    from zlink.status import losses as stop_losses
+
+    counters = {
+        "messages_discarded_at_shutdown": 1018, "sends_dropped_unavailable": 1000,
+        "sends_dropped_not_found": 274, "data_unacknowledged_at_stop": 200,
+        "handler_errors": 3, "messages_discarded_spot_closed": 0,
+    }  # fmt: skip
+    losses = stop_losses(counters)
+    assert losses == {
+        "discarded": {"at_shutdown": 1018},
+        "dropped": {"unavailable": 1000, "not_found": 274},
+        "unacknowledged": {"at_stop": 200},
+    }
+    assert _stop_summary(0, 1, losses) == (
+        "0 Spots moved, 1 stayed; 1018 messages discarded (at_shutdown 1018);"
+        " 1274 sends dropped (not_found 274, unavailable 1000);"
+        " 200 sent and never acknowledged (may have arrived)"
+    )
+    assert _stop_summary(0, 1, stop_losses({})) == "0 Spots moved, 1 stayed; 0 messages discarded"

@@ -38,7 +38,7 @@ from ..app import App
 from ..config import NodeConfig
 from ..errors import InvalidArgument, ZLinkError
 from ..node import Node
-from ..status import NodeStatus, OwnerStatus
+from ..status import NodeStatus, OwnerStatus, losses
 
 cli = typer.Typer(
     help="ZLink for Python: Spots and Actors, one turn at a time.",
@@ -378,30 +378,45 @@ def run(
                     "stopping: refusing new work, finishing running turns "
                     "(SIGINT or SIGTERM again exits at once)"
                 )
+                node.shutdown()  # (/health says 503 and /metrics answers until it ends)
                 if server is not None:
                     server.stop()
-                node.shutdown()
 
             # on a thread of its own: this (main) thread stays free for a second signal
             waker.run(graceful, "zlink-graceful-stop")
-    dropped = {k.removeprefix("messages_discarded_"): v for k, v in node.counters().items()
-               if k.startswith("messages_discarded_") and v}  # fmt: skip
+    lost = losses(node.counters())
     if summary_file is not None:  # its parent (zlink run --nodes) adds them up; one it
         with contextlib.suppress(OSError):  # cannot read says "said nothing"
-            Path(summary_file).write_text(json.dumps({**summary, "discarded": dropped}))
-    typer.echo(f"stopped: {_stop_summary(summary['moved'], summary['stayed'], dropped)}")
+            Path(summary_file).write_text(json.dumps({**summary, "losses": lost}))
+    said = _stop_summary(summary["moved"], summary["stayed"], lost)
+    if lost:  # (also where a log, not the terminal, is read)
+        _log.warning("node %s stopped: %s", node.node_id, said)
+    typer.echo(f"stopped: {said}")
     if node.superseded.is_set():  # one line, and a status a supervisor sees
         typer.echo(f"Error: {node.not_serving()}", err=True)
         raise typer.Exit(1)
 
 
-def _stop_summary(moved: int, stayed: int, dropped: Mapping[str, int]) -> str:
-    """What a stop did: Spots moved and stayed, messages discarded (by reason)."""
-    reasons = ", ".join(f"{k} {v}" for k, v in sorted(dropped.items()))
-    return (
-        f"{moved} Spots moved, {stayed} stayed;"
-        f" {sum(dropped.values())} messages discarded{f' ({reasons})' if reasons else ''}"
-    )
+def _stop_summary(moved: int, stayed: int, lost: Mapping[str, Mapping[str, int]]) -> str:
+    """What a stop did: Spots moved and stayed, and what it lost by kind and reason
+    (``zlink.runtime.metrics.losses``): messages discarded (always said), sends dropped and
+    frames never acknowledged (said when there are any)."""
+    said = [f"{moved} Spots moved, {stayed} stayed"]
+    for kind, what in (
+        ("discarded", "messages discarded"),
+        ("dropped", "sends dropped"),
+        ("unacknowledged", "sent and never acknowledged"),
+    ):
+        by_reason = lost.get(kind, {})
+        if not by_reason and kind != "discarded":
+            continue
+        total = sum(by_reason.values())
+        if kind == "unacknowledged":
+            said.append(f"{total} {what} (may have arrived)")
+            continue
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(by_reason.items()))
+        said.append(f"{total} {what}{f' ({reasons})' if reasons else ''}")
+    return "; ".join(said)
 
 
 def _run_callable(target: str, obj: Any, admin: str | None) -> None:
@@ -584,7 +599,7 @@ def _summed(folder: Path, names: list[str]) -> str:
     ``folder``, added up; a child that wrote none (killed, or failed) is named."""
     count = len(names)
     moved = stayed = reported = 0
-    dropped: dict[str, int] = {}
+    lost: dict[str, dict[str, int]] = {}
     silent = set(names)
     for path in sorted(folder.glob("*.json")):
         with contextlib.suppress(ValueError, IndexError):
@@ -592,21 +607,26 @@ def _summed(folder: Path, names: list[str]) -> str:
         try:
             one = json.loads(path.read_text())
             counts = (int(one["moved"]), int(one["stayed"]))
-            discarded = {str(k): int(n) for k, n in dict(one["discarded"]).items()}
+            theirs = {
+                str(kind): {str(k): int(n) for k, n in dict(by_reason).items()}
+                for kind, by_reason in dict(one["losses"]).items()
+            }
         except (OSError, ValueError, TypeError, KeyError):  # a child's file cut short
             continue
         finally:
             path.unlink(missing_ok=True)
         moved, stayed, reported = moved + counts[0], stayed + counts[1], reported + 1
-        for reason, n in discarded.items():
-            dropped[reason] = dropped.get(reason, 0) + n
+        for kind, by_reason in theirs.items():
+            ours = lost.setdefault(kind, {})
+            for reason, n in by_reason.items():
+                ours[reason] = ours.get(reason, 0) + n
     missing = (
         ""
         if reported == count
         else f" ({count - reported} of {count} nodes said nothing: "
         f"{', '.join(n for n in names if n in silent) or 'their summaries were cut short'})"
     )
-    return _stop_summary(moved, stayed, dropped) + missing
+    return _stop_summary(moved, stayed, lost) + missing
 
 
 def _child_args(
