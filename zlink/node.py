@@ -235,7 +235,7 @@ class Node:
             self._membership = NodeMembership(
                 self.node_id, f"inproc://{self.node_id}", store, self._lease_worker,
                 self._infra, self.clock, self.config.lease_seconds, self._rt.metrics.add,
-                _MeshEvents(self),
+                _MeshEvents(self), self.config.mesh,
             )  # fmt: skip
             self._rt.membership_lease = self._membership
             router = self._rt.router = MeshRouter(

@@ -186,3 +186,27 @@ def test_keys_add_client_on_the_command_line(tmp_path: Path) -> None:
     ).exists()
     again = runner.invoke(cli, ["keys", "add-client", str(folder), "web"])
     assert again.exit_code == 1 and "already" in again.output and "Traceback" not in again.output
+
+
+def test_a_node_of_another_mesh_is_refused_by_the_store_and_touches_nothing(
+    tmp_path: Path,
+) -> None:
+    """A service probe: nodes of two meshes (``mesh="alpha"``, ``mesh="beta"``) on one
+    store: beta's ``get_or_create`` found alpha's Spot and sent to it (the greeting refused,
+    the data through all the same), and a node id used in both superseded alpha's node. The
+    store serves the mesh that joined it first; a node of another does not start."""
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, None, mesh="alpha") as n1:
+        n1.client().spots.get_or_create("user-42", "mp.room").wait(10)
+        for mesh_id in ("n1", "n2"):  # the same node id too: it must not supersede n1
+            node = zlink.Node(app, zlink.NodeConfig(
+                node_id=mesh_id, listen="tcp://127.0.0.1:0", store=store, workers=1,
+                mesh="beta",
+            ))  # fmt: skip
+            with pytest.raises(zlink.InvalidArgument, match=r"'alpha'.*'beta'"):
+                node.start()
+            node.shutdown(5.0)
+        assert n1.not_serving() is None
+        assert [r.node_id for r in n1._runtime.router.store.nodes()] == ["n1"]
+        n1.client().send_to_spot("user-42", Bump(sender="n1", seq=0)).wait(10)
+        assert n1.client().request_to_spot("user-42", Total()).wait(10) == 1

@@ -1049,3 +1049,15 @@ def test_processes_opening_one_fresh_file_at_the_same_moment_all_get_it(tmp_path
                 p.kill()
                 p.wait(10)
     assert [p.returncode for p in procs] == [0, 0, 0], errors
+
+
+def test_a_store_serves_one_mesh_and_refuses_a_node_of_another(store: LocationStore) -> None:
+    """A service probe: two meshes (``--mesh alpha``, ``--mesh beta``) on one store shared
+    its rows: beta's ``get_or_create("user-42")`` found alpha's Spot and sent to it, and a
+    node id used in both superseded the other mesh's node. A store now serves the mesh that
+    first joined it; a node of another is ``InvalidArgument`` naming both, nothing written."""
+    store.join_mesh("alpha")
+    store.join_mesh("alpha")  # the same mesh again (another node, a restart): fine
+    with pytest.raises(InvalidArgument, match=r"'alpha'.*'beta'"):
+        store.join_mesh("beta")
+    assert store.nodes() == []

@@ -39,7 +39,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from ..errors import Unavailable
+from ..errors import InvalidArgument, Unavailable
 from ..executor import Clock, MonotonicClock, ranked_lock
 from ..lock_order import LockRank
 
@@ -106,6 +106,12 @@ class LocationStore(Protocol):
         self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
     ) -> Location: ...
 
+    def join_mesh(self, mesh: str) -> None:
+        """This store serves the mesh named ``mesh``: the first node to join records it; a
+        node of another mesh is ``InvalidArgument`` (each mesh needs a store of its own),
+        with nothing written."""
+        ...
+
     def register_node(
         self, node_id: str, endpoint: str, lease_seconds: float, known_incarnation: int = 0
     ) -> NodeRecord: ...
@@ -117,6 +123,17 @@ class LocationStore(Protocol):
     def nodes(self) -> list[NodeRecord]: ...
 
     def owned(self) -> dict[str, int]: ...
+
+
+def refuse_other_mesh(store: str, theirs: str, mesh: str) -> None:
+    """``InvalidArgument`` if ``store``, serving the mesh ``theirs``, is asked to serve the
+    mesh ``mesh`` too (``LocationStore.join_mesh``)."""
+    if theirs != mesh:
+        raise InvalidArgument(
+            f"{store} serves the mesh {theirs!r}; a node of the mesh {mesh!r} cannot use it:"
+            " each mesh needs a Location Store of its own (another file; in Redis another"
+            " database or key prefix)"
+        )
 
 
 class NoLease(Unavailable):
@@ -162,12 +179,19 @@ class InMemoryLocationStore:
         self._object_generations = itertools.count(1)
         self._now = (clock or MonotonicClock()).now  # the store's clock: leases use it
         self._nodes: dict[str, NodeRecord] = {}
+        self._mesh: str | None = None  # the mesh it serves: the first to join names it
         # node -> the incarnation registering again replaced, and its lease (see above)
         self._retired: dict[str, tuple[int, float]] = {}
         self._incarnation = 0  # the last one handed out
         self._claims_after = -math.inf  # no claim before it: the store lost data (never here)
 
     # -- membership -----------------------------------------------------------------------------
+    def join_mesh(self, mesh: str) -> None:
+        with self._lock:
+            if self._mesh is None:
+                self._mesh = mesh
+        refuse_other_mesh("this in-memory store", self._mesh, mesh)
+
     def register_node(
         self, node_id: str, endpoint: str, lease_seconds: float, known_incarnation: int = 0
     ) -> NodeRecord:

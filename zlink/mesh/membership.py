@@ -117,9 +117,10 @@ class NodeMembership:
     def __init__(
         self, node_id: str, endpoint: str, store: LocationStore, worker: StoreWorker,
         infra: InfraExecutor, clock: Clock, lease_seconds: float, count: Any,
-        events: MembershipEvents,
+        events: MembershipEvents, mesh: str,
     ) -> None:  # fmt: skip
         self.node_id = node_id
+        self.mesh = mesh  # the store must serve this mesh (``LocationStore.join_mesh``)
         self.endpoint = endpoint
         self.store = store
         self.lease_seconds = lease_seconds
@@ -173,6 +174,7 @@ class NodeMembership:
         if endpoint is not None:
             self.endpoint = endpoint
         sent = self._now()
+        self.store.join_mesh(self.mesh)  # a store of another mesh: InvalidArgument, nothing done
         self.record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds)
         self._confirmed(sent)
         self._schedule(self.lease_seconds * RENEW_EVERY, self._renew)
@@ -293,6 +295,7 @@ class NodeMembership:
                      if r.node_id == self.node_id and r.incarnation > known]  # fmt: skip
             if newer:  # another process holds this id now (a second `zlink run --node-id`)
                 raise _Superseded(newer[0])
+            self.store.join_mesh(self.mesh)  # (a store that lost its data: named again)
             record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds,
                                               known)  # fmt: skip
             return record, self.store.nodes()

@@ -74,7 +74,15 @@ from redis.retry import Retry
 
 from ..errors import InvalidArgument, Unavailable
 from ..executor import Clock
-from .location import Location, NodeRecord, Reservation, check_fence, no_lease, recovering
+from .location import (
+    Location,
+    NodeRecord,
+    Reservation,
+    check_fence,
+    no_lease,
+    recovering,
+    refuse_other_mesh,
+)
 
 SCHEMA_VERSION = 1  # the value of ``PREFIX:schema``; a prefix marked with another is refused
 
@@ -360,6 +368,18 @@ class RedisLocationStore:
         return f"RedisLocationStore({self._where!r}, prefix={self.prefix!r})"
 
     # -- membership -----------------------------------------------------------------------------
+    def join_mesh(self, mesh: str) -> None:
+        """(``LocationStore.join_mesh``) The mesh is the key ``PREFIX:mesh``, set once."""
+        key = self._prefix + "mesh"
+
+        def join() -> Any:
+            self._redis.set(key, mesh, nx=True)
+            return self._redis.get(key)
+
+        theirs = str(self._call(join))  # (the client decodes responses)
+        refuse_other_mesh(f"the Location Store {self._where}, prefix {self.prefix!r},", theirs,
+                          mesh)  # fmt: skip
+
     def register_node(
         self, node_id: str, endpoint: str, lease_seconds: float, known_incarnation: int = 0
     ) -> NodeRecord:

@@ -47,7 +47,15 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidArgument, Unavailable
 from ..executor import Clock
-from .location import Location, NodeRecord, Reservation, check_fence, no_lease, recovering
+from .location import (
+    Location,
+    NodeRecord,
+    Reservation,
+    check_fence,
+    no_lease,
+    recovering,
+    refuse_other_mesh,
+)
 
 SCHEMA_VERSION = 2  # the ``meta`` row ``schema_version``; a file with another is refused
 
@@ -162,6 +170,18 @@ class SqliteLocationStore:
         return f"SqliteLocationStore({self._path!r})"
 
     # -- membership -----------------------------------------------------------------------------
+    def join_mesh(self, mesh: str) -> None:
+        """(``LocationStore.join_mesh``) The mesh is a row of ``meta``, written once."""
+
+        def join(conn: sqlite3.Connection) -> str:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('mesh', ?) ON CONFLICT(key) DO NOTHING",
+                (mesh,),
+            )
+            return str(_one(conn, "SELECT value FROM meta WHERE key = 'mesh'")[0])
+
+        refuse_other_mesh(f"the Location Store {self._path!r}", self._write(join), mesh)
+
     def register_node(
         self, node_id: str, endpoint: str, lease_seconds: float, known_incarnation: int = 0
     ) -> NodeRecord:
