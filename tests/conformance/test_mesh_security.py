@@ -210,3 +210,20 @@ def test_a_node_of_another_mesh_is_refused_by_the_store_and_touches_nothing(
         assert [r.node_id for r in n1._runtime.router.store.nodes()] == ["n1"]
         n1.client().send_to_spot("user-42", Bump(sender="n1", seq=0)).wait(10)
         assert n1.client().request_to_spot("user-42", Total()).wait(10) == 1
+
+
+def test_a_node_without_the_mesh_keys_says_its_handshakes_fail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A service probe: a node started without ``--keys`` in a mesh that has them accepted
+    sends for the keyed node's Spots and said nothing but "peer n1 is down: did not answer"
+    (INFO). The side whose handshakes fail now counts them (``handshakes_failed``) and logs
+    an ERROR naming the peer's endpoint and the likely cause."""
+    mesh_keys.generate(tmp_path / "keys")
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, tmp_path / "keys"), _node("plain", store, None) as plain:
+        caplog.set_level("ERROR", logger="zlink.mesh.zmq")
+        _until(lambda: plain.counters().get("handshakes_failed", 0) >= 1, "plain's failure")
+        _until(lambda: [r for r in caplog.records if "handshake" in r.getMessage()], "a log")
+        said = next(r.getMessage() for r in caplog.records if "handshake" in r.getMessage())
+        assert "tcp://127.0.0.1:" in said and "keys" in said, said

@@ -62,6 +62,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import math
 import secrets
 import struct
 import threading
@@ -104,6 +105,7 @@ _REFUSED_EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
+_SAY_AGAIN = 60.0  # seconds before a failing handshake with one endpoint is logged again
 _BATCH_BODIES = 256  # frames of one kind to one peer sent as one ZeroMQ message at most
 _STRANGER_FRAMES = 64  # frames kept from an unknown sender until its HELLO arrives
 
@@ -325,6 +327,9 @@ class ZmqTransport:
         self._ctx = zmq.Context()
         self._auth: Any = None  # the ZAP handler (a thread of pyzmq's) when keys are given
         self._monitors: list[zmq.Socket[Any]] = []  # handshake failures on bound sockets
+        # ... and on the out sockets, made with them: this node's own handshakes that fail
+        self._out_monitors: list[zmq.Socket[Any]] = []
+        self._failed_said: dict[str, float] = {}  # endpoint -> when its failure was logged
         self._token = secrets.token_hex(8)
         self._lock = threading.Lock()
         self._node_id = ""
@@ -458,6 +463,30 @@ class ZmqTransport:
                 _log.warning("node %s refused a connection: it failed the CURVE handshake",
                              self._node_id)  # fmt: skip
 
+    def _read_out_monitor(self, sock: zmq.Socket[Any]) -> None:
+        """This node's handshake with a peer failed (counted, ``handshakes_failed``, and
+        logged, at most once a minute per endpoint): most often a mesh with CURVE keys that
+        this node has not (``--keys``), or the other way round. What is sent to that peer is
+        kept for it, and counted when this node stops (``data_unacknowledged_at_stop``)."""
+        for _ in range(_RECV_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            if len(frames) != 2 or len(frames[0]) < 2:
+                continue
+            self._count("handshakes_failed")
+            endpoint = frames[1].decode(errors="replace")
+            now = time.monotonic()
+            if now - self._failed_said.get(endpoint, -math.inf) < _SAY_AGAIN:
+                continue
+            self._failed_said[endpoint] = now
+            _log.error(
+                "node %s: the handshake with the peer at %s failed; nothing reaches it. Does "
+                "one side have the mesh's CURVE keys (--keys) and the other not, or another "
+                "pair?", self._node_id, endpoint,
+            )  # fmt: skip
+
     @property
     def address(self) -> str:
         """The client address (``listen`` with its port resolved)."""
@@ -505,6 +534,7 @@ class ZmqTransport:
             out.setsockopt(zmq.HEARTBEAT_IVL, ivl)
             out.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 5)
             outs[channel] = out
+        self._out_monitors = [out.get_monitor_socket(_REFUSED_EVENTS) for out in outs.values()]
         return outs
 
     def reincarnate(
@@ -534,6 +564,9 @@ class ZmqTransport:
         for sock in self._outs.values():
             poller.unregister(sock)
             sock.close(linger=0)
+        for monitor in self._out_monitors:
+            poller.unregister(monitor)
+            monitor.close(linger=0)
         self._connected = {Channel.DATA: {}, Channel.COMPLETION: {}}
         self._lingering = {}
         self._by_ident.clear()
@@ -542,7 +575,7 @@ class ZmqTransport:
         self._incarnation = incarnation
         self._ident = identity(self._node_id, f"#{incarnation}")
         self._outs = self._make_outs()
-        for sock in self._outs.values():
+        for sock in [*self._outs.values(), *self._out_monitors]:
             poller.register(sock, zmq.POLLIN)
         with self._lock:
             self._learned.append(members)
@@ -789,7 +822,7 @@ class ZmqTransport:
             poller.register(sock, zmq.POLLIN)
         poller.register(self._client, zmq.POLLIN)
         self._client_polled = True
-        for monitor in self._monitors:
+        for monitor in [*self._monitors, *self._out_monitors]:
             poller.register(monitor, zmq.POLLIN)
         self._next_ping = time.monotonic() + self._ping_interval
         return poller
@@ -834,6 +867,9 @@ class ZmqTransport:
             for monitor in self._monitors:
                 if monitor in ready:
                     self._read_monitor(monitor)
+            for monitor in self._out_monitors:
+                if monitor in ready:
+                    self._read_out_monitor(monitor)
             with self._lock:
                 full = self._client_backlog >= self._client_backlog_limit
             if full and self._client_polled:

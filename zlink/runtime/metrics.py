@@ -28,7 +28,9 @@ Every fault and every discard is counted once, under a name that says what it wa
   ``data_unacknowledged_at_stop`` (sent, never acknowledged: may have arrived),
   ``data_lost_in_transit`` / ``completion_lost_in_transit`` (numbers that never came); and,
   not losses, ``data_resent`` / ``completion_resent``, ``data_duplicates`` /
-  ``completion_duplicates``, ``sessions_started_over``, ``hellos_unlisted``.
+  ``completion_duplicates``, ``sessions_started_over``, ``hellos_unlisted``;
+  ``handshakes_refused`` (a peer or client this node serves failed its CURVE handshake) and
+  ``handshakes_failed`` (this node's own handshake with a peer failed: keys on one side only).
 """
 
 from __future__ import annotations
