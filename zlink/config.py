@@ -70,8 +70,11 @@ class NodeConfig(BaseModel):
         5.0, ge=1e-3, le=1e7, description="on_closing deadline (seconds)"
     )
     lease_seconds: float = Field(
-        3.0, ge=1e-3, le=1e7, description="node lease in the Location Store; renewed ~3x per lease"
-    )
+        3.0, ge=0.25, le=1e7,
+        description="node lease in the Location Store; renewed ~3x per lease. At least 0.25 s:"
+        " a shorter one is not renewed in time (a store round trip and a thread hop), and the"
+        " node fences itself over and over",
+    )  # fmt: skip
     listen: str | None = Field(
         None,
         description="tcp://HOST:PORT this node serves peers and clients on; None: in-process "
@@ -168,6 +171,13 @@ class NodeConfig(BaseModel):
                 f"listen {self.listen!r} is not a loopback address: a mesh on a network needs "
                 "CURVE keys (keys=DIR, made by `zlink keys generate DIR`), or insecure=True "
                 "(python-api §10)"
+            )
+        advertised = self.advertise is not None and not is_loopback(f"tcp://{self.advertise}:1")
+        if advertised and self.keys is None and not self.insecure:
+            raise ValueError(
+                f"advertise {self.advertise!r} is not a loopback address: a node reached on a "
+                "network needs CURVE keys (keys=DIR, made by `zlink keys generate DIR`), or "
+                "insecure=True (python-api §10)"
             )
         return self
 

@@ -86,8 +86,18 @@ def test_nodes_register_and_meet_at_the_advertised_host(tmp_path: Path) -> None:
      ("10.0.0.5", "10.0.0.5")],
 )  # fmt: skip
 def test_an_advertised_host_is_a_name_or_an_address(given: str, kept: str) -> None:
-    config = zlink.NodeConfig(listen="tcp://127.0.0.1:0", advertise=given)
+    config = zlink.NodeConfig(listen="tcp://127.0.0.1:0", advertise=given, insecure=True)
     assert config.advertise == kept
+
+
+@pytest.mark.parametrize("given", ["node-a.example.internal", "10.0.0.5"])
+def test_a_node_advertised_on_a_network_needs_keys_or_insecure(given: str) -> None:
+    """A service probe: a loopback listen advertised as 10.1.2.3 printed "listening on
+    tcp://10.1.2.3:..." and asked for neither keys nor ``--insecure``: a node that says it is
+    reached on a network is held to what a network listen address is (python-api §10)."""
+    with pytest.raises(zlink.InvalidArgument, match="CURVE keys"):
+        zlink.NodeConfig(listen="tcp://127.0.0.1:0", advertise=given)
+    assert zlink.NodeConfig(listen="tcp://127.0.0.1:0", advertise="localhost").advertise
 
 
 @pytest.mark.parametrize(

@@ -28,6 +28,28 @@ runner = CliRunner()
         (["run", "tests.procs.app:make_app_unannotated"], "it is a factory; add --factory"),
         (["run", "tests.procs.app:Bump"], "is a class (Bump), not a zlink.App or a main()"),
         (["run", "examples.counter:main", "--admin", "127.0.0.1:0"], "needs a zlink.App"),
+        # a service probe: node options for a main() were ignored in silence (--keys too)
+        (["run", "examples.counter:main", "--keys", "/nonexistent"], "--keys configures a"),
+        (["run", "examples.counter:main", "--listen", "tcp://127.0.0.1:0"], "--listen config"),
+        (["run", "examples.counter:main", "--store", "sqlite:///x.db"], "--store configures"),
+        (["run", "examples.counter:main", "--nodes", "2"], "--nodes configures"),
+        # a service probe: a lease of 0.01 s was taken, and the node fenced itself for good
+        (
+            ["run", "tests.procs.app:app", "--listen", "tcp://127.0.0.1:0", "--lease", "0.01"],
+            "lease_seconds",
+        ),
+        # a service probe: a network address advertised without keys, from a loopback listen
+        (
+            [
+                "run",
+                "tests.procs.app:app",
+                "--listen",
+                "tcp://127.0.0.1:0",
+                "--advertise",
+                "10.1.2.3",
+            ],
+            "CURVE keys",
+        ),
         (["run", "tests.procs.app:app", "--workers", "0"], "Error: invalid setting: workers:"),
         (["run", "tests.procs.app:app", "--store", "sqlite:///x.db"], "Error: a Location Store"),
     ],

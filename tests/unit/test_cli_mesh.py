@@ -130,6 +130,10 @@ def test_run_nodes_names_a_node_killed_exits_as_a_shell_would_and_removes_its_st
         victim.kill()  # SIGKILL: it says nothing
         seen = _until(lines, "all nodes stopped", 45)
         assert "said nothing: k-2" in seen[-1], seen[-1]
+        # and, at once, which one ended and how (a second probe: only "said nothing" was
+        # said, at the very end)
+        assert any("node k-2" in line and "was ended by SIGKILL" in line for line in seen), seen
+        assert not any("handshake" in line for line in seen), seen  # a kill is no key mismatch
         assert proc.wait(timeout=30) == 128 + signal.SIGKILL
         assert not folder.exists()
     finally:
@@ -262,7 +266,7 @@ def test_until_serving_says_how_the_start_went(tmp_path: Path, monkeypatch) -> N
     (tmp_path / "2.ready").touch()
     assert until([_Child(), _Child()], tmp_path, stop, "n-") == cli_module._Start(True)
     ended = until([_Child(), _Child(-9)], tmp_path, stop, "n-")
-    assert ended.error == "node n-2 exited with status 137 as the others started"
+    assert ended.error == "node n-2 was ended by SIGKILL (status 137) as the others started"
     assert ended.status == 137 and not ended.serving
     (tmp_path / "2.ready").unlink()
     early = until([_Child(), _Child(0)], tmp_path, stop, "n-")

@@ -310,6 +310,20 @@ def run(
     --listen's on, or free ones; the store a SQLite file in a fresh temporary folder unless
     --store says), and SIGINT/SIGTERM stops them all."""
     _logging(log_level, log_format)
+    with _user_errors():
+        obj = load(target, factory)
+        if not isinstance(obj, App):  # a main(): it makes its own node(s), if any
+            given = {"--listen": listen, "--store": store, "--keys": keys, "--lease": lease,
+                     "--advertise": advertise, "--nodes": nodes,
+                     "--workers": workers, "--insecure": insecure or None}  # fmt: skip
+            for option, value in given.items():
+                if value is not None:
+                    raise InvalidArgument(
+                        f"{option} configures a node zlink run makes for a zlink.App target;"
+                        f" {target} is a function, which makes its own"
+                    )
+            _run_callable(target, obj, admin)
+            return
     if nodes is not None:
         with _user_errors():  # a bad --admin: one line
             admin_port = None if admin is None else parse_address(admin)[1]
@@ -321,10 +335,6 @@ def run(
                            insecure, keys, log_level.value, lease, log_format.value, admin,
                            admin_allow_remote, advertise))  # fmt: skip
     with _user_errors():
-        obj = load(target, factory)
-        if not isinstance(obj, App):
-            _run_callable(target, obj, admin)
-            return
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, advertise=advertise, mesh=mesh,
             insecure=insecure,
@@ -395,6 +405,17 @@ def run(
     if node.superseded.is_set():  # one line, and a status a supervisor sees
         typer.echo(f"Error: {node.not_serving()}", err=True)
         raise typer.Exit(1)
+
+
+def _how_it_ended(returncode: int | None) -> str:
+    """A child's end, as a person reads it: its exit status, or the signal that ended it
+    (with the status a shell gives for it)."""
+    if returncode is not None and returncode < 0:
+        with contextlib.suppress(ValueError):
+            name = signal.Signals(-returncode).name
+            return f"was ended by {name} (status {_status(returncode)})"
+        return f"was ended by signal {-returncode} (status {_status(returncode)})"
+    return f"exited with status {_status(returncode or 0)}"
 
 
 def _stop_summary(moved: int, stayed: int, lost: Mapping[str, Mapping[str, int]]) -> str:
@@ -508,6 +529,11 @@ def _run_many(
             def watch() -> None:  # one that ends by itself stops the rest
                 while not stop.is_set() and all(p.poll() is None for p in procs):
                     stop.wait(0.2)
+                for i, proc in enumerate(procs, 1):
+                    if not stop.is_set() and proc.returncode is not None:  # it ended first
+                        typer.echo(f"node {node_id}-{i} (pid {proc.pid}) "
+                                   f"{_how_it_ended(proc.returncode)}; stopping the others",
+                                   err=True)  # fmt: skip
                 stop.set()
                 waker.wake()
 
@@ -574,7 +600,7 @@ def _until_serving(procs: list[Any], folder: Path, stop: threading.Event, prefix
             return _Start(
                 False,
                 ", ".join(
-                    f"node {prefix}{i} exited with status {_status(procs[i - 1].returncode)} "
+                    f"node {prefix}{i} {_how_it_ended(procs[i - 1].returncode)} "
                     + ("before it served" if i in pending else "as the others started")
                     for i in ended
                 ),

@@ -41,7 +41,10 @@ def open_store(url: str, clock: Clock | None = None, *, existing: bool = False) 
     is ``InvalidArgument``, not an empty store; nor "memory", a store of this process only."""
     if url == "memory":
         if existing:
-            raise InvalidArgument('"memory" is a store of one process: give the mesh\'s own')
+            raise InvalidArgument(
+                '"memory" is a store of one process: give the URL of the mesh\'s own store'
+                " (sqlite:///PATH or redis://HOST:PORT/DB)"
+            )
         return InMemoryLocationStore(clock)
     scheme = url.partition(":")[0].lower()
     if scheme == "sqlite":

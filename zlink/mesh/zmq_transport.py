@@ -105,6 +105,9 @@ _REFUSED_EVENTS = (
     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
     | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 )
+# this node's own handshakes that a peer refused: the mechanism (CURVE on one side only) or
+# the keys. Not NO_DETAIL: a connection that drops mid-handshake (a peer killed) says that.
+_FAILED_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_AUTH
 _SAY_AGAIN = 60.0  # seconds before a failing handshake with one endpoint is logged again
 _BATCH_BODIES = 256  # frames of one kind to one peer sent as one ZeroMQ message at most
 _STRANGER_FRAMES = 64  # frames kept from an unknown sender until its HELLO arrives
@@ -534,7 +537,7 @@ class ZmqTransport:
             out.setsockopt(zmq.HEARTBEAT_IVL, ivl)
             out.setsockopt(zmq.HEARTBEAT_TIMEOUT, ivl * 5)
             outs[channel] = out
-        self._out_monitors = [out.get_monitor_socket(_REFUSED_EVENTS) for out in outs.values()]
+        self._out_monitors = [out.get_monitor_socket(_FAILED_EVENTS) for out in outs.values()]
         return outs
 
     def reincarnate(
