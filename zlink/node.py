@@ -656,6 +656,11 @@ class Node:
         if discarded:
             _log.info("node %s failed %d queued messages at shutdown", self.node_id, discarded)
         self._pool.shutdown(max(0.0, end - time.monotonic()))
+        still = self._pool.busy
+        if still:  # each left running on its (daemon) worker thread, unjoined
+            self._rt.metrics.add("turns_abandoned_at_shutdown", still)
+            _log.warning("node %s: %d turns still ran when the shutdown's time ran out; "
+                         "abandoned on their worker threads", self.node_id, still)  # fmt: skip
         if self._membership is not None:  # releases and the like first, while the lease holds
             assert self._rt.router is not None
             self._rt.router.store_worker.stop(max(0.25, (end - time.monotonic()) / 2))

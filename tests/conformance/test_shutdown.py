@@ -28,6 +28,10 @@ class Work(zlink.Request[str], type_name="t.sd.work"):
     pool: str = "io"
 
 
+class Stuck(zlink.Request[str], type_name="t.sd.stuck"):
+    pass
+
+
 class Probe:
     def __init__(self) -> None:
         self.started = threading.Event()
@@ -63,6 +67,10 @@ def build_app(probe: Probe) -> zlink.App:
                 probe.waiter.set()
                 raise
             return out
+
+        @zlink.handler
+        def stuck(self, req: Stuck) -> str:  # holds its worker past any shutdown's timeout
+            return probe.hold()
 
     return app
 
@@ -194,3 +202,26 @@ def test_a_process_exits_promptly_after_shutdown_abandoned_a_worker_call():
         if proc.poll() is None:
             proc.kill()
             proc.wait(WAIT)
+
+
+def test_a_turn_that_outlives_the_shutdown_is_counted_and_logged(
+    probe: Probe, caplog: pytest.LogCaptureFixture
+):
+    """A service probe: a handler that ran past the shutdown's timeout was cut off (its
+    worker left running), the process exited 0 saying "0 messages discarded", and nothing
+    counted or logged it. It is counted (``turns_abandoned_at_shutdown``) and logged."""
+    node = zlink.Node(build_app(probe), zlink.NodeConfig(workers=2)).start()
+    try:
+        client = node.client()
+        client.spots.get_or_create("r", "t.sd.room").wait(WAIT)
+        asked = client.request_to_spot("r", Stuck()).timeout(60).future()
+        assert probe.started.wait(WAIT)
+        caplog.set_level("WARNING", logger="zlink.node")
+        node.shutdown(timeout=0.5)
+        assert node.counters().get("turns_abandoned_at_shutdown") == 1
+        assert any("abandoned" in r.getMessage() for r in caplog.records), caplog.records
+        with pytest.raises(zlink.Unavailable):
+            asked.result(WAIT)
+    finally:
+        probe.release.set()
+        node.shutdown(timeout=WAIT)

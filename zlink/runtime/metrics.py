@@ -15,6 +15,8 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``worker_calls_abandoned_at_shutdown`` / ``worker_calls_discarded_at_shutdown``: a
   ``context.workers`` call still running when shutdown's timeout ran out (left on its daemon
   thread, its waiter failed with ``Unavailable``) / still queued (never run);
+  ``turns_abandoned_at_shutdown``: a turn (a handler) still running then, left on its worker
+  thread (its caller failed with ``Unavailable``);
 * ``relocation_restore_errors``: a restore attempt of an arriving Spot failed;
 * ``call_intake_errors``: a call from another node this node failed to take for a fault of
   its own (its caller gets ``Unavailable`` at once; a one-way one is also counted as
