@@ -182,3 +182,29 @@ def test_an_idle_eviction_never_discards_a_message_admitted_as_it_decides(
     node.wait_idle(WAIT)
     assert BUMPS == ["room"]
     assert not node.counters().get("messages_discarded_spot_closed")
+
+
+def test_a_call_that_activates_an_instance_spot_whose_constructor_raises_gets_handler_error(
+    make_node,
+):
+    """A probe: the call that cold-activated an Instance Spot whose constructor raised got
+    ``NotFound: spot 'bad' failed to activate``, the exception's type and message lost. A
+    lifecycle callback that raises fails the create it belongs to with ``HandlerError``
+    (errors.md), and the first message is that create: its caller hears what raised."""
+    app = zlink.App("bad-instance")
+
+    @app.instance_spot("t.ar.bad")
+    class Bad(zlink.InstanceSpot):
+        def __init__(self, context: zlink.SpotContext) -> None:
+            raise RuntimeError("no database")
+
+        @zlink.handler
+        def ping(self, req: Ping) -> str:
+            return "never"
+
+    node = make_node(app)
+    with pytest.raises(zlink.HandlerError) as failed:
+        node.client().request_to_spot("bad", Ping()).instance_spot().wait(WAIT)
+    assert failed.value.remote_type == "RuntimeError"
+    assert "no database" in failed.value.remote_message
+    assert node.counters().get("lifecycle_errors_constructor") == 1

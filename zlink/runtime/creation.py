@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
+    HandlerError,
     InvalidArgument,
     InvalidOperation,
     NotFound,
@@ -169,7 +170,10 @@ class Creation:
             act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
         if act.activated is not None:
             act.activated.set(None, error)
-        self._discard_queued(act, NotFound(f"spot {act.spot_id!r} failed to activate"))
+        # what was sent to it fails as its create did: a lifecycle callback that raised is a
+        # HandlerError (errors.md), which an Instance Spot's first message is the create of
+        queued = error if isinstance(error, HandlerError) else None
+        self._discard_queued(act, queued or NotFound(f"spot {act.spot_id!r} failed to activate"))
 
     def _discard_queued(self, act: SpotAct | ActorAct, error: ZLinkError) -> None:
         """Discard what waits for ``act``, which was never made (or the node stops)."""
