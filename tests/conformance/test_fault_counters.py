@@ -320,8 +320,8 @@ def test_messages_queued_for_a_spot_that_fails_to_activate_are_counted_as_discar
     client.send_to_spot("i", Note()).instance_spot().submit()
     asked.append(client.request_to_spot("i", Ask()).instance_spot().timeout(60).future())
     probe.release.set()  # on_initialize raises now
-    for future in asked:
-        with pytest.raises(zlink.NotFound):
+    for future in asked:  # as the create failed: a HandlerError (errors.md)
+        with pytest.raises(zlink.HandlerError, match="on_initialize fails"):
             future.result(WAIT)
     assert node.wait_idle(WAIT)
     assert _faults(node) == {
