@@ -31,6 +31,7 @@ class _Fake:
         self.mesh = "main"  # what its node's WELCOME names (one mesh throughout here)
         self.peers = named.get(endpoint, ())  # what its node's WELCOME names
         self.retired = False
+        self.said_goodbye = False  # its node's BYE ended it (a graceful stop)
 
     def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
         how = self._plan.pop(0) if self._plan else "fail"
@@ -162,4 +163,18 @@ def test_a_reconnect_also_tries_the_endpoints_the_last_node_named():
     made[2].lose()
     failover.wait_connected(WAIT)  # the lost one (named by nobody now) first, then 1, then 3
     assert [c.endpoint for c in made[3:]] == [two, one, three]
+    failover.close()
+
+
+def test_a_node_that_said_goodbye_is_tried_last():
+    """A service probe: after a node's graceful stop its clients spent 2.1-2.2 s (16 of 16
+    runs) trying it again first, every call failing meanwhile, before they turned to the
+    node it had named. A node that said goodbye left: the others go first."""
+    one, two = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
+    failover, made, _counts = _failover(["ok", "ok"], (one, two))
+    failover.open()
+    made[0].said_goodbye = True
+    made[0].lose()
+    failover.wait_connected(WAIT)
+    assert [c.endpoint for c in made[1:]] == [two]  # not the one that left
     failover.close()

@@ -244,6 +244,7 @@ class _Connection:
         self._lock = threading.Lock()
         self._state = _State.CONNECTING
         self._why = ""  # why it was lost
+        self.said_goodbye = False  # its node ended it with a BYE (the failover tries it last)
         self._limits: _Limits | None = None
         self._answered = threading.Event()  # WELCOME, BYE or a loss during the handshake
         self._out: deque[bytes] = deque()  # frames for the I/O thread (under _lock)
@@ -816,6 +817,7 @@ class _Connection:
                 case cw.Welcome():
                     self._on_welcome(frame)
                 case cw.Bye():
+                    self.said_goodbye = True
                     self._lost(f"the node said goodbye: {frame.reason}")
                 case _:
                     self.counters.add("unexpected_frames")

@@ -14,7 +14,8 @@ Guarantees / assumes:
 * A lost connection (the node's goodbye, a dropped TCP connection, heartbeats unanswered)
   fails what was pending on it with ``Unavailable`` at once, as it always did (its sends then
   counted as ``sends_unconfirmed_connection_lost``). With ``reconnect`` (the default), a
-  thread of the client's own then tries the endpoints in turn, the lost one first, each a
+  thread of the client's own then tries the endpoints in turn, the lost one first (last if
+  its node said goodbye: it stopped; a probe's clients lost 2 s to it), each a
   handshake bounded by ``attempt_timeout``, backing off from 50 ms to 2 s between rounds,
   until a node answers: that connection is the current one from then on (``reconnects``
   counted). What was pending is never resent (the node may have taken it: a caller retries
@@ -88,6 +89,11 @@ class Connection(RuntimePort, Protocol):
 
     @property
     def state(self) -> str: ...
+
+    @property
+    def said_goodbye(self) -> bool:
+        """Whether its node ended it with a goodbye (it stopped, or drains): tried last."""
+        ...
 
     @property
     def counters(self) -> Counts:
@@ -217,6 +223,8 @@ class Failover:
             endpoints = self.endpoints
         if lost is None:
             order = endpoints
+        elif lost.said_goodbye:  # it left (a graceful stop): the others first, it last
+            order = (*[e for e in endpoints if e != lost.endpoint], lost.endpoint)
         elif lost.endpoint in endpoints:  # the lost one first, then the others in turn
             first = endpoints.index(lost.endpoint)
             order = endpoints[first:] + endpoints[:first]
