@@ -735,7 +735,8 @@ def mesh_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="print JSON")] = False,
 ) -> None:
     """List the nodes the Location Store knows: id, address, incarnation, lease left, and how
-    many Spots and Actors each owns (python-api §10)."""
+    many Spots and Actors each owns (python-api §10); also a node whose lease lapsed that
+    still owns some (they are re-homed on their next call)."""
     import time as _time
 
     from rich.console import Console
@@ -762,15 +763,19 @@ def mesh_cmd(
             address = r.endpoint
         rows.append({"node_id": r.node_id, "address": address, "incarnation": r.incarnation,
                      "lease_left": round(r.lease_until - now, 1),
-                     "owned": owned.get(r.node_id, 0)})  # fmt: skip
+                     "owned": owned.get(r.node_id, 0), "state": "live"})  # fmt: skip
+    live = {r.node_id for r in records}
+    for owner in sorted(set(owned) - live):  # what it owns is re-homed on its next call
+        rows.append({"node_id": owner, "address": "", "incarnation": None, "lease_left": None,
+                     "owned": owned[owner], "state": "lease lapsed"})  # fmt: skip
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
     table = Table(title=f"mesh in {store}")
-    for column in ("node", "address", "incarnation", "lease left (s)", "owns"):
+    for column in ("node", "address", "incarnation", "lease left (s)", "owns", "state"):
         table.add_column(column)
     for row in rows:
-        table.add_row(*(str(v) for v in row.values()))
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
     Console().print(table)
 
 
