@@ -322,3 +322,22 @@ def test_health_says_503_draining_from_the_moment_a_drain_begins(make_node):
         assert json.loads(refused.value.read().decode())["why"].startswith("draining")
     finally:
         server.stop()
+
+
+def test_inspect_folds_a_value_in_a_narrow_terminal_and_never_cuts_it(make_node, monkeypatch):
+    """A service probe: in an 80-column terminal ``zlink inspect queues`` cut numbers off
+    ("1132…"). A value that does not fit is folded onto the next line, whole."""
+    from tests.procs.app import app
+    from zlink import cli as cli_module
+
+    node = make_node(app)  # (its Entry Spot: one owner)
+    status = node.status()
+    owner = status.owners[0] if status.owners else None
+    assert owner is not None
+    big = {"owner": "a-rather-long-owner-name@node-1", "app_bytes": 1_132_557_312,
+           "refused": 987_654_321}  # fmt: skip
+    wide = status.model_copy(update={"owners": [owner.model_copy(update=big)]})
+    monkeypatch.setattr(cli_module, "_fetch", lambda admin: wide)
+    result = CliRunner().invoke(cli, ["inspect", "queues"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "…" not in result.output  # (folded digits interleave with the next column's)

@@ -773,7 +773,7 @@ def mesh_cmd(
         return
     table = Table(title=f"mesh in {store}")
     for column in ("node", "address", "incarnation", "lease left (s)", "owns", "state"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(*("" if v is None else str(v) for v in row.values()))
     Console().print(table)
@@ -956,7 +956,7 @@ def inspect(
             "object timed",
         )
         for column in ("type", "kind", "live", "handled", "refused", "waited", "p50", "p99"):
-            table.add_column(column, no_wrap=column == "type")
+            table.add_column(column, no_wrap=column == "type", overflow="fold")
         for ty in status.types:
             counts = (f"{n:,}" for n in (ty.handled, ty.refused, ty.waited))
             table.add_row(ty.type, ty.kind, str(ty.live), *counts, _upto(ty.latency_p50),
@@ -969,8 +969,8 @@ def inspect(
         typer.echo(json.dumps([o.model_dump() for o in owners], indent=2))
         return
     table = Table(title=f"{view} on {status.node_id}")
-    for column in columns:
-        table.add_column(column)
+    for column in columns:  # a narrow terminal folds a value, never cuts it ("1132…")
+        table.add_column(column, overflow="fold")
     for o in owners:
         if view == "timers":  # a row per timer
             for t in o.timer_details:
