@@ -38,6 +38,9 @@ runner = CliRunner()
             ["run", "tests.procs.app:app", "--listen", "tcp://127.0.0.1:0", "--lease", "0.01"],
             "lease_seconds",
         ),
+        # a drain's time is checked when the node starts, not when it stops
+        (["run", "tests.procs.app:app", "--drain-timeout", "nan"], "--drain-timeout"),
+        (["run", "tests.procs.app:app", "--drain-timeout", "0"], "--drain-timeout"),
         # a service probe: a network address advertised without keys, from a loopback listen
         (
             [

@@ -36,6 +36,7 @@ import zmq
 from ..admin import AdminServer, parse_address
 from ..app import App
 from ..config import NodeConfig
+from ..durations import check_seconds
 from ..errors import InvalidArgument, ZLinkError
 from ..node import Node
 from ..status import NodeStatus, OwnerStatus, losses
@@ -290,6 +291,14 @@ def run(
             help="at SIGINT/SIGTERM move Spots to other nodes before stopping",
         ),
     ] = True,
+    drain_timeout: Annotated[
+        float | None,
+        typer.Option(
+            envvar="ZLINK_DRAIN_TIMEOUT",
+            help="seconds the drain may take at most (default: the request timeout, 30);"
+            " a move not done by then is withdrawn and its Spot stays",
+        ),
+    ] = None,
     stop_with_stdin: Annotated[
         bool, typer.Option(hidden=True, help="stop when stdin closes (--nodes children)")
     ] = False,
@@ -335,6 +344,8 @@ def run(
                            insecure, keys, log_level.value, lease, log_format.value, admin,
                            admin_allow_remote, advertise))  # fmt: skip
     with _user_errors():
+        if drain_timeout is not None:  # (told now, not when the stop comes)
+            check_seconds(drain_timeout, "--drain-timeout")
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, advertise=advertise, mesh=mesh,
             insecure=insecure,
@@ -376,8 +387,8 @@ def run(
             summary: dict[str, int] = {"moved": 0, "stayed": 0}
 
             def graceful() -> None:
-                if drain:
-                    drained = node.drain()  # Spots that can move go to the other nodes first
+                if drain:  # Spots that can move go to the other nodes first
+                    drained = node.drain(drain_timeout)
                     summary["moved"], summary["stayed"] = len(drained.moved), len(drained.stayed)
                     typer.echo(
                         f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
