@@ -86,3 +86,21 @@ def test_a_call_larger_than_its_peer_takes_is_refused_where_it_is_made(tmp_path:
         assert time.monotonic() - started < WAIT  # at once, not at a deadline
         assert ca.request_to_spot("far", Count()).wait(WAIT) == 0  # nothing too large ran
         assert "data_lost_in_transit" not in b.counters()
+
+
+@pytest.mark.timeout(60)
+def test_a_reply_larger_than_a_frame_may_be_is_a_handler_error_for_a_client_too(
+    tmp_path: Path,
+) -> None:
+    """A probe: a reply of 67,108,874 characters reached a ``zlink.connect`` client, while a
+    request of that size from it was refused (the node's frame limit). A reply past the
+    limit the node told its clients is a ``HandlerError`` for a client too, as between
+    nodes; nothing of it is sent."""
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("a", store, max_frame_bytes=MiB) as a:
+        a.client().spots.get_or_create("near", "t.fl.box").wait(WAIT)
+        assert a.address is not None
+        with zlink.connect(a.address, timeout=WAIT) as client:
+            with pytest.raises(zlink.HandlerError, match="frame"):
+                client.request_to_spot("near", Echo(reply_bytes=2 * MiB)).wait(WAIT)
+            assert client.request_to_spot("near", Count()).wait(WAIT) == 1  # it ran; still served

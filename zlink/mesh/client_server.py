@@ -47,6 +47,7 @@ from pydantic_core import to_json
 from ..durations import check_seconds
 from ..errors import (
     DeadlineExceeded,
+    HandlerError,
     InvalidArgument,
     NotFound,
     ResourceExhausted,
@@ -63,6 +64,7 @@ from .remote_errors import encode_error
 
 _log = logging.getLogger("zlink.mesh.clients")
 
+_REPLY_ROOM = 64  # bytes of a reply frame that are not its payload (header, correlation)
 _MAX_KNOWN_CLIENTS = 65_536  # connections told BYE at shutdown, newest kept
 _ONE_WAY_KINDS = frozenset(
     {TargetKind.SPOT, TargetKind.ACTOR, TargetKind.CHANNEL, TargetKind.TOPIC}
@@ -485,7 +487,16 @@ class ClientServer:
             self._idle(conn)
         if error is None:
             try:
-                frame = cw.Reply(correlation, None, to_json(value))
+                payload = to_json(value)
+                # past the frame limit the node told its clients: as if it did not encode
+                # (a client's request of that size is refused; its reply is not sent either)
+                if len(payload) > self.settings.max_frame_bytes - _REPLY_ROOM:
+                    raise HandlerError(
+                        "WireError",
+                        f"the reply does not cross: {len(payload):,} bytes is more than a "
+                        f"frame carries ({self.settings.max_frame_bytes:,} bytes)",
+                    )
+                frame = cw.Reply(correlation, None, payload)
             except Exception as exc:  # noqa: BLE001 - the caller gets it, typed, at once
                 self._count("reply_encoding_failures")
                 frame = cw.Reply(correlation, encode_error(exc), b"")
