@@ -88,6 +88,9 @@ def build_app() -> zlink.App:
     app = zlink.App("remote-join")
     state = zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
     app.user_spot("t.xj.room")(Room)
+    app.user_spot("t.xj.moving", relocation=zlink.Relocation.recreate())(
+        type("MovingRoom", (Room,), {})
+    )
     app.entry_spot("t.xj.lobby", actor="t.xj.player")(Lobby)
     app.actor("t.xj.player", relocation=state)(Player)
     app.entry_spot("t.xj.gate", actor="t.xj.fixed")(type("Gate", (zlink.EntrySpot,), {}))
@@ -202,3 +205,39 @@ def test_a_remote_join_whose_move_never_arrives_is_withdrawn_at_its_deadline(clu
     info = n1.client().request_to_actor(pid, Info()).wait(WAIT)
     assert info.startswith("node-1:t.xj.lobby") and info.endswith(":[1, 2]")
     assert n1._runtime.relocator._out == {}
+
+
+@pytest.mark.parametrize("room_on", [1, 0])  # another node's room, or the player's own node's
+def test_a_join_that_meets_its_room_moving_waits_for_the_move_and_joins_where_it_went(
+    clock, room_on
+):
+    """A probe: Joins from 3 nodes while their room moved 6 times: 2-5 a run failed with
+    ``Unavailable("'room' is sealed or closing")`` (once ``StateIncompatible``), where a call
+    that meets a move is parked and goes on. A Join's question that meets its room sealed
+    for a move waits for the move (within the Join's own deadline) and is asked again where
+    the room went."""
+    import time
+
+    from zlink.testing import run_until_idle
+
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2) as cluster:
+        n1, n3 = cluster.nodes[0], cluster.nodes[2]
+        n2 = cluster.nodes[room_on]  # where the room is before it moves
+        n2.client().spots.get_or_create("mover", "t.xj.moving").wait(WAIT)
+        run_until_idle(n2, WAIT)
+        rt2 = n2._runtime
+        act = rt2.spots["mover"]
+        assert act.gate._flag.acquire(False)  # hold its gate: the move waits at its barrier
+        moving = rt2.relocator.start(act, "node-3")
+        pid = _player(cluster)
+        n1.client().send_to_actor(pid, Enter(room="mover")).submit()
+        end = time.monotonic() + WAIT
+        while not rt2.metrics.get("joins_waiting_for_move"):  # (bounded) its ask arrived
+            assert time.monotonic() < end and not DONE, DONE
+            time.sleep(0.005)  # another node's threads: nothing to wait on but the count
+        rt2.pool.submit(act.gate._run)  # the barrier turn runs; the room moves
+        moving.wait(WAIT)
+        assert COMPLETED.acquire(timeout=WAIT)
+        assert DONE[-1].joined, DONE[-1]
+        cluster.wait_idle(WAIT)
+        assert pid in n3._runtime.actors

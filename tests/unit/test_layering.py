@@ -156,6 +156,7 @@ ALLOWED: dict[str, frozenset[str]] = {
             "zlink.admin",
             "zlink.app",
             "zlink.config",
+            "zlink.durations",  # --drain-timeout is checked as every duration is (§9)
             "zlink.node",
             "zlink.status",
             "zlink.samples",

@@ -75,6 +75,7 @@ the route lock held or with none, and takes the relocator's.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import ResourceExhausted, Unavailable
@@ -140,6 +141,23 @@ class Relocator(Outbound, Inbound):
                     wait.room.set(None, error)
                 if wait.reply is not None:
                     wait.reply.set(None, error)
+
+    def after_move(self, target: str, then: Callable[[], None]) -> bool:
+        """If ``target`` is moving from or to this node: ``then()`` runs on the
+        infrastructure thread once that move has ended (done, withdrawn or given up), and
+        ``True``; else ``False``, nothing done. What waits so is a question a move holds up
+        (a Join's ask meeting its room sealed): asked again then, where the room is."""
+        infra = self.rt.infra
+        with self._lock:
+            out = self._out_ids.get(target)
+            if out is not None:
+                out.done.add_callback(lambda _value, _error: infra.submit(then))
+                return True
+            inc = self._in_ids.get(target)
+            if inc is not None:
+                inc.after.append(then)
+                return True
+        return False
 
     def divert(
         self, call: MessageCall, reply: Completion | None, hops: int,

@@ -32,6 +32,7 @@ move itself takes the relocator's locks in their order (``source.py``).
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -164,7 +165,7 @@ class RemoteJoin:
     # -- the Spot's node -------------------------------------------------------------------------
     def on_ask(self, env: wire.JoinAskEnvelope) -> None:
         """On the infrastructure thread: run ``on_actor_join`` as a lifecycle turn of the Spot."""
-        from ..runtime.acts import GONE, READY
+        from ..runtime.acts import GONE, READY, SEALED
         from ..runtime.jobs import LifeJob, handler_error
 
         def answer(value: Any = None, error: BaseException | None = None) -> None:
@@ -190,6 +191,14 @@ class RemoteJoin:
         if target.kind is not SpotKind.USER:
             answer(error=InvalidOperation(f"{env.target!r} is not a User Spot; only those "
                                           "hold Actors"))  # fmt: skip
+            return
+        relocator = self.rt.relocator
+        if (  # moving: asked again once the move ended, where the room is then
+            target.state == SEALED
+            and relocator is not None
+            and relocator.after_move(env.target, partial(self.on_ask, env))
+        ):
+            self.rt.metrics.add("joins_waiting_for_move")
             return
         if target.state != READY:
             answer(error=Unavailable(f"{env.target!r} is sealed or closing"))

@@ -167,6 +167,9 @@ class Arriving:
     taken: int = 0
     taken_bytes: int = 0
     waiting: list[MoveWait[Held]] = field(default_factory=list)
+    # questions the arrival holds up (``Relocator.after_move``): run once it opens or is
+    # forgotten, on the infrastructure thread
+    after: list[Callable[[], None]] = field(default_factory=list)
     forgotten: bool = False  # withdrawn or given up: what was made of it is dropped
 
     @property

@@ -98,7 +98,9 @@ class Inbound(RelocatorState):
                     self._answer(env, f"{taken} already live on {rt.node_id}")
                     return
                 if kind == TargetKind.ACTOR and (shell is None or shell.state in PAST_READY):
-                    self._answer(env, f"the shell of {env.target!r} is not open on {rt.node_id}")
+                    # (it moved on, or closes: Unavailable at the source, not a state fault)
+                    self._answer(env, f"the shell of {env.target!r} is not open on {rt.node_id}",
+                                 refused=True)  # fmt: skip
                     return
                 # this node's own calls so far went elsewhere: fence that path first
                 fences = {o.object_id for o in objects if self.router.switch(o.object_id)}
@@ -247,10 +249,14 @@ class Inbound(RelocatorState):
             return self._arrived.wait_for(lambda: not self._in, seconds)
 
     def _arrival_ended(self, inc: Arriving) -> None:
-        """(Relocator lock held.) ``inc`` is no longer arriving: who waits for that hears."""
+        """(Relocator lock held.) ``inc`` is no longer arriving: who waits for that hears
+        (``wait_arrivals``; what ``after_move`` holds, on the infrastructure thread)."""
         self._in.pop(inc.key, None)
         with self._arrived:
             self._arrived.notify_all()
+        after, inc.after = inc.after, []
+        for then in after:
+            self.rt.infra.submit(then)
 
     def _open(self, inc: Arriving) -> None:
         """Authority is here and this node's own calls are in line: admission opens."""

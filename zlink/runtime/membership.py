@@ -123,6 +123,17 @@ class Membership:
         if (target is None or target.state == GONE) and self.rt.remote_join is not None:
             self.rt.remote_join.ask(actor, target_id, request)  # it lives on another node
             return
+        relocator = self.rt.relocator
+        again = partial(self._join_ask, actor, target_id, request)
+        if (  # moving: asked again once the move ended, where the room is then
+            target is not None
+            and target is not actor.spot  # (its own Spot's move waits for it: refused below)
+            and target.state == SEALED
+            and relocator is not None
+            and relocator.after_move(target_id, again)
+        ):
+            self.rt.metrics.add("joins_waiting_for_move")
+            return
         if target is None or target.state == GONE:
             error = NotFound(f"no spot {target_id!r} to join")
         elif target.kind is not SpotKind.USER:
@@ -136,9 +147,14 @@ class Membership:
                 lambda: target.instance.on_actor_join(actor.actor_id, request),
                 partial(self._join_decided, actor, target),
             )
-            if target.owner.put_life(job) == Admission.ADMITTED:
+            verdict = target.owner.put_life(job)
+            if verdict == Admission.ADMITTED:
                 return
-            error = ResourceExhausted(f"the lifecycle lane of {target_id!r} is full")
+            error = (
+                Unavailable(f"{target_id!r} is sealed or closing")
+                if verdict == Admission.CLOSED
+                else ResourceExhausted(f"the lifecycle lane of {target_id!r} is full")
+            )
         self.complete_join(actor, ActorJoinCompletion(False, target_id, error=error), None)
 
     def _join_decided(self, actor: ActorAct, target: SpotAct, turn: Turn) -> None:

@@ -46,6 +46,11 @@ class RelocationPort(Protocol):
         """This node's fence for an arriving target is back; ``False`` if none is arriving."""
         ...
 
+    def after_move(self, target: str, then: Callable[[], None]) -> bool:
+        """If ``target`` is moving from or to this node, ``then()`` runs (infrastructure
+        thread) once the move ended, and ``True``; else ``False``."""
+        ...
+
     def signaled(self, act: SpotAct) -> bool:
         """The Spot reached a ``relocation_ready()`` boundary; ``False`` if no move waits."""
         ...
