@@ -208,3 +208,81 @@ def test_a_call_that_activates_an_instance_spot_whose_constructor_raises_gets_ha
     assert failed.value.remote_type == "RuntimeError"
     assert "no database" in failed.value.remote_message
     assert node.counters().get("lifecycle_errors_constructor") == 1
+
+
+def _late_request(monkeypatch: pytest.MonkeyPatch, client: Any, target: str, **kw: Any) -> Any:
+    """A request made on a thread of its own that stops once its job is made (it found the
+    Spot, past its state check), before it is put: ``(resume, thread, outcome)``."""
+    import zlink.runtime.runtime as runtime_module
+
+    made, resume, outcome = threading.Event(), threading.Event(), []
+    job_class = runtime_module.MessageJob
+
+    class _Paused(job_class):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            if threading.current_thread().name == "late-caller":
+                made.set()
+                assert resume.wait(WAIT)
+
+    monkeypatch.setattr(runtime_module, "MessageJob", _Paused)
+
+    def call() -> None:
+        ask = client.request_to_spot(target, Ping()).timeout(WAIT)
+        if kw.get("instance"):
+            ask = ask.instance_spot()
+        outcome.append(_outcome(lambda: ask.wait(WAIT)))
+
+    caller = threading.Thread(target=call, name="late-caller")
+    caller.start()
+    assert made.wait(WAIT)
+    return resume, caller, outcome
+
+
+def test_a_call_put_after_a_close_ended_never_runs_on_the_closed_spot(make_node, monkeypatch):
+    """A review: a close set CLOSING, and its end drained the lanes, but admission stayed
+    open: a request that had found the Spot READY and was put after the close ended ran
+    on the closed instance, after ``on_closing``. Admission closes with the forget."""
+    node = make_node(build_app())
+    client = node.client()
+    ref = client.spots.get_or_create("room", "t.ar.room").wait(WAIT).spot_ref
+    resume, caller, outcome = _late_request(monkeypatch, client, "room")
+    assert client.spots.close(ref)
+    assert node.wait_idle(WAIT) and "room" not in node._runtime.spots
+    resume.set()
+    caller.join(WAIT)
+    assert isinstance(outcome[0], zlink.NotFound), repr(outcome[0])
+
+
+def test_a_call_put_after_an_activation_failed_never_runs_on_the_failed_spot(
+    make_node, monkeypatch
+):
+    """A review: an Instance Spot whose ``on_initialize`` raised was forgotten and its lanes
+    drained, admission open: a request that had found it activating and was put after ran
+    its handler on the half-made instance. Admission closes with the forget."""
+    app = zlink.App("failing-instance")
+    failing, go = threading.Event(), threading.Event()
+
+    @app.instance_spot("t.ar.failing")
+    class Failing(zlink.InstanceSpot):
+        def on_initialize(self) -> None:
+            failing.set()
+            assert go.wait(WAIT)
+            raise RuntimeError("init failed")
+
+        @zlink.handler
+        def ping(self, req: Ping) -> str:
+            return "ran on a Spot whose on_initialize raised"
+
+    node = make_node(app)
+    client = node.client()
+    first = client.request_to_spot("bad", Ping()).instance_spot().timeout(WAIT).future()
+    assert failing.wait(WAIT)
+    resume, caller, outcome = _late_request(monkeypatch, client, "bad", instance=True)
+    go.set()
+    with pytest.raises(zlink.HandlerError):
+        first.result(WAIT)
+    assert node.wait_idle(WAIT) and "bad" not in node._runtime.spots
+    resume.set()  # (made again, it activates anew, and fails as the first did)
+    caller.join(WAIT)
+    assert isinstance(outcome[0], zlink.HandlerError), repr(outcome[0])

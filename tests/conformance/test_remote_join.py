@@ -241,3 +241,40 @@ def test_a_join_that_meets_its_room_moving_waits_for_the_move_and_joins_where_it
         assert DONE[-1].joined, DONE[-1]
         cluster.wait_idle(WAIT)
         assert pid in n3._runtime.actors
+
+
+def test_a_spot_does_not_move_while_a_member_of_it_joins_another(clock):
+    """A review: a Join that waits for its room's move held its Actor for the whole move,
+    while nothing kept the Actor's own Spot from moving with it; the Join then ended on the
+    copy left behind. A Spot whose member is joining another Spot does not move
+    (``Unavailable``, nothing changed) until that Join ends."""
+    import time
+
+    from zlink.testing import run_until_idle
+
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2) as cluster:
+        n1 = cluster.nodes[0]
+        c1 = n1.client()
+        c1.spots.get_or_create("home", "t.xj.moving").wait(WAIT)
+        c1.spots.get_or_create("next", "t.xj.moving").wait(WAIT)
+        pid = _player(cluster)
+        c1.send_to_actor(pid, Enter(room="home")).submit()
+        assert COMPLETED.acquire(timeout=WAIT) and DONE[-1].joined
+        run_until_idle(n1, WAIT)
+        rt1 = n1._runtime
+        nxt = rt1.spots["next"]
+        assert nxt.gate._flag.acquire(False)  # "next" waits at its barrier: its move hangs
+        moving = rt1.relocator.start(nxt, "node-2")
+        c1.send_to_actor(pid, Enter(room="next")).submit()
+        end = time.monotonic() + WAIT
+        while not rt1.metrics.get("joins_waiting_for_move"):  # (bounded) the Join waits
+            assert time.monotonic() < end
+            time.sleep(0.005)
+        with pytest.raises(zlink.Unavailable, match="joins another Spot"):
+            n1.relocate_spot("home", "node-3", timeout=WAIT)
+        rt1.pool.submit(nxt.gate._run)
+        moving.wait(WAIT)
+        assert COMPLETED.acquire(timeout=WAIT) and DONE[-1].joined, DONE[-1]
+        cluster.wait_idle(WAIT)
+        assert pid in cluster.nodes[1]._runtime.actors  # it joined "next" where it went
+        n1.relocate_spot("home", "node-3", timeout=WAIT)  # and "home" moves again now

@@ -41,6 +41,9 @@ runner = CliRunner()
         # a drain's time is checked when the node starts, not when it stops
         (["run", "tests.procs.app:app", "--drain-timeout", "nan"], "--drain-timeout"),
         (["run", "tests.procs.app:app", "--drain-timeout", "0"], "--drain-timeout"),
+        (["run", "tests.procs.app:app", "--drain-timeout", "5", "--no-drain"], "--no-drain"),
+        (["run", "tests.procs.app:app", "--drain-timeout", "5", "--nodes", "2"], "--nodes"),
+        (["run", "examples.counter:main", "--drain-timeout", "5"], "--drain-timeout config"),
         # a service probe: a network address advertised without keys, from a loopback listen
         (
             [

@@ -323,8 +323,9 @@ def run(
         obj = load(target, factory)
         if not isinstance(obj, App):  # a main(): it makes its own node(s), if any
             given = {"--listen": listen, "--store": store, "--keys": keys, "--lease": lease,
-                     "--advertise": advertise, "--nodes": nodes,
-                     "--workers": workers, "--insecure": insecure or None}  # fmt: skip
+                     "--advertise": advertise, "--nodes": nodes, "--workers": workers,
+                     "--insecure": insecure or None,
+                     "--drain-timeout": drain_timeout}  # fmt: skip
             for option, value in given.items():
                 if value is not None:
                     raise InvalidArgument(
@@ -333,6 +334,13 @@ def run(
                     )
             _run_callable(target, obj, admin)
             return
+        if drain_timeout is not None:  # (told now, not when the stop comes)
+            if nodes is not None or not drain:
+                raise InvalidArgument(
+                    "--drain-timeout bounds a drain: with --nodes the nodes stop together"
+                    " and none drains, nor does one with --no-drain"
+                )
+            check_seconds(drain_timeout, "--drain-timeout")
     if nodes is not None:
         with _user_errors():  # a bad --admin: one line
             admin_port = None if admin is None else parse_address(admin)[1]
@@ -344,8 +352,6 @@ def run(
                            insecure, keys, log_level.value, lease, log_format.value, admin,
                            admin_allow_remote, advertise))  # fmt: skip
     with _user_errors():
-        if drain_timeout is not None:  # (told now, not when the stop comes)
-            check_seconds(drain_timeout, "--drain-timeout")
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, advertise=advertise, mesh=mesh,
             insecure=insecure,

@@ -254,28 +254,34 @@ class OwnerLanes:
             self.life.append(item)
         return ADMITTED
 
-    def set_closed(self, closed: bool) -> None:
+    def set_closed(self, closed: bool, end_waits: bool = True) -> None:
         """Close (or reopen) admission atomically with every producer: after ``True`` returns,
         no item can be admitted until ``False``. Unreserved framework records still enter.
-        Closing ends every wait for room with ``notify(CLOSED)`` (nothing of theirs queued)."""
+        Closing ends every wait for room with ``notify(CLOSED)`` (nothing of theirs queued),
+        unless ``end_waits`` is ``False``: a caller holding a lock that those waiters' routing
+        takes then ends them (``end_waits()``) once it let that lock go."""
         with self._put_lock:
             self.closed = closed
-        if closed:
+        if closed and end_waits:
             self.end_waits()
 
-    def close_if_idle(self, ticks: int) -> bool:
-        """Close admission (as ``set_closed(True)``) only if the application lane holds
-        nothing but ``ticks`` timer ticks, the lifecycle lane nothing, and no producer waits
-        for room: decided atomically with every producer, so an idle eviction never seals an
-        owner that has just admitted work. ``False``: not idle (nothing changed)."""
+    def close_if_idle(self, is_tick: Callable[[Any], bool]) -> bool:
+        """Close admission (as ``set_closed(True)``) only if nothing runs and the
+        application lane holds nothing but items ``is_tick`` says are timer ticks, the
+        lifecycle lane nothing, and no producer waits for room: all read under the lock
+        every producer takes, so an idle eviction never seals an owner that has just
+        admitted work (a tick a timer is about to put comes before, and counts, or after,
+        and is refused). ``False``: not idle (nothing changed)."""
         with self._put_lock:
+            app = self.app or ()
             if (
                 self.closed
                 or self.life
                 or self.app_waiters
                 or self.life_waiters
-                or self._app_in - self._app_out != ticks
+                or self._app_in - self._app_out != len(app)  # (an item runs, or a batch)
                 or self._life_in != self._life_out
+                or not all(is_tick(item) for item in app)
             ):
                 return False
             self.closed = True

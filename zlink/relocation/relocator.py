@@ -129,7 +129,8 @@ class Relocator(Outbound, Inbound):
             done.set(None, error)
         for out in leaving:
             parked, out.parked = out.parked, []
-            waiting, out.waiting = out.waiting, []
+            waiting = list(out.waiting)  # (in place: a wait's withdraw holds this list)
+            out.waiting.clear()
             out.done.set(None, error)
             for env in parked:  # refused here now (fenced): their callers are told
                 self.router.redeliver(env)

@@ -193,11 +193,10 @@ class RemoteJoin:
                                           "hold Actors"))  # fmt: skip
             return
         relocator = self.rt.relocator
-        if (  # moving: asked again once the move ended, where the room is then
-            target.state == SEALED
-            and relocator is not None
-            and relocator.after_move(env.target, partial(self.on_ask, env))
-        ):
+        if target.state == SEALED and relocator is not None:  # moving: asked again once the
+            again = partial(self.on_ask, env)  # move ended, where the room is then
+            if not relocator.after_move(env.target, again):  # it ended a moment ago: its
+                self.rt.infra.submit(again)  # state settles under the relocator's lock
             self.rt.metrics.add("joins_waiting_for_move")
             return
         if target.state != READY:

@@ -309,6 +309,11 @@ class Outbound(RelocatorState):
                 f"{act.spot_id!r} cannot move while its member {ending[0]!r} is not ready "
                 "(ending, sealed or activating)"
             )
+        joining = [m.actor_id for m in members if m.joining] if join is None else []
+        if joining:  # its Join may wait for its room's move: it must be here when it ends
+            raise Unavailable(
+                f"{act.spot_id!r} cannot move while its member {joining[0]!r} joins another Spot"
+            )
         out = Outgoing(next(self._ids), unit or act, act, objects, target, done,
                        signaled=signaled, caller=caller)  # fmt: skip
         if join is not None:

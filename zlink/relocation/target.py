@@ -416,7 +416,10 @@ class Inbound(RelocatorState):
                     reply.set(None, exc)
                 else:
                     self.router.count_dropped(call, exc)
-        waiting, inc.waiting = inc.waiting, []
+        # (emptied in place: a wait's ``withdraw`` holds this very list, and must find its
+        # wait gone once it is routed on, not "still waiting, nothing queued")
+        waiting = list(inc.waiting)
+        inc.waiting.clear()
         for wait in waiting:  # then those that waited: routed with their own wait, in order
             if not wait.gave_up():
                 self._route_again(wait)

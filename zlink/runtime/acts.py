@@ -222,6 +222,7 @@ class ActorAct(ObjectAct):
         "context",
         "entry",
         "instance",
+        "joining",
         "own_gate",
         "owner",
         "rt",
@@ -245,6 +246,7 @@ class ActorAct(ObjectAct):
         self.context = ActorContext(rt, actor_id, spec.name)
         self.state = ACTIVATING
         self.activated: Completion | None = Completion()
+        self.joining = False  # a deferred Join of it is under way (its Spot does not move)
         self._init_object()
 
     @property

@@ -34,11 +34,17 @@ from ..executor import CallJob, Lane, Owner, Turn, current_turn
 
 if TYPE_CHECKING:
     from .runtime import Runtime
+from ..timers import TimerJob
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct, quiet
 from .jobs import LifeJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
+
+
+def _is_tick(item: object) -> bool:
+    """Whether a queued item is a timer tick (ticks alone do not keep a Spot alive)."""
+    return isinstance(item, TimerJob)
 
 
 class Closing:
@@ -247,8 +253,7 @@ class Closing:
         a closing Spot, as for any close."""
         lanes = act.owner.lanes
         with self.rt.directory.lock:
-            ticks = sum(t.queued for t in act.timers.values() if t.owner is act.owner)
-            if act.state != READY or act.members or not lanes.close_if_idle(ticks):
+            if act.state != READY or act.members or not lanes.close_if_idle(_is_tick):
                 return
             act.state = CLOSING
         self._begin_close(act, SpotCloseReason.IDLE_EVICTED)

@@ -168,6 +168,7 @@ class Creation:
         with self.rt.directory.lock:
             self.rt.directory.forget(act)
             act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
+        act.owner.lanes.end_waits()
         if act.activated is not None:
             act.activated.set(None, error)
         # what was sent to it fails as its create did: a lifecycle callback that raised is a
@@ -409,6 +410,7 @@ class Creation:
             with self.rt.directory.lock:
                 self.rt.directory.forget(act)
                 act.state = GONE  # (under the lock, once forgotten: ``Runtime._not_ready``)
+            act.owner.lanes.end_waits()
             if act.activated is not None:
                 act.activated.set(None, error)
             self._discard_queued(act, NotFound(f"actor {actor_id!r} was not created"))

@@ -55,7 +55,11 @@ class Directory:
 
     def forget(self, act: SpotAct | ActorAct) -> None:
         """``act`` leaves its table if it is there, a Spot with its subscriptions (the caller
-        holds ``lock``)."""
+        holds ``lock``), and its admission closes: a call that found it before and is put
+        only now is refused, and routed again (``Runtime._not_ready``), never run on an
+        object that is gone (closed, failed to activate, dropped, moved away). Its waits for
+        room end once the caller lets the lock go (``OwnerLanes.end_waits``)."""
+        act.owner.lanes.set_closed(True, end_waits=False)
         table: dict[str, Any] = self.spots if isinstance(act, SpotAct) else self.actors
         if table.get(act.name) is act:
             del table[act.name]

@@ -108,7 +108,10 @@ class Membership:
 
     # -- Join and leave --------------------------------------------------------------------------
     def _join_hold(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
-        """The barrier: hold the Actor at its next turn boundary, then ask the target."""
+        """The barrier: hold the Actor at its next turn boundary, then ask the target. Until
+        the Join completes the Actor is ``joining``: its own Spot does not move then (the
+        Join could wait for its room's move, and the Actor must be here when it ends)."""
+        actor.joining = True
         ask = partial(self._join_ask, actor, target_id, request)
         actor.owner.put_unreserved(
             LifeJob(
@@ -118,21 +121,24 @@ class Membership:
 
     def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
         """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
+        if self.rt.actors.get(actor.actor_id) is not actor:  # gone meanwhile (fenced, say)
+            return
         target = self.rt.spots.get(target_id)
         error: ZLinkError | None = None
-        if (target is None or target.state == GONE) and self.rt.remote_join is not None:
-            self.rt.remote_join.ask(actor, target_id, request)  # it lives on another node
-            return
         relocator = self.rt.relocator
-        again = partial(self._join_ask, actor, target_id, request)
-        if (  # moving: asked again once the move ended, where the room is then
+        if (
             target is not None
-            and target is not actor.spot  # (its own Spot's move waits for it: refused below)
+            and target is not actor.spot  # (its own Spot: refused below)
             and target.state == SEALED
             and relocator is not None
-            and relocator.after_move(target_id, again)
-        ):
+        ):  # moving: asked again once the move ended, where the room is then
+            again = partial(self._join_ask, actor, target_id, request)
+            if not relocator.after_move(target_id, again):  # it ended a moment ago: its
+                self.rt.infra.submit(again)  # state settles under the relocator's lock
             self.rt.metrics.add("joins_waiting_for_move")
+            return
+        if (target is None or target.state == GONE) and self.rt.remote_join is not None:
+            self.rt.remote_join.ask(actor, target_id, request)  # it lives on another node
             return
         if target is None or target.state == GONE:
             error = NotFound(f"no spot {target_id!r} to join")
@@ -207,6 +213,7 @@ class Membership:
             target.members[actor.actor_id] = actor
 
     def complete_join(self, actor: ActorAct, done: ActorJoinCompletion, gate: Gate | None) -> None:
+        actor.joining = False
         actor.owner.lanes.put_unreserved(
             LifeJob(
                 actor,
