@@ -87,6 +87,16 @@ def _lines(proc: subprocess.Popen[str]) -> tuple[queue.Queue[str], threading.Thr
     return out, reader
 
 
+def _end(proc: subprocess.Popen[str], reader: threading.Thread) -> None:
+    """Stop ``proc`` if it still runs (also when the test failed), and its output reader."""
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait(10)
+    reader.join(WAIT_LINES)  # it ends at the end of the output
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
 def _until(lines: queue.Queue[str], text: str, timeout: float) -> list[str]:
     """The lines up to the first that holds ``text``; fails after ``timeout`` or at the end."""
     end = time.monotonic() + timeout
@@ -125,12 +135,7 @@ def test_run_stops_gracefully_on_sigint_and_at_once_on_a_second_one():
             rest.append(line)
         assert not any(line.startswith("stopped") for line in rest), rest
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        reader.join(WAIT_LINES)  # it ends at the end of the output
-        assert proc.stdout is not None
-        proc.stdout.close()
+        _end(proc, reader)
 
 
 @pytest.mark.timeout(60)
@@ -153,12 +158,7 @@ def test_a_stop_without_a_drain_counts_the_spots_that_stayed(stop_signal: str):
         assert not any(line.startswith("drained:") for line in seen), seen
         assert seen[-1].strip() == "stopped: 0 Spots moved, 1 stayed; 0 messages discarded"
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        reader.join(WAIT_LINES)
-        assert proc.stdout is not None
-        proc.stdout.close()
+        _end(proc, reader)
 
 
 def test_bingo_says_when_it_is_overloaded_and_fails_on_handler_errors(monkeypatch):
@@ -211,12 +211,7 @@ def test_health_and_metrics_answer_while_the_node_stops():
         proc.send_signal(signal.SIGINT)  # (the held worker call: not waited for)
         proc.wait(timeout=10)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        reader.join(WAIT_LINES)
-        assert proc.stdout is not None
-        proc.stdout.close()
+        _end(proc, reader)
 
 
 def test_the_stop_summary_counts_sends_dropped_and_unacknowledged_too():
