@@ -58,6 +58,9 @@ ADMITTED, FULL_COUNT, FULL_BYTES = Admission.ADMITTED, Admission.FULL_COUNT, Adm
 ADMISSION_CLOSED, WAITING = Admission.CLOSED, Admission.WAITING
 
 
+_SNAPSHOT_TRIES = 4  # copies of a lane ``close_if_idle`` tries while a consumer pops
+
+
 class LaneLimits(NamedTuple):
     """Admission limits of one owner's two lanes; defaults are the seed values of §7."""
 
@@ -273,15 +276,25 @@ class OwnerLanes:
         admitted work (a tick a timer is about to put comes before, and counts, or after,
         and is refused). ``False``: not idle (nothing changed)."""
         with self._put_lock:
-            app = self.app or ()
+            # a copy (the consumer pops without this lock: an iteration it meets is tried
+            # again, a few times, and else not idle for now); only pops can happen meanwhile,
+            # and an item popped is reserved until it ends: counted below, as not idle
+            items: tuple[Any, ...] | None = None
+            for _ in range(_SNAPSHOT_TRIES):
+                try:
+                    items = tuple(self.app or ())
+                    break
+                except RuntimeError:  # "deque mutated during iteration"
+                    continue
             if (
-                self.closed
+                items is None
+                or self.closed
                 or self.life
                 or self.app_waiters
                 or self.life_waiters
-                or self._app_in - self._app_out != len(app)  # (an item runs, or a batch)
+                or self._app_in - self._app_out != len(items)  # (an item runs, or a batch)
                 or self._life_in != self._life_out
-                or not all(is_tick(item) for item in app)
+                or not all(is_tick(item) for item in items)
             ):
                 return False
             self.closed = True
