@@ -404,3 +404,31 @@ def test_a_move_counts_what_it_parks_in_bytes_as_they_travel() -> None:
         moving.wait(WAIT)
         cluster.wait_idle(WAIT)
         assert cluster.nodes[1]._runtime.spots["room"].instance.total == 1
+
+
+def test_a_call_that_meets_a_move_end_and_the_next_begin_is_kept_for_the_next() -> None:
+    """CI on 3.13t: a sender found the room sealed, the relocator found no move (the move
+    had just ended), and by the state's next look the room was sealed again by the next
+    move: the send failed with ``Unavailable`` ("sealed"), 2 runs in 30 of the 100-moves
+    stress. A call that meets a seal again looks again: it is kept for the next move."""
+    with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        rt1, act, first = _moving_room(cluster, "node-2")  # sealed, at its barrier
+        relocator = rt1.relocator
+        divert = relocator.divert
+        moves: list[Any] = []
+
+        def between_moves(*args: Any, **kwargs: Any) -> bool:
+            if not moves:  # the first move ends, the next begins: this look saw the gap
+                assert relocator.withdraw("room", first, zlink.DeadlineExceeded("test"))
+                moves.append(relocator.start(act, "node-2"))
+                return False
+            return bool(divert(*args, **kwargs))
+
+        relocator.divert = between_moves
+        n1.client().send_to_spot("room", Add(sender=1, seq=0)).submit()  # kept, not refused
+        relocator.divert = divert
+        rt1.pool.submit(act.gate._run)  # the barrier turn runs; the room moves
+        moves[0].wait(WAIT)
+        cluster.wait_idle(WAIT)
+        assert n2._runtime.spots["room"].instance.seen["1"] == [0]

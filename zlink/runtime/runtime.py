@@ -84,6 +84,7 @@ from .acts import (
     GONE,
     PAST_READY,
     READY,
+    SEALED,
     Act,
     ActorAct,
     ActState,
@@ -106,6 +107,7 @@ _CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
 ADMITTED, FULL_COUNT, ADMISSION_CLOSED = Admission.ADMITTED, Admission.FULL_COUNT, Admission.CLOSED
 WAITING = Admission.WAITING
 _new_send_job = SendJob.__new__
+_NOT_READY_LOOKS = 3  # a call meeting a target sealed, opened and sealed again: looks again
 
 
 class Runtime:
@@ -587,24 +589,30 @@ class Runtime:
         if reply is not None and reply.timer is None:  # its deadline runs from now on
             self.arm(reply, call.deadline, self._no_reply(call))
         relocator = self.relocator  # (a moving target's waiters go first, under its lock)
-        if relocator is not None and relocator.divert(call, reply, hops, lanes, room):
-            return reply  # type: ignore[return-value]
-        if act.state in PAST_READY and (lanes.app_waiters or lanes.life_waiters):
-            # each routed again now, in its order (_room_sealed); not once it is open again
-            lanes.end_waits()  # (then they stay in the queue, ahead of this call)
-        if act.state == GONE or act.state not in PAST_READY:  # moved or reopened: go again
-            # A close or an eviction changes the state, and forgets the object, under the
-            # directory lock: waited out here, so the call is not routed again to the same
-            # object over and over meanwhile (a probe's caller recursed until its stack ran
-            # out, a segfault on 3.13t, while a close took the object out of the table).
-            with self.directory.lock:
-                table = self.actors if isinstance(act, ActorAct) else self.spots
-                stale = act.state == GONE and table.get(act.name) is act
-                closed = act.state not in PAST_READY and lanes.closed
-            if stale or closed:  # (neither, once a state change is made whole)
-                raise Unavailable(f"{call.kind} {call.target!r} is closing or moving")
-            if act.state == GONE or act.state not in PAST_READY:
-                return self.submit(call, reply, mode, hops, room=room)  # the same deadline
+        for _ in range(_NOT_READY_LOOKS):
+            if relocator is not None and relocator.divert(call, reply, hops, lanes, room):
+                return reply  # type: ignore[return-value]
+            if act.state in PAST_READY and (lanes.app_waiters or lanes.life_waiters):
+                # each routed again now, in its order (_room_sealed); not once it is open again
+                lanes.end_waits()  # (then they stay in the queue, ahead of this call)
+            if act.state == GONE or act.state not in PAST_READY:  # moved or reopened: go again
+                # A close or an eviction changes the state, and forgets the object, under the
+                # directory lock: waited out here, so the call is not routed again to the same
+                # object over and over meanwhile (a probe's caller recursed until its stack ran
+                # out, a segfault on 3.13t, while a close took the object out of the table).
+                with self.directory.lock:
+                    table = self.actors if isinstance(act, ActorAct) else self.spots
+                    stale = act.state == GONE and table.get(act.name) is act
+                    closed = act.state not in PAST_READY and lanes.closed
+                if stale or closed:  # (neither, once a state change is made whole)
+                    raise Unavailable(f"{call.kind} {call.target!r} is closing or moving")
+                # routed from the start, with the same deadline (sealed again meanwhile, by
+                # the next move: kept for that one)
+                return self.submit(call, reply, mode, hops, room=room)
+            if act.state is not SEALED or relocator is None:
+                break  # closing: refused
+            # sealed again: a move ended and the next began between the looks (a room moved
+            # back and forth under load met it 2 times in 30): look once more
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
