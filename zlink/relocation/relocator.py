@@ -143,22 +143,23 @@ class Relocator(Outbound, Inbound):
                 if wait.reply is not None:
                     wait.reply.set(None, error)
 
-    def after_move(self, target: str, then: Callable[[], None]) -> bool:
-        """If ``target`` is moving from or to this node: ``then()`` runs on the
-        infrastructure thread once that move has ended (done, withdrawn or given up), and
-        ``True``; else ``False``, nothing done. What waits so is a question a move holds up
-        (a Join's ask meeting its room sealed): asked again then, where the room is."""
+    def after_move(self, target: str, then: Callable[[], None]) -> None:
+        """``then()`` runs on the infrastructure thread once the move of ``target`` from or
+        to this node has ended (done, withdrawn or given up); at once there if none is under
+        way (it ended a moment ago: the object's state settles under this lock). What waits
+        so is a question a move holds up (a Join's ask meeting its room sealed): asked
+        again then, where the room is."""
         infra = self.rt.infra
         with self._lock:
             out = self._out_ids.get(target)
             if out is not None:
                 out.done.add_callback(lambda _value, _error: infra.submit(then))
-                return True
+                return
             inc = self._in_ids.get(target)
             if inc is not None:
                 inc.after.append(then)
-                return True
-        return False
+                return
+        infra.submit(then)
 
     def divert(
         self, call: MessageCall, reply: Completion | None, hops: int,
@@ -199,12 +200,7 @@ class Relocator(Outbound, Inbound):
             relayed = bool(hops) and call.via == inc.key[0]  # bounded by the source's park
             if not relayed and not self._keep_takes(inc, [held]):
                 return self._wait_for_move(inc.waiting, [held], call, reply, room)
-            if inc.fences and not relayed:
-                # Calls made or relayed here went the old way until now: those still on it
-                # come back through the source, ahead of this node's fence; the rest wait.
-                inc.local.append(held)
-            else:
-                self._take_in(inc, held)
+            self._keep(inc, held, relayed)
             return True
 
     def divert_batch(self, call: BatchSendCall, room: Admitted | None) -> bool:
@@ -237,11 +233,18 @@ class Relocator(Outbound, Inbound):
             if not self._keep_takes(inc, helds):
                 return self._wait_for_move(inc.waiting, helds, call, None, room, batch=call)
             for held in helds:
-                if inc.fences:  # as ``divert`` keeps each
-                    inc.local.append(held)
-                else:
-                    self._take_in(inc, held)
+                self._keep(inc, held, relayed=False)
             return True
+
+    def _keep(self, inc: Arriving, held: Held, relayed: bool) -> None:
+        """(Relocator lock held.) Keep a call for an arriving object, counted already.
+        Calls made or relayed here went the old way until now: those still on it come back
+        through the source, ahead of this node's fence; the rest wait for it (``local``).
+        What the source relayed goes in line (``relayed``)."""
+        if inc.fences and not relayed:
+            inc.local.append(held)
+        else:
+            self._take_in(inc, held)
 
     def _park_takes(self, out: Outgoing, envs: list[Relayable], lanes: OwnerLanes | None) -> bool:
         """(Relocator lock held.) Whether ``envs`` fit in ``out``'s park, behind no waiting

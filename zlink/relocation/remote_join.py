@@ -194,10 +194,8 @@ class RemoteJoin:
             return
         relocator = self.rt.relocator
         if target.state == SEALED and relocator is not None:  # moving: asked again once the
-            again = partial(self.on_ask, env)  # move ended, where the room is then
-            if not relocator.after_move(env.target, again):  # it ended a moment ago: its
-                self.rt.infra.submit(again)  # state settles under the relocator's lock
-            self.rt.metrics.add("joins_waiting_for_move")
+            relocator.after_move(env.target, partial(self.on_ask, env))  # move ended, where
+            self.rt.metrics.add("joins_waiting_for_move")  # the room is then
             return
         if target.state != READY:
             answer(error=Unavailable(f"{env.target!r} is sealed or closing"))

@@ -82,7 +82,7 @@ class Creation:
         if then is not None:
             assert act.activated is not None  # just made
             act.activated.add_callback(then)
-        self.activate(act, request, rehomed, wake=False)
+        self.activate(act, request, rehomed)
         self.rt.spots[spot_id] = act
         if wake:
             act.owner.wake()
@@ -131,11 +131,10 @@ class Creation:
                   "(unknown)" if lapsed is None else repr(lapsed))  # fmt: skip
         return True
 
-    def activate(
-        self, act: SpotAct, request: Message | None, rehomed: bool = False, wake: bool = True
-    ) -> None:
+    def activate(self, act: SpotAct, request: Message | None, rehomed: bool = False) -> None:
         """Queue construction, ``on_create`` (User Spots, not when re-homed) and
-        ``on_initialize`` (lifecycle); ``wake``: make the owner ready now."""
+        ``on_initialize`` (lifecycle), the owner not woken (``register_spot`` wakes it once
+        the Spot is published)."""
 
         def construct() -> None:
             act.instance = act.spec.cls(act.context)
@@ -157,10 +156,7 @@ class Creation:
             activated.set(result, None)
 
         job = LifeJob(act, "activation", lambda: run_steps(job, *steps), done, Lane.UNRESERVED)
-        if wake:
-            act.owner.put_unreserved(job)
-        else:
-            act.owner.lanes.put_unreserved(job, True)
+        act.owner.lanes.put_unreserved(job, True)
 
     def deactivate(self, act: SpotAct, error: Exception) -> None:
         """An activation failed (or never ran): the Spot goes, its creator gets ``error``, and
@@ -173,8 +169,8 @@ class Creation:
             act.activated.set(None, error)
         # what was sent to it fails as its create did: a lifecycle callback that raised is a
         # HandlerError (errors.md), which an Instance Spot's first message is the create of
-        queued = error if isinstance(error, HandlerError) else None
-        self._discard_queued(act, queued or NotFound(f"spot {act.spot_id!r} failed to activate"))
+        failed = NotFound(f"spot {act.spot_id!r} failed to activate")
+        self._discard_queued(act, error if isinstance(error, HandlerError) else failed)
 
     def _discard_queued(self, act: SpotAct | ActorAct, error: ZLinkError) -> None:
         """Discard what waits for ``act``, which was never made (or the node stops)."""

@@ -132,9 +132,7 @@ class Membership:
             and target.state == SEALED
             and relocator is not None
         ):  # moving: asked again once the move ended, where the room is then
-            again = partial(self._join_ask, actor, target_id, request)
-            if not relocator.after_move(target_id, again):  # it ended a moment ago: its
-                self.rt.infra.submit(again)  # state settles under the relocator's lock
+            relocator.after_move(target_id, partial(self._join_ask, actor, target_id, request))
             self.rt.metrics.add("joins_waiting_for_move")
             return
         if (target is None or target.state == GONE) and self.rt.remote_join is not None:

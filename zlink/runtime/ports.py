@@ -46,9 +46,9 @@ class RelocationPort(Protocol):
         """This node's fence for an arriving target is back; ``False`` if none is arriving."""
         ...
 
-    def after_move(self, target: str, then: Callable[[], None]) -> bool:
-        """If ``target`` is moving from or to this node, ``then()`` runs (infrastructure
-        thread) once the move ended, and ``True``; else ``False``."""
+    def after_move(self, target: str, then: Callable[[], None]) -> None:
+        """``then()`` runs (infrastructure thread) once the move of ``target`` from or to
+        this node ended; at once if none is under way."""
         ...
 
     def signaled(self, act: SpotAct) -> bool:

@@ -182,7 +182,6 @@ class Runtime:
         self.instance_spec = creation.instance_spec
         self.activate_instance = creation.activate_instance
         self.rehome = creation.rehome
-        self.activate = creation.activate
         self.deactivate = creation.deactivate
         self.submit_create = creation.submit_create
         self.deadline_of = creation.deadline_of
