@@ -199,12 +199,16 @@ class OwnerLanes:
                 owner.gate.push(owner)
         return ADMITTED
 
-    def put_app_moved(self, item: Any, payload_bytes: int, count: int = 1) -> bool:
-        """Append an item that was admitted on another node and moved here with its queue.
+    def put_app_moved(
+        self, item: Any, payload_bytes: int, count: int = 1, ready: bool = True
+    ) -> bool:
+        """Append an item that was admitted elsewhere (another node, or the activation before
+        this one) and moved here with its queue.
 
         It was accepted once, so it is never refused again (§7: nothing accepted is lost): the
         reservation is taken past the limits and past a seal. Returns ``True`` when the lane is
-        now over a limit (it admits nothing new until it drains below it).
+        now over a limit (it admits nothing new until it drains below it). ``ready=False``:
+        the owner is not made ready (its maker wakes it once it is published).
         """
         cost = payload_bytes + self._retained * count
         with self._put_lock:
@@ -218,7 +222,8 @@ class OwnerLanes:
                 self._app_in - self._app_out > self._app_items
                 or self._app_in_bytes - self._app_out_bytes > self._app_bytes
             )
-        self._ready()
+        if ready:
+            self._ready()
         return over
 
     def put_app_entries(self, entries: Entries) -> Admission:
@@ -372,6 +377,20 @@ class OwnerLanes:
             waiters.remove(waiter)
             waiter.queued = False
             return True
+
+    def take_waiters(self) -> list[RoomWaiter]:
+        """Take every producer waiting for room in the application lane out, in their order
+        (``cancel_wait`` says ``False`` for each from now on; ``notify`` is the caller's to
+        call): an owner that is replaced hands them to the one after it."""
+        with self._put_lock:
+            waiters = self.app_waiters
+            if not waiters:
+                return []
+            out = list(waiters)
+            waiters.clear()
+            for waiter in out:
+                waiter.queued = False
+        return out
 
     def note_refused(self) -> None:
         """Count a put the caller finally refused for want of room (status, per target)."""

@@ -30,14 +30,23 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import CallJob, Lane, Owner, Turn, current_turn
+from ..executor import (
+    Admission,
+    CallJob,
+    Entries,
+    Lane,
+    Owner,
+    RoomWaiter,
+    Turn,
+    current_turn,
+)
 
 if TYPE_CHECKING:
     from .runtime import Runtime
 from ..timers import TimerJob
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct, quiet
-from .jobs import LifeJob, discard_jobs
+from .jobs import BatchJob, LifeJob, SendJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
 
@@ -91,7 +100,8 @@ class Closing:
     def _begin_close(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """(``act`` is CLOSING now.) Its timers stop, its members go home, then
         ``on_closing`` is queued."""
-        act.owner.lanes.end_waits()  # who waits for room is refused as a new call now is
+        if not self.rt.reactivates(act):  # (an Instance Spot's wait on, for the next one)
+            act.owner.lanes.end_waits()  # who waits for room is refused as a new call now is
         act.cancel_timers()
         deadline = self._deadline(act, 0)
         members = list(act.members)
@@ -207,11 +217,13 @@ class Closing:
         if timer is not None:
             timer.cancel()
         with self.rt.directory.lock:  # its subscriptions go with it (``Directory.forget``)
-            self.rt.directory.forget(act)
+            act.owner.lanes.set_closed(True, end_waits=False)  # all it took is queued now
+            again, left, taken = self._reactivate(act)
+            self.rt.directory.forget(act, again)  # (``again`` in its place, in one step)
             act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
         router = self.rt.router
-        if router is not None:  # on the store thread; fenced: a stale owner's is refused
-            router.store_worker.call(
+        if router is not None and again is None:  # on the store thread; fenced: a stale
+            router.store_worker.call(  # owner's is refused
                 router.store.release,
                 act.spot_id,
                 self.rt.node_id,
@@ -225,9 +237,53 @@ class Closing:
             else NotFound(f"spot {act.spot_id!r} was closed")
         )
         reason = "at_shutdown" if stopping else "spot_closed"
-        act.owner.lanes.end_waits()  # one that queued after the close began: refused now
-        discard_jobs(self.rt, act.owner.drain(), error, reason)
+        act.owner.lanes.end_waits()  # one that queued after the close began: routed again now
+        discard_jobs(self.rt, left, error, reason)  # (to the next activation, if there is one)
         self.rt.metrics.add("spots_closed")
+        if again is not None:
+            again.owner.wake()
+            for waiter in taken:
+                waiter.notify(Admission.ADMITTED)
+
+    def _reactivate(self, act: SpotAct) -> tuple[SpotAct | None, list[Any], list[RoomWaiter]]:
+        """(Directory lock held; ``act``'s admission closed.) An Instance Spot is activated by
+        the calls made to it (execution-model §14), and its callers cannot see a close
+        coming (it was idle, or it closed itself): messages it took and never ran, those
+        that came while ``on_closing`` ran among them, are the first work of its next
+        activation, made here at once, in their order and before anyone can find it (per
+        sender FIFO, §6), as Orleans forwards what a deactivating grain received to its next
+        activation. It keeps the placement (its Location Store row stays this node's; on a
+        mesh its generation too: the store is not asked again); its state starts anew (the
+        constructor and ``on_initialize`` run first). Not on a node that stops, drains or
+        fenced itself. Callers that waited for room in its lane (python-api §9) come next,
+        in their order, past the new lane's limit if need be (it then admits nothing new
+        until it drains below it, as a moved queue does). Returns that activation (``None``:
+        none made; else not published yet), what else was queued, to discard, and the
+        waiters it took in, to tell."""
+        items = act.owner.drain()
+        rt = self.rt
+        if (
+            act.kind is not SpotKind.INSTANCE
+            or rt.stopping
+            or rt.draining
+            or rt.fenced
+            or rt.spots.get(act.spot_id) is not act  # (dropped meanwhile: nothing to replace)
+        ):
+            return None, items, []
+        carried = [item for item in items if isinstance(item, (SendJob, BatchJob))]
+        taken = act.owner.lanes.take_waiters()
+        for waiter in taken:
+            item = waiter.item
+            carried.extend(item.items if isinstance(item, Entries) else [item])
+        if not carried:
+            return None, items, []
+        left = [item for item in items if not isinstance(item, (SendJob, BatchJob))]
+        generation = act.ref.object_generation if rt.router is not None else None
+        again = rt.register_spot(act.spec, act.spot_id, generation, act.authority,
+                                 carried=carried, publish=False)  # fmt: skip
+        rt.metrics.add("instance_reactivations")
+        rt.metrics.add("messages_carried_to_next_activation", sum(j.count for j in carried))
+        return again, left, taken
 
     def sweep_idle(self) -> None:
         """On the infrastructure thread: close User/Instance Spots idle for ``idle_timeout``."""
@@ -256,6 +312,8 @@ class Closing:
             if act.state != READY or act.members or not lanes.close_if_idle(_is_tick):
                 return
             act.state = CLOSING
+            if act.kind is SpotKind.INSTANCE:  # what comes now goes to its next activation
+                lanes.set_closed(False, end_waits=False)  # (``_reactivate``)
         self._begin_close(act, SpotCloseReason.IDLE_EVICTED)
 
     def close_all(self, budget: float) -> None:

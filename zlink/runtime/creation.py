@@ -45,7 +45,16 @@ from ..types import (
     SpotKind,
 )
 from .acts import GONE, READY, ActorAct, SpotAct
-from .jobs import LifeJob, discard_jobs, failure, lifecycle_error, not_serving, run_steps
+from .jobs import (
+    BatchJob,
+    LifeJob,
+    SendJob,
+    discard_jobs,
+    failure,
+    lifecycle_error,
+    not_serving,
+    run_steps,
+)
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -68,6 +77,7 @@ class Creation:
         self, spec: TypeSpec, spot_id: str, generation: int | None = None, authority: int = 1,
         *, request: Message | None = None, rehomed: bool = False,
         then: Callable[[Any, BaseException | None], Any] | None = None, wake: bool = True,
+        carried: list[SendJob | BatchJob] | None = None, publish: bool = True,
     ) -> SpotAct:  # fmt: skip
         """Make a Spot and publish it in the node's table, its activation (``activate``)
         queued first: a call that finds it there queues behind the constructor, ``on_create``
@@ -76,13 +86,21 @@ class Creation:
         owner is woken only once it is published, so the activation never runs before
         anyone can find the Spot (``wake=False``: the caller wakes it, once it has
         published more). ``then``: called with the activation's outcome. The caller holds
-        the directory lock, but at the node's start."""
+        the directory lock, but at the node's start. ``carried``: messages the activation
+        before this one took and never ran (``Closing.reactivate``), queued behind the
+        activation, in their order, before anyone can find the Spot. ``publish=False``: the
+        caller publishes it (``Directory.forget`` of the one it replaces) and wakes it."""
         act = SpotAct(self.rt, spec, spot_id, generation or self.rt.directory.next_generation())
         act.authority = authority  # the store's: a re-homed Spot's is past 1 (fencing)
         if then is not None:
             assert act.activated is not None  # just made
             act.activated.add_callback(then)
         self.activate(act, request, rehomed)
+        for job in carried or ():
+            job.act = act
+            act.owner.lanes.put_app_moved(job, job.size, job.count, ready=False)
+        if not publish:
+            return act
         self.rt.spots[spot_id] = act
         if wake:
             act.owner.wake()

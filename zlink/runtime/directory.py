@@ -53,16 +53,21 @@ class Directory:
         """A new ``ObjectGeneration`` for an incarnation made without a store."""
         return next(self._generations)
 
-    def forget(self, act: SpotAct | ActorAct) -> None:
+    def forget(self, act: SpotAct | ActorAct, successor: SpotAct | None = None) -> None:
         """``act`` leaves its table if it is there, a Spot with its subscriptions (the caller
         holds ``lock``), and its admission closes: a call that found it before and is put
         only now is refused, and routed again (``Runtime._not_ready``), never run on an
         object that is gone (closed, failed to activate, dropped, moved away). Its waits for
-        room end once the caller lets the lock go (``OwnerLanes.end_waits``)."""
+        room end once the caller lets the lock go (``OwnerLanes.end_waits``). ``successor``:
+        the Spot's next activation takes its place in one step (a reader that takes no lock
+        finds one or the other, never none, which would send it to the store)."""
         act.owner.lanes.set_closed(True, end_waits=False)
         table: dict[str, Any] = self.spots if isinstance(act, SpotAct) else self.actors
         if table.get(act.name) is act:
-            del table[act.name]
+            if successor is not None:
+                table[act.name] = successor
+            else:
+                del table[act.name]
             self.stats.retire(act)
             if isinstance(act, SpotAct):
                 for topic in self.subscribed.get(act.name, ()):

@@ -81,6 +81,7 @@ from ..messaging.message import check_reply, lane_size, lane_size_many, to_wire
 from ..status import OwnerStatus, TimerStatus, TypeStatus
 from ..types import SpotKind
 from .acts import (
+    CLOSING,
     GONE,
     PAST_READY,
     READY,
@@ -346,7 +347,7 @@ class Runtime:
                     return self._remote(call, reply, mode, hops, room)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
-            elif act.state in PAST_READY and not force:
+            elif act.state in PAST_READY and not force and not self.reactivates(act):
                 return self._not_ready(act, call, reply, mode, hops, room)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
@@ -508,7 +509,7 @@ class Runtime:
         if self.stopping or self.draining:  # (a fenced node is marked draining too)
             raise not_serving(self)
         act = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
-        if act is None or act.state in PAST_READY:
+        if act is None or (act.state in PAST_READY and not self.reactivates(act)):
             router = self.router
             if act is None and router is not None and router.send_batch(call, room):
                 return  # one envelope, all or none where the target lives
@@ -583,6 +584,11 @@ class Runtime:
         (routed on), or it is closing (refused before any queue change). Calls still waiting
         for room in its lanes came first: they are routed the same way before this one."""
         lanes = act.owner.lanes
+        if self.reactivates(act):  # an eviction closes admission for a moment, to look:
+            with self.directory.lock:  # waited out here, then queued as any call is now
+                takes = act.state is CLOSING and not lanes.closed
+            if takes:
+                return self.submit(call, reply, mode, hops, room=room)
         if mode in (KEEP_TURN, YIELD_GATE):  # a wait only this turn's own gate could end is
             self._check_wait(current_turn(), act, mode)  # refused, moving or not (§9)
         if reply is not None and reply.timer is None:  # its deadline runs from now on
@@ -615,6 +621,16 @@ class Runtime:
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
+
+    def reactivates(self, act: SpotAct | ActorAct) -> bool:
+        """Whether ``act`` is an Instance Spot that closes while its node serves: it still
+        takes calls, for its next activation (``Closing._reactivate``)."""
+        return (
+            act.state is CLOSING
+            and type(act) is SpotAct
+            and act.kind is SpotKind.INSTANCE
+            and not self.stopping
+        )
 
     def _remote(
         self, call: MessageCall, reply: Completion | None, mode: WaitMode, hops: int,
