@@ -87,6 +87,8 @@ class _NodeCollector(Collector):
             ("zlink_actors", "Actors active on the node", s.actors),
             ("zlink_infrastructure_backlog", "Tasks waiting for the infrastructure thread",
              s.infrastructure_backlog),
+            ("zlink_infrastructure_deadlines", "Deadlines the infrastructure thread holds",
+             s.infrastructure_deadlines),
             ("zlink_worker_calls_in_flight", "context.workers calls running",
              s.worker_calls_in_flight),
             ("zlink_fenced", "1 while the node has fenced itself (its lease)", int(s.fenced)),

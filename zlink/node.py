@@ -56,7 +56,7 @@ from .relocation.remote_join import RemoteJoin
 from .runtime.routing import MeshRouter
 from .runtime.runtime import Runtime
 from .runtime.type_stats import LATENCY_BOUNDS, SAMPLE_EVERY
-from .status import NodeStatus, StatusSubscription
+from .status import NodeStatus, StatusPublisher, StatusSubscription
 
 _log = logging.getLogger("zlink.node")
 
@@ -274,7 +274,7 @@ class Node:
                 None if membership is None else membership.holds,
             )  # fmt: skip
             transport.serve_clients(self._client_server)
-        self._subscribers: list[StatusSubscription] = []
+        self._publisher: StatusPublisher | None = None  # made by the first subscription
         self._started = ""  # ISO 8601, set by start()
 
     @property
@@ -385,6 +385,7 @@ class Node:
             workers=self._pool.size,
             workers_busy=self._pool.busy,
             infrastructure_backlog=self._infra.backlog(),
+            infrastructure_deadlines=self._infra.deadlines(),
             infrastructure_alive=self._infra.alive,
             worker_calls_in_flight=rt.workers_in_flight,
             counters=rt.metrics.snapshot(),
@@ -416,20 +417,23 @@ class Node:
             raise InvalidArgument(f"callback must be callable, got {callback!r}")
         sub = StatusSubscription(callback, capacity)
         with self._state_lock:
-            self._subscribers.append(sub)
-            first = len(self._subscribers) == 1
-        if first:
-            self._infra.call_later(self.config.status_interval, self._publish)
+            publisher = self._publisher
+            if publisher is None:
+                publisher = self._publisher = StatusPublisher(
+                    self.node_id, self.status, self._arm_status
+                )
+        publisher.add(sub)
         return sub
 
-    def _publish(self) -> None:
-        """On the infrastructure thread: offer a snapshot to every subscriber, then re-arm."""
-        if self._state in ("stopping", "stopped"):
-            return
-        snapshot = self.status()
-        for sub in list(self._subscribers):
-            sub.offer(self.node_id, snapshot)
-        self._infra.call_later(self.config.status_interval, self._publish)
+    def _arm_status(self) -> None:
+        self._infra.call_later(self.config.status_interval, self._status_due)
+
+    def _status_due(self) -> None:
+        """(Infrastructure thread.) Ask the publisher for a status; it builds it on its own
+        thread (``StatusPublisher``)."""
+        publisher = self._publisher
+        if publisher is not None and self._state not in ("stopping", "stopped"):
+            publisher.tick()
 
     def relocate_spot(self, spot_id: str, target: str, timeout: float | None = None) -> None:
         """Move the User Spot ``spot_id`` (owned here) to node ``target``; blocks until the
@@ -582,6 +586,9 @@ class Node:
                 return False
             if not self._infra.wait_quiet(max(0.0, end - time.monotonic())):
                 return False
+            publisher = self._publisher  # a status asked for is part of the work
+            if publisher is not None and not publisher.wait_idle(max(0.0, end - time.monotonic())):
+                return False
             with rt.workers_idle:  # worker calls in flight will resume turns when done
                 if not rt.workers_idle.wait_for(
                     lambda: rt.workers_in_flight == 0, max(0.0, end - time.monotonic())
@@ -677,8 +684,8 @@ class Node:
         close = getattr(self._owned_store, "close", None)
         if close is not None:
             close()
-        for sub in self._subscribers:
-            sub.close()
+        if self._publisher is not None:
+            self._publisher.close()
         self._state = "stopped"
         _log.info("node %s stopped", self.node_id)
 

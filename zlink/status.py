@@ -1,9 +1,12 @@
 """Status snapshots and the bounded, coalescing status stream (execution-model §13).
 
 Guarantees / assumes:
-* A snapshot is built on demand (``node.status()``) or by the publisher on the infrastructure
-  heap; it reads counters without stopping any turn, so it is a consistent-enough picture, not a
-  transaction.
+* A snapshot is built on demand (``node.status()``) or by the node's ``StatusPublisher`` on a
+  thread of its own, every ``status_interval`` of the node's clock; it reads counters without
+  stopping any turn, so it is a consistent-enough picture, not a transaction. It is never
+  built on the infrastructure thread: a node of 40,000 Spots takes most of a second to
+  describe, and a probe's deadlines fired 0.9 s late, and its lease renewals so late that it
+  fenced itself, while that thread built one.
 * Each subscriber has its own delivery thread and ``capacity`` slots guarded by ``_cond``.
   ``offer`` never blocks: when the slots are full, the status is kept as the latest for its
   source (coalesced) and delivered after the queued ones. A slow subscriber therefore never slows
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -114,7 +119,8 @@ class NodeStatus(BaseModel):
     started: str = ""  # when the node started, ISO 8601 in UTC ("" before it started)
     workers: int
     workers_busy: int
-    infrastructure_backlog: int
+    infrastructure_backlog: int  # tasks waiting for the infrastructure thread now
+    infrastructure_deadlines: int = 0  # deadlines it holds (requests, timers, leases), about
     infrastructure_alive: bool  # its thread runs (it survives failures: python-api §9)
     worker_calls_in_flight: int
     counters: dict[str, int]
@@ -166,10 +172,15 @@ class StatusSubscription:
             return len(self._queue) + len(self._latest)
 
     def close(self) -> None:
-        """Stop delivering; the thread ends after the callback it is in, if any."""
+        """Stop delivering; the thread ends after the callback it is in, if any. The node
+        stops building statuses for it."""
         with self._cond:
             self._closed = True
             self._cond.notify()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     def _run(self) -> None:
         while True:
@@ -187,3 +198,108 @@ class StatusSubscription:
                 # a KeyboardInterrupt from it must not end this thread: it served for good)
                 _log.exception("status subscriber %r failed", self._callback)
             self.delivered += 1
+
+
+_PACE = 9.0  # a build of ``b`` seconds is followed by at least ``_PACE * b`` without one
+
+
+class StatusPublisher:
+    """Builds a node's status for its subscribers (execution-model §13: observation takes
+    the progress right of neither domain), on a thread of its own.
+
+    ``tick()`` (the node's infrastructure heap calls it every ``status_interval``) only asks
+    for a build and returns. The publisher's thread builds (``build``), offers the snapshot to
+    every open subscription, and drops the closed ones; with none left the ticks stop until
+    the next ``add``. Builds are paced: after one that took ``b`` seconds the next waits at
+    least ``9 b`` more (real time), so describing a large node takes at most about a tenth
+    of a CPU; the ticks that come meanwhile ask for one build, not several.
+
+    Lock order: ``_cond`` is a leaf (``build`` and each ``offer`` run without it).
+    """
+
+    def __init__(
+        self, source: str, build: Callable[[], NodeStatus],
+        arm: Callable[[], Any],
+    ) -> None:  # fmt: skip
+        self._source = source
+        self._build = build
+        self._arm = arm  # puts the next ``tick`` on the node's deadline heap
+        self._cond = threading.Condition(threading.Lock())
+        self._subs: list[StatusSubscription] = []
+        self._armed = False
+        self._due = False
+        self._building = False
+        self._closed = False
+        self._not_before = 0.0  # (monotonic) the pace: no build before this
+        self.built = 0
+        self._thread: threading.Thread | None = None
+
+    def add(self, sub: StatusSubscription) -> None:
+        """Deliver to ``sub`` from the next tick on (the first one arms the ticks)."""
+        with self._cond:
+            if self._closed:
+                sub.close()
+                return
+            self._subs.append(sub)
+            arm, self._armed = not self._armed, True
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name=f"zlink-status-{self._source}", daemon=True
+                )
+                self._thread.start()
+        if arm:
+            self._arm()
+
+    def tick(self) -> None:
+        """(Infrastructure thread.) Ask for a build; re-arm while anyone subscribes."""
+        with self._cond:
+            self._subs = [s for s in self._subs if not s.closed]
+            if self._closed or not self._subs:
+                self._armed = False
+                return
+            self._due = True
+            self._cond.notify_all()
+        self._arm()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no build is asked for or under way (``False`` past ``timeout``)."""
+        with self._cond:
+            return self._cond.wait_for(
+                lambda: self._closed or not (self._due or self._building), timeout
+            )
+
+    def close(self) -> None:
+        """Stop building and close every subscription (the node stops)."""
+        with self._cond:
+            self._closed = True
+            subs, self._subs = self._subs, []
+            self._cond.notify_all()
+        for sub in subs:
+            sub.close()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._closed or self._due)
+                if self._closed:
+                    return
+                pause = self._not_before - time.monotonic()
+                if pause > 0:  # paced: the ticks meanwhile ask for this one build
+                    self._cond.wait_for(lambda: self._closed, pause)
+                    if self._closed:
+                        return
+                self._due, self._building = False, True
+                subs = list(self._subs)
+            began = time.monotonic()
+            try:
+                snapshot = self._build()
+                for sub in subs:
+                    sub.offer(self._source, snapshot)
+            except Exception:  # noqa: BLE001 - a status that cannot be built is skipped
+                _log.exception("the status of %s could not be built", self._source)
+            ended = time.monotonic()
+            with self._cond:
+                self.built += 1
+                self._building = False
+                self._not_before = ended + _PACE * (ended - began)
+                self._cond.notify_all()

@@ -364,14 +364,14 @@ def test_calls_kept_behind_a_lost_fence_go_by_the_store_after_a_request_timeout(
 
 def test_a_fence_that_came_back_leaves_no_deadline_behind(cluster):
     """A route switch's fence, once back, takes its deadline with it: an idle node's
-    ``infrastructure_backlog`` stays at its baseline, not moves x ``request_timeout`` (a growth
+    ``infrastructure_deadlines`` stays at its baseline, not moves x ``request_timeout`` (a growth
     probe saw 980 live deadlines on an idle node after 1,000 moves)."""
     n3 = cluster.node(2)
     _make(cluster, "room", "t.rl.room")
     c3 = n3.client()
     c3.send_to_spot("room", Add()).submit()  # node-3 now routes "room" to node-1
     cluster.wait_idle(WAIT)
-    before = n3.status().infrastructure_backlog
+    before = n3.status().infrastructure_deadlines
     owner = 0
     for _ in range(6):
         target = (owner + 1) % 3
@@ -380,7 +380,7 @@ def test_a_fence_that_came_back_leaves_no_deadline_behind(cluster):
         c3.send_to_spot("room", Add()).submit()  # relayed: node-3 learns, fences, switches
         cluster.wait_idle(WAIT)
     assert n3.counters().get("route_fences", 0) >= 2
-    assert n3.status().infrastructure_backlog == before
+    assert n3.status().infrastructure_deadlines == before
     assert cluster.node(owner).client().request_to_spot("room", Total()).wait(WAIT) == 7
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -142,3 +143,86 @@ def test_status_shows_each_timer_interval_next_due_sequence_and_late_ticks(make_
     now = datetime.datetime.fromisoformat(status.time)
     started = datetime.datetime.fromisoformat(status.started)
     assert now.tzinfo is not None and started <= now
+
+
+def test_a_status_built_for_subscribers_never_holds_up_the_infrastructure_thread(
+    make_node, clock: ManualClock, monkeypatch
+):
+    """Found by a probe: the node built each subscriber's status on its infrastructure
+    thread (about 20 us per Spot): with 40,000 Spots deadlines fired 0.9 s late, and a mesh
+    node's lease renewals came so late that it fenced itself (§13: observation takes the
+    progress right of neither domain). The test holds a build: a request's deadline still
+    fires meanwhile."""
+    node = make_node(build_app(), status_interval=1.0)
+    client = node.client()
+    client.spots.get_or_create("b", "t.ss.box").wait(WAIT)
+    building, go = threading.Event(), threading.Event()
+    real = zlink.Node.status
+
+    def held(self: zlink.Node) -> zlink.NodeStatus:
+        if threading.current_thread().name.startswith("zlink-status"):
+            building.set()
+            assert go.wait(WAIT)
+        return real(self)
+
+    monkeypatch.setattr(zlink.Node, "status", held)
+    got: list[zlink.NodeStatus] = []
+    node.subscribe_status(got.append)
+    gate = node._runtime.spots["b"].gate
+    assert gate._flag.acquire(False)  # the request waits in the queue, for its deadline
+    try:
+        clock.advance(1.0)
+        assert building.wait(WAIT)
+        asked = client.request_to_spot("b", Count()).timeout(2.0).future()
+        clock.advance(2.0)
+        with pytest.raises(zlink.DeadlineExceeded):
+            asked.result(WAIT)
+    finally:
+        go.set()
+        gate._flag.release()
+    assert node.wait_idle(WAIT)
+    deadline = time.monotonic() + WAIT
+    while not got:  # (delivered on the subscription's own thread)
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+
+
+def test_a_closed_subscription_costs_nothing_more(make_node, clock: ManualClock):
+    """Found by a probe: a closed subscription stayed with the node, which went on building
+    a status for it every interval."""
+    node = make_node(build_app(), status_interval=1.0)
+    sub = node.subscribe_status(lambda _s: None)
+    clock.advance(1.0)
+    assert node.wait_idle(WAIT)
+    publisher = node._publisher
+    assert publisher is not None and publisher.built == 1
+    sub.close()
+    for _ in range(3):
+        clock.advance(1.0)
+        assert node.wait_idle(WAIT)
+    assert publisher.built == 1
+    node.subscribe_status(lambda _s: None)  # a new one starts the ticks again
+    clock.advance(1.0)
+    assert node.wait_idle(WAIT)
+    assert publisher.built == 2
+
+
+def test_the_infrastructure_backlog_counts_tasks_waiting_not_deadlines(make_node):
+    """Found by a probe: ``infrastructure_backlog`` (``zlink_infrastructure_backlog``, "tasks
+    waiting for the infrastructure thread") counted every live deadline too: 2,000 requests
+    parked with their timeouts read as a backlog of 2,000 on an idle thread. Deadlines are a
+    figure of their own."""
+    node = make_node(build_app())
+    client = node.client()
+    client.spots.get_or_create("b", "t.ss.box").wait(WAIT)
+    gate = node._runtime.spots["b"].gate
+    assert gate._flag.acquire(False)
+    try:
+        asked = [client.request_to_spot("b", Count()).timeout(30).future() for _ in range(200)]
+        assert node.wait_idle(WAIT, busy=1)
+        status = node.status()
+        assert status.infrastructure_backlog == 0
+        assert status.infrastructure_deadlines >= 200
+        assert not any(f.done() for f in asked)
+    finally:
+        gate._flag.release()

@@ -1021,6 +1021,7 @@ def status(
         table.add_row("workers busy", f"{s.workers_busy} / {s.workers}")
         table.add_row("spots / actors", f"{s.spots} / {s.actors}")
         table.add_row("infrastructure backlog", str(s.infrastructure_backlog))
+        table.add_row("infrastructure deadlines", str(s.infrastructure_deadlines))
         table.add_row("infrastructure thread", "alive" if s.infrastructure_alive else "DEAD")
         table.add_row("worker calls in flight", str(s.worker_calls_in_flight))
         if s.address is not None:

@@ -237,9 +237,13 @@ class InfraExecutor:
         return thread is not None and thread.is_alive()
 
     def backlog(self) -> int:
-        """Immediate tasks not yet run plus live deadlines (a status figure)."""
-        with self._cond:
-            return len(self._ready) + sum(1 for e in self._heap if not e[2].cancelled)
+        """Tasks waiting for the thread now (a status figure)."""
+        return len(self._ready)
+
+    def deadlines(self) -> int:
+        """Deadlines on the heap not cancelled, about (a status figure; read without a scan:
+        a cancel that meets an entry already popped counts it dead for a while)."""
+        return max(0, len(self._heap) - self._dead)
 
     def _cancelled_one(self, handle: DeadlineHandle) -> None:
         """``handle`` was cancelled: it lets go of its call (under ``_cond``, which
