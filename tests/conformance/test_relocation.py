@@ -210,6 +210,19 @@ def test_a_relocated_spot_keeps_state_queued_messages_timers_and_generation(clus
     assert n1.counters()["relocated_out"] == 1 and n2.counters()["relocated_in"] == 1
 
 
+def test_get_or_create_finds_a_spot_that_moved_from_every_node(cluster):
+    """Found by a probe: the copy a move made on the target kept an activation completion
+    nobody would complete, so ``get_or_create`` of a Spot that had moved waited out its
+    deadline on every node (errors.md: ``get_or_create`` is safe to repeat)."""
+    _make(cluster, "room", "t.rl.room")
+    n1 = cluster.node(0)
+    n1.relocate_spot("room", "node-2", timeout=WAIT)
+    ref = cluster.node(1)._runtime.spots["room"].ref
+    for node in cluster.nodes:
+        got = node.client().spots.get_or_create("room", "t.rl.room").timeout(WAIT).wait(WAIT)
+        assert (got.created, got.spot_ref) == (False, ref)
+
+
 def test_recreate_starts_a_fresh_instance_on_the_target(cluster):
     n1, n2, _ = cluster.nodes
     _make(cluster, "fresh", "t.rl.fresh")

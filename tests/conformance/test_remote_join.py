@@ -141,6 +141,18 @@ def test_an_actor_joins_a_spot_on_another_node_and_moves_there_with_its_state(cl
     assert n2._runtime.spots["room"].members.keys() == {pid}
 
 
+def test_get_or_create_finds_an_actor_that_joined_a_spot_on_another_node(cluster):
+    """Found by a probe: the Actor's copy on the room's node kept an activation completion
+    nobody would complete, and ``get_or_create`` waited out its deadline on both nodes."""
+    n2 = cluster.node(1)
+    n2.client().spots.get_or_create("room", "t.xj.room").wait(WAIT)
+    pid = _player(cluster)
+    assert _join(cluster, pid, "room").joined
+    for node in cluster.nodes:
+        got = node.client().actors.get_or_create(pid, "t.xj.player").timeout(WAIT).wait(WAIT)
+        assert (got.actor_id, got.created) == (pid, False)
+
+
 def test_leaving_a_user_spot_for_one_on_another_node_tells_the_old_spot(cluster):
     n1, n2 = cluster.nodes
     n1.client().spots.get_or_create("here", "t.xj.room").wait(WAIT)

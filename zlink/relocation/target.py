@@ -107,13 +107,15 @@ class Inbound(RelocatorState):
                 if shell is None:
                     act = SpotAct(rt, spec, env.target, env.object_generation)
                     act.state = SEALED
-                    arriving: list[SpotAct | ActorAct] = [act]
+                    act.activated = None  # activated at its source: a get_or_create that
+                    arriving: list[SpotAct | ActorAct] = [act]  # finds it here is answered
                 else:
                     act, arriving = shell, []
                 for o, aspec in zip(actor_objects, actor_specs, strict=True):
                     assert aspec is not None
                     member = ActorAct(rt, aspec, o.object_id, rt.entries[aspec.name])
                     member.state = SEALED  # born held: its queue waits for the commit
+                    member.activated = None  # (made on its first node, as its Spot was)
                     member.spot = act
                     act.members[member.actor_id] = member
                     arriving.append(member)
