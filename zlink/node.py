@@ -645,7 +645,7 @@ class Node:
         # Calls awaiting a reply or room fail first, then worker calls are abandoned: a turn
         # that the abandoned call resumes and that fails on it must find its caller answered
         # already (Unavailable, not the HandlerError of a turn cut short by the shutdown).
-        error = Unavailable(f"node {self.node_id} shut down")
+        error = self._rt.at_stop(f"node {self.node_id} shut down")
         pending = self._infra.take_pending()
         with self._rt.workers_idle:
             of_workers = {run.completion for run in self._rt.worker_runs}

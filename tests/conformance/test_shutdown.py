@@ -32,6 +32,10 @@ class Stuck(zlink.Request[str], type_name="t.sd.stuck"):
     pass
 
 
+class Relay(zlink.Request[str], type_name="t.sd.relay"):
+    pass
+
+
 class Probe:
     def __init__(self) -> None:
         self.started = threading.Event()
@@ -72,6 +76,11 @@ def build_app(probe: Probe) -> zlink.App:
         def stuck(self, req: Stuck) -> str:  # holds its worker past any shutdown's timeout
             return probe.hold()
 
+        @zlink.handler
+        async def relay(self, req: Relay) -> str:  # awaits a Spot that holds its worker
+            out: str = await self.context.outbound.request_to_spot("s", Stuck())
+            return out
+
     return app
 
 
@@ -98,8 +107,36 @@ def test_shutdown_returns_in_time_and_abandons_a_worker_call_that_outlives_it(
             asked.result(WAIT)  # the caller: a typed error
         assert probe.waiter.wait(WAIT)
         assert probe.seen == ["Unavailable"]  # the worker call's waiter, too
-        assert node.counters().get("worker_calls_abandoned_at_shutdown") == 1
+        counters = node.counters()
+        assert counters.get("worker_calls_abandoned_at_shutdown") == 1
+        # counted once (a probe's stop counted it again as a handler error and a late reply:
+        # the handler the abandoned call resumed let its Unavailable through)
+        assert not counters.get("handler_errors") and not counters.get("late_replies")
         assert _node_threads_holding_exit() == []  # the call still runs, on a daemon thread
+    finally:
+        probe.release.set()
+        node.shutdown(timeout=WAIT)
+
+
+def test_a_handler_whose_awaited_request_the_shutdown_fails_is_not_a_handler_error(
+    probe: Probe,
+):
+    """The shutdown fails what waits for a reply with ``Unavailable``, its caller's own
+    request first: the handler that awaited one and lets that error through ended because
+    the node stopped, which is neither its fault nor a late reply."""
+    node = zlink.Node(build_app(probe), zlink.NodeConfig(workers=2)).start()
+    try:
+        client = node.client()
+        for spot in ("r", "s"):
+            client.spots.get_or_create(spot, "t.sd.room").wait(WAIT)
+        asked = client.request_to_spot("r", Relay()).timeout(60).future()
+        assert probe.started.wait(WAIT)  # "s" holds its worker; "r" awaits it
+        node.shutdown(timeout=0.5)
+        with pytest.raises(zlink.Unavailable):
+            asked.result(WAIT)
+        counters = node.counters()
+        assert counters.get("turns_abandoned_at_shutdown") == 1  # "s", still running
+        assert not counters.get("handler_errors") and not counters.get("late_replies")
     finally:
         probe.release.set()
         node.shutdown(timeout=WAIT)

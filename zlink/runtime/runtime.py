@@ -175,6 +175,9 @@ class Runtime:
         self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
         self.fenced = False  # self-fenced: its lease may have lapsed, it serves nothing
         self.stopping = False  # read on the hot path
+        # the errors the stop itself fails awaited calls with (``at_stop``): a turn that lets
+        # one through ended because the node stopped, counted where the stop failed the call
+        self.stop_errors: tuple[BaseException, ...] = ()
         self.draining = False  # drained: calls made here are refused; relayed calls go on
         self.stopped_admission = threading.Event()  # for those who must wait for it
         # the parts, and their public methods as this runtime's
@@ -754,21 +757,30 @@ class Runtime:
         with self.workers_idle:
             self.workers_closed = True  # no call is submitted from now on (submit_worker)
         never = [*self.io_pool.shutdown(), *self.cpu_pool.shutdown()]
+        unrun = self.at_stop(f"node {self.node_id} shut down before the worker call ran")
         for run in never:
             if isinstance(run, WorkerRun):
                 self.worker_slots.release()
-                if run.completion.set(None, Unavailable(
-                    f"node {self.node_id} shut down before the worker call ran"
-                )):  # fmt: skip
+                if run.completion.set(None, unrun):
                     self.metrics.add("worker_calls_discarded_at_shutdown")
                 self.worker_done(run)
         with self.workers_idle:
             running = list(self.worker_runs)
+        left = self.at_stop(
+            f"node {self.node_id} shut down; the worker call was abandoned still running"
+        )
         for run in running:
-            if run.completion.set(None, Unavailable(
-                f"node {self.node_id} shut down; the worker call was abandoned still running"
-            )):  # fmt: skip
+            if run.completion.set(None, left):
                 self.metrics.add("worker_calls_abandoned_at_shutdown")
+
+    def at_stop(self, text: str) -> Unavailable:
+        """An ``Unavailable`` the stop fails awaited calls with, each counted where it does
+        so: a handler that awaited one and lets it through is neither a handler error nor
+        a late reply (``finish_message``; a probe's stop counted one abandoned worker call
+        three times)."""
+        error = Unavailable(text)
+        self.stop_errors = (*self.stop_errors, error)
+        return error
 
     def _check_wait(self, turn: Turn | None, target: Act, mode: WaitMode) -> None:
         """§6: refuse a wait that needs the caller's own gate or its own Actor claim."""
@@ -874,6 +886,10 @@ class Runtime:
             self.metrics.add("messages_discarded_at_shutdown")
             if reply is not None:
                 reply.set(None, Unavailable(f"node {self.node_id} shut down before it ran"))
+            return
+        if self.stopping and err in self.stop_errors:  # (identity: the stop's own)
+            if reply is not None:  # (answered by the stop already, as a rule)
+                reply.set(None, err)
             return
         self.metrics.add("handler_errors")
         if reply is not None:
