@@ -392,3 +392,30 @@ def test_a_yield_continuation_still_queued_at_shutdown_is_closed_failed_and_coun
     finally:
         release.set()
         node.shutdown(timeout=WAIT)
+
+
+def test_a_call_whose_deadline_passes_is_counted_once_as_timed_out(
+    make_node, probe, clock: ManualClock
+):
+    """Found by a probe: no counter said a request had timed out; one that expired while
+    it waited for room was counted nowhere at all. ``calls_timed_out``: requests and
+    creates whose deadline failed them, once each (a reply that comes later is a late
+    reply as well, which says something else: its handler ran for nobody)."""
+    node = make_node(build_app(probe), app_lane_items=2)
+    client = node.client()
+    client.spots.get_or_create("a", "t.fc.room").wait(WAIT)
+    client.send_to_spot("a", Block()).submit()
+    assert probe.started.wait(WAIT)
+    queued = client.request_to_spot("a", Ask()).timeout(2.0).future()  # in the lane (the
+    # running Block holds the other place until it ends)
+    waiting = client.request_to_spot("a", Ask()).timeout(2.0).future()  # waits for room
+    assert node.wait_idle(WAIT, busy=1)
+    clock.advance(2.0)
+    for f in (queued, waiting):
+        with pytest.raises(zlink.DeadlineExceeded):
+            f.result(WAIT)
+    probe.release.set()
+    assert node.wait_idle(WAIT)
+    counters = node.counters()
+    assert counters.get("calls_timed_out") == 2
+    assert counters.get("late_replies") == 1  # the queued one ran, for nobody

@@ -181,12 +181,17 @@ class Admitted(Completion):
             ) from None
 
 
-def expire(completion: Completion, reason: BaseException | str) -> None:
+def expire(
+    completion: Completion, reason: BaseException | str,
+    counted: Callable[[], object] | None = None,
+) -> None:  # fmt: skip
     """The infrastructure deadline of a call: fail it unless it already completed.
 
     ``reason`` is the error, or the text of a ``DeadlineExceeded`` made only if it fires (most
     deadlines are cancelled by their reply, so most never need the exception object).
+    ``counted``: called once if this failed it (the node's ``calls_timed_out``).
     """
     if not completion.done:
         error = reason if isinstance(reason, BaseException) else DeadlineExceeded(reason)
-        completion.set(None, error)
+        if completion.set(None, error) and counted is not None:
+            counted()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ..errors import (
@@ -71,6 +72,7 @@ class Creation:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self._timed_out = partial(rt.metrics.add, "calls_timed_out")
 
     # -- activation ----------------------------------------------------------------------------
     def register_spot(
@@ -329,9 +331,10 @@ class Creation:
         return self.rt.request_timeout if deadline is None else deadline
 
     def arm(self, completion: Completion, deadline: float | None, reason: str) -> None:
-        """Put the call's deadline on the infrastructure heap (it fails it unless it is done)."""
+        """Put the call's deadline on the infrastructure heap (it fails it unless it is done;
+        counted then: ``calls_timed_out``)."""
         completion.timer = self.rt.infra.call_later(
-            self.deadline_of(deadline), expire, completion, reason
+            self.deadline_of(deadline), expire, completion, reason, self._timed_out
         )
 
     def _existing(

@@ -17,6 +17,12 @@ Every fault and every discard is counted once, under a name that says what it wa
   thread, its waiter failed with ``Unavailable``) / still queued (never run);
   ``turns_abandoned_at_shutdown``: a turn (a handler) still running then, left on its worker
   thread (its caller failed with ``Unavailable``);
+* ``calls_timed_out``: a request or a create whose deadline failed it
+  (``DeadlineExceeded``), once, wherever it was then (queued, waiting for room, on another
+  node); ``late_replies`` counts those whose handler still ran; ``worker_calls_timed_out``:
+  a ``context.workers`` call past its own timeout;
+* ``instance_reactivations`` / ``messages_carried_to_next_activation``: an Instance Spot
+  that closed with calls still to run was made again at once, with them (not losses);
 * ``relocation_restore_errors``: a restore attempt of an arriving Spot failed;
 * ``call_intake_errors``: a call from another node this node failed to take for a fault of
   its own (its caller gets ``Unavailable`` at once; a one-way one is also counted as

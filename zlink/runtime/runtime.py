@@ -178,6 +178,7 @@ class Runtime:
         # the errors the stop itself fails awaited calls with (``at_stop``): a turn that lets
         # one through ended because the node stopped, counted where the stop failed the call
         self.stop_errors: tuple[BaseException, ...] = ()
+        self._worker_timed_out = functools.partial(self.metrics.add, "worker_calls_timed_out")
         self.draining = False  # drained: calls made here are refused; relayed calls go on
         self.stopped_admission = threading.Event()  # for those who must wait for it
         # the parts, and their public methods as this runtime's
@@ -722,6 +723,7 @@ class Runtime:
                 expire,
                 completion,
                 "the worker call took longer than its timeout",
+                self._worker_timed_out,
             )
         with self.workers_idle:  # (then the pool's lock: abandon_workers never nests them)
             if not self.workers_closed:
