@@ -57,7 +57,7 @@ class TimerStatus(BaseModel):
     next_due_in: float  # seconds until its next tick is due (node clock; negative: late)
     sequence: int  # the last tick delivered
     late_ticks: int  # ticks counted late, never queued (python-api §11)
-    queued: int  # ticks admitted and not yet finished
+    queued: int  # ticks admitted and not yet finished (the one running, if any, included)
 
 
 class OwnerStatus(BaseModel):
