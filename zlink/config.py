@@ -119,6 +119,11 @@ class NodeConfig(BaseModel):
     idle_timeout: float | None = Field(
         None, ge=1e-3, le=1e7, description="close User/Instance Spots idle this long; None: never"
     )
+    store_retention: float | None = Field(
+        7 * 86400.0, ge=60.0, le=1e9,
+        description="seconds after a dead node's lease lapsed that the Location Store rows it"
+        " left go (python-api §10 'Failure'; swept by every node of a mesh); None: kept",
+    )  # fmt: skip
 
     def __init__(self, **data: Any) -> None:
         try:

@@ -326,6 +326,8 @@ class Node:
             self._transport.attach(self.node_id, self._rt.router, self._infra.submit, incarnation)
         if self._membership is not None:
             self._membership.announce()
+            if self.config.store_retention is not None:
+                self._infra.call_later(self._prune_every(), self._prune_due)
         for activated in self._rt.start():
             activated.wait(self.config.request_timeout)
         self._state = "running"
@@ -424,6 +426,39 @@ class Node:
                 )
         publisher.add(sub)
         return sub
+
+    def _prune_every(self) -> float:
+        """How often this node sweeps the store (``store_retention``): a quarter of it, at
+        most hourly."""
+        assert self.config.store_retention is not None
+        return min(3600.0, self.config.store_retention / 4)
+
+    def _prune_due(self) -> None:
+        """(Infrastructure thread.) Ask the store, on the store thread, to delete what dead
+        nodes left past the retention (``LocationStore.prune``); then again later."""
+        router, retention = self._rt.router, self.config.store_retention
+        if self._state in ("stopping", "stopped") or router is None or retention is None:
+            return
+        if not self._rt.fenced:  # (a fenced node's lease may have lapsed: it asks later)
+            asked = router.store_worker.call(router.store.prune, retention)
+            asked.add_callback(self._pruned)
+        self._infra.call_later(self._prune_every(), self._prune_due)
+
+    def _pruned(self, result: Any, error: BaseException | None) -> None:
+        metrics = self._rt.metrics
+        if error is not None:
+            metrics.add("store_prune_failures")
+            _log.warning("node %s: the Location Store's retention sweep failed: %s",
+                         self.node_id, error)  # fmt: skip
+            return
+        rows, nodes = result
+        if rows:
+            metrics.add("store_rows_pruned", rows)
+        if nodes:
+            metrics.add("store_nodes_pruned", nodes)
+        if rows or nodes:
+            _log.info("node %s: the Location Store's retention took %d rows and %d nodes"
+                      " that dead nodes left", self.node_id, rows, nodes)  # fmt: skip
 
     def _arm_status(self) -> None:
         self._infra.call_later(self.config.status_interval, self._status_due)

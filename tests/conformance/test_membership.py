@@ -225,3 +225,32 @@ def test_a_second_process_with_the_same_node_id_supersedes_the_first_for_good(
     finally:
         second.shutdown(WAIT)
         first.shutdown(WAIT)
+
+
+def test_the_rows_a_dead_node_left_go_after_the_retention(clock: ManualClock) -> None:
+    """Retention (python-api §10 "Failure"; Orleans cleans up defunct silos): a node that
+    died leaves its rows in the store; once its lease lapsed ``store_retention`` seconds ago
+    the live nodes' sweep deletes them (a durable first record stays), and its node row.
+    A call for such a Spot then finds nothing (it was not re-homed meanwhile)."""
+    with LocalCluster(_app(), nodes=2, clock=clock, workers=1, lease_seconds=3.0,
+                      store_retention=60.0) as cluster:  # fmt: skip
+        store = cluster.store
+        n1 = cluster.node(0)
+        n1.client().spots.get_or_create("mine", "t.mb.room").wait(WAIT)
+        ghost = store.register_node("ghost", "inproc://ghost", 3.0)  # it dies at once
+        for spot in ("g-1", "g-2"):
+            store.reserve(spot, "spot", "t.mb.room", "ghost", ghost.incarnation)
+        store.reserve("g-3", "spot", "t.mb.room", "ghost", ghost.incarnation, ("t.mb.ping", "{}"))
+        start = clock.now()
+        while clock.now() < start + 3.0 + 60.0 + 20.0:  # its lapse, the retention, a sweep
+            clock.advance(0.5)  # the live nodes renew all along
+            cluster.wait_idle(WAIT)
+        pruned = sum(n.counters().get("store_rows_pruned", 0) for n in cluster.nodes)
+        assert pruned == 2
+        assert store.lookup("g-1") is None and store.lookup("g-2") is None
+        assert store.lookup("g-3") is not None  # an accepted message waits in it
+        assert store.lookup("mine") is not None and store.lookup("mine").owner_live
+        assert sum(n.counters().get("store_nodes_pruned", 0) for n in cluster.nodes) == 1
+        with pytest.raises(zlink.NotFound):
+            n1.client().request_to_spot("g-1", Ping()).wait(WAIT)
+        assert n1.client().request_to_spot("mine", Ping()).wait(WAIT) == "pong"

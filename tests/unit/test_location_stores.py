@@ -356,6 +356,49 @@ def test_the_durable_first_record_is_written_with_the_claim_and_kept_for_the_nex
     assert store.lookup("c-2").first is None
 
 
+def test_prune_deletes_what_dead_nodes_left_once_their_lease_lapsed_long_enough(
+    store: Any, clock: ManualClock
+) -> None:
+    """Retention (python-api §10 "Failure", as Orleans cleans up defunct silos): rows of
+    Spots and Actors whose owner's lease lapsed more than ``lapsed_for`` seconds ago go, but
+    one holding a durable first record (an accepted message, execution-model §14); and the
+    node rows whose lease lapsed that long ago. Live owners' rows, and a lapse too recent,
+    stay. No generation or incarnation repeats after it."""
+    n1 = store.register_node("n1", "inproc://n1", LEASE)
+    n2 = store.register_node("n2", "inproc://n2", LEASE)
+    n3 = store.register_node("n3", "inproc://n3", 1e6)
+    for spot in ("a-1", "a-2"):
+        store.reserve(spot, "spot", "game.room", "n1", n1.incarnation)
+    store.reserve("u-1", "actor", "game.player", "n1", n1.incarnation)
+    store.reserve("i-1", "spot", "mp.counter", "n1", n1.incarnation, ("mp.where", "{}"))
+    store.reserve("b-1", "spot", "game.room", "n2", n2.incarnation)
+    live = store.reserve("c-1", "spot", "game.room", "n3", n3.incarnation).location
+    clock.advance(LEASE + 10)  # n1 and n2 stop renewing; n3 lives on
+    assert store.prune(100.0) == (0, 0)  # lapsed 10 s ago: too recent
+    clock.advance(50)
+    store.renew_node("n3", n3.incarnation, 1e6)
+    n2b = store.register_node("n2", "inproc://n2", 1e6)  # n2 restarted; its old rows remain
+    clock.advance(60)  # lapsed 120 s ago now
+    assert store.prune(100.0) == (4, 1)  # a-1, a-2, u-1, b-1; the node row of n1
+    for gone in ("a-1", "a-2", "u-1", "b-1"):
+        assert store.lookup(gone) is None
+    assert store.lookup("i-1").first == ("mp.where", "{}")  # kept for its next owner
+    assert store.lookup("c-1") == replace_lease(live, store.lookup("c-1"))
+    assert store.prune(100.0) == (0, 0)  # nothing more
+    assert not store.lookup("i-1").owner_live  # (its owner's row went: lapsed for good)
+    assert {r.node_id for r in store.nodes()} == {"n2", "n3"}
+    again = store.reserve("a-1", "spot", "game.room", "n3", n3.incarnation).location
+    assert again.object_generation > live.object_generation  # no generation repeats
+    assert store.register_node("n1", "inproc://n1", LEASE).incarnation > n2b.incarnation
+
+
+def replace_lease(expected: Any, found: Any) -> Any:
+    """``expected`` with the lease ``found`` reads now (a live owner's lease moves on)."""
+    from dataclasses import replace
+
+    return replace(expected, lease_until=found.lease_until)
+
+
 # -- the SQLite file ----------------------------------------------------------------------------
 
 

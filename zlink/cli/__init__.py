@@ -262,6 +262,14 @@ def run(
             " renew it stops serving; a dead node's Spots move after it",
         ),
     ] = None,
+    store_retention: Annotated[
+        float | None,
+        typer.Option(
+            envvar="ZLINK_STORE_RETENTION",
+            help="seconds after a dead node's lease lapsed that the rows it left in the store"
+            " go (default a week; at least 60)",
+        ),
+    ] = None,
     insecure: Annotated[
         bool,
         typer.Option(
@@ -323,6 +331,7 @@ def run(
         obj = load(target, factory)
         if not isinstance(obj, App):  # a main(): it makes its own node(s), if any
             given = {"--listen": listen, "--store": store, "--keys": keys, "--lease": lease,
+                     "--store-retention": store_retention,
                      "--advertise": advertise, "--nodes": nodes, "--workers": workers,
                      "--insecure": insecure or None,
                      "--drain-timeout": drain_timeout}  # fmt: skip
@@ -350,13 +359,14 @@ def run(
             admin = None
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
                            insecure, keys, log_level.value, lease, log_format.value, admin,
-                           admin_allow_remote, advertise))  # fmt: skip
+                           admin_allow_remote, advertise, store_retention))  # fmt: skip
     with _user_errors():
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, advertise=advertise, mesh=mesh,
             insecure=insecure,
             keys=keys, **({} if store is None else {"store": store}),
             **({} if lease is None else {"lease_seconds": lease}),
+            **({} if store_retention is None else {"store_retention": store_retention}),
         )  # fmt: skip
     stop = threading.Event()
     with _SignalWaker() as waker:
@@ -492,6 +502,7 @@ def _run_many(
     listen: str | None, store: str | None, mesh: str, insecure: bool, keys: str | None,
     log_level: str, lease: float | None = None, log_format: str = "text",
     admin: str | None = None, admin_allow_remote: bool = False, advertise: str | None = None,
+    store_retention: float | None = None,
 ) -> int:  # fmt: skip
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
@@ -527,7 +538,7 @@ def _run_many(
                 address = base if port in ("0", "*") else f"{host}:{int(port) + i - 1}"
                 args = _child_args(target, factory, f"{node_id}-{i}", address, store, mesh,
                                    insecure, keys, workers, lease, log_level, log_format, admin,
-                                   admin_allow_remote, advertise)  # fmt: skip
+                                   admin_allow_remote, advertise, store_retention)  # fmt: skip
                 args += ["--summary-file", str(summaries / f"{i}.json"),
                          "--ready-file", str(summaries / f"{i}.ready")]  # fmt: skip
                 # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
@@ -676,7 +687,7 @@ def _child_args(
     target: str, factory: bool, node_id: str, address: str, store: str, mesh: str,
     insecure: bool, keys: str | None, workers: int | None, lease: float | None,
     log_level: str, log_format: str, admin: str | None, admin_allow_remote: bool,
-    advertise: str | None = None,
+    advertise: str | None = None, store_retention: float | None = None,
 ) -> list[str]:  # fmt: skip
     """The command line of one ``--nodes`` child: every setting the parent was given that a
     node needs, explicitly (its environment is the parent's, less ``_child_env``'s drops).
@@ -692,6 +703,7 @@ def _child_args(
     args += [] if keys is None else ["--keys", keys]
     args += [] if workers is None else ["--workers", str(workers)]
     args += [] if lease is None else ["--lease", repr(lease)]
+    args += [] if store_retention is None else ["--store-retention", repr(store_retention)]
     args += [] if advertise is None else ["--advertise", advertise]
     if admin is not None and parse_address(admin)[1] == 0:
         args += ["--admin", admin] + (["--admin-allow-remote"] if admin_allow_remote else [])

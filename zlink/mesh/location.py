@@ -124,6 +124,17 @@ class LocationStore(Protocol):
 
     def owned(self) -> dict[str, int]: ...
 
+    def prune(self, lapsed_for: float) -> tuple[int, int]:
+        """Retention (python-api §10 "Failure"; Orleans cleans up defunct silos): delete
+        what nodes that died left behind, once their lease lapsed more than ``lapsed_for``
+        seconds ago on the store's clock: each Spot and Actor row such an incarnation owns,
+        but one that holds a durable first record (an accepted message, kept until a call
+        runs it: execution-model §14), and each node row whose lease lapsed that long ago.
+        A later call for such a Spot finds nothing (``NotFound``; ``get_or_create`` makes
+        it anew) instead of re-homing it empty. Generations and incarnations come from
+        store-wide counters: none repeats. Returns how many (locations, nodes) went."""
+        ...
+
 
 def refuse_other_mesh(store: str, theirs: str, mesh: str) -> None:
     """``InvalidArgument`` if ``store``, serving the mesh ``theirs``, is asked to serve the
@@ -245,6 +256,28 @@ class InMemoryLocationStore:
             for location in self._locations.values():
                 counts[location.owner_node] = counts.get(location.owner_node, 0) + 1
             return counts
+
+    def prune(self, lapsed_for: float) -> tuple[int, int]:
+        """See ``LocationStore.prune``."""
+        with self._lock:
+            before = self._now() - lapsed_for
+            gone = [
+                spot_id for spot_id, found in self._locations.items()
+                if found.first is None and self._lapsed_before(found, before)
+            ]  # fmt: skip
+            for spot_id in gone:
+                del self._locations[spot_id]
+            dead = [n for n, r in self._nodes.items() if r.lease_until < before]
+            for node_id in dead:
+                del self._nodes[node_id]
+            for node_id in [n for n, (_i, until) in self._retired.items() if until < before]:
+                del self._retired[node_id]
+            return len(gone), len(dead)
+
+    def _lapsed_before(self, found: Location, before: float) -> bool:
+        """(Under ``_lock``.) Whether ``found``'s owner's lease lapsed before ``before``."""
+        until = self._as_now(found, before).lease_until
+        return until < before
 
     def _live(self, node_id: str, incarnation: int, now: float) -> bool:
         found = self._nodes.get(node_id)

@@ -309,6 +309,39 @@ return out
 """
 
 
+# ARGV: P, now, lapsed_for, spot... (retention: each spot whose owner's lease lapsed before
+# now - lapsed_for goes, but one holding a first record; returns how many went)
+_PRUNE = """
+local now = now_of(ARGV[2])
+local before = now - tonumber(ARGV[3])
+local gone = 0
+for i = 4, #ARGV do
+  local found = location(ARGV[i], now)
+  if found and found[9] == '' and tonumber(found[7]) < before then
+    redis.call('DEL', P .. 'loc:' .. ARGV[i])
+    gone = gone + 1
+  end
+end
+return gone
+"""
+
+# ARGV: P, now, lapsed_for (retention: node records whose lease lapsed before now - lapsed_for)
+_PRUNE_NODES = """
+local before = now_of(ARGV[2]) - tonumber(ARGV[3])
+local gone = 0
+for _, node in ipairs(redis.call('SMEMBERS', P .. 'nodes')) do
+  local lease = redis.call('HGET', P .. 'node:' .. node, 'lease_until')
+  if not lease or tonumber(lease) < before then
+    redis.call('DEL', P .. 'node:' .. node)
+    redis.call('SREM', P .. 'nodes', node)
+    gone = gone + 1
+  end
+end
+return gone
+"""
+_PRUNE_BATCH = 500  # spots per script run: the server serves others between runs
+
+
 class RedisLocationStore:
     """The Location Store in Redis (see the module docstring).
 
@@ -348,6 +381,7 @@ class RedisLocationStore:
                 ("lookup", _LOOKUP), ("claim", _CLAIM), ("release", _RELEASE),
                 ("transfer", _TRANSFER), ("register", _REGISTER), ("renew", _RENEW),
                 ("unregister", _UNREGISTER), ("nodes", _NODES), ("clear_first", _CLEAR_FIRST),
+                ("prune", _PRUNE), ("prune_nodes", _PRUNE_NODES),
             )
         }  # fmt: skip
         self._lock = threading.Lock()  # a leaf: guards _closed and _calls
@@ -433,6 +467,20 @@ class RedisLocationStore:
             return counts
 
         return self._call(count)
+
+    def prune(self, lapsed_for: float) -> tuple[int, int]:
+        """See ``LocationStore.prune``: a scan of the prefix's location keys (for a
+        retention sweep, not a hot path), each batch judged and deleted by one script, then
+        the node records."""
+        pattern = _glob(self._prefix + "loc:") + "*"
+        start = len(self._prefix) + len("loc:")
+        keys = self._call(lambda: list(self._redis.scan_iter(match=pattern, count=1000)))
+        spots = [key[start:] for key in keys]
+        rows = 0
+        for at in range(0, len(spots), _PRUNE_BATCH):
+            rows += int(self._run("prune", _seconds(lapsed_for), *spots[at : at + _PRUNE_BATCH]))
+        nodes = int(self._run("prune_nodes", _seconds(lapsed_for)))
+        return rows, nodes
 
     # -- locations ------------------------------------------------------------------------------
     def reserve(

@@ -89,6 +89,14 @@ _SELECT_LOCATION = (
     " FROM locations l LEFT JOIN nodes n ON n.node_id = l.owner_node WHERE l.spot_id = ?"
 )
 _LIVE = "SELECT lease_until FROM nodes WHERE node_id = ? AND incarnation = ? AND lease_until >= ?"
+# retention: the rows of owners whose lease lapsed before ?, but a durable first record
+_PRUNE_LOCATIONS = (
+    "DELETE FROM locations WHERE first_type IS NULL AND spot_id IN (SELECT l.spot_id"
+    " FROM locations l LEFT JOIN nodes n ON n.node_id = l.owner_node WHERE"
+    " CASE WHEN n.incarnation = l.owner_incarnation THEN n.lease_until"
+    " WHEN n.retired_incarnation = l.owner_incarnation THEN n.retired_lease_until ELSE 0.0 END"
+    " < ?)"
+)
 _NEXT = "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value"
 
 # SQLite's primary result codes that mean "this path is not a store we can use": refused at
@@ -269,6 +277,17 @@ class SqliteLocationStore:
             return {str(node): int(n) for node, n in rows}
 
         return self._read(count)
+
+    def prune(self, lapsed_for: float) -> tuple[int, int]:
+        """See ``LocationStore.prune``: one write transaction."""
+
+        def prune(conn: sqlite3.Connection) -> tuple[int, int]:
+            before = self._now() - lapsed_for
+            rows = conn.execute(_PRUNE_LOCATIONS, (before,)).rowcount
+            nodes = conn.execute("DELETE FROM nodes WHERE lease_until < ?", (before,)).rowcount
+            return rows, nodes
+
+        return self._write(prune)
 
     # -- locations ------------------------------------------------------------------------------
     def reserve(
