@@ -36,9 +36,9 @@ _LOSSES = (  # (counter prefix, kind of loss): what a stop can leave lost, in a 
 def losses(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
     """What a node's counters say it lost, by kind (``discarded``, ``dropped``,
     ``unacknowledged``) and reason, leaving out what is 0: what ``zlink run`` tells when it
-    stops. Counter names: ``zlink.runtime.metrics`` (``frames_dropped_<reason>``, frames a
-    session kept for a peer that went, is left out: most are the mesh's own, a goodbye or a
-    credit that met a peer leaving as well; ``/metrics`` has it)."""
+    stops. Counter names: ``zlink.runtime.metrics`` (``frames_dropped_<reason>`` is left
+    out: the mesh's own frames and requests, whose callers were told; the one-way messages
+    a session kept for a peer that went are ``sends_dropped_peer_gone``)."""
     out: dict[str, dict[str, int]] = {}
     for name, n in counters.items():
         for prefix, kind in _LOSSES:

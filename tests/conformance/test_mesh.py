@@ -592,3 +592,29 @@ def test_a_reply_too_large_for_a_frame_fails_its_caller_at_once(cluster, monkeyp
         ask.wait(WAIT)  # (the cluster's clock never moves: no deadline passes)
     small = n2.client().request_to_spot("far", BlobAsk(reply_bytes=10)).wait(WAIT)
     assert small == "x" * 10
+
+
+def test_data_lost_with_a_peers_session_counts_each_one_way_message_as_a_send_dropped(cluster):
+    """python-api §9: every drop is counted with its reason. DATA that a session with a
+    peer ended with (``NodeLink.data_lost``) counts each one-way message it carried, a
+    batch's each, as ``sends_dropped_peer_gone`` (in the stop summary's losses); a request
+    (its caller fails when the peer is declared down) and bytes that do not decode count as
+    ``frames_dropped_peer_down``."""
+    from zlink.messaging.calls import RequestCall, SendCall
+    from zlink.status import losses
+    from zlink.types import TargetKind
+
+    n1 = cluster.node(0)
+    router = n1._runtime.router
+    send = router.envelope(SendCall(n1._runtime, TargetKind.SPOT, "r", Add(n=1)), None)
+    ask = router.envelope(
+        RequestCall(n1._runtime, TargetKind.SPOT, "r", Total()), Completion(), peer="node-2"
+    )
+    batch = wire.BatchEnvelope("spot", "r", ("t.ms.add",) * 3, ('{"n":1}',) * 3,
+                               "node-1", "node-1", "node-1", 0)  # fmt: skip
+    bodies = [wire.encode(e) for e in (send, ask, batch)] + [b"not an envelope"]
+    router.data_lost("node-2", bodies)
+    counters = n1.counters()
+    assert counters.get("sends_dropped_peer_gone") == 4
+    assert counters.get("frames_dropped_peer_down") == 2
+    assert losses(counters)["dropped"] == {"peer_gone": 4}

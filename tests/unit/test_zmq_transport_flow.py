@@ -1183,6 +1183,35 @@ def test_a_peer_restarted_after_it_was_taken_down_leaves_one_record_and_no_bodie
     assert not ended[0].out.data.unacked  # counted as dropped, and let go
 
 
+def test_data_a_session_ended_with_goes_to_the_node_to_count(nodes):
+    """What a node accepted for a peer is handled there or counted with a reason (python-api
+    §9). DATA its session with a peer ended with (the peer restarted) was counted only as
+    ``frames_dropped_peer_down``, among the mesh's own frames, so no one could tell lost
+    messages from a credit; its bodies now go to the node (``data_lost``), which counts the
+    one-way messages among them as sends dropped."""
+    lost: list[tuple[str, list[bytes]]] = []
+    counted, count = _counter()
+    a = nodes("a", count=count).attach()
+    a.link.data_lost = lambda peer, bodies: lost.append((peer, bodies))  # type: ignore[attr-defined]
+    b = nodes("b").attach()
+    endpoint = MeshEndpoint.parse(b.endpoint)
+
+    def restart() -> None:
+        peer = a.transport._meet("b", 1, endpoint)
+        assert peer is not None
+        assert a.transport._keep(peer, (b"one", b"two"), _Kind.DATA)
+        assert a.transport._keep(peer, (b"reply",), _Kind.COMPLETION)
+        a.transport._down(peer, "test: declared down")
+        again = a.transport._meet("b", 2, endpoint)  # a new incarnation: the old session ends
+        assert again is not None
+        a.transport._down(again, "test: declared down")
+
+    _on_thread(a.transport, restart)
+    a.infra.run_until(lambda: bool(lost), "a's node hears what was lost")
+    assert lost == [("b", [b"one", b"two"])]
+    assert counted.get("frames_dropped_peer_down") == 1  # the reply
+
+
 def test_a_peer_gone_for_good_is_forgotten_once_its_session_ends(nodes, monkeypatch):
     """A node id never seen again (a pod replaced under a new name): once its session ended
     (``_SESSION_LINGER`` after it went down), nothing of it is left in the transport."""

@@ -66,6 +66,10 @@ class NodeLink(Protocol):
         (infrastructure thread)."""
         ...
 
+    # Optional (looked up with getattr): ``data_lost(peer: str, bodies: list[bytes])``, DATA
+    # this node sent ``peer`` that never reached it: the session with it ended (it restarted,
+    # left, or stayed away) with them unacknowledged (infrastructure thread).
+
 
 class Transport(Protocol):
     """Carries envelopes between the nodes of one mesh (see the module docstring)."""

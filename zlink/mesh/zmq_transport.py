@@ -963,7 +963,7 @@ class ZmqTransport:
             if not isinstance(target, bytes) and (kind is _Kind.DATA or kind is _Kind.COMPLETION):
                 seq = self._keep(target, (data,), kind)
                 if not seq:  # its session has ended
-                    self._count("frames_dropped_peer_down")
+                    self._dropped(target.node_id, [(kind, data)])
                     continue
             items.append((target, kind, data, seq))
         # DATA and COMPLETION for one peer leave as few messages as they fit in, each run in
@@ -1114,13 +1114,27 @@ class ZmqTransport:
                 return found
         return peer
 
+    def _dropped(self, peer: str, frames: list[tuple[_Kind, bytes]]) -> None:
+        """Numbered frames for ``peer`` whose session ended unsent or unacknowledged: its
+        DATA bodies go to the node, which counts what they carried (a one-way message as a
+        send dropped, ``NodeLink.data_lost``), the rest are ``frames_dropped_peer_down``."""
+        data = [body for kind, body in frames if kind is _Kind.DATA]
+        if len(data) < len(frames):
+            self._count("frames_dropped_peer_down", len(frames) - len(data))
+        lost = getattr(self._link, "data_lost", None)
+        if data and lost is not None:
+            self._submit(lost, peer, data)
+        elif data:
+            self._count("frames_dropped_peer_down", len(data))
+
     def _end_sessions(self, node_id: str, below: int) -> None:
         """End the sessions with ``node_id``'s incarnations below ``below`` (it left,
         restarted, or this node did): what they kept is counted as dropped."""
         lost = 0
         for key in [k for k in self._outgoing if k[0] == node_id and k[1] < below]:
             out = self._outgoing.pop(key)
-            lost += out.kept()
+            lost += out.kept() - len(out.data.unacked)
+            self._dropped(node_id, [(_Kind.DATA, body) for _s, body, _k in out.data.unacked])
             out.data.unacked.clear()  # let go: a record of the peer may outlive the session
             out.completion.unacked.clear()
         for key in [k for k in self._incoming if k[0] == node_id and k[1] < below]:
@@ -1265,11 +1279,14 @@ class ZmqTransport:
         now = time.monotonic()
         peer.out.down_since = peer.inc.down_since = now
         lost = 0
+        unkept: list[tuple[_Kind, bytes]] = []
         for kind, body in waiting:  # (a goodbye that waited is not a loss)
             if kind is _Kind.DATA or kind is _Kind.COMPLETION:
-                lost += 0 if self._keep(peer, (body,), kind, compact=True) else 1
+                if not self._keep(peer, (body,), kind, compact=True):
+                    unkept.append((kind, body))
             elif kind is not _Kind.BYE:
                 lost += 1
+        self._dropped(peer.node_id, unkept)
         if held:
             if self._incoming.get((peer.node_id, peer.incarnation)) is peer.inc:
                 peer.inc.held.extend(held)

@@ -30,8 +30,10 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
   type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``);
-* the mesh's sessions (``zlink.mesh.zmq_transport``): ``frames_dropped_peer_down`` (what a
-  session kept when it ended: the peer restarted, left, or stayed away 30 s),
+* the mesh's sessions (``zlink.mesh.zmq_transport``): ``sends_dropped_peer_gone`` (one-way
+  messages a session kept for a peer when it ended: the peer restarted, left, or stayed away
+  30 s; each message of a batch), ``frames_dropped_peer_down`` (the rest of what it kept:
+  requests, whose callers fail when the peer is declared down, and the mesh's own frames),
   ``sends_dropped_shutdown`` (still in the outbox when a stopping node gave up waiting),
   ``data_unacknowledged_at_stop`` (sent, never acknowledged: may have arrived),
   ``data_lost_in_transit`` / ``completion_lost_in_transit`` (numbers that never came); and,

@@ -1015,6 +1015,32 @@ class MeshRouter:
             self._moved.clear()
 
     # -- the receiving side (infrastructure thread) --------------------------------------------
+    def data_lost(self, peer: str, bodies: list[bytes]) -> None:
+        """(Infrastructure thread.) DATA sent to ``peer`` that never reached it (its session
+        ended): each one-way message it carried is counted as a send dropped,
+        ``sends_dropped_peer_gone`` (a batch counts each message), the rest (requests, whose
+        callers fail with ``Unavailable`` when the peer is declared down, and the mesh's own
+        envelopes) as ``frames_dropped_peer_down``."""
+        sends = other = 0
+        for body in bodies:
+            try:
+                env = wire.decode(body)
+            except wire.WireError:
+                other += 1
+                continue
+            if isinstance(env, wire.SendEnvelope):
+                sends += 1
+            elif isinstance(env, wire.BatchEnvelope):
+                sends += len(env.message_types)
+            else:
+                other += 1
+        if sends:
+            self.rt.metrics.add("sends_dropped_peer_gone", sends)
+            _log.warning("node %s: %d one-way messages for node %s were lost with its session",
+                         self.rt.node_id, sends, peer)  # fmt: skip
+        if other:
+            self.rt.metrics.add("frames_dropped_peer_down", other)
+
     def received(self, peer: str, channel: Channel, data: bytes) -> None:
         """Bytes from ``peer``: decoded and handled here; bad bytes are counted and, where
         they carry a reply route, answered with a typed error (never raised). A node whose
