@@ -310,7 +310,10 @@ def test_one_client_thread_reads_and_completes_and_a_close_from_a_callback_ends_
         client.close()  # its last turns run here, on the thread being closed
         closed.set()
 
-    client.request_to_spot("r", Seen()).future().add_done_callback(done)
+    asked = client.request_to_spot("r", Hold()).future()  # its handler waits for HOLD
+    asked.add_done_callback(done)  # (before the reply can come: it completes on that thread)
+    assert HOLDING.wait(WAIT)
+    HOLD.set()
     assert closed.wait(WAIT)
     assert on == mine
     mine[0].join(WAIT)

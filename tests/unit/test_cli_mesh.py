@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -162,7 +163,9 @@ def test_run_nodes_says_started_only_once_every_node_serves(tmp_path: Path) -> N
             seen = _until(lines, "all nodes stopped", 60)
             text = "".join(seen)
             assert "node processes serving" not in text, text
-            assert "f-1 exited with status 1 before it served" in text, text
+            # f-1's port is taken; f-2's, the next one, may be too on a busy machine: the
+            # parent names the first that failed either way
+            assert re.search(r"f-[12] exited with status 1 before it served", text), text
             assert proc.wait(timeout=30) == 1
         finally:
             _stop(proc, reader)
