@@ -134,6 +134,7 @@ class SpotAct(ObjectAct):
         "closing_turn",
         "context",
         "gate",
+        "held",
         "instance",
         "kind",
         "members",
@@ -162,6 +163,10 @@ class SpotAct(ObjectAct):
         self.owner = Owner(OwnerLanes(rt.limits), self.gate, spot_id, claim_on_yield=False)
         self.owner.ref = self
         self.instance: Any = None
+        # an Instance Spot that closes while its node serves: the calls that come meanwhile
+        # wait here, where its gate never runs them, for its next activation
+        # (``Closing._reactivate``); set with the state CLOSING, under the directory lock
+        self.held: OwnerLanes | None = None
         self.state = ACTIVATING
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
         self.closing_overdue = False  # the close's deadline passed: suspensions end at once

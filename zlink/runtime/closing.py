@@ -36,6 +36,7 @@ from ..executor import (
     Entries,
     Lane,
     Owner,
+    OwnerLanes,
     RoomWaiter,
     Turn,
     current_turn,
@@ -94,13 +95,25 @@ class Closing:
         with self.rt.directory.lock:
             if act.state in PAST_READY:
                 raise Unavailable(f"{act.spot_id!r} is sealed (closing or relocating)")
+            self._hold_calls(act)
             act.state = CLOSING
         self._begin_close(act, reason)
+
+    def _hold_calls(self, act: SpotAct) -> None:
+        """(Directory lock held; ``act`` about to be CLOSING.) An Instance Spot that closes
+        while its node serves takes the calls that come from now on into lanes of their own
+        (``act.held``), bounded as its own (python-api §9), where its gate never runs them:
+        they are its next activation's (``_reactivate``). Its own lanes admit nothing more
+        (a caller that found it ready and is put only now is held then); the callers that
+        wait for room there keep waiting, for the next activation too."""
+        if act.kind is SpotKind.INSTANCE and self.rt.serves_instances():
+            act.held = OwnerLanes(self.rt.limits)
+            act.owner.lanes.set_closed(True, end_waits=False)
 
     def _begin_close(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """(``act`` is CLOSING now.) Its timers stop, its members go home, then
         ``on_closing`` is queued."""
-        if not self.rt.reactivates(act):  # (an Instance Spot's wait on, for the next one)
+        if act.held is None:  # (an Instance Spot's wait on, for its next activation)
             act.owner.lanes.end_waits()  # who waits for room is refused as a new call now is
         act.cancel_timers()
         deadline = self._deadline(act, 0)
@@ -218,6 +231,9 @@ class Closing:
             timer.cancel()
         with self.rt.directory.lock:  # its subscriptions go with it (``Directory.forget``)
             act.owner.lanes.set_closed(True, end_waits=False)  # all it took is queued now
+            held = act.held
+            if held is not None:
+                held.set_closed(True, end_waits=False)  # and all that waits for the next one
             again, left, taken = self._reactivate(act)
             self.rt.directory.forget(act, again)  # (``again`` in its place, in one step)
             act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
@@ -238,6 +254,8 @@ class Closing:
         )
         reason = "at_shutdown" if stopping else "spot_closed"
         act.owner.lanes.end_waits()  # one that queued after the close began: routed again now
+        if held is not None:
+            held.end_waits()  # (none, once a next activation took them)
         discard_jobs(self.rt, left, error, reason)  # (to the next activation, if there is one)
         self.rt.metrics.add("spots_closed")
         if again is not None:
@@ -248,36 +266,42 @@ class Closing:
     def _reactivate(self, act: SpotAct) -> tuple[SpotAct | None, list[Any], list[RoomWaiter]]:
         """(Directory lock held; ``act``'s admission closed.) An Instance Spot is activated by
         the calls made to it (execution-model §14), and its callers cannot see a close
-        coming (it was idle, or it closed itself): messages it took and never ran, those
-        that came while ``on_closing`` ran among them, are the first work of its next
-        activation, made here at once, in their order and before anyone can find it (per
-        sender FIFO, §6), as Orleans forwards what a deactivating grain received to its next
-        activation. It keeps the placement (its Location Store row stays this node's; on a
+        coming (it was idle, or it closed itself): the messages it took and never ran are
+        the first work of its next activation, made here at once, in their order and before
+        anyone can find it (per sender FIFO, §6), as Orleans forwards what a deactivating
+        grain received to its next activation: those queued before the close, the callers
+        that waited for room then, the calls held while it closed (``_hold_calls``), and
+        the callers that waited for room among those (python-api §9), past the new lane's
+        limit if need be (it then admits nothing new until it drains below it, as a moved
+        queue does). It keeps the placement (its Location Store row stays this node's; on a
         mesh its generation too: the store is not asked again); its state starts anew (the
-        constructor and ``on_initialize`` run first). Not on a node that stops, drains or
-        fenced itself. Callers that waited for room in its lane (python-api §9) come next,
-        in their order, past the new lane's limit if need be (it then admits nothing new
-        until it drains below it, as a moved queue does). Returns that activation (``None``:
-        none made; else not published yet), what else was queued, to discard, and the
-        waiters it took in, to tell."""
-        items = act.owner.drain()
+        constructor and ``on_initialize`` run first). Not on a node that stops or fenced
+        itself (one that drains still serves what stayed, this among it). Returns that
+        activation (``None``: none made; else not published yet), what else was queued, to
+        discard, and the waiters it took in, to tell."""
+        queued = act.owner.drain()
+        held = act.held
+        came: list[Any] = []  # what was held while it closed, in order
+        if held is not None:
+            while held.app:
+                came.append(held.app.popleft())
         rt = self.rt
         if (
-            act.kind is not SpotKind.INSTANCE
+            held is None
             or rt.stopping
-            or rt.draining
             or rt.fenced
             or rt.spots.get(act.spot_id) is not act  # (dropped meanwhile: nothing to replace)
         ):
-            return None, items, []
-        carried = [item for item in items if isinstance(item, (SendJob, BatchJob))]
-        taken = act.owner.lanes.take_waiters()
-        for waiter in taken:
-            item = waiter.item
-            carried.extend(item.items if isinstance(item, Entries) else [item])
+            return None, queued + came, []
+        mine, theirs = act.owner.lanes.take_waiters(), held.take_waiters()
+        carried: list[SendJob | BatchJob] = []
+        left: list[Any] = []
+        for group in (queued, _items(mine), came, _items(theirs)):
+            for item in group:
+                (carried if isinstance(item, (SendJob, BatchJob)) else left).append(item)
+        taken = [*mine, *theirs]
         if not carried:
-            return None, items, []
-        left = [item for item in items if not isinstance(item, (SendJob, BatchJob))]
+            return None, left, []
         generation = act.ref.object_generation if rt.router is not None else None
         again = rt.register_spot(act.spec, act.spot_id, generation, act.authority,
                                  carried=carried, publish=False)  # fmt: skip
@@ -311,9 +335,8 @@ class Closing:
         with self.rt.directory.lock:
             if act.state != READY or act.members or not lanes.close_if_idle(_is_tick):
                 return
+            self._hold_calls(act)  # (its lanes are closed already: it was idle)
             act.state = CLOSING
-            if act.kind is SpotKind.INSTANCE:  # what comes now goes to its next activation
-                lanes.set_closed(False, end_waits=False)  # (``_reactivate``)
         self._begin_close(act, SpotCloseReason.IDLE_EVICTED)
 
     def close_all(self, budget: float) -> None:
@@ -364,6 +387,8 @@ class Closing:
             act.cancel_timers()
             act.owner.lanes.end_waits()
             discard_jobs(rt, act.owner.drain(), error, "fenced")
+        for spot in spots:
+            discard_jobs(rt, _let_go(spot), error, "fenced")
         dropped = len(spots) + len(actors)
         if dropped:
             rt.metrics.add("activations_dropped_fenced", dropped)
@@ -378,7 +403,31 @@ class Closing:
         for owner in self.owners():
             owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
             n += discard_jobs(self.rt, owner.drain(), error, "at_shutdown")
+        for act in list(self.rt.spots.values()):  # held for a next activation that never was
+            n += discard_jobs(self.rt, _let_go(act), error, "at_shutdown")
         return n
+
+
+def _let_go(act: SpotAct) -> list[Any]:
+    """What ``act`` held for its next activation (``_hold_calls``), taken out to discard
+    (the node stops or fenced itself); its held waiters are refused."""
+    held = act.held
+    if held is None:
+        return []
+    held.set_closed(True)  # (ends their waits: they are routed again, and refused)
+    out: list[Any] = []
+    while held.app:
+        out.append(held.app.popleft())
+    return out
+
+
+def _items(waiters: list[RoomWaiter]) -> list[Any]:
+    """What ``waiters`` would have queued, in their order (a batch of entries, each)."""
+    out: list[Any] = []
+    for waiter in waiters:
+        item = waiter.item
+        out.extend(item.items if isinstance(item, Entries) else [item])
+    return out
 
 
 def _countdown(n: int, then: Callable[[], None]) -> Callable[[], None]:

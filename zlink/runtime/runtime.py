@@ -47,6 +47,7 @@ from ..executor import (
     Job,
     LaneLimits,
     Owner,
+    OwnerLanes,
     RoomWaiter,
     Turn,
     current_turn,
@@ -329,6 +330,7 @@ class Runtime:
         turn = current_turn()
         msg = call.msg
         act: Act | None
+        held: OwnerLanes | None = None  # a closing Instance Spot's, for its next activation
         if call.kind == _TOPIC:
             self._publish(call, turn)
             return reply  # type: ignore[return-value]
@@ -351,8 +353,10 @@ class Runtime:
                     return self._remote(call, reply, mode, hops, room)
                 if not call.instance:
                     raise NotFound(f"no spot {call.target!r}")
-            elif act.state in PAST_READY and not force and not self.reactivates(act):
-                return self._not_ready(act, call, reply, mode, hops, room)
+            elif act.state in PAST_READY and not force:
+                held = self._held(act)
+                if held is None:
+                    return self._not_ready(act, call, reply, mode, hops, room)
             elif call.instance and act.kind is not SpotKind.INSTANCE:
                 raise InvalidArgument(f"spot {call.target!r} is not an Instance Spot")
         spec = act.spec if act is not None else self.instance_spec(call)
@@ -381,17 +385,19 @@ class Runtime:
         job.size = lane_size(msg)
         if call.meta:  # metadata is held with the message: it counts against the byte limit
             job.size += sum(len(k) + len(v) for k, v in call.meta.items())
-        verdict = owner.put_app(job)  # (a handler never runs at the call site: §6, §11)
+        # (a handler never runs at the call site: §6, §11)
+        verdict = owner.put_app(job) if held is None else held.put_app(job, job.size)
         if verdict != ADMITTED:
             assert not isinstance(act, ChannelAct)  # a Channel has no lanes
             if verdict != ADMISSION_CLOSED and (reply is not None or room is not None):
-                return self._wait_for_room(act, job, call, reply, mode, hops, room)
-            return self._refused(act, call, reply, mode, hops, force, verdict, room)
+                return self._wait_for_room(act, job, call, reply, mode, hops, room, held)
+            return self._refused(act, call, reply, mode, hops, force, verdict, room, held)
         return reply  # type: ignore[return-value]
 
     def _refused(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
         hops: int, force: bool, verdict: Admission, room: Admitted | None = None,
+        held: OwnerLanes | None = None,
     ) -> Completion:  # fmt: skip
         """A lane did not admit the call: a seal met after the state check keeps it for the
         move (its deadline stands); otherwise a typed refusal, with nothing queued."""
@@ -402,7 +408,7 @@ class Runtime:
         if verdict == ADMISSION_CLOSED:
             raise Unavailable(f"{act.name!r} is sealed (closing or relocating)")
         self.metrics.add("rejected_admissions")
-        act.owner.lanes.note_refused()
+        (held or act.owner.lanes).note_refused()
         what = "items" if verdict == FULL_COUNT else "bytes"
         raise ResourceExhausted(
             f"the application lane of {act.name!r} is full ({what}); nothing was queued"
@@ -411,16 +417,17 @@ class Runtime:
     def _wait_for_room(
         self, act: SpotAct | ActorAct, job: Job | Entries, call: MessageCall | BatchSendCall,
         reply: Completion | None,
-        mode: WaitMode, hops: int, room: Admitted | None,
+        mode: WaitMode, hops: int, room: Admitted | None, held: OwnerLanes | None = None,
     ) -> Completion:  # fmt: skip
         """A full lane: queue the caller as a waiter for room (python-api §9), first come first
         served; a request waits within its own deadline, a send within its wait's timeout or
-        ``admission_timeout``. Too many waiters already: ``ResourceExhausted`` at once."""
+        ``admission_timeout``. Too many waiters already: ``ResourceExhausted`` at once.
+        ``held``: the lanes a closing Instance Spot holds calls in (``Runtime._held``)."""
         if mode in (KEEP_TURN, YIELD_GATE):
             self._check_wait(current_turn(), act, mode)  # room only this turn could make
         if room is None:
             room = Admitted()  # a request's: its reply is what the caller waits on
-        lanes = act.owner.lanes
+        lanes = act.owner.lanes if held is None else held
 
         def notify(verdict: Admission) -> None:
             if verdict == ADMITTED:
@@ -445,6 +452,9 @@ class Runtime:
             return reply  # type: ignore[return-value]
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile
             if isinstance(call, BatchSendCall):
+                if self._goes_again(act):  # a close changed it: all or none, waiting
+                    self._route_many(call, room, mode)
+                    return reply  # type: ignore[return-value]
                 self._one_by_one(call)  # the moving path, in order (submit_many tells room)
                 return reply  # type: ignore[return-value]
             return self._refused(act, call, reply, mode, hops, False, verdict, room)
@@ -513,7 +523,11 @@ class Runtime:
         if self.stopping or self.draining:  # (a fenced node is marked draining too)
             raise not_serving(self)
         act = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
-        if act is None or (act.state in PAST_READY and not self.reactivates(act)):
+        held = None if act is None or act.state not in PAST_READY else self._held(act)
+        if act is None or (act.state in PAST_READY and held is None):
+            if act is not None and self._goes_again(act):  # a close changed it meanwhile
+                self._route_many(call, room, mode)  # (all or none, waiting as asked)
+                return
             router = self.router
             if act is None and router is not None and router.send_batch(call, room):
                 return  # one envelope, all or none where the target lives
@@ -537,25 +551,29 @@ class Runtime:
                 )
             found[tp] = handler
         job: Job | Entries
+        lanes = act.owner.lanes if held is None else held
         if any(h.is_async for h in found.values()):  # an async handler suspends: each
             job = self._entries(act, found, msgs, sender)  # message a job, a turn alone
-            verdict = act.owner.put_app_entries(job)
+            verdict = lanes.put_app_entries(job)
         else:
             one = next(iter(types)) if len(types) == 1 else None
             handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
             job = BatchJob(act, handlers, msgs, sender, lane_size_many(msgs, one))
             job.at = self._now()
-            verdict = act.owner.put_app(job)
+            verdict = lanes.put_app(job, job.size, job.count)
         if verdict == ADMITTED:
             return
-        if verdict == ADMISSION_CLOSED:  # sealed meanwhile: the moving path, in order
-            self._one_by_one(call)
+        if verdict == ADMISSION_CLOSED:
+            if self._goes_again(act):  # a close changed it meanwhile: all or none, as asked
+                self._route_many(call, room, mode)
+                return
+            self._one_by_one(call)  # sealed meanwhile: the moving path, in order
             return
         if room is not None:
-            self._wait_for_room(act, job, call, None, mode, 0, room)
+            self._wait_for_room(act, job, call, None, mode, 0, room, held)
             return
         self.metrics.add("rejected_admissions")
-        act.owner.lanes.note_refused()
+        lanes.note_refused()
         raise ResourceExhausted(
             f"the application lane of {act.name!r} has no room for {len(msgs)} messages; "
             "nothing of the batch was queued"
@@ -588,11 +606,8 @@ class Runtime:
         (routed on), or it is closing (refused before any queue change). Calls still waiting
         for room in its lanes came first: they are routed the same way before this one."""
         lanes = act.owner.lanes
-        if self.reactivates(act):  # an eviction closes admission for a moment, to look:
-            with self.directory.lock:  # waited out here, then queued as any call is now
-                takes = act.state is CLOSING and not lanes.closed
-            if takes:
-                return self.submit(call, reply, mode, hops, room=room)
+        if self._goes_again(act):  # (to its lanes, those held for its next activation, or
+            return self.submit(call, reply, mode, hops, room=room)  # that one, in the table)
         if mode in (KEEP_TURN, YIELD_GATE):  # a wait only this turn's own gate could end is
             self._check_wait(current_turn(), act, mode)  # refused, moving or not (§9)
         if reply is not None and reply.timer is None:  # its deadline runs from now on
@@ -626,14 +641,36 @@ class Runtime:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
 
-    def reactivates(self, act: SpotAct | ActorAct) -> bool:
-        """Whether ``act`` is an Instance Spot that closes while its node serves: it still
-        takes calls, for its next activation (``Closing._reactivate``)."""
+    def serves_instances(self) -> bool:
+        """Whether an Instance Spot that closes here now is made again for the calls that
+        meet it (``Closing._hold_calls``): not on a node that stops or fenced itself."""
+        return not (self.stopping or self.fenced)
+
+    def _held(self, act: SpotAct | ActorAct) -> OwnerLanes | None:
+        """The lanes a closing Instance Spot holds calls in for its next activation, if
+        ``act`` is one (``None`` also if it was read a moment before they were set: the
+        call then takes the general way, which waits a close's step out)."""
+        if act.state is CLOSING and type(act) is SpotAct and self.serves_instances():
+            return act.held
+        return None
+
+    def _goes_again(self, act: SpotAct | ActorAct) -> bool:
+        """Whether a call that met ``act``'s admission closed, or found it gone, goes again
+        from the start: an Instance Spot of a node that serves, whose close (or an
+        eviction's look, or the end of a close) changed its admission under the directory
+        lock, waited out here first: it takes calls again (``READY``), holds them for its
+        next activation (``CLOSING``), or that one has taken its place in the table."""
+        if type(act) is not SpotAct or act.kind is not SpotKind.INSTANCE:
+            return False
+        if not self.serves_instances():
+            return False
+        with self.directory.lock:
+            state, held, now = act.state, act.held, self.spots.get(act.spot_id)
+            lanes_open = not act.owner.lanes.closed
         return (
-            act.state is CLOSING
-            and type(act) is SpotAct
-            and act.kind is SpotKind.INSTANCE
-            and not self.stopping
+            (state is READY and lanes_open)
+            or (state is CLOSING and held is not None and not held.closed)
+            or (state is GONE and now is not None and now is not act)
         )
 
     def _remote(
