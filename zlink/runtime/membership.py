@@ -173,9 +173,17 @@ class Membership:
             error = InvalidOperation(f"{target.spot_id!r} rejected the join: {res.reason}")
             done = ActorJoinCompletion(False, target.spot_id, res.reply, error)
         else:
-            self._move(actor, target)
-            self.joined_here(actor, target, res.reply)
-            return
+            with self.rt.directory.lock:  # (a close or a seal changes the state under it)
+                ready = target.state is READY
+                if ready:  # a member before any close takes its members' list
+                    self._move(actor, target)
+            if ready:
+                self.joined_here(actor, target, res.reply)
+                return
+            # it closes or moves now: its close sent its members home already (a growth
+            # probe's Actor joined a room that was gone, and stayed bound to it for good)
+            error = Unavailable(f"{target.spot_id!r} closed or began to move as it accepted")
+            done = ActorJoinCompletion(False, target.spot_id, res.reply, error)
         self.complete_join(actor, done, None)
 
     def joined_here(self, actor: ActorAct, target: SpotAct, reply: Any) -> None:
