@@ -297,9 +297,14 @@ def test_calls_from_another_node_meet_the_deactivation_and_run_on_the_next_activ
             other.send_to_spot("s", Note(sender="far", n=n)).instance_spot().wait(WAIT)
             home.send_to_spot("s", Note(sender="near", n=n)).instance_spot().wait(WAIT)
         asked = other.request_to_spot("s", Which()).instance_spot().timeout(WAIT).future()
+        before = cluster.node(0)._runtime.spots["s"].ref.object_generation
         CLOSE_GO.set()
         assert asked.result(WAIT) == 2
         cluster.wait_idle(WAIT)
+        # a generation of its own (execution-model §14), from the store, which says so too
+        after = cluster.node(0)._runtime.spots["s"].ref.object_generation
+        assert after > before
+        assert cluster.store.lookup("s").object_generation == after
         for sender in ("far", "near"):
             mine = [(a, n) for a, s, n in _notes() if s == sender]
             assert mine == [(2, 0), (2, 1), (2, 2)], SEEN
@@ -392,8 +397,8 @@ def test_a_batch_that_meets_the_end_of_a_close_goes_whole_to_the_next_activation
 
     real = Closing._reactivate
 
-    def reactivate(self: Closing, act: Any) -> Any:
-        out = real(self, act)  # (the directory lock held: the close's end, under way)
+    def reactivate(self: Closing, act: Any, *args: Any) -> Any:
+        out = real(self, act, *args)  # (the directory lock held: the close's end, under way)
         rt.directory.lock = Spy()
         sender = threading.Thread(target=batch, name="batch")
         sender.start()
@@ -508,3 +513,34 @@ def test_a_call_that_meets_an_eviction_as_it_looks_is_taken_for_the_next_activat
     assert outcome == ["taken"]
     node.wait_idle(WAIT)
     assert _notes() == [(1, "a", 0), (2, "a", 1)]
+
+
+def test_on_a_mesh_a_store_that_gives_no_new_generation_fails_what_was_held(
+    clock: ManualClock, monkeypatch
+):
+    """The next activation on a mesh waits for its generation from the store (execution-
+    model §14); a store that refuses it (the owner was fenced, say) means no next
+    activation here: what was held fails with ``Unavailable``, each counted."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2) as cluster:
+        home = cluster.node(0).client()
+        assert home.request_to_spot("s", Which()).instance_spot().wait(WAIT) == 1
+
+        def refuse(*args: Any) -> Any:
+            raise zlink.Unavailable("the store says no")
+
+        monkeypatch.setattr(cluster.store, "new_generation", refuse)
+        CLOSE_GO.clear()
+        home.send_to_spot("s", CloseMe()).instance_spot().wait(WAIT)
+        assert CLOSING.wait(WAIT)
+        home.send_to_spot("s", Note(sender="a", n=0)).instance_spot().wait(WAIT)
+        asked = home.request_to_spot("s", Which()).instance_spot().timeout(WAIT).future()
+        CLOSE_GO.set()
+        with pytest.raises(zlink.Unavailable, match="could not be made again"):
+            asked.result(WAIT)
+        cluster.wait_idle(WAIT)
+        counters = cluster.node(0).counters()
+        assert counters.get("instance_reactivations_refused") == 1
+        assert counters.get("messages_discarded_spot_closed") == 2
+        assert _notes() == []
+        monkeypatch.undo()  # the store answers again: the next call makes it anew
+        assert home.request_to_spot("s", Which()).instance_spot().wait(WAIT) == 2

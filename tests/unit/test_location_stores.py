@@ -356,6 +356,31 @@ def test_the_durable_first_record_is_written_with_the_claim_and_kept_for_the_nex
     assert store.lookup("c-2").first is None
 
 
+def test_new_generation_gives_the_owners_next_activation_a_generation_of_its_own(
+    store: Any, clock: ManualClock
+) -> None:
+    """execution-model §14: an ObjectGeneration names one incarnation. An Instance Spot made
+    again where it was (its close had calls to carry) keeps its row and authority and takes
+    a new generation, fenced like any write; none repeats."""
+    n1 = store.register_node("n1", "inproc://n1", LEASE)
+    n2 = store.register_node("n2", "inproc://n2", 10 * LEASE)
+    made = store.reserve("i-1", "spot", "mp.counter", "n1", n1.incarnation).location
+    other = store.reserve("x-1", "spot", "game.room", "n2", n2.incarnation).location
+    again = store.new_generation("i-1", "n1", n1.incarnation, made.authority_generation)
+    assert again.object_generation > max(made.object_generation, other.object_generation)
+    assert (again.owner_node, again.authority_generation) == ("n1", made.authority_generation)
+    assert store.lookup("i-1").object_generation == again.object_generation
+    with pytest.raises(Unavailable, match="stale owner: 'n2'"):
+        store.new_generation("i-1", "n2", n2.incarnation, made.authority_generation)
+    with pytest.raises(Unavailable):
+        store.new_generation("nope", "n1", n1.incarnation, 1)
+    clock.advance(LEASE + 0.5)  # n1's lease lapsed: it writes nothing
+    with pytest.raises(Unavailable):
+        store.new_generation("i-1", "n1", n1.incarnation, made.authority_generation)
+    later = store.reserve("y-1", "spot", "game.room", "n2", n2.incarnation).location
+    assert later.object_generation > again.object_generation
+
+
 def test_prune_deletes_what_dead_nodes_left_once_their_lease_lapsed_long_enough(
     store: Any, clock: ManualClock
 ) -> None:

@@ -106,6 +106,15 @@ class LocationStore(Protocol):
         self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
     ) -> Location: ...
 
+    def new_generation(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> Location:
+        """A new ``object_generation`` for the owner's next activation of ``spot_id`` in the
+        same place (an Instance Spot made again at its close, execution-model §14: a
+        generation names one incarnation); owner and authority stay. Fenced as ``release``
+        is; ``Unavailable`` if there is no row."""
+        ...
+
     def join_mesh(self, mesh: str) -> None:
         """This store serves the mesh named ``mesh``: the first node to join records it; a
         node of another mesh is ``InvalidArgument`` (each mesh needs a store of its own),
@@ -256,6 +265,18 @@ class InMemoryLocationStore:
             for location in self._locations.values():
                 counts[location.owner_node] = counts.get(location.owner_node, 0) + 1
             return counts
+
+    def new_generation(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> Location:
+        """See ``LocationStore.new_generation``."""
+        with self._lock:
+            found = self._writable(spot_id, node, incarnation, authority_generation)
+            if found is None:
+                raise Unavailable(f"{spot_id!r} has no location")
+            again = replace(found, object_generation=next(self._object_generations))
+            self._locations[spot_id] = again
+            return self._as_now(again, self._now())
 
     def prune(self, lapsed_for: float) -> tuple[int, int]:
         """See ``LocationStore.prune``."""

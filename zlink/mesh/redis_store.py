@@ -309,6 +309,21 @@ return out
 """
 
 
+# ARGV: P, now, spot, node, incarnation, authority (a new object generation, fenced)
+_NEW_GENERATION = """
+local spot = ARGV[3]
+local found, refused = writable(spot, ARGV[4], ARGV[5], ARGV[6], now_of(ARGV[2]), 'none')
+if refused then return refused end
+local key = P .. 'ctr:object_generation'
+local last = redis.call('GET', key)
+if last then last = tonumber(last) else last = micros() end
+local generation = int(math.max(last + 1, micros()))
+redis.call('SET', key, generation)
+redis.call('HSET', P .. 'loc:' .. spot, 'object_generation', generation)
+found[6] = generation
+return {'done', found}
+"""
+
 # ARGV: P, now, lapsed_for, spot... (retention: each spot whose owner's lease lapsed before
 # now - lapsed_for goes, but one holding a first record; returns how many went)
 _PRUNE = """
@@ -382,6 +397,7 @@ class RedisLocationStore:
                 ("transfer", _TRANSFER), ("register", _REGISTER), ("renew", _RENEW),
                 ("unregister", _UNREGISTER), ("nodes", _NODES), ("clear_first", _CLEAR_FIRST),
                 ("prune", _PRUNE), ("prune_nodes", _PRUNE_NODES),
+                ("new_generation", _NEW_GENERATION),
             )
         }  # fmt: skip
         self._lock = threading.Lock()  # a leaf: guards _closed and _calls
@@ -467,6 +483,18 @@ class RedisLocationStore:
             return counts
 
         return self._call(count)
+
+    def new_generation(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> Location:
+        """See ``LocationStore.new_generation``: one script."""
+        answer = self._run(
+            "new_generation", spot_id, node, _int(incarnation), _int(authority_generation)
+        )
+        if answer[0] == "none":
+            raise Unavailable(f"{spot_id!r} has no location")
+        _refuse(spot_id, answer, node, incarnation, authority_generation)
+        return _location(spot_id, answer[1])
 
     def prune(self, lapsed_for: float) -> tuple[int, int]:
         """See ``LocationStore.prune``: a scan of the prefix's location keys (for a

@@ -278,6 +278,24 @@ class SqliteLocationStore:
 
         return self._read(count)
 
+    def new_generation(
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int
+    ) -> Location:
+        """See ``LocationStore.new_generation``: one write transaction."""
+
+        def renew(conn: sqlite3.Connection) -> Location:
+            found = self._writable(conn, spot_id, node, incarnation, authority_generation)
+            if found is None:
+                raise Unavailable(f"{spot_id!r} has no location")
+            generation = _one(conn, _NEXT, ("object_generation",))[0]
+            conn.execute(
+                "UPDATE locations SET object_generation = ? WHERE spot_id = ?",
+                (generation, spot_id),
+            )
+            return replace(found, object_generation=int(generation))
+
+        return self._write(renew)
+
     def prune(self, lapsed_for: float) -> tuple[int, int]:
         """See ``LocationStore.prune``: one write transaction."""
 

@@ -229,15 +229,44 @@ class Closing:
         timer, act.closing_timer = act.closing_timer, None
         if timer is not None:
             timer.cancel()
+        self._end(act, None, None)
+
+    def _end(
+        self, act: SpotAct, generation: int | None, refused: BaseException | None
+    ) -> None:  # fmt: skip
+        """The close's end: ``act`` leaves the node, its next activation (``_reactivate``)
+        in its place if it is an Instance Spot with calls to carry. On a mesh that one needs
+        a generation of its own from the store first (execution-model §14): the calls stay
+        held meanwhile, and this runs again with it (``generation``), or with why the store
+        gave none (``refused``: then nothing is made, and what it held fails with it)."""
+        router = self.rt.router
         with self.rt.directory.lock:  # its subscriptions go with it (``Directory.forget``)
             act.owner.lanes.set_closed(True, end_waits=False)  # all it took is queued now
             held = act.held
             if held is not None:
                 held.set_closed(True, end_waits=False)  # and all that waits for the next one
-            again, left, taken = self._reactivate(act)
-            self.rt.directory.forget(act, again)  # (``again`` in its place, in one step)
-            act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
-        router = self.rt.router
+            ask = (
+                router is not None
+                and generation is None
+                and refused is None
+                and held is not None
+                and self.rt.serves_instances()
+                and _has_work(act, held)
+            )
+            if ask:  # still held (a call refused a moment ago looks again, ``_goes_again``)
+                assert held is not None
+                held.set_closed(False, end_waits=False)
+            else:
+                again, left, taken = self._reactivate(act, generation, refused)
+                self.rt.directory.forget(act, again)  # (``again`` in its place, in one step)
+                act.state = GONE  # (under the lock, once forgotten: ``Runtime._not_ready``)
+        if ask:
+            assert router is not None
+            asked = router.store_worker.call(router.store.new_generation, act.spot_id,
+                                             self.rt.node_id, self.rt.incarnation,
+                                             act.authority)  # fmt: skip
+            asked.add_callback(partial(self._generation, act))
+            return
         if router is not None and again is None:  # on the store thread; fenced: a stale
             router.store_worker.call(  # owner's is refused
                 router.store.release,
@@ -247,11 +276,13 @@ class Closing:
                 act.authority,
             )
         stopping = self.rt.stopping
-        error: ZLinkError = (
-            Unavailable(f"node {self.rt.node_id} shut down before it ran")
-            if stopping
-            else NotFound(f"spot {act.spot_id!r} was closed")
-        )
+        error: ZLinkError
+        if stopping:
+            error = Unavailable(f"node {self.rt.node_id} shut down before it ran")
+        elif refused is not None:
+            error = Unavailable(f"spot {act.spot_id!r} could not be made again: {refused}")
+        else:
+            error = NotFound(f"spot {act.spot_id!r} was closed")
         reason = "at_shutdown" if stopping else "spot_closed"
         act.owner.lanes.end_waits()  # one that queued after the close began: routed again now
         if held is not None:
@@ -263,7 +294,19 @@ class Closing:
             for waiter in taken:
                 waiter.notify(Admission.ADMITTED)
 
-    def _reactivate(self, act: SpotAct) -> tuple[SpotAct | None, list[Any], list[RoomWaiter]]:
+    def _generation(self, act: SpotAct, found: Any, error: BaseException | None) -> None:
+        """(Infrastructure thread.) The store's answer for ``act``'s next activation."""
+        if error is not None:
+            self.rt.metrics.add("instance_reactivations_refused")
+            _log.warning("node %s: the Location Store gave %r no new generation, so it is not"
+                         " made again: %s", self.rt.node_id, act.spot_id, error)  # fmt: skip
+            self._end(act, None, error)
+            return
+        self._end(act, found.object_generation, None)
+
+    def _reactivate(
+        self, act: SpotAct, generation: int | None, refused: BaseException | None
+    ) -> tuple[SpotAct | None, list[Any], list[RoomWaiter]]:
         """(Directory lock held; ``act``'s admission closed.) An Instance Spot is activated by
         the calls made to it (execution-model §14), and its callers cannot see a close
         coming (it was idle, or it closed itself): the messages it took and never ran are
@@ -273,10 +316,11 @@ class Closing:
         that waited for room then, the calls held while it closed (``_hold_calls``), and
         the callers that waited for room among those (python-api §9), past the new lane's
         limit if need be (it then admits nothing new until it drains below it, as a moved
-        queue does). It keeps the placement (its Location Store row stays this node's; on a
-        mesh its generation too: the store is not asked again); its state starts anew (the
-        constructor and ``on_initialize`` run first). Not on a node that stops or fenced
-        itself (one that drains still serves what stayed, this among it). Returns that
+        queue does). It keeps the placement (its Location Store row stays this node's) with
+        a new ``ObjectGeneration`` (on a mesh ``generation``, the store's; one node numbers
+        its own); its state starts anew (the constructor and ``on_initialize`` run first).
+        Not on a node that stops or fenced itself (one that drains still serves what stayed,
+        this among it), nor on a mesh without a generation from the store. Returns that
         activation (``None``: none made; else not published yet), what else was queued, to
         discard, and the waiters it took in, to tell."""
         queued = act.owner.drain()
@@ -288,6 +332,8 @@ class Closing:
         rt = self.rt
         if (
             held is None
+            or refused is not None
+            or (rt.router is not None and generation is None)
             or rt.stopping
             or rt.fenced
             or rt.spots.get(act.spot_id) is not act  # (dropped meanwhile: nothing to replace)
@@ -302,7 +348,6 @@ class Closing:
         taken = [*mine, *theirs]
         if not carried:
             return None, left, []
-        generation = act.ref.object_generation if rt.router is not None else None
         again = rt.register_spot(act.spec, act.spot_id, generation, act.authority,
                                  carried=carried, publish=False)  # fmt: skip
         rt.metrics.add("instance_reactivations")
@@ -406,6 +451,13 @@ class Closing:
         for act in list(self.rt.spots.values()):  # held for a next activation that never was
             n += discard_jobs(self.rt, _let_go(act), error, "at_shutdown")
         return n
+
+
+def _has_work(act: SpotAct, held: OwnerLanes) -> bool:
+    """Whether a closing Instance Spot has calls to carry to a next activation (read as
+    producers put: one that comes right after is held, and looks again then)."""
+    mine = act.owner.lanes
+    return bool(mine.app or mine.app_waiters or held.app or held.app_waiters)
 
 
 def _let_go(act: SpotAct) -> list[Any]:

@@ -23,6 +23,8 @@ Every fault and every discard is counted once, under a name that says what it wa
   a ``context.workers`` call past its own timeout;
 * ``instance_reactivations`` / ``messages_carried_to_next_activation``: an Instance Spot
   that closed with calls still to run was made again at once, with them (not losses);
+  ``instance_reactivations_refused``: the store gave it no new generation (what it held
+  failed, counted as ``messages_discarded_spot_closed``);
 * ``relocation_restore_errors``: a restore attempt of an arriving Spot failed;
 * ``call_intake_errors``: a call from another node this node failed to take for a fault of
   its own (its caller gets ``Unavailable`` at once; a one-way one is also counted as
