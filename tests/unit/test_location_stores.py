@@ -356,6 +356,39 @@ def test_the_durable_first_record_is_written_with_the_claim_and_kept_for_the_nex
     assert store.lookup("c-2").first is None
 
 
+def test_every_earlier_incarnation_keeps_its_spots_until_the_last_of_their_leases_ends(
+    store: Any, clock: ManualClock
+) -> None:
+    """Found by review: a store remembered one retired incarnation per node id. A node id
+    registered twice more within an incarnation's lease (a crash loop, or the same id
+    started twice) left that incarnation's Spots looking lapsed: another node's reserve
+    took them over, and retention deleted them, while its lease held (its process may
+    still serve them until its next renewal is refused). Likewise when the incarnation that
+    replaced it stopped cleanly. Each earlier incarnation's Spots now hold until the latest
+    lease of any of them ends."""
+    x1 = store.register_node("x", "inproc://x", LEASE)
+    b = store.register_node("b", "inproc://b", 1e6)
+    store.reserve("s", "spot", "t", "x", x1.incarnation)
+    store.register_node("x", "inproc://x", LEASE)  # restarted...
+    store.register_node("x", "inproc://x", LEASE)  # ...and again
+    clock.advance(1.0)
+    assert store.lookup("s").owner_live
+    assert not store.reserve("s", "spot", "t", "b", b.incarnation).created
+    assert store.prune(3600.0) == (0, 0)
+    y1 = store.register_node("y", "inproc://y", LEASE)
+    store.reserve("r", "spot", "t", "y", y1.incarnation)
+    y2 = store.register_node("y", "inproc://y", LEASE)
+    assert store.unregister_node("y", y2.incarnation)  # the restarted one stops cleanly
+    assert {n.node_id for n in store.nodes()} == {"b", "x"}
+    assert store.lookup("r").owner_live  # y1's lease still holds
+    assert not store.reserve("r", "spot", "t", "b", b.incarnation).created
+    assert store.prune(3600.0) == (0, 0)
+    clock.advance(LEASE + 0.5)  # every lease of x1, x2 and y1 has ended now
+    for spot in ("s", "r"):
+        assert not store.lookup(spot).owner_live
+        assert store.reserve(spot, "spot", "t", "b", b.incarnation).created
+
+
 def test_new_generation_gives_the_owners_next_activation_a_generation_of_its_own(
     store: Any, clock: ManualClock
 ) -> None:

@@ -11,6 +11,10 @@ Guarantees / assumes:
   still holds does not void that lease: the old incarnation's Spots stay its own until its
   lease ends (it may still be serving them: stopped, or cut off from its peers), and only then
   can they be taken over. Its writes are refused at once (it is not the current incarnation).
+  A store keeps, per node id, the latest lease end of all its earlier incarnations (not only
+  the last one's: an id registered twice within a lease, or whose newer incarnation stopped
+  cleanly, left Spots that looked lapsed while their owner's lease held), and every earlier
+  incarnation's Spots hold until then.
 * Every write after that is fenced by owner node, owner incarnation and
   ``authority_generation``, and needs the writer's lease to hold: a stale owner (one that lost
   ownership, or whose lease lapsed) has its write refused with ``Unavailable``, never applied.
@@ -140,8 +144,10 @@ class LocationStore(Protocol):
         but one that holds a durable first record (an accepted message, kept until a call
         runs it: execution-model §14), and each node row whose lease lapsed that long ago.
         A later call for such a Spot finds nothing (``NotFound``; ``get_or_create`` makes
-        it anew) instead of re-homing it empty. Generations and incarnations come from
-        store-wide counters: none repeats. Returns how many (locations, nodes) went."""
+        it anew) instead of re-homing it empty. Object generations and incarnations come
+        from store-wide counters: none repeats (an authority generation starts at 1 again,
+        as after a release; the fence holds because the incarnation it pairs with never
+        comes back). Returns how many (locations, nodes) went."""
         ...
 
 
@@ -225,8 +231,10 @@ class InMemoryLocationStore:
             self._incarnation = max(self._incarnation, known_incarnation) + 1
             record = NodeRecord(node_id, endpoint, self._incarnation, now + lease_seconds)
             old = self._nodes.get(node_id)
-            if old is not None:
-                self._retired[node_id] = (old.incarnation, old.lease_until)
+            if old is not None:  # every earlier incarnation's Spots hold until the latest
+                before = self._retired.get(node_id)  # of their leases ends
+                until = max(old.lease_until, 0.0 if before is None else before[1])
+                self._retired[node_id] = (old.incarnation, until)
             self._nodes[node_id] = record
             return record
 
@@ -310,9 +318,9 @@ class InMemoryLocationStore:
         until = 0.0
         if owner is not None and owner.incarnation == found.owner_incarnation:
             until = owner.lease_until
-        else:
+        else:  # an earlier incarnation: the latest lease of those
             retired = self._retired.get(found.owner_node)
-            if retired is not None and retired[0] == found.owner_incarnation:
+            if retired is not None and found.owner_incarnation <= retired[0]:
                 until = retired[1]
         return replace(found, lease_until=until, owner_live=until >= now and until > 0.0)
 

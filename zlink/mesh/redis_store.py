@@ -113,11 +113,12 @@ local function lease_of(node, incarnation)
   return nil
 end
 local function owner_lease(node, incarnation)
-  -- lease_of, or the lease of the incarnation node's registering again replaced
+  -- lease_of, or for an earlier incarnation the latest lease end of those (registering
+  -- again keeps it)
   local rec = redis.call('HMGET', P .. 'node:' .. node, 'incarnation', 'lease_until',
     'retired_incarnation', 'retired_lease_until')
   if rec[1] and rec[1] == incarnation then return rec[2] end
-  if rec[3] and rec[3] == incarnation then return rec[4] end
+  if rec[3] and tonumber(incarnation) <= tonumber(rec[3]) then return rec[4] end
   return nil
 end
 local function live(node, incarnation, now)
@@ -265,9 +266,12 @@ if known > last then last = known end
 local incarnation = int(math.max(last + 1, micros()))  -- (as generations: see _CLAIM)
 redis.call('SET', key, incarnation)
 local node_key = P .. 'node:' .. node
-local old = redis.call('HMGET', node_key, 'incarnation', 'lease_until')
-if old[1] then  -- registering again: the old incarnation's lease still stands for its Spots
-  redis.call('HSET', node_key, 'retired_incarnation', old[1], 'retired_lease_until', old[2])
+local old = redis.call('HMGET', node_key, 'incarnation', 'lease_until', 'retired_lease_until')
+if old[1] then  -- registering again: the earlier incarnations' leases still stand for their
+  -- Spots, until the latest of them ends
+  local until_ = math.max(tonumber(old[2]), tonumber(old[3] or '0'))
+  redis.call('HSET', node_key, 'retired_incarnation', old[1], 'retired_lease_until',
+    float(until_))
 end
 redis.call('HSET', node_key, 'endpoint', ARGV[4], 'incarnation', incarnation,
   'lease_until', float(lease_until))
@@ -286,10 +290,17 @@ redis.call('HSET', key, 'lease_until', lease_until)
 return {'renewed', rec[1], lease_until}
 """
 
-# ARGV: P, now (unused), node, incarnation
+# ARGV: P, now, node, incarnation
 _UNREGISTER = """
 local key = P .. 'node:' .. ARGV[3]
-if redis.call('HGET', key, 'incarnation') ~= ARGV[4] then return 0 end
+local rec = redis.call('HMGET', key, 'incarnation', 'lease_until', 'retired_lease_until')
+if rec[1] ~= ARGV[4] or tonumber(rec[2]) <= 0 then return 0 end  -- (0: it left already)
+local retired = rec[3]
+if retired and tonumber(retired) >= now_of(ARGV[2]) then
+  -- an earlier incarnation's lease still holds: kept (its Spots are its own until it ends)
+  redis.call('HSET', key, 'lease_until', '0')
+  return 1
+end
 redis.call('DEL', key)
 redis.call('SREM', P .. 'nodes', ARGV[3])
 return 1
@@ -345,8 +356,8 @@ _PRUNE_NODES = """
 local before = now_of(ARGV[2]) - tonumber(ARGV[3])
 local gone = 0
 for _, node in ipairs(redis.call('SMEMBERS', P .. 'nodes')) do
-  local lease = redis.call('HGET', P .. 'node:' .. node, 'lease_until')
-  if not lease or tonumber(lease) < before then
+  local rec = redis.call('HMGET', P .. 'node:' .. node, 'lease_until', 'retired_lease_until')
+  if not rec[1] or (tonumber(rec[1]) < before and tonumber(rec[2] or '0') < before) then
     redis.call('DEL', P .. 'node:' .. node)
     redis.call('SREM', P .. 'nodes', node)
     gone = gone + 1

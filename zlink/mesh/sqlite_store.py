@@ -85,8 +85,8 @@ _SELECT_LOCATION = (
     "SELECT l.spot_id, l.kind, l.type_name, l.owner_node, l.owner_incarnation,"
     " l.authority_generation, l.object_generation, l.first_type, l.first_payload,"
     " CASE WHEN n.incarnation = l.owner_incarnation THEN n.lease_until"
-    " WHEN n.retired_incarnation = l.owner_incarnation THEN n.retired_lease_until ELSE 0.0 END"
-    " FROM locations l LEFT JOIN nodes n ON n.node_id = l.owner_node WHERE l.spot_id = ?"
+    " WHEN l.owner_incarnation <= n.retired_incarnation THEN n.retired_lease_until ELSE 0.0"
+    " END FROM locations l LEFT JOIN nodes n ON n.node_id = l.owner_node WHERE l.spot_id = ?"
 )
 _LIVE = "SELECT lease_until FROM nodes WHERE node_id = ? AND incarnation = ? AND lease_until >= ?"
 # retention: the rows of owners whose lease lapsed before ?, but a durable first record
@@ -94,8 +94,8 @@ _PRUNE_LOCATIONS = (
     "DELETE FROM locations WHERE first_type IS NULL AND spot_id IN (SELECT l.spot_id"
     " FROM locations l LEFT JOIN nodes n ON n.node_id = l.owner_node WHERE"
     " CASE WHEN n.incarnation = l.owner_incarnation THEN n.lease_until"
-    " WHEN n.retired_incarnation = l.owner_incarnation THEN n.retired_lease_until ELSE 0.0 END"
-    " < ?)"
+    " WHEN l.owner_incarnation <= n.retired_incarnation THEN n.retired_lease_until ELSE 0.0"
+    " END < ?)"
 )
 _NEXT = "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value"
 
@@ -212,7 +212,9 @@ class SqliteLocationStore:
                 )
             incarnation = _one(conn, _NEXT, ("incarnation",))[0]
             record = NodeRecord(node_id, endpoint, incarnation, now + lease_seconds)
-            old = _one(conn, "SELECT incarnation, lease_until FROM nodes WHERE node_id = ?",
+            # every earlier incarnation's Spots hold until the latest of their leases ends
+            old = _one(conn, "SELECT incarnation, MAX(lease_until, COALESCE("
+                       "retired_lease_until, 0.0)) FROM nodes WHERE node_id = ?",
                        (node_id,))  # fmt: skip
             conn.execute(
                 f"INSERT OR REPLACE INTO nodes ({_NODE}, retired_incarnation,"
@@ -246,8 +248,19 @@ class SqliteLocationStore:
         """Remove ``node_id`` (it stopped); only its current incarnation may."""
 
         def unregister(conn: sqlite3.Connection) -> bool:
+            # an earlier incarnation's lease that still holds stays with the row (its Spots
+            # are its own until it ends): the row then only stops naming a member
+            # (a lease of 0.0: it left already)
+            kept = conn.execute(
+                "UPDATE nodes SET lease_until = 0.0 WHERE node_id = ? AND incarnation = ?"
+                " AND lease_until > 0.0 AND retired_lease_until >= ?",
+                (node_id, incarnation, self._now()),
+            )
+            if kept.rowcount == 1:
+                return True
             done = conn.execute(
-                "DELETE FROM nodes WHERE node_id = ? AND incarnation = ?", (node_id, incarnation)
+                "DELETE FROM nodes WHERE node_id = ? AND incarnation = ? AND lease_until > 0.0",
+                (node_id, incarnation),
             )
             return done.rowcount == 1
 
@@ -302,7 +315,11 @@ class SqliteLocationStore:
         def prune(conn: sqlite3.Connection) -> tuple[int, int]:
             before = self._now() - lapsed_for
             rows = conn.execute(_PRUNE_LOCATIONS, (before,)).rowcount
-            nodes = conn.execute("DELETE FROM nodes WHERE lease_until < ?", (before,)).rowcount
+            nodes = conn.execute(
+                "DELETE FROM nodes WHERE lease_until < ? AND COALESCE(retired_lease_until, 0.0)"
+                " < ?",
+                (before, before),
+            ).rowcount
             return rows, nodes
 
         return self._write(prune)
