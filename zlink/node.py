@@ -417,13 +417,15 @@ class Node:
             raise InvalidArgument(f"capacity is a whole number >= 1, got {capacity!r}")
         if not callable(callback):
             raise InvalidArgument(f"callback must be callable, got {callback!r}")
-        sub = StatusSubscription(callback, capacity)
         with self._state_lock:
+            if self._state in ("stopping", "stopped"):  # (its publisher is closed or closing)
+                raise InvalidOperation(f"node {self.node_id} is {self._state}: no status comes")
             publisher = self._publisher
             if publisher is None:
                 publisher = self._publisher = StatusPublisher(
                     self.node_id, self.status, self._arm_status
                 )
+            sub = StatusSubscription(callback, capacity)
         publisher.add(sub)
         return sub
 
@@ -667,6 +669,8 @@ class Node:
             self._state = "stopping"
         if not started:
             self._state = "stopped"
+            if self._publisher is not None:  # (subscribed before it started)
+                self._publisher.close()
             return
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         end = time.monotonic() + timeout

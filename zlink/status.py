@@ -213,8 +213,11 @@ class StatusPublisher:
     the next ``add``. Builds are paced: after one that took ``b`` seconds the next waits at
     least ``9 b`` more (real time), so describing a large node takes at most about a tenth
     of a CPU; the ticks that come meanwhile ask for one build, not several.
+    ``wait_idle`` waits for the builds asked for before it (not for later ticks, nor for
+    the pace: it hurries the one that waits).
 
-    Lock order: ``_cond`` is a leaf (``build`` and each ``offer`` run without it).
+    Lock order: ``_cond`` is a leaf (``build``, each ``offer`` and a subscription's
+    ``close`` run without it).
     """
 
     def __init__(
@@ -227,8 +230,9 @@ class StatusPublisher:
         self._cond = threading.Condition(threading.Lock())
         self._subs: list[StatusSubscription] = []
         self._armed = False
-        self._due = False
-        self._building = False
+        self._asked = 0  # ticks that asked for a build
+        self._done = 0  # of those, the ones a finished build answered
+        self._hurry = False  # someone waits (``wait_idle``): no pause before the next build
         self._closed = False
         self._not_before = 0.0  # (monotonic) the pace: no build before this
         self.built = 0
@@ -237,16 +241,18 @@ class StatusPublisher:
     def add(self, sub: StatusSubscription) -> None:
         """Deliver to ``sub`` from the next tick on (the first one arms the ticks)."""
         with self._cond:
-            if self._closed:
-                sub.close()
-                return
-            self._subs.append(sub)
-            arm, self._armed = not self._armed, True
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name=f"zlink-status-{self._source}", daemon=True
-                )
-                self._thread.start()
+            closed = self._closed
+            if not closed:
+                self._subs.append(sub)
+                arm, self._armed = not self._armed, True
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name=f"zlink-status-{self._source}", daemon=True
+                    )
+                    self._thread.start()
+        if closed:
+            sub.close()
+            return
         if arm:
             self._arm()
 
@@ -257,16 +263,20 @@ class StatusPublisher:
             if self._closed or not self._subs:
                 self._armed = False
                 return
-            self._due = True
+            self._asked += 1
             self._cond.notify_all()
         self._arm()
 
     def wait_idle(self, timeout: float) -> bool:
-        """Wait until no build is asked for or under way (``False`` past ``timeout``)."""
+        """Wait until every build asked for before this call is done (``False`` past
+        ``timeout``); the pace is skipped for it."""
         with self._cond:
-            return self._cond.wait_for(
-                lambda: self._closed or not (self._due or self._building), timeout
-            )
+            target = self._asked
+            if self._done >= target or self._closed:
+                return True
+            self._hurry = True
+            self._cond.notify_all()
+            return self._cond.wait_for(lambda: self._closed or self._done >= target, timeout)
 
     def close(self) -> None:
         """Stop building and close every subscription (the node stops)."""
@@ -280,15 +290,15 @@ class StatusPublisher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._closed or self._due)
+                self._cond.wait_for(lambda: self._closed or self._asked > self._done)
                 if self._closed:
                     return
                 pause = self._not_before - time.monotonic()
-                if pause > 0:  # paced: the ticks meanwhile ask for this one build
-                    self._cond.wait_for(lambda: self._closed, pause)
+                if pause > 0 and not self._hurry:  # paced: the ticks meanwhile ask once
+                    self._cond.wait_for(lambda: self._closed or self._hurry, pause)
                     if self._closed:
                         return
-                self._due, self._building = False, True
+                answers, self._hurry = self._asked, False
                 subs = list(self._subs)
             began = time.monotonic()
             try:
@@ -300,6 +310,6 @@ class StatusPublisher:
             ended = time.monotonic()
             with self._cond:
                 self.built += 1
-                self._building = False
+                self._done = answers
                 self._not_before = ended + _PACE * (ended - began)
                 self._cond.notify_all()
