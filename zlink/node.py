@@ -11,6 +11,7 @@ locks are taken in ``zlink.lock_order``'s order by the parts that own them.
 from __future__ import annotations
 
 import datetime
+import functools
 import logging
 import threading
 import time
@@ -690,9 +691,10 @@ class Node:
             of_workers = {run.completion for run in self._rt.worker_runs}
         # (a worker call's own deadline last, with the rest of the worker calls)
         pending.sort(key=lambda call: call[0] is expire and call[1][0] in of_workers)
+        failed = functools.partial(self._rt.metrics.add, "calls_failed_at_shutdown")
         for fn, args in pending:
             if fn is expire:
-                expire(args[0], error)
+                expire(args[0], error, failed)
             elif getattr(fn, "__func__", None) is Admitted.abandon:  # a wait for room
                 fn(error)
         self._rt.abandon_workers()  # their waiters get Unavailable; the calls run on, unjoined

@@ -289,6 +289,10 @@ def test_a_cross_node_request_keeps_its_deadline_and_a_late_reply_is_counted(
     GATE.set()
     cluster.wait_idle(WAIT)
     assert n1.counters().get("late_replies") == 1
+    # timed out once, counted once, where it was made (a review found node-2 counting the
+    # copy of its deadline it keeps as well)
+    assert n1.counters().get("calls_timed_out") == 1
+    assert not n2.counters().get("calls_timed_out")
 
 
 def test_a_reply_reaches_its_caller_while_every_worker_of_that_node_is_blocked(clock):
@@ -613,8 +617,10 @@ def test_data_lost_with_a_peers_session_counts_each_one_way_message_as_a_send_dr
     batch = wire.BatchEnvelope("spot", "r", ("t.ms.add",) * 3, ('{"n":1}',) * 3,
                                "node-1", "node-1", "node-1", 0)  # fmt: skip
     bodies = [wire.encode(e) for e in (send, ask, batch)] + [b"not an envelope"]
-    router.data_lost("node-2", bodies)
+    router.data_lost("node-2", bodies)  # never sent
     counters = n1.counters()
     assert counters.get("sends_dropped_peer_gone") == 4
     assert counters.get("frames_dropped_peer_down") == 2
     assert losses(counters)["dropped"] == {"peer_gone": 4}
+    router.data_lost("node-2", bodies[:1], maybe_arrived=True)  # sent, never acknowledged
+    assert losses(n1.counters())["unacknowledged"] == {"peer_gone": 1}

@@ -137,6 +137,9 @@ def test_a_handler_whose_awaited_request_the_shutdown_fails_is_not_a_handler_err
         counters = node.counters()
         assert counters.get("turns_abandoned_at_shutdown") == 1  # "s", still running
         assert not counters.get("handler_errors") and not counters.get("late_replies")
+        # counted where the stop failed them (the review: else counted nowhere): the
+        # client's request and the one "r" awaited
+        assert counters.get("calls_failed_at_shutdown") == 2
     finally:
         probe.release.set()
         node.shutdown(timeout=WAIT)

@@ -89,6 +89,28 @@ def test_the_infrastructure_thread_fires_deadlines_by_the_injected_clock():
     infra.stop()
 
 
+def test_a_deadline_cancelled_after_it_fired_does_not_hide_live_ones():
+    """Found by review: cancelling a handle that had already fired counted it as a dead
+    heap entry, so ``deadlines()`` (the status's ``infrastructure_deadlines``) read 0 with
+    200 live deadlines after 500 requests had timed out, and stayed wrong."""
+    clock = ManualClock()
+    infra = ex.InfraExecutor(clock)
+    infra.start()
+    try:
+        fired = [infra.call_later(1, lambda: None) for _ in range(500)]
+        clock.advance(1)
+        assert infra.wait_quiet(WAIT)
+        for handle in fired:  # (a reply's path cancels its timer, fired or not)
+            handle.cancel()
+        live = [infra.call_later(60, lambda: None) for _ in range(200)]
+        assert infra.deadlines() == 200
+        for handle in live[:50]:
+            handle.cancel()
+        assert infra.deadlines() == 150
+    finally:
+        infra.stop()
+
+
 def test_the_infrastructure_thread_progresses_while_every_worker_is_blocked():
     pool = ex.WorkerPool(2)
     pool.start()

@@ -1189,10 +1189,10 @@ def test_data_a_session_ended_with_goes_to_the_node_to_count(nodes):
     ``frames_dropped_peer_down``, among the mesh's own frames, so no one could tell lost
     messages from a credit; its bodies now go to the node (``data_lost``), which counts the
     one-way messages among them as sends dropped."""
-    lost: list[tuple[str, list[bytes]]] = []
+    lost: list[tuple[str, list[bytes], bool]] = []
     counted, count = _counter()
     a = nodes("a", count=count).attach()
-    a.link.data_lost = lambda peer, bodies: lost.append((peer, bodies))  # type: ignore[attr-defined]
+    a.link.data_lost = lambda peer, bodies, maybe: lost.append((peer, bodies, maybe))  # type: ignore[attr-defined]
     b = nodes("b").attach()
     endpoint = MeshEndpoint.parse(b.endpoint)
 
@@ -1208,7 +1208,7 @@ def test_data_a_session_ended_with_goes_to_the_node_to_count(nodes):
 
     _on_thread(a.transport, restart)
     a.infra.run_until(lambda: bool(lost), "a's node hears what was lost")
-    assert lost == [("b", [b"one", b"two"])]
+    assert lost == [("b", [b"one", b"two"], True)]  # kept unacknowledged: may have arrived
     assert counted.get("frames_dropped_peer_down") == 1  # the reply
 
 

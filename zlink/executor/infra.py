@@ -241,8 +241,7 @@ class InfraExecutor:
         return len(self._ready)
 
     def deadlines(self) -> int:
-        """Deadlines on the heap not cancelled, about (a status figure; read without a scan:
-        a cancel that meets an entry already popped counts it dead for a while)."""
+        """Deadlines on the heap not cancelled (a status figure, read without a scan)."""
         return max(0, len(self._heap) - self._dead)
 
     def _cancelled_one(self, handle: DeadlineHandle) -> None:
@@ -255,6 +254,8 @@ class InfraExecutor:
         """
         with self._cond:
             handle.fn, handle.args = _nothing, ()
+            if handle._owner is None:  # off the heap already (it came due): not dead there
+                return
             self._dead += 1
             heap = self._heap
             if self._dead > 256 and self._dead * 2 > len(heap):
@@ -268,6 +269,8 @@ class InfraExecutor:
         itself."""
         with self._cond:
             live = [(e[2].fn, e[2].args) for e in self._heap if not e[2].cancelled]
+            for entry in self._heap:
+                entry[2]._owner = None  # off the heap
             self._heap.clear()
             self._dead = 0
         return live
@@ -363,6 +366,7 @@ class InfraExecutor:
         due = []
         while heap and (heap[0][0] <= now or heap[0][2].cancelled):
             handle = heapq.heappop(heap)[2]
+            handle._owner = None  # off the heap: a cancel from now on is no dead entry here
             if handle.cancelled:
                 self._dead = max(0, self._dead - 1)
             else:

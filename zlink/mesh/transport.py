@@ -66,9 +66,10 @@ class NodeLink(Protocol):
         (infrastructure thread)."""
         ...
 
-    # Optional (looked up with getattr): ``data_lost(peer: str, bodies: list[bytes])``, DATA
-    # this node sent ``peer`` that never reached it: the session with it ended (it restarted,
-    # left, or stayed away) with them unacknowledged (infrastructure thread).
+    # Optional (looked up with getattr): ``data_lost(peer: str, bodies: list[bytes],
+    # maybe_arrived: bool)``, DATA for ``peer`` its session ended with (it restarted, left,
+    # or stayed away): never sent, or (``maybe_arrived``) sent and never acknowledged
+    # (infrastructure thread).
 
 
 class Transport(Protocol):

@@ -1114,16 +1114,18 @@ class ZmqTransport:
                 return found
         return peer
 
-    def _dropped(self, peer: str, frames: list[tuple[_Kind, bytes]]) -> None:
-        """Numbered frames for ``peer`` whose session ended unsent or unacknowledged: its
-        DATA bodies go to the node, which counts what they carried (a one-way message as a
-        send dropped, ``NodeLink.data_lost``), the rest are ``frames_dropped_peer_down``."""
+    def _dropped(
+        self, peer: str, frames: list[tuple[_Kind, bytes]], maybe_arrived: bool = False
+    ) -> None:
+        """Numbered frames for ``peer`` whose session ended unsent, or (``maybe_arrived``)
+        sent and never acknowledged: its DATA bodies go to the node, which counts what they
+        carried (``NodeLink.data_lost``), the rest are ``frames_dropped_peer_down``."""
         data = [body for kind, body in frames if kind is _Kind.DATA]
         if len(data) < len(frames):
             self._count("frames_dropped_peer_down", len(frames) - len(data))
         lost = getattr(self._link, "data_lost", None)
         if data and lost is not None:
-            self._submit(lost, peer, data)
+            self._submit(lost, peer, data, maybe_arrived)
         elif data:
             self._count("frames_dropped_peer_down", len(data))
 
@@ -1134,7 +1136,8 @@ class ZmqTransport:
         for key in [k for k in self._outgoing if k[0] == node_id and k[1] < below]:
             out = self._outgoing.pop(key)
             lost += out.kept() - len(out.data.unacked)
-            self._dropped(node_id, [(_Kind.DATA, body) for _s, body, _k in out.data.unacked])
+            unacked = [(_Kind.DATA, body) for _s, body, _k in out.data.unacked]
+            self._dropped(node_id, unacked, maybe_arrived=True)  # (some may have been sent)
             out.data.unacked.clear()  # let go: a record of the peer may outlive the session
             out.completion.unacked.clear()
         for key in [k for k in self._incoming if k[0] == node_id and k[1] < below]:

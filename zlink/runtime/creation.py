@@ -330,12 +330,16 @@ class Creation:
         """A call's timeout in seconds: its own, or the node's default."""
         return self.rt.request_timeout if deadline is None else deadline
 
-    def arm(self, completion: Completion, deadline: float | None, reason: str) -> None:
+    def arm(
+        self, completion: Completion, deadline: float | None, reason: str, counted: bool = True
+    ) -> None:
         """Put the call's deadline on the infrastructure heap (it fails it unless it is done;
-        counted then: ``calls_timed_out``)."""
+        counted then: ``calls_timed_out``, but for a call that came from another node, whose
+        own node counts it: ``counted=False``)."""
         completion.timer = self.rt.infra.call_later(
-            self.deadline_of(deadline), expire, completion, reason, self._timed_out
-        )
+            self.deadline_of(deadline), expire, completion, reason,
+            self._timed_out if counted else None,
+        )  # fmt: skip
 
     def _existing(
         self,

@@ -17,10 +17,13 @@ Every fault and every discard is counted once, under a name that says what it wa
   thread, its waiter failed with ``Unavailable``) / still queued (never run);
   ``turns_abandoned_at_shutdown``: a turn (a handler) still running then, left on its worker
   thread (its caller failed with ``Unavailable``);
-* ``calls_timed_out``: a request or a create whose deadline failed it
-  (``DeadlineExceeded``), once, wherever it was then (queued, waiting for room, on another
-  node); ``late_replies`` counts those whose handler still ran; ``worker_calls_timed_out``:
-  a ``context.workers`` call past its own timeout;
+* ``calls_failed_at_shutdown``: a call still awaiting its outcome when the node stopped,
+  failed with ``Unavailable`` then (a handler that awaited one and lets that error through
+  is not counted again as a handler error);
+* ``calls_timed_out``: a request, a create or a Join's question whose deadline failed it
+  (``DeadlineExceeded``), once, on the node it was made on, wherever it was then (queued,
+  waiting for room, on another node); ``late_replies`` counts those whose handler still
+  ran; ``worker_calls_timed_out``: a ``context.workers`` call past its own timeout;
 * ``instance_reactivations`` / ``messages_carried_to_next_activation``: an Instance Spot
   that closed with calls still to run was made again at once, with them (not losses);
   ``instance_reactivations_refused``: the store gave it no new generation (what it held
@@ -32,9 +35,11 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
   type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``);
-* the mesh's sessions (``zlink.mesh.zmq_transport``): ``sends_dropped_peer_gone`` (one-way
-  messages a session kept for a peer when it ended: the peer restarted, left, or stayed away
-  30 s; each message of a batch), ``frames_dropped_peer_down`` (the rest of what it kept:
+* the mesh's sessions (``zlink.mesh.zmq_transport``): ``sends_dropped_peer_gone`` /
+  ``data_unacknowledged_peer_gone`` (one-way messages a session kept for a peer when it
+  ended, never sent / sent and never acknowledged, so maybe handled: the peer restarted,
+  left, or stayed away 30 s; each message of a batch), ``frames_dropped_peer_down`` (the
+  rest of what it kept:
   requests, whose callers fail when the peer is declared down, and the mesh's own frames),
   ``sends_dropped_shutdown`` (still in the outbox when a stopping node gave up waiting),
   ``data_unacknowledged_at_stop`` (sent, never acknowledged: may have arrived),

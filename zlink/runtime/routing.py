@@ -1015,12 +1015,13 @@ class MeshRouter:
             self._moved.clear()
 
     # -- the receiving side (infrastructure thread) --------------------------------------------
-    def data_lost(self, peer: str, bodies: list[bytes]) -> None:
-        """(Infrastructure thread.) DATA sent to ``peer`` that never reached it (its session
-        ended): each one-way message it carried is counted as a send dropped,
-        ``sends_dropped_peer_gone`` (a batch counts each message), the rest (requests, whose
-        callers fail with ``Unavailable`` when the peer is declared down, and the mesh's own
-        envelopes) as ``frames_dropped_peer_down``."""
+    def data_lost(self, peer: str, bodies: list[bytes], maybe_arrived: bool = False) -> None:
+        """(Infrastructure thread.) DATA for ``peer`` its session ended with: each one-way
+        message it carried is counted (a batch's each) as ``sends_dropped_peer_gone`` if it
+        was never sent, or as ``data_unacknowledged_peer_gone`` if it was sent and never
+        acknowledged (``maybe_arrived``: it may have been handled); the rest (requests,
+        whose callers fail with ``Unavailable`` when the peer is declared down, and the
+        mesh's own envelopes) as ``frames_dropped_peer_down``."""
         sends = other = 0
         for body in bodies:
             try:
@@ -1035,9 +1036,11 @@ class MeshRouter:
             else:
                 other += 1
         if sends:
-            self.rt.metrics.add("sends_dropped_peer_gone", sends)
-            _log.warning("node %s: %d one-way messages for node %s were lost with its session",
-                         self.rt.node_id, sends, peer)  # fmt: skip
+            name = "data_unacknowledged_peer_gone" if maybe_arrived else "sends_dropped_peer_gone"
+            self.rt.metrics.add(name, sends)
+            _log.warning("node %s: %d one-way messages for node %s were %s with its session",
+                         self.rt.node_id, sends, peer,
+                         "left unacknowledged" if maybe_arrived else "lost")  # fmt: skip
         if other:
             self.rt.metrics.add("frames_dropped_peer_down", other)
 

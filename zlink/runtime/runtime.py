@@ -377,7 +377,7 @@ class Runtime:
             job.ran = recorded
         job.at = self._now()
         if reply is not None and reply.timer is None:  # a diverted call was armed already
-            self.arm(reply, call.deadline, self._no_reply(call))
+            self.arm(reply, call.deadline, self._no_reply(call), not hops)
         owner = act.owner
         if owner is None:  # a Channel: each request is its own turn on any worker
             run_free(job, self.pool)
@@ -611,7 +611,7 @@ class Runtime:
         if mode in (KEEP_TURN, YIELD_GATE):  # a wait only this turn's own gate could end is
             self._check_wait(current_turn(), act, mode)  # refused, moving or not (§9)
         if reply is not None and reply.timer is None:  # its deadline runs from now on
-            self.arm(reply, call.deadline, self._no_reply(call))
+            self.arm(reply, call.deadline, self._no_reply(call), not hops)
         relocator = self.relocator  # (a moving target's waiters go first, under its lock)
         for _ in range(_NOT_READY_LOOKS):
             if relocator is not None and relocator.divert(call, reply, hops, lanes, room):
@@ -695,7 +695,7 @@ class Runtime:
             local = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
             if local is None:
                 if reply is not None and reply.timer is None:
-                    self.arm(reply, call.deadline, self._no_reply(call))
+                    self.arm(reply, call.deadline, self._no_reply(call), not hops)
                 try:
                     router.send_call(call, reply, hops, room)
                 except ZLinkError as exc:  # unreachable, or no room to it: nothing was sent
