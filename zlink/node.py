@@ -438,11 +438,16 @@ class Node:
 
     def _prune_due(self) -> None:
         """(Infrastructure thread.) Ask the store, on the store thread, to delete what dead
-        nodes left past the retention (``LocationStore.prune``); then again later."""
+        nodes left past the retention (``LocationStore.prune``), if this node is the first
+        of the mesh's live members by id (one sweep per period, not one per node); then
+        again later."""
         router, retention = self._rt.router, self.config.store_retention
         if self._state in ("stopping", "stopped") or router is None or retention is None:
             return
-        if not self._rt.fenced:  # (a fenced node's lease may have lapsed: it asks later)
+        membership = self._membership
+        first = membership is None or all(self.node_id < n for n in membership.others())
+        if first and not self._rt.fenced:  # one node sweeps for the mesh: the first by id
+            # (a store's sweep is a scan; a fenced node's lease may have lapsed: it waits)
             asked = router.store_worker.call(router.store.prune, retention)
             asked.add_callback(self._pruned)
         self._infra.call_later(self._prune_every(), self._prune_due)

@@ -190,6 +190,10 @@ class NodeMembership:
         """The nodes whose lease holds in the store, this one included."""
         return self.store.nodes()
 
+    def others(self) -> list[str]:
+        """The other members as this node last heard of them (no store call)."""
+        return list(self._known)
+
     def leave(self, timeout: float) -> None:
         """Stop renewing and unregister (the node's shutdown)."""
         self._stopped = True
