@@ -134,6 +134,29 @@ def build_app() -> zlink.App:
     return app
 
 
+class _LockSpy:
+    """A lock that says (``asked``) when the thread named ``who`` asks for it."""
+
+    def __init__(self, real: Any, who: str) -> None:
+        self.real, self.who, self.asked = real, who, threading.Event()
+
+    def __enter__(self) -> Any:
+        if threading.current_thread().name == self.who:
+            self.asked.set()
+        return self.real.__enter__()
+
+    def __exit__(self, *exc: Any) -> Any:
+        return self.real.__exit__(*exc)
+
+
+def _until(check: Any, what: str) -> None:
+    """Poll ``check`` (another thread's result, with no event to wait on), bounded."""
+    deadline = time.monotonic() + 2 * WAIT
+    while not check():
+        assert time.monotonic() < deadline, f"not within {2 * WAIT} s: {what}"
+        time.sleep(0.001)
+
+
 def _notes() -> list[tuple[int, str, int]]:
     return [entry for entry in SEEN if entry[1] != "on_closing"]
 
@@ -374,18 +397,9 @@ def test_a_batch_that_meets_the_end_of_a_close_goes_whole_to_the_next_activation
     for n in range(4):  # the next activation's lane is full with them
         client.send_to_spot("s", Note(sender="a", n=n)).instance_spot().submit()
     rt = node._runtime
-    real_lock, waiting, outcome = rt.directory.lock, threading.Event(), []
-
-    class Spy:
-        """The directory lock, saying when the batch's thread asks for it."""
-
-        def __enter__(self) -> Any:
-            if threading.current_thread().name == "batch":
-                waiting.set()
-            return real_lock.__enter__()
-
-        def __exit__(self, *exc: Any) -> Any:
-            return real_lock.__exit__(*exc)
+    real_lock, outcome = rt.directory.lock, []
+    spy = _LockSpy(real_lock, "batch")
+    waiting = spy.asked
 
     def batch() -> None:
         try:
@@ -399,7 +413,7 @@ def test_a_batch_that_meets_the_end_of_a_close_goes_whole_to_the_next_activation
 
     def reactivate(self: Closing, act: Any, *args: Any) -> Any:
         out = real(self, act, *args)  # (the directory lock held: the close's end, under way)
-        rt.directory.lock = Spy()
+        rt.directory.lock = spy
         sender = threading.Thread(target=batch, name="batch")
         sender.start()
         waiting.wait(WAIT)  # it met the closed admission and waits for this step's end
@@ -407,10 +421,7 @@ def test_a_batch_that_meets_the_end_of_a_close_goes_whole_to_the_next_activation
 
     monkeypatch.setattr(Closing, "_reactivate", reactivate)
     CLOSE_GO.set()
-    deadline = time.monotonic() + 2 * WAIT
-    while not outcome:  # (the batch's own thread: joined through its outcome)
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
+    _until(lambda: bool(outcome), "the batch's outcome")
     rt.directory.lock = real_lock
     assert outcome == ["taken"]
     node.wait_idle(WAIT)
@@ -437,10 +448,7 @@ def test_a_drain_that_begins_while_it_closes_loses_nothing_it_took(clock: Manual
         drained: list[Any] = []
         drainer = threading.Thread(target=lambda: drained.append(home.drain(WAIT)))
         drainer.start()
-        deadline = time.monotonic() + WAIT
-        while not home._runtime.draining:  # (the drain's flag: no event to wait on)
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        _until(lambda: home._runtime.draining, "the drain begins")
         CLOSE_GO.set()
         drainer.join(WAIT)
         assert answer.result(WAIT) == 2
@@ -468,18 +476,9 @@ def test_a_call_that_meets_an_eviction_as_it_looks_is_taken_for_the_next_activat
     client.send_to_spot("s", Note(sender="a", n=0)).instance_spot().wait(WAIT)
     node.wait_idle(WAIT)
     rt = node._runtime
-    real_lock, waiting, outcome = rt.directory.lock, threading.Event(), []
-
-    class Spy:
-        """The directory lock, saying when the sender asks for it."""
-
-        def __enter__(self) -> Any:
-            if threading.current_thread().name == "sender":
-                waiting.set()
-            return real_lock.__enter__()
-
-        def __exit__(self, *exc: Any) -> Any:
-            return real_lock.__exit__(*exc)
+    real_lock, outcome = rt.directory.lock, []
+    spy = _LockSpy(real_lock, "sender")
+    waiting = spy.asked
 
     def send() -> None:
         try:
@@ -493,7 +492,7 @@ def test_a_call_that_meets_an_eviction_as_it_looks_is_taken_for_the_next_activat
     def look(self: OwnerLanes, is_tick: Any) -> bool:
         idle = real(self, is_tick)
         if idle and not waiting.is_set():  # (the eviction's thread, the directory lock held)
-            rt.directory.lock = Spy()
+            rt.directory.lock = spy
             threading.Thread(target=send, name="sender").start()
             assert waiting.wait(WAIT), "the call never came to the directory lock"
         return idle
@@ -506,10 +505,7 @@ def test_a_call_that_meets_an_eviction_as_it_looks_is_taken_for_the_next_activat
     assert CLOSING.wait(WAIT)
     rt.directory.lock = real_lock
     CLOSE_GO.set()
-    deadline = time.monotonic() + WAIT
-    while not outcome:  # (the sender's own thread: joined through its outcome)
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
+    _until(lambda: bool(outcome), "the sender's outcome")
     assert outcome == ["taken"]
     node.wait_idle(WAIT)
     assert _notes() == [(1, "a", 0), (2, "a", 1)]
