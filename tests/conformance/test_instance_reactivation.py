@@ -97,8 +97,8 @@ def build_app() -> zlink.App:
 
         @zlink.handler
         def close_me(self, msg: CloseMe) -> None:
-            CLOSE_CALLED.set()
             self.context.close()
+            CLOSE_CALLED.set()  # (after: a call made once this is set meets the close)
 
         @zlink.handler
         async def slow(self, req: Slow) -> int:  # suspended in a Yield until HOLD is set
