@@ -168,6 +168,7 @@ def test_a_status_built_for_subscribers_never_holds_up_the_infrastructure_thread
     monkeypatch.setattr(zlink.Node, "status", held)
     got: list[zlink.NodeStatus] = []
     node.subscribe_status(got.append)
+    node.wait_idle(WAIT)  # (the activation's turn has let the gate go)
     gate = node._runtime.spots["b"].gate
     assert gate._flag.acquire(False)  # the request waits in the queue, for its deadline
     try:
@@ -215,6 +216,7 @@ def test_the_infrastructure_backlog_counts_tasks_waiting_not_deadlines(make_node
     node = make_node(build_app())
     client = node.client()
     client.spots.get_or_create("b", "t.ss.box").wait(WAIT)
+    node.wait_idle(WAIT)  # (the activation's turn has let the gate go)
     gate = node._runtime.spots["b"].gate
     assert gate._flag.acquire(False)
     try:
