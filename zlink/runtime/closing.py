@@ -325,10 +325,7 @@ class Closing:
         discard, and the waiters it took in, to tell."""
         queued = act.owner.drain()
         held = act.held
-        came: list[Any] = []  # what was held while it closed, in order
-        if held is not None:
-            while held.app:
-                came.append(held.app.popleft())
+        came = [] if held is None else _popped(held)  # what was held while it closed
         rt = self.rt
         if (
             held is None
@@ -467,9 +464,16 @@ def _let_go(act: SpotAct) -> list[Any]:
     if held is None:
         return []
     held.set_closed(True)  # (ends their waits: they are routed again, and refused)
+    return _popped(held)
+
+
+def _popped(held: OwnerLanes) -> list[Any]:
+    """Every item of lanes that hold calls apart (``act.held``: no gate takes from them),
+    in order, taken out (their admission is closed first: nothing is put meanwhile)."""
     out: list[Any] = []
-    while held.app:
-        out.append(held.app.popleft())
+    app = held.app
+    while app:
+        out.append(app.popleft())
     return out
 
 
