@@ -176,6 +176,7 @@ def main() -> None:
     show("a close that passes its deadline", lambda: waiting.result(5))
     release.set()
     print("the handler saw Cancelled:", cancelled.wait(5))
+    node.wait_idle(5)  # the close ends once the cancelled handler has
     show(
         "a request to a Spot that was closed",
         lambda: client.request_to_spot("box", Total()).wait(5),

@@ -179,8 +179,19 @@ def test_a_stopped_node_fences_itself_and_its_writes_are_refused(
         with pytest.raises(Unavailable, match="holds no lease"):
             store.reserve("room-x", "spot", "mp.audited", "n1", old_incarnation)
     assert _owner(url, "room")[:2] == ("n2", n2.ask("incarnation"))
-    # calls from n1 go to the room's new home now
-    assert n1.ask("gen", spot="room")[:2] == ["n2", n2.ask("incarnation")]
+
+    # calls from n1 go to the room's new home now (once it serves again: on a loaded
+    # machine, woken from SIGSTOP, its first renewals may come late and fence it once more
+    # for a moment; CI met that on 3.13t pure, and a call then is refused, as it must be)
+    def from_n1() -> Any:
+        try:
+            return n1.ask("gen", spot="room")
+        except CommandFailed as exc:
+            if "fenced itself" not in str(exc):
+                raise
+            return None
+
+    assert _until(from_n1, "n1 serves again")[:2] == ["n2", n2.ask("incarnation")]
     order = _check_audit(audit)
     assert [who[0] for who in order["room"]] == ["n1", "n2"]
 
