@@ -179,7 +179,7 @@ def test_a_status_subscriber_that_raises_keyboard_interrupt_is_served_on(make_no
     node.subscribe_status(callback)
     for _ in range(3):  # a status every status_interval, on the node's clock
         clock.advance(node.config.status_interval)
-        node._infra.wait_quiet(WAIT)
+        assert node.wait_idle(WAIT)  # (built, on the publisher's thread: ticks not merged)
     assert again.wait(WAIT)
 
 
