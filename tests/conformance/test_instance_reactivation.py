@@ -149,6 +149,19 @@ class _LockSpy:
         return self.real.__exit__(*exc)
 
 
+def _recorded(outcome: list[Any], call: Any) -> Any:
+    """A thread's target: ``call()``, then "taken" or what it raised, in ``outcome``."""
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append("taken")
+        except BaseException as exc:  # noqa: BLE001 - the fault under test
+            outcome.append(exc)
+
+    return run
+
+
 def _until(check: Any, what: str) -> None:
     """Poll ``check`` (another thread's result, with no event to wait on), bounded."""
     deadline = time.monotonic() + 2 * WAIT
@@ -401,13 +414,8 @@ def test_a_batch_that_meets_the_end_of_a_close_goes_whole_to_the_next_activation
     spy = _LockSpy(real_lock, "batch")
     waiting = spy.asked
 
-    def batch() -> None:
-        try:
-            notes = [Note(sender="a", n=n) for n in range(4, 7)]
-            client.send_many_to_spot("s", notes).wait(WAIT)
-            outcome.append("taken")
-        except BaseException as exc:  # noqa: BLE001 - the fault under test
-            outcome.append(exc)
+    notes = [Note(sender="a", n=n) for n in range(4, 7)]
+    batch = _recorded(outcome, lambda: client.send_many_to_spot("s", notes).wait(WAIT))
 
     real = Closing._reactivate
 
@@ -480,12 +488,9 @@ def test_a_call_that_meets_an_eviction_as_it_looks_is_taken_for_the_next_activat
     spy = _LockSpy(real_lock, "sender")
     waiting = spy.asked
 
-    def send() -> None:
-        try:
-            client.send_to_spot("s", Note(sender="a", n=1)).instance_spot().submit()
-            outcome.append("taken")
-        except BaseException as exc:  # noqa: BLE001 - the fault under test
-            outcome.append(exc)
+    send = _recorded(
+        outcome, lambda: client.send_to_spot("s", Note(sender="a", n=1)).instance_spot().submit()
+    )
 
     real = OwnerLanes.close_if_idle
 

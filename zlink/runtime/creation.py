@@ -89,7 +89,7 @@ class Creation:
         anyone can find the Spot (``wake=False``: the caller wakes it, once it has
         published more). ``then``: called with the activation's outcome. The caller holds
         the directory lock, but at the node's start. ``carried``: messages the activation
-        before this one took and never ran (``Closing.reactivate``), queued behind the
+        before this one took and never ran (``Closing._reactivate``), queued behind the
         activation, in their order, before anyone can find the Spot. ``publish=False``: the
         caller publishes it (``Directory.forget`` of the one it replaces) and wakes it."""
         act = SpotAct(self.rt, spec, spot_id, generation or self.rt.directory.next_generation())
