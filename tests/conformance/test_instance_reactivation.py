@@ -437,6 +437,53 @@ def test_a_batch_that_meets_the_end_of_a_close_goes_whole_to_the_next_activation
     assert {a for a, _s, _n in _notes()} == {2}
 
 
+def test_a_batch_that_finds_no_spot_as_a_call_activates_it_is_all_or_none(make_node, monkeypatch):
+    """Found by a 3.13t soak (1 run in 60 of the 600-message test above): a waiting batch
+    that found no Spot (closed, with nothing to carry) went on message by message without
+    waiting; a call that activated the Spot again in that moment had filled its lane, and
+    the batch's first message was refused, ``ResourceExhausted`` ("nothing was queued"),
+    though its caller waited for room, and a later one refused so would have left the first
+    ones queued. A batch makes no Instance Spot (python-api §8): finding none, it is
+    ``NotFound`` with nothing queued; finding one, all of it is admitted, waiting for room
+    (§9). The test runs the other caller's activation right after the batch has looked."""
+    from zlink.runtime.runtime import Runtime
+
+    node = make_node(build_app(), app_lane_items=2, workers=1)
+    client = node.client()
+    rt = node._runtime
+    assert rt.relocator is None and "s" not in rt.spots  # one node; no Spot "s" yet
+    HOLD.clear()
+    held = client.request("t.ir.api", Hold()).future()  # the one worker: nothing drains
+    assert HOLDING.wait(WAIT)
+    fired: list[BaseException | None] = []
+
+    def relocator(self: Any) -> Any:  # read by the batch path once it found no Spot
+        if threading.current_thread().name == "batch" and not fired:
+            fired.append(None)
+            for n in range(2):  # another caller activates "s" and fills its lane
+                client.send_to_spot("s", Note(sender="b", n=n)).instance_spot().submit()
+        return self.__dict__["relocator"]
+
+    monkeypatch.setattr(Runtime, "relocator", property(relocator), raising=False)
+    outcome: list[Any] = []
+    notes = [Note(sender="a", n=n) for n in range(2)]
+    batch = _recorded(outcome, lambda: client.send_many_to_spot("s", notes).wait(WAIT))
+    sender = threading.Thread(target=batch, name="batch")
+    sender.start()
+    sender.join(WAIT)
+    monkeypatch.undo()
+    assert len(outcome) == 1
+    assert outcome == ["taken"] or isinstance(outcome[0], zlink.NotFound), outcome
+    if not fired:  # (the batch said NotFound before the other caller came: it comes now)
+        for n in range(2):
+            client.send_to_spot("s", Note(sender="b", n=n)).instance_spot().submit()
+    HOLD.set()
+    assert held.result(WAIT) == "held"
+    node.wait_idle(WAIT)
+    expect = [("b", 0), ("b", 1)] + ([("a", 0), ("a", 1)] if outcome == ["taken"] else [])
+    assert [(s, n) for _a, s, n in _notes()] == expect
+
+
 def test_a_drain_that_begins_while_it_closes_loses_nothing_it_took(clock: ManualClock):
     """Found by review: calls a closing Instance Spot took before its node began to drain
     were discarded at the close's end as "spot was closed", counted on that node only. A

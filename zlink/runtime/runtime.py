@@ -455,7 +455,7 @@ class Runtime:
                 if self._goes_again(act):  # a close changed it: all or none, waiting
                     self._route_many(call, room, mode)
                     return reply  # type: ignore[return-value]
-                self._one_by_one(call)  # the moving path, in order (submit_many tells room)
+                self._one_by_one(call, act, room, mode)  # the moving path, in order
                 return reply  # type: ignore[return-value]
             return self._refused(act, call, reply, mode, hops, False, verdict, room)
         if reply is not None and reply.timer is not None:
@@ -529,12 +529,14 @@ class Runtime:
                 self._route_many(call, room, mode)  # (all or none, waiting as asked)
                 return
             router = self.router
+            if act is None and router is None:  # none here, nor anywhere: a batch makes no
+                raise NotFound(f"no {call.kind} {call.target!r}")  # Instance Spot (§8)
             if act is None and router is not None and router.send_batch(call, room):
                 return  # one envelope, all or none where the target lives
             relocator = self.relocator
             if act is not None and relocator is not None and relocator.divert_batch(call, room):
                 return  # moving: parked whole, or waiting whole for the move (§8, §9)
-            self._one_by_one(call)
+            self._one_by_one(call, act, room, mode)
             return
         turn = current_turn()
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
@@ -567,7 +569,7 @@ class Runtime:
             if self._goes_again(act):  # a close changed it meanwhile: all or none, as asked
                 self._route_many(call, room, mode)
                 return
-            self._one_by_one(call)  # sealed meanwhile: the moving path, in order
+            self._one_by_one(call, act, room, mode)  # sealed meanwhile: the moving path
             return
         if room is not None:
             self._wait_for_room(act, job, call, None, mode, 0, room, held)
@@ -594,7 +596,20 @@ class Runtime:
             jobs.append(job)
         return Entries(jobs, size)
 
-    def _one_by_one(self, call: BatchSendCall) -> None:
+    def _one_by_one(
+        self, call: BatchSendCall, act: SpotAct | ActorAct | None, room: Admitted | None,
+        mode: WaitMode,
+    ) -> None:  # fmt: skip
+        """A batch whose target ``act`` is moving (or not here) goes message by message, in
+        order (``submit_many`` tells ``room``). One that was taken out of the table meanwhile
+        (a close ended; another took its place) goes again from the start, all or none,
+        waiting as asked: message by message, the first would go to the new one without
+        waiting, and a later one refused would leave the first ones queued (§8, §9)."""
+        if act is not None:
+            now = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
+            if act.state is GONE or (now is not None and now is not act):
+                self._route_many(call, room, mode)
+                return
         for msg in call.msgs:
             self.submit(SendCall(self, call.kind, call.target, msg), None, NO_WAIT)
 
