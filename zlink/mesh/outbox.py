@@ -37,8 +37,14 @@ from . import wire
 from .transport import Channel, Transport
 
 _log = logging.getLogger("zlink.mesh")
+# A move's answers from its target to its source travel here too: the source may have paused
+# the target (calls from it wait for room there, often for this very move), and a move that
+# waited for that pause to lift waited for itself (python-api §9: "replies and other
+# infrastructure traffic keep flowing"). Their order against DATA does not matter: a call the
+# target sent the old way is kept in order by the target's fence (``MeshRouter``), not by them.
 _COMPLETION = (
     wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope, wire.DroppedEnvelope,
+    wire.RelocDoneEnvelope, wire.RelocOpenedEnvelope,
 )  # fmt: skip
 
 Failed = Callable[[str, wire.Envelope, ZLinkError], None]
@@ -47,8 +53,8 @@ Go = Callable[[], object]
 
 
 def channel_of(envelope: wire.Envelope) -> Channel:
-    """Replies, route hints, returning fences and drop notices travel on COMPLETION; the rest
-    on DATA."""
+    """Replies, route hints, returning fences, drop notices and a move's answers to its
+    source travel on COMPLETION; the rest on DATA."""
     return Channel.COMPLETION if isinstance(envelope, _COMPLETION) else Channel.DATA
 
 

@@ -6,8 +6,8 @@ pair of nodes (execution-model §4, §16; python-api §10):
 * ``Channel.DATA``: calls, sends, creates, route fences, relocation chunks and control. Its
   per-peer order is the per-sender order the router relies on; a receiver that is full stops
   taking DATA from that peer (``pause``) while everything else keeps flowing.
-* ``Channel.COMPLETION``: replies, route hints and fences coming back. Never paused, so a
-  paused peer never holds a reply back.
+* ``Channel.COMPLETION``: replies, route hints, fences coming back, drop notices and a
+  move's answers to its source. Never paused, so a paused peer never holds a reply back.
 
 Guarantees / assumes:
 * ``send`` never blocks and never runs user code; it is called only from the sending node's

@@ -199,9 +199,9 @@ class _Outgoing:
     its bodies counted as dropped, when a newer incarnation of the peer is met, when the peer
     said goodbye, when this node registers again, or ``_SESSION_LINGER`` after the peer went
     down without being met again. Bounded by the credit window: every CREDIT acknowledges.
-    COMPLETION (replies, route hints, returning fences, drop notices) is kept the same way, in
-    a stream of its own (it is never paused, so only the acknowledgements bound it: one per
-    ping at least). (Transport thread only.)"""
+    COMPLETION (replies, route hints, returning fences, drop notices, a move's answers) is
+    kept the same way, in a stream of its own (it is never paused, so only the
+    acknowledgements bound it: one per ping at least). (Transport thread only.)"""
 
     data: _Stream = field(default_factory=lambda: _Stream())
     completion: _Stream = field(default_factory=lambda: _Stream())  # and credit-bearing CREDITs
