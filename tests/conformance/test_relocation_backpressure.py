@@ -70,6 +70,10 @@ def _reset() -> None:
     BLOCKING.clear()
 
 
+def _state(node: zlink.Node, owner: str) -> str | None:
+    return next((o.state for o in node.status().owners if o.owner == owner), None)
+
+
 def _until(check: Any, what: str) -> None:
     done = threading.Event()
     for _ in range(int(WAIT / 0.005)):
@@ -116,3 +120,52 @@ def test_a_move_to_a_peer_this_node_paused_commits():
         _until(lambda: len(HANDLED) == 40, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(40))
         assert n1.status().paused_peers == []
+
+
+def test_what_a_node_keeps_behind_a_route_fence_is_bounded():
+    """A node that learns a better route sends a fence along the old one and keeps its new
+    calls for the target until the fence is back. Before, it kept them all: a sender whose
+    ``wait()`` returned at once kept 298,426 calls behind one fence in a probe. Now it keeps
+    what the target's lane holds (python-api §9); past that a plain ``submit()`` is
+    ``ResourceExhausted`` (nothing queued) and a waiting send waits for room; when the fence is
+    back all of them go on, in order. The fence is held here by a second move, sealed."""
+    _reset()
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4) as cluster:
+        n1, n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c3 = n3.client()
+        c3.send_to_spot("room", Add(sender="n3", seq=0)).wait(WAIT)  # node-3's route: node-1
+        n1.relocate_spot("room", "node-2", timeout=WAIT)  # node-1 keeps a pointer to node-2
+        n2.client().send_to_spot("room", Block()).wait(WAIT)
+        assert BLOCKING.wait(WAIT)
+        moved: list[BaseException | None] = []
+
+        def move_back() -> None:  # sealed on node-2 until the blocked turn ends
+            try:
+                n2.relocate_spot("room", "node-1", timeout=WAIT)
+                moved.append(None)
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                moved.append(exc)
+
+        mover = threading.Thread(target=move_back)
+        mover.start()
+        _until(lambda: _state(n2, "room") == "sealed", "the move to be under way")
+        c3.send_to_spot("room", Add(sender="n3", seq=1)).submit()  # relayed; node-3 learns
+        _until(lambda: n3.counters().get("route_fences", 0) >= 1, "node-3's fence")
+        for seq in range(2, 6):  # what the lane holds: kept behind the fence
+            c3.send_to_spot("room", Add(sender="n3", seq=seq)).submit()
+        try:
+            c3.send_to_spot("room", Add(sender="n3", seq=99)).submit()
+            refused = False
+        except zlink.ResourceExhausted:
+            refused = True
+        waiting = [c3.send_to_spot("room", Add(sender="n3", seq=s)).future() for s in (6, 7)]
+        assert refused, "a plain send past what the fence keeps was kept too"
+        assert not any(f.done() for f in waiting), "a waiting send past the bound was taken"
+        BLOCK.set()
+        mover.join(WAIT + 5)
+        assert moved == [None]
+        for future in waiting:
+            assert future.result(WAIT) is None
+        _until(lambda: len(HANDLED) == 8, "every call handled")
+        assert [seq for _n, _s, seq in HANDLED] == list(range(8))

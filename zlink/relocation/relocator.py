@@ -78,7 +78,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from ..errors import ResourceExhausted, Unavailable
+from ..errors import Unavailable
 from ..messaging.calls import SendCall
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import lane_size
@@ -88,8 +88,9 @@ if TYPE_CHECKING:
     from ..messaging.calls import BatchSendCall, MessageCall
     from ..runtime.routing import Relayable
 
+from ..runtime.waits import KeptWait, fits, wait_behind
 from .source import Outbound
-from .state import Arriving, Held, MoveWait, Outgoing, fits
+from .state import Arriving, Held, Outgoing
 from .target import Inbound
 
 _Item = TypeVar("_Item")
@@ -271,37 +272,19 @@ class Relocator(Outbound, Inbound):
         return True
 
     def _wait_for_move(
-        self, waiting: list[MoveWait[_Item]], items: list[_Item],
+        self, waiting: list[KeptWait[_Item]], items: list[_Item],
         call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted | None,
         batch: BatchSendCall | None = None,
     ) -> bool:  # fmt: skip
         """(Relocator lock held.) The move's park (or, on the target, what it keeps) is full:
-        ``call`` (as ``items``) waits behind it on ``waiting``, or, a plain ``submit()``, or
-        past ``LaneLimits.waiters`` callers waiting already (a call from a peer waits as that
-        peer's backlog instead), is refused (``divert``)."""
-        plain = room is None and reply is None
-        from_peer = room is not None and room.peer is not None
-        if plain or (not from_peer and len(waiting) >= self.rt.limits.waiters):
-            self.rt.metrics.add("rejected_admissions")
-            raise ResourceExhausted(
-                f"{call.kind} {call.target!r} is moving, and its park is full or "
-                f"{len(waiting)} callers wait for it already; nothing was queued"
-            )
-        wait = MoveWait(items, room, reply, batch)
-        waiting.append(wait)
-        self.rt.metrics.add("admission_waits")
-        if room is not None:
-            room.withdraw = functools.partial(self._unwait, waiting, wait)
-            if reply is not None:  # a request that gives up (its deadline) ends its wait too
-                reply.add_callback(functools.partial(_end_wait, room))
-            # a send made here waits up to its admission deadline (unless it has one from an
-            # earlier wait); a request has its own deadline; a call from a peer waits as that
-            # peer's backlog (which pauses it)
-            elif not from_peer and room.timer is None:
-                self.rt.arm_room(room, f"the moving {call.kind} {call.target!r}")
+        ``call`` (as ``items``) waits behind it on ``waiting``, or is refused
+        (``zlink.runtime.waits.wait_behind``)."""
+        withdraw = functools.partial(self._unwait, waiting)
+        wait_behind(self.rt, waiting, items, call, reply, room, withdraw,
+                    "is moving, and its park", "the moving", batch)  # fmt: skip
         return True
 
-    def _unwait(self, waiting: list[MoveWait[_Item]], wait: MoveWait[_Item]) -> bool:
+    def _unwait(self, waiting: list[KeptWait[_Item]], wait: KeptWait[_Item]) -> bool:
         """Take back a call waiting for a move (its caller gave up): ``True`` if it still
         waited (nothing of it was queued)."""
         with self._lock:
@@ -315,10 +298,3 @@ class Relocator(Outbound, Inbound):
 def _utf8_size(text: str) -> int:
     """The bytes ``text`` takes on the wire (UTF-8); its length where it is ASCII (a flag)."""
     return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-
-
-def _end_wait(room: Admitted, _value: object, error: BaseException | None) -> None:
-    """A request that waited for a move ended (its deadline, say) before it was parked: its
-    wait ends with it (a peer's backlog lets it go)."""
-    if error is not None:
-        room.abandon(error)

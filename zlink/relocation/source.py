@@ -56,15 +56,13 @@ if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
     from ..runtime.routing import Relayable
 
+from ..runtime.waits import KeptWait, accepted, take_waiting
 from .state import (
     RESTORE_ATTEMPTS,
-    MoveWait,
     Outgoing,
     RelocatorState,
-    accepted,
     capture_one,
     restore_timers,
-    take_waiting,
     timers_of,
     typed_error,
 )
@@ -716,7 +714,7 @@ class Outbound(RelocatorState):
                 if not out.committed:
                     out.relayed.append(env)
             elif out.waiting:  # (a fence) behind the calls that wait: never ahead of them
-                out.waiting.append(MoveWait([env], None, None))
+                out.waiting.append(KeptWait([env], None, None))
             else:  # sealed; or its target went down: it waits for the store's answer
                 out.parked.append(env)
             return True

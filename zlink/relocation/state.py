@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from ..errors import StateIncompatible, ZLinkError
 from ..executor import ranked_lock
@@ -16,14 +16,14 @@ from ..lock_order import LockRank
 from ..mesh import wire
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT
-from ..messaging.completion import Admitted, Completion, in_progress
+from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, from_wire, to_wire
+from ..runtime.waits import KeptWait
 from ..timers import Timer, TimerOptions
 from ..types import TargetKind
 
 if TYPE_CHECKING:
-    from ..executor import LaneLimits
-    from ..messaging.calls import BatchSendCall, MessageCall
+    from ..messaging.calls import MessageCall
     from ..runtime.acts import ActorAct, ObjectAct, SpotAct
     from ..runtime.routing import MeshRouter, Relayable
     from ..runtime.runtime import Runtime
@@ -34,71 +34,6 @@ RESTORE_ATTEMPTS = 3
 STORE_RETRY = 1.0  # seconds: a store question that failed is asked again (a dead peer's move)
 
 Held = tuple["MessageCall", "Completion | None", int]  # a call kept for later admission
-_Item = TypeVar("_Item")
-
-
-@dataclass(slots=True, eq=False)
-class MoveWait(Generic[_Item]):
-    """A call (or a whole batch: ``items``) that met a moving object whose park was full: it
-    waits for the move to go on (python-api §9), its caller on ``room`` (a send's wait, or a
-    peer's call: that peer's backlog) or ``reply`` (a request, within its own deadline);
-    taken in, in order, then. On the source the items are envelopes to park (a fence that
-    came behind such calls waits with neither caller); on the target, calls to keep.
-
-    Source and target bound what they take the same way (``fits``)."""
-
-    items: list[_Item]
-    room: Admitted | None
-    reply: Completion | None
-    batch: BatchSendCall | None = None  # on the target: the batch ``items`` split, if any
-
-    def gave_up(self) -> bool:
-        """Its caller stopped waiting (a deadline, a cancel): it is dropped, never sent."""
-        return (self.room is not None and self.room.done) or (
-            self.reply is not None and self.reply.done
-        )
-
-
-def fits(limits: LaneLimits, waiting: list[Any], count: int, size: int, more: int,
-         more_size: int) -> bool:  # fmt: skip
-    """Whether a move may take ``more`` calls (``more_size`` bytes) on top of the ``count``
-    (``size`` bytes) it holds for an object, behind no waiting call: at most what the
-    object's lane holds, items and bytes (python-api §9). A batch larger than the lane
-    alone fits an empty one (all or none, §8)."""
-    return not (
-        waiting
-        or count + more > max(limits.app_items, more)
-        or (count and size + more_size > limits.app_bytes)
-    )
-
-
-def take_waiting(
-    waiting: list[MoveWait[_Item]], take: Callable[[list[_Item]], None]
-) -> list[tuple[Admitted, BaseException | None]]:
-    """(Relocator lock held.) The calls that waited for a move are taken in (``take``), in
-    their order; those whose callers gave up are dropped, never sent (a peer's request that
-    passed its deadline: its wait ends with that, so the peer's backlog lets it go). Returns
-    the rooms to tell (``accepted``) once the lock is let go."""
-    rooms: list[tuple[Admitted, BaseException | None]] = []
-    ready, waiting[:] = list(waiting), []
-    for wait in ready:
-        if wait.gave_up():
-            if wait.room is not None and not wait.room.done:
-                assert wait.reply is not None  # (a room that is done did not wait)
-                rooms.append((wait.room, wait.reply.error))
-            continue
-        if wait.room is not None:
-            wait.room.withdraw = in_progress  # queued from now on: no longer withdrawn
-            rooms.append((wait.room, None))
-        take(wait.items)
-    return rooms
-
-
-def accepted(rooms: list[tuple[Admitted, BaseException | None]]) -> None:
-    """Tell callers that waited for a move that their calls are queued, or why not (no lock
-    held: a caller's future may run callbacks of its own)."""
-    for room, error in rooms:
-        room.set(None, error)
 
 
 @dataclass(eq=False)
@@ -122,7 +57,7 @@ class Outgoing:
     # the calls parked count against what the moving Spot's lane holds (items, payload
     # bytes): past it a call waits here, in arrival order, behind them (python-api §9)
     parked_bytes: int = 0
-    waiting: list[MoveWait[Relayable]] = field(default_factory=list)
+    waiting: list[KeptWait[Relayable]] = field(default_factory=list)
     # what was relayed to the target once the commit got under way, kept until the store
     # answers: a commit the store refuses puts these back here, in order (the target, told
     # to forget its copy, drops what came from this node)
@@ -166,7 +101,7 @@ class Arriving:
     # order, for the object to open (python-api §9), as at the source's park
     taken: int = 0
     taken_bytes: int = 0
-    waiting: list[MoveWait[Held]] = field(default_factory=list)
+    waiting: list[KeptWait[Held]] = field(default_factory=list)
     # questions the arrival holds up (``Relocator.after_move``): run once it opens or is
     # forgotten, on the infrastructure thread
     after: list[Callable[[], None]] = field(default_factory=list)

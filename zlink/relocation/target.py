@@ -40,17 +40,15 @@ from ..types import RelocationReadyStatus, TargetKind
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
 
+from ..runtime.waits import KeptWait, accepted, take_waiting
 from .state import (
     RESTORE_ATTEMPTS,
     STORE_RETRY,
     Arriving,
     Held,
-    MoveWait,
     RelocatorState,
-    accepted,
     decode_reply,
     restore_timers,
-    take_waiting,
 )
 
 _log = logging.getLogger("zlink.relocation")
@@ -428,7 +426,7 @@ class Inbound(RelocatorState):
             elif wait.room is not None and wait.reply is not None:  # a peer's request that
                 wait.room.set(None, wait.reply.error)  # gave up: its backlog lets it go
 
-    def _route_again(self, wait: MoveWait[Held]) -> None:
+    def _route_again(self, wait: KeptWait[Held]) -> None:
         """(Route and relocator locks held.) A call that waited for an arrival that did not
         happen goes the way it would have gone (its wait for room, if any, goes on there
         within its deadline); an error ends its wait, or its request."""

@@ -85,6 +85,7 @@ from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, SpotKind, TargetKind
 from .acts import READY
+from .waits import KeptWait, accepted, fits, take_waiting, wait_behind
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -132,6 +133,9 @@ class MeshRouter:
         self._tracking = False  # (past half of MAX_ROUTES: each use moves and stamps a route)
         self._moved: dict[str, Route] = {}  # forwarding pointers: targets this node moved away
         self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
+        self._kept_bytes: dict[str, int] = {}  # target -> payload bytes kept behind its fence
+        # target -> callers waiting for room behind its fence (``_keep``), once it is full
+        self._fence_waiting: dict[str, list[KeptWait[Relayable]]] = {}
         self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
@@ -463,7 +467,7 @@ class MeshRouter:
                 kept.insert(at, self.envelope(call, reply, hops))
                 self._ahead[target] = at + 1
             else:
-                kept.append(self.envelope(call, reply, hops))
+                self._keep(target, kept, [self.envelope(call, reply, hops)], call, reply, room)
             return
         route = self._known(target)
         if route is not None and route.kind not in (None, call.kind):  # a route for the
@@ -491,6 +495,37 @@ class MeshRouter:
         else:
             self.locate(target, waiter)
 
+    def _keep(
+        self, target: str, kept: list[Relayable], envs: list[Relayable],
+        call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted | None,
+    ) -> None:  # fmt: skip
+        """(``route_lock`` held.) Keep ``envs`` for ``target`` until its fence is back, as
+        much as its lane would hold (``zlink.runtime.waits``): past that its caller waits
+        behind them, first come first served, and is taken in when the fence is back; a plain
+        ``submit()`` is ``ResourceExhausted``, nothing queued (python-api §9)."""
+        size = sum(_payload_size(env) for env in envs)
+        waiting = self._fence_waiting[target]
+        held = self._kept_bytes.get(target, 0)
+        if fits(self.rt.limits, waiting, len(kept), held, len(envs), size):
+            kept.extend(envs)
+            self._kept_bytes[target] = held + size
+            return
+        wait_behind(self.rt, waiting, envs, call, reply, room,
+                    functools.partial(self._unkeep, target, waiting),
+                    "is being re-routed, and what waits for its route fence", "the route "
+                    "fence of")  # fmt: skip
+
+    def _unkeep(self, target: str, waiting: list[KeptWait[Relayable]],
+                wait: KeptWait[Relayable]) -> bool:  # fmt: skip
+        """Take back a call waiting for room behind a fence (its caller gave up): ``True``
+        if it still waited (nothing of it was queued)."""
+        with self.route_lock:
+            try:
+                waiting.remove(wait)
+            except ValueError:
+                return False
+            return True
+
     def _cancel_locate(self, target: str, waiter: Located) -> bool:
         """Withdraw a call waiting for the store (its caller gave up): ``True`` if it was
         still waiting."""
@@ -516,8 +551,16 @@ class MeshRouter:
             return False  # each fits, not all in one frame: one by one
         with self.route_lock:
             target = call.target
+            kept = self._switching.get(target)
+            if kept is not None and not admitted:  # whole behind the fence (or waiting whole)
+                envs: list[Relayable] = [
+                    self.envelope(SendCall(self.rt, call.kind, target, msg), None, 0)
+                    for msg in call.msgs
+                ]  # fmt: skip
+                self._keep(target, kept, envs, call, None, room)
+                return True
             route = self._known(target)
-            settled = target not in self._switching and target not in self._locating
+            settled = kept is None and target not in self._locating
             if not settled or route is None or route.node == self.rt.node_id:
                 if admitted:  # it waited in the outbox: its messages go on, in order
                     for msg in call.msgs:
@@ -732,6 +775,7 @@ class MeshRouter:
         self.outbox.put_behind_waiters(route.node, wire.FenceEnvelope(target, me, me, 0))
         kept: list[Relayable] = []
         self._switching[target] = kept
+        self._fence_waiting[target] = []  # (callers past what ``kept`` may hold: ``_keep``)
         self._fence_via[target] = route.node
         self.rt.metrics.add("route_fences")
         # a fence lost with a node must not keep the calls behind it forever
@@ -778,7 +822,11 @@ class MeshRouter:
             env = replace(env, hops=env.hops + 1)
             kept = self._switching.get(target)
             if kept is not None:
-                kept.append(env)
+                waiting = self._fence_waiting[target]
+                if waiting:  # behind the calls that wait: never ahead of them
+                    waiting.append(KeptWait([env], None, None))
+                else:
+                    kept.append(env)
                 return
             if env.hops > MAX_HOPS:
                 self._fence_back(env, gone=True)
@@ -817,11 +865,14 @@ class MeshRouter:
             learned = self._learned.pop(target, None)
             self._ahead.pop(target, None)
             self._fence_via.pop(target, None)
+            self._kept_bytes.pop(target, None)
+            waiting = self._fence_waiting.pop(target, [])
             timer = self._fence_timers.pop(target, None)
             if timer is not None:  # (its deadline would keep ``kept`` until it passed)
                 timer.cancel()
             if kept is None:
                 return
+            rooms = take_waiting(waiting, kept.extend)  # those that waited go after it, in order
             owner = env.owner_node
             if learned is not None and owner == learned.node:
                 self._moved.pop(target, None)  # a pointer is a route too: the fence replaced it
@@ -842,6 +893,7 @@ class MeshRouter:
             relocator = self.rt.relocator
             if relocator is None or not relocator.fence_back(target, resend):
                 resend()
+        accepted(rooms)
 
     def _old_path_works(self, target: str) -> bool:
         """(``route_lock`` held.) Whether this node's path for ``target`` leads to a node it
@@ -1358,3 +1410,8 @@ def _previous_owner(found: object) -> str | None:
     """The node that owned what a re-homing reservation took over (its lease had lapsed)."""
     previous = found.previous if isinstance(found, Reservation) else None
     return None if previous is None else previous.owner_node
+
+
+def _payload_size(env: Relayable) -> int:
+    """What a kept envelope counts against a lane's byte limit: its payload (a fence: 0)."""
+    return 0 if isinstance(env, wire.FenceEnvelope) else len(env.payload)
