@@ -200,6 +200,38 @@ def test_waiters_are_bounded_and_served_first_come_first_served(make_node):
     assert lanes.refused >= 3  # _fill's last try, the 4th waiter and the overtaking submit
 
 
+def test_calls_from_peers_waiting_for_room_do_not_crowd_out_a_caller_here(clock: ManualClock):
+    """Calls from other nodes that wait for room are bounded by their peer's backlog (which
+    pauses that peer), not by ``admission_waiters``. Before, they counted against it all the
+    same: a probe's one sender thread, whose ``wait()`` had never been refused, got
+    ``ResourceExhausted`` ("1024 callers already wait for room") after a move had relayed a
+    lane's worth of parked calls to the Spot's new node (python-api §9)."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, app_lane_items=2,
+                      admission_waiters=2, peer_backlog_items=64) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        c1 = _blocked(n1)
+        queued = _fill(c1)
+        from_peer = [n2.client().send_to_spot("hot", Bump(sender=2, n=n)).future()
+                     for n in range(4)]  # fmt: skip
+        lanes = n1._runtime.spots["hot"].owner.lanes
+        for _ in range(int(WAIT / 0.005)):
+            if lanes.waiting() == 4:
+                break
+            threading.Event().wait(0.005)
+        assert lanes.waiting() == 4  # node-2's calls wait for room here
+        mine = [c1.send_to_spot("hot", Bump(sender=1, n=n)).future() for n in range(2)]
+        with pytest.raises(zlink.ResourceExhausted, match="wait for room"):  # its own bound
+            c1.send_to_spot("hot", Bump(sender=1, n=2)).future()
+        GATE.set()
+        for f in from_peer + mine:
+            assert f.result(WAIT) is None
+        assert n1.wait_idle(WAIT)
+        seen = c1.request_to_spot("hot", Seen()).wait(WAIT)
+        assert seen == [[0, n] for n in range(queued)] + [[2, n] for n in range(4)] + [
+            [1, 0], [1, 1]
+        ]  # fmt: skip
+
+
 def test_a_request_waits_for_room_within_its_own_timeout(make_node, clock: ManualClock):
     node = make_node(build_app(), app_lane_items=4)
     client = _blocked(node)

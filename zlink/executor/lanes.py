@@ -340,8 +340,13 @@ class OwnerLanes:
             if self.closed:
                 return ADMISSION_CLOSED
             waiters = self.app_waiters if app else self.life_waiters
-            crowded = waiters is not None and len(waiters) >= self.limits.waiters
-            if too_big or (crowded and waiter.bounded):
+            crowded = (  # by the waiters bounded here (those from peers are bounded by
+                waiter.bounded  # their peer's backlog: a caller here is not refused for them)
+                and waiters is not None
+                and len(waiters) >= self.limits.waiters
+                and sum(w.bounded for w in waiters) >= self.limits.waiters
+            )
+            if too_big or crowded:
                 self.refused += 1
                 return FULL_BYTES if too_big and waiter.count == 1 else FULL_COUNT
             if not waiters and self._fits(waiter):
