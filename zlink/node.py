@@ -121,10 +121,14 @@ class _MeshEvents:
         self._node._superseded_why = why
         self._node.superseded.set()
 
-    def peer_down(self, node_id: str) -> None:
+    def peer_down(self, node_id: str, incarnation: int | None) -> None:
         router = self._node._rt.router
-        if router is not None:
-            router.declared_down(node_id)
+        if router is None:
+            return
+        ended = getattr(router.transport, "declared_down", None)  # (optional: Transport)
+        if ended is not None:  # first: nothing more is taken for it, its session ends
+            ended(node_id, incarnation)
+        router.declared_down(node_id)
 
     def said_goodbye(self, node_id: str, incarnation: int | None) -> bool:
         router = self._node._rt.router

@@ -148,6 +148,42 @@ def test_kill_9_ends_each_call_once_after_the_lease_and_rehomes_its_spots(
         n2.ask("close_ref", ref=[rooms[0], before[rooms[0]][2], "n1"])
 
 
+def test_sends_kept_for_a_node_declared_down_are_counted_at_once(
+    url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
+) -> None:
+    """A node keeps the one-way sends it handed to a peer until the peer acknowledges them (a
+    connection that drops loses what its buffers held: they go again when the peer is met
+    again). Once the store declares that peer down, that session ends at once: each such send
+    is counted (sent and never acknowledged: maybe arrived), python-api §9 "never lost
+    without a trace". Before, a probe found them uncounted until the session's 30 s linger
+    ran out after a ``kill -9``; and one death counted as two (the dead node re-dialled,
+    dropped again, and declared down again). Here the peer is stopped (``SIGSTOP``): its
+    connection stays up and takes the sends, and it never reads them."""
+    n1, n2 = pair["n1"], pair["n2"]
+    n1.ask("create", spot="room", type="mp.room")
+    assert n2.ask("total", spot="room") == 0  # served by n1, via n2
+    os.kill(n1.proc.pid, signal.SIGSTOP)
+    try:
+        accepted = n2.ask("send", spot="room", sender="x", count=200, until_refused=True)
+        assert accepted > 0
+        _until(lambda: n2.ask("counters").get("peers_declared_down"), "n2 declares n1 down")
+        declared = time.monotonic()
+
+        def unaccounted() -> int:
+            counters = n2.ask("counters")
+            lost = sum(v for k, v in counters.items() if k.startswith("sends_dropped_"))
+            lost += counters.get("data_unacknowledged_peer_gone", 0)
+            return accepted - lost - n2.ask("total", spot="room")  # (handled: re-homed)
+
+        _until(lambda: unaccounted() <= 0, "every accepted send handled or counted", 5.0)
+        assert unaccounted() == 0  # each once
+        while time.monotonic() < declared + 3 * LEASE + 1.0:  # (a second "down" came later)
+            assert n2.ask("counters")["peers_declared_down"] == 1
+            time.sleep(0.05)  # watching for an event that must not come: nothing to wait on
+    finally:
+        n1.kill()
+
+
 def test_a_stopped_node_fences_itself_and_its_writes_are_refused(
     url: str, tmp_path: Path, audit: Path, pair: dict[str, NodeProcess]
 ) -> None:

@@ -1188,7 +1188,8 @@ def test_data_a_session_ended_with_goes_to_the_node_to_count(nodes):
     §9). DATA its session with a peer ended with (the peer restarted) was counted only as
     ``frames_dropped_peer_down``, among the mesh's own frames, so no one could tell lost
     messages from a credit; its bodies now go to the node (``data_lost``), which counts the
-    one-way messages among them as sends dropped."""
+    one-way messages among them as sends dropped: those handed to a pipe as maybe arrived,
+    those kept while the peer was down (never sent) as not."""
     lost: list[tuple[str, list[bytes], bool]] = []
     counted, count = _counter()
     a = nodes("a", count=count).attach()
@@ -1199,7 +1200,9 @@ def test_data_a_session_ended_with_goes_to_the_node_to_count(nodes):
     def restart() -> None:
         peer = a.transport._meet("b", 1, endpoint)
         assert peer is not None
-        assert a.transport._keep(peer, (b"one", b"two"), _Kind.DATA)
+        first = a.transport._keep(peer, (b"one", b"two"), _Kind.DATA)
+        assert first
+        peer.out.sent_through = first  # "one" was handed to a pipe; "two" never left
         assert a.transport._keep(peer, (b"reply",), _Kind.COMPLETION)
         a.transport._down(peer, "test: declared down")
         again = a.transport._meet("b", 2, endpoint)  # a new incarnation: the old session ends
@@ -1207,8 +1210,8 @@ def test_data_a_session_ended_with_goes_to_the_node_to_count(nodes):
         a.transport._down(again, "test: declared down")
 
     _on_thread(a.transport, restart)
-    a.infra.run_until(lambda: bool(lost), "a's node hears what was lost")
-    assert lost == [("b", [b"one", b"two"], True)]  # kept unacknowledged: may have arrived
+    a.infra.run_until(lambda: len(lost) == 2, "a's node hears what was lost")
+    assert lost == [("b", [b"one"], True), ("b", [b"two"], False)]  # sent: it may have arrived
     assert counted.get("frames_dropped_peer_down") == 1  # the reply
 
 

@@ -50,6 +50,7 @@ _log = logging.getLogger("zlink.mesh")
 FENCE_AT = 0.8  # of a lease after a renewal was sent: the node stops serving then, unrenewed
 RENEW_EVERY = 1 / 3  # of a lease: how often a renewal is sent
 RETRY_EVERY = 1 / 6  # of a lease: a failed renewal, a suspect's check, a registration again
+_GONE_KEPT = 1024  # peers declared down a node remembers (not to declare one down twice)
 
 
 def lease_clock(clock: Clock) -> Callable[[], float]:
@@ -89,8 +90,9 @@ class MembershipEvents(Protocol):
         ``records`` (the members) anew."""
         ...
 
-    def peer_down(self, node_id: str) -> None:
-        """The store declares ``node_id`` (the incarnation this node knew) down."""
+    def peer_down(self, node_id: str, incarnation: int | None) -> None:
+        """The store declares ``node_id`` at ``incarnation`` (the one this node knew;
+        ``None``: it met it after its last look at the store) down."""
         ...
 
     def superseded(self, why: str) -> None:
@@ -137,6 +139,10 @@ class NodeMembership:
         self._fence: DeadlineHandle | None = None
         self._known: dict[str, int] = {}  # the other members, at their incarnations
         self._suspects: dict[str, int | None] = {}  # suspected peers, at the incarnation known
+        # peers declared down and not listed since (the oldest first, bounded): a connection
+        # of theirs that drops again (re-dialled from a list read before the lease lapsed) is
+        # not a second death
+        self._gone: dict[str, None] = {}
         self._polling = False
 
     @property
@@ -348,6 +354,8 @@ class NodeMembership:
         answers (see the module docstring)."""
         if peer == self.node_id or self._stopped:
             return
+        if peer in self._gone and peer not in self._known:
+            return  # declared down already, and not listed since
         self._suspects.setdefault(peer, self._known.get(peer))
         if not self._polling:
             self._polling = True
@@ -389,6 +397,12 @@ class NodeMembership:
                 del self._suspects[peer]
         for peer in down:
             self._suspects.pop(peer, None)
+            self._gone.pop(peer, None)
+            self._gone[peer] = None  # (the latest last)
+        for peer in now:
+            self._gone.pop(peer, None)
+        while len(self._gone) > _GONE_KEPT:
+            del self._gone[next(iter(self._gone))]
         self._known = now
         for peer in down:
             try:
@@ -396,7 +410,7 @@ class NodeMembership:
                     _log.info("node %s: node %s left the mesh", self.node_id, peer)
                 else:
                     _log.warning("node %s: the store declares node %s down", self.node_id, peer)
-                self._events.peer_down(peer)
+                self._events.peer_down(peer, knew.get(peer))
             except Exception:  # noqa: BLE001 - the other peers are still declared down
                 self._count("peer_down_errors")
                 _log.exception("node %s: declaring %s down failed", self.node_id, peer)

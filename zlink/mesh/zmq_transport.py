@@ -197,8 +197,9 @@ class _Outgoing:
     kernel buffers held, and the peer, alive, is met again; then all of it is sent again,
     first, in order (``_up``), and the peer drops what it had already (by number). It ends,
     its bodies counted as dropped, when a newer incarnation of the peer is met, when the peer
-    said goodbye, when this node registers again, or ``_SESSION_LINGER`` after the peer went
-    down without being met again. Bounded by the credit window: every CREDIT acknowledges.
+    said goodbye, when this node registers again, when the store declares that incarnation
+    down (``declared_down``), or ``_SESSION_LINGER`` after the peer went down without being
+    met again. Bounded by the credit window: every CREDIT acknowledges.
     COMPLETION (replies, route hints, returning fences, drop notices, a move's answers) is
     kept the same way, in a stream of its own (it is never paused, so only the
     acknowledgements bound it: one per ping at least). (Transport thread only.)"""
@@ -215,6 +216,9 @@ class _Outgoing:
     in_flight: int = 0
     in_flight_bytes: int = 0
     blocked: bool = False
+    # the last DATA number handed to a pipe: those above were kept while the peer was down
+    # or connecting, and never left (a session that ends counts them as not arrived)
+    sent_through: int = 0
 
     def stream(self, kind: _Kind) -> _Stream:
         return self.data if kind is _Kind.DATA else self.completion
@@ -360,6 +364,9 @@ class ZmqTransport:
         self._outq: deque[tuple[_Peer | bytes, _Kind, bytes]] = deque()  # under _lock
         self._credits: list[_Peer] = []  # peers owed credit (under _lock)
         self._learned: list[list[tuple[str, int, str]]] = []  # member lists (under _lock)
+        # declared down, to end on the transport thread: (node id, incarnation, its record)
+        self._declared: list[tuple[str, int | None, _Peer | None]] = []  # (under _lock)
+        self._dead: dict[str, int] = {}  # node id -> its newest incarnation declared down
         self._client_backlog = 0  # client frames handed on and not yet taken (under _lock)
         self._signalled = False
         # a new incarnation to announce, the members to meet, what to run then (under _lock)
@@ -650,6 +657,54 @@ class ZmqTransport:
             self._learned.append(members)
         self._wake()
 
+    def declared_down(self, node_id: str, incarnation: int | None) -> None:
+        """The store declared ``node_id`` at ``incarnation`` (``None``: whichever this node
+        knew) down (any thread). From now on nothing more is taken for it (``reachable`` is
+        ``False``: a record of it still connecting, or still connected, a frozen process, is
+        down, quietly: the node knows already), its session ends on the transport thread
+        rather than ``_SESSION_LINGER`` after its connection went, what it kept counted
+        (``_end_sessions``: handed to a pipe and never acknowledged, it may have arrived;
+        kept while the peer was down, it never left), and that incarnation is not connected
+        to again (a member list read a moment before the lease lapsed still names it)."""
+        with self._lock:
+            live = self._peers.get(node_id)
+            if incarnation is None:
+                incarnation = live.incarnation if live is not None else None
+            if live is not None and (incarnation is None or live.incarnation > incarnation):
+                live = None  # a newer incarnation, met already: it stays
+            if live is not None:
+                live.state = _State.DOWN  # (``_down`` then does nothing: it is done here)
+            self._declared.append((node_id, incarnation, live))
+        self._wake()
+
+    def _take_declared(self) -> None:
+        """(Transport thread.) End what ``declared_down`` named."""
+        with self._lock:
+            declared, self._declared = self._declared, []
+        for node_id, incarnation, live in declared:
+            if incarnation is None:  # it knew none: every session of that id not live
+                incarnation = max((k[1] for k in self._outgoing if k[0] == node_id), default=0)
+            if self._dead.get(node_id, 0) < incarnation:
+                self._dead[node_id] = incarnation
+            if live is not None:
+                with self._lock:
+                    unsent = list(live.waiting)  # handed over while it was connecting
+                    live.waiting.clear()
+                    unsent += [(k, d) for t, k, d in self._outq if t is live]
+                    self._outq = deque(item for item in self._outq if item[0] is not live)
+                    if self._peers.get(node_id) is live:
+                        del self._peers[node_id]
+                self._dropped(node_id, unsent)
+                if live.held:  # its DATA held here while paused: counted with its session
+                    if self._incoming.get((node_id, live.incarnation)) is live.inc:
+                        live.inc.held.extend(live.held)
+                    else:
+                        self._count("frames_dropped_peer_down", len(live.held))
+                    live.held.clear()
+                self._release(live)
+                self.resume(self._node_id, node_id)  # (``_gone``'s reason: a later one's)
+            self._end_sessions(node_id, incarnation + 1)
+
     def unacknowledged(self) -> int:
         """DATA and COMPLETION sent to peers that are up and not yet acknowledged by them, or
         waiting for a peer still connecting (any thread)."""
@@ -882,6 +937,7 @@ class ZmqTransport:
                 poller.register(self._client, zmq.POLLIN)
                 self._client_polled = True
             self._take_learned()
+            self._take_declared()
             self._greet()
             self._flush()
             now = time.monotonic()
@@ -1058,6 +1114,8 @@ class ZmqTransport:
         header = _HEADER.pack(VERSION, kind, peer.incarnation, seq, peer.out.sid if seq else 0)
         try:
             self._outs[channel].send_multipart([peer.ident, header, *bodies], zmq.NOBLOCK)
+            if kind is _Kind.DATA:
+                peer.out.sent_through = max(peer.out.sent_through, seq + len(bodies) - 1)
             return True
         except zmq.ZMQError as exc:
             if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
@@ -1136,8 +1194,12 @@ class ZmqTransport:
         for key in [k for k in self._outgoing if k[0] == node_id and k[1] < below]:
             out = self._outgoing.pop(key)
             lost += out.kept() - len(out.data.unacked)
-            unacked = [(_Kind.DATA, body) for _s, body, _k in out.data.unacked]
-            self._dropped(node_id, unacked, maybe_arrived=True)  # (some may have been sent)
+            sent = [(_Kind.DATA, body) for seq, body, _k in out.data.unacked
+                    if seq <= out.sent_through]  # fmt: skip
+            unsent = [(_Kind.DATA, body) for seq, body, _k in out.data.unacked
+                      if seq > out.sent_through]  # fmt: skip
+            self._dropped(node_id, sent, maybe_arrived=True)  # (handed to a pipe: it may have)
+            self._dropped(node_id, unsent)  # (kept while it was down: it never left)
             out.data.unacked.clear()  # let go: a record of the peer may outlive the session
             out.completion.unacked.clear()
         for key in [k for k in self._incoming if k[0] == node_id and k[1] < below]:
@@ -1380,8 +1442,8 @@ class ZmqTransport:
         just disconnected from, once their old pipe is gone: ``_settle``), or ``None``
         if it is this node, an incarnation older than the one known, or at endpoints ZeroMQ
         will not connect to (counted: ``peers_refused``)."""
-        if node_id == self._node_id:
-            return None
+        if node_id == self._node_id or incarnation <= self._dead.get(node_id, 0):
+            return None  # (this node, or one the store declared down: listed a moment late)
         known = self._peers.get(node_id)
         if known is not None:
             if known.incarnation == incarnation:

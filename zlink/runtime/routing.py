@@ -1031,7 +1031,14 @@ class MeshRouter:
         its connection dropped (or now, if it never dropped) fails with ``Unavailable`` at
         once. In that order: what a move gives back here is routed by the store, never to
         the dead node, and the calls a move that did not happen serves here after all are
-        no longer awaited from it (``rebind_pending``)."""
+        no longer awaited from it (``rebind_pending``). What the outbox holds for it, and
+        the pause of it, go as at a dropped connection (``peer_down``), unless a newer
+        incarnation is reachable (they are its then)."""
+        if not self.transport.reachable(peer):  # (a frozen peer's connection may still be up:
+            self.outbox.peer_down(peer)  # the transport has let it go by now, when it can)
+            with self._lock:
+                self._backlog.pop(peer, None)
+                self._paused.discard(peer)
         with self.route_lock:
             for table in (self._routes, self._moved):
                 for target in [t for t, r in table.items() if r.node == peer]:
