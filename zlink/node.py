@@ -312,6 +312,22 @@ class Node:
                 raise InvalidOperation(f"node {self.node_id} was already started")
             self.app.validate()
             self._state = "starting"
+        try:
+            self._start()
+        except BaseException:  # what it began stops before the caller hears why (a probe:
+            try:  # threads ran on, "starting" for good, and the node stayed in the store)
+                self.shutdown(timeout=min(self.config.shutdown_timeout, 10.0))
+            except Exception:  # noqa: BLE001 - the start's own error is the one to raise
+                _log.exception("node %s: stopping after a failed start failed", self.node_id)
+            raise
+        self._state = "running"
+        self._started = datetime.datetime.now(datetime.UTC).isoformat()
+        _log.info("node %s started with %d workers", self.node_id, self._pool.size)
+        return self
+
+    def _start(self) -> None:
+        """``start``'s body: the threads, the store's registration, the transport, the
+        Entry Spots (any of which may fail: ``start`` then stops what began)."""
         self._infra.start()
         self._pool.start()
         incarnation = 0
@@ -335,10 +351,6 @@ class Node:
                 self._infra.call_later(self._prune_every(), self._prune_due)
         for activated in self._rt.start():
             activated.wait(self.config.request_timeout)
-        self._state = "running"
-        self._started = datetime.datetime.now(datetime.UTC).isoformat()
-        _log.info("node %s started with %d workers", self.node_id, self._pool.size)
-        return self
 
     @property
     def address(self) -> str | None:

@@ -419,3 +419,43 @@ def test_a_closed_spot_is_let_go_when_its_close_ends_not_at_its_deadline(make_no
     gc.collect()
     assert [k for k in kept if k() is not None] == []  # (the clock never moved)
     assert node.status().infrastructure_backlog == before
+
+
+def _node_threads(node_id: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.is_alive() and node_id in t.name]
+
+
+@pytest.mark.parametrize("mesh", [False, True])
+def test_a_start_that_fails_stops_what_it_started(tmp_path, mesh: bool):
+    """An Entry Spot whose ``on_initialize`` raises fails ``start()`` with ``HandlerError``;
+    found by a probe: the node's threads ran on, "starting" for good (a ``with`` block never
+    reached its ``__exit__``), and on a mesh the node stayed registered in the store. What
+    the start began is stopped before the error reaches the caller; the node is stopped."""
+    app = zlink.App("failing-start")
+
+    @app.entry_spot("t.lc.lobby", actor="t.lc.guest")
+    class Lobby(zlink.EntrySpot):
+        def on_initialize(self) -> None:
+            raise RuntimeError("cannot initialize")
+
+    @app.actor("t.lc.guest")
+    class Guest(zlink.Actor):
+        pass
+
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    where = {"store": store, "listen": "tcp://127.0.0.1:0"} if mesh else {}
+    config = zlink.NodeConfig(node_id="failing", workers=2, **where)
+    node = zlink.Node(app, config)
+    with pytest.raises(zlink.HandlerError):
+        node.start()
+    assert _node_threads("failing") == []
+    assert repr(node).startswith("<zlink.Node 'failing' stopped")
+    if mesh:
+        from zlink.mesh.stores import open_store
+
+        opened = open_store(store)
+        try:
+            assert [r.node_id for r in opened.nodes()] == []  # it left the store
+        finally:
+            opened.close()  # type: ignore[attr-defined]
+    node.shutdown()  # (safe: it is stopped)

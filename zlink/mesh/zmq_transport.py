@@ -622,6 +622,9 @@ class ZmqTransport:
                         self._credits.append(peer)
             self._stopping = True
         host = self._host
+        if host is None and self._thread is None:  # never attached (a start that failed
+            self._close()  # before it): no thread turns the sockets; only they are left
+            return
         if host is None:
             self._wake()
             if self._thread is not None:
