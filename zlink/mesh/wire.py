@@ -110,15 +110,17 @@ def check_fits(payload: str, meta: dict[str, str] | None = None, frame: int | No
     could only be dropped."""
     frame = MAX_FRAME_BYTES if frame is None else min(frame, MAX_FRAME_BYTES)  # (``frame``:
     room = min(64 * 1024, frame // 16)  # a peer that takes less than the wire carries)
-    limit = frame - room - (sum(len(k) + len(v) for k, v in meta.items()) if meta else 0)
+    metadata = sum(len(k) + len(v) for k, v in meta.items()) if meta else 0
+    limit = frame - room - metadata
     size = len(payload)
     if size * 8 <= limit:  # (4 bytes a character at most, each quote or backslash escaped
         return size  # again inside the envelope: only a large one is measured)
     size = len(payload.encode()) + payload.count('"') + payload.count("\\")
     if size > limit:
+        kept = f"{room:,} kept for the envelope" + (f", {metadata:,} for metadata" if meta else "")
         raise WireError(
-            f"a message of {size:,} bytes is more than a frame between nodes carries "
-            f"({frame:,} bytes with its envelope)"
+            f"a message of {size:,} bytes as it crosses is more than a frame between nodes "
+            f"carries for it: {limit:,} bytes of a {frame:,}-byte frame ({kept})"
         )
     return size
 
