@@ -15,6 +15,7 @@ sending again held its infrastructure thread for 12.7 s, past its lease: it fenc
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
@@ -169,3 +170,52 @@ def test_what_a_node_keeps_behind_a_route_fence_is_bounded():
             assert future.result(WAIT) is None
         _until(lambda: len(HANDLED) == 8, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(8))
+
+
+def _sync(node: zlink.Node) -> None:
+    """Until what the node's infrastructure thread had queued has run (twice over)."""
+    for _ in range(2):
+        passed = threading.Event()
+        node._infra.submit(passed.set)
+        assert passed.wait(WAIT)
+
+
+def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
+    """A route fence reaches the target's node behind the calls its origin sent before it;
+    some of those may still wait for room in the target's lane there (python-api §9). Before,
+    the fence went back at once, past them; the origin then took a newer path (the target
+    arriving on it, a move withdrawn just before) and queued calls made after the fence ahead
+    of those made before it: a probe moving a room among three nodes with moves withdrawn saw
+    blocks of 201 to 2,485 earlier messages handled after later ones. The fence now waits
+    behind them, as a waiter of no size, and goes back once they are queued (execution-model
+    §6, per-sender FIFO)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=2) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c1, c2 = n1.client(), n2.client()
+        c1.send_to_spot("room", Block()).wait(WAIT)
+        assert BLOCKING.wait(WAIT)
+        filled = 0
+        with contextlib.suppress(zlink.ResourceExhausted):  # the lane: full
+            while filled < 10:
+                c1.send_to_spot("room", Add(sender="n1", seq=filled)).submit()
+                filled += 1
+        before = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(4)]
+        lanes = n1._runtime.spots["room"].owner.lanes
+        _until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")
+        router = n2._runtime.router
+        with router.route_lock:  # node-2 changes the room's path (as when it arrives there)
+            assert router.switch("room")
+        after = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (4, 5)]
+        _sync(n1)  # the fence is at node-1 now, behind node-2's four calls
+        _sync(n2)
+        assert "room" in router._switching, "the fence came back past the calls before it"
+        BLOCK.set()
+        for future in before + after:
+            assert future.result(WAIT) is None
+        _until(lambda: len(HANDLED) == filled + 6, "every call handled")
+        assert [(s, seq) for _n, s, seq in HANDLED] == [("n1", seq) for seq in range(filled)] + [
+            ("n2", seq) for seq in range(6)
+        ]
+        _until(lambda: "room" not in router._switching, "the fence back")

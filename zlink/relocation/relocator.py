@@ -199,7 +199,9 @@ class Relocator(Outbound, Inbound):
                 return False
             held: Held = (call, reply, hops)
             relayed = bool(hops) and call.via == inc.key[0]  # bounded by the source's park
-            if not relayed and not self._keep_takes(inc, [held]):
+            # (one this node kept behind its fence, sent again now: bounded where it was kept,
+            # and it goes ahead of what was kept or waits here since, ``Inbound.fence_back``)
+            if not relayed and not inc.resending and not self._keep_takes(inc, [held]):
                 return self._wait_for_move(inc.waiting, [held], call, reply, room)
             self._keep(inc, held, relayed)
             return True

@@ -92,6 +92,10 @@ class Arriving:
     signaled: bool = False
     fences: set[str] = field(default_factory=set)  # this node's fences still travelling
     local: list[Held] = field(default_factory=list)  # made here: wait for this node's fences
+    # a fence of this node is back, and what it kept is routed again (``fence_back``): made
+    # before anything in ``local`` or ``waiting``, and accepted already, so taken in ahead of
+    # them whatever they count (bounded where it was kept)
+    resending: bool = False
     # every call for it that may go in, in the order it came (relayed by the source or not):
     # queued behind the moved queue when it opens, or, if the move is withdrawn before its
     # commit, sent on whole to the source (python-api §8)

@@ -65,7 +65,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import DeadlineHandle, ranked_lock
+from ..executor import Admission, DeadlineHandle, Entries, RoomWaiter, ranked_lock
 from ..lock_order import LockRank
 from ..mesh import wire
 from ..mesh.location import Location, LocationStore, Reservation
@@ -817,7 +817,8 @@ class MeshRouter:
             return
         with self.route_lock:
             if self.rt.has_live(target):
-                self._fence_back(env)
+                if not self._fence_waits_for_room(env):
+                    self._fence_back(env)
                 return
             env = replace(env, hops=env.hops + 1)
             kept = self._switching.get(target)
@@ -832,6 +833,37 @@ class MeshRouter:
                 self._fence_back(env, gone=True)
                 return
             self.locate(target, functools.partial(self._fence_located, env))
+
+    def _fence_waits_for_room(self, env: wire.FenceEnvelope) -> bool:
+        """(``route_lock`` held; the target lives here.) A fence that reaches the owner while
+        calls wait for room in the target's lane waits behind them, as a waiter of no size,
+        and goes back only once they are queued: they came first (the calls before the fence
+        among them), and until they are queued a seal routes them again, parked for a move
+        and relayed to its target after what that node took in meanwhile. A fence back
+        before them let the origin, once the target moved there, queue calls made after the
+        fence ahead of those made before it (a move withdrawn here had put its queue back and
+        the calls it parked waited for room behind it; python-api §9, execution-model §6).
+        ``False``: nothing waits (or the lane closed, not for a move): it goes back now."""
+        rt = self.rt
+        act = rt.spots.get(env.target) or rt.actors.get(env.target)
+        owner = None if act is None else act.owner
+        if owner is None or not owner.lanes.app_waiters:
+            return False
+        relocator = rt.relocator
+
+        def notify(verdict: Admission) -> None:
+            if verdict == Admission.ADMITTED:  # those before it are queued now
+                rt.infra.submit(self._fence_back, env)
+            elif relocator is not None and relocator.divert_envelope(env.target, env):
+                pass  # sealed for a move: parked behind the waiters routed again before it
+            else:  # closed: as if it arrived now (on the infrastructure thread)
+                rt.infra.submit(self._on_fence, env)
+
+        waiter = RoomWaiter(Entries([], 0), 0, 0, notify, bounded=False)
+        verdict = owner.lanes.wait_room(waiter)
+        if verdict == Admission.CLOSED:  # sealed meanwhile: parked, if for a move
+            return relocator is not None and relocator.divert_envelope(env.target, env)
+        return verdict == Admission.WAITING
 
     def _fence_located(
         self, env: wire.FenceEnvelope, route: Route | None, error: BaseException | None
