@@ -13,6 +13,7 @@ its timers going on, and the target keeps nothing of it; nothing accepted is los
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import Counter
 from typing import Any
@@ -21,6 +22,7 @@ import pytest
 
 import zlink
 from tests.conftest import WAIT
+from zlink.mesh import wire
 from zlink.testing import LocalCluster, ManualClock
 
 
@@ -444,3 +446,62 @@ def test_calls_kept_at_a_withdrawn_arrival_wait_in_line_for_the_outbox(cluster, 
     seen = c1.request_to_spot("slow", Seen()).wait(WAIT)
     assert seen["2"] == [0, 1, 2, 3, 4]
     assert not [k for k in n2.counters() if "refused" in k or "dropped" in k]
+
+
+def test_calls_that_wait_through_many_withdrawn_moves_are_not_refused_as_relayed(clock):
+    """A call kept at a move that is withdrawn is routed again on its node, and each time
+    that counted as one more relay (its hops): one that waited through more withdrawn moves
+    than a route may relay (8) was refused once the next move took its Spot away ("route
+    relayed 9 times; giving up"), its send counted as dropped. A helper tracing a probe's
+    moves saw hop counts of 15. Routed again on the node it waits on is not a relay; each
+    call is handled once, in order, on the Spot's new node (python-api §8, §9)."""
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, app_lane_items=2,
+                      request_timeout=20.0, lease_seconds=1e6) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        c1, c2 = n1.client(), n2.client()
+        c1.spots.get_or_create("room", "t.rw.room").wait(WAIT)
+        c1.send_to_spot("room", Block()).submit()
+        assert BLOCKING.wait(WAIT)
+        filled = 0
+        with contextlib.suppress(zlink.ResourceExhausted):  # the lane: full
+            while filled < 10:
+                c1.send_to_spot("room", Add(sender="1", seq=filled)).submit()
+                filled += 1
+        for seq in range(6):  # they wait for room on node-1 (calls from a peer: no timer)
+            c2.send_to_spot("room", Add(sender="2", seq=seq)).submit()
+        lanes = n1._runtime.spots["room"].owner.lanes
+        _until(lambda: lanes.waiting() == 6, "node-2's calls wait for room on node-1")
+        for _ in range(10):  # each seal parks them, each withdrawal routes them again here
+            mover = Mover(n1, "room", "node-2", timeout=10.0)
+            assert mover.sealed.wait(WAIT)
+            clock.advance(10.0)
+            assert isinstance(mover.result(), zlink.DeadlineExceeded)
+        router = n2._runtime.router
+        arrived: list[int] = []  # the hops of each call node-2 takes in from node-1
+        take = router._handlers[wire.SendEnvelope]
+
+        def taken(env: wire.SendEnvelope) -> None:
+            arrived.append(env.hops)
+            take(env)
+
+        router._handlers[wire.SendEnvelope] = taken
+        mover = Mover(n1, "room", "node-2", timeout=10.0)  # parked, and past the park: waiting
+        assert mover.sealed.wait(WAIT)
+        BLOCK.set()
+        assert mover.result() is None
+        cluster.wait_idle(WAIT)
+        mine = [(who, sender, seq) for who, spot, sender, seq in HANDLED if spot == "room"]
+        assert [seq for _n, s, seq in mine if s == "1"] == list(range(filled))
+        assert [seq for _n, s, seq in mine if s == "2"] == list(range(6))
+        for node in cluster.nodes:
+            assert not {k: v for k, v in node.counters().items() if "dropped" in k}
+        assert arrived and max(arrived) <= 2, arrived  # node-2 -> node-1, relayed to node-2
+
+
+def _until(check: Any, what: str) -> None:
+    done = threading.Event()
+    for _ in range(int(WAIT / 0.005)):
+        if check():
+            return
+        done.wait(0.005)
+    raise AssertionError(f"timed out waiting for {what}")

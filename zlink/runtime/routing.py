@@ -1174,9 +1174,12 @@ class MeshRouter:
         if isinstance(env, wire.FenceEnvelope):
             self._on_fence(env)
         else:
-            self._on_call(env, force)
+            self._on_call(env, force, again=True)
 
-    def _on_call(self, env: CallEnvelope, force: bool = False) -> None:
+    def _on_call(self, env: CallEnvelope, force: bool = False, again: bool = False) -> None:
+        """A call that arrived (or, ``again``, that this node kept and routes again: that is
+        no relay, so it counts no hop; a call kept at every one of many withdrawn moves
+        counted one each, and was refused as relayed too often when it next went on)."""
         request = isinstance(env, wire.RequestEnvelope)
         try:
             msg = from_wire(env.message_type, env.payload)
@@ -1202,9 +1205,9 @@ class MeshRouter:
         plain = not request and env.meta is None and not env.instance and not force
         done: Completion | None
         try:
-            done = self.rt.submit(
-                call, reply, NO_WAIT, hops=env.hops + 1, force=force, plain=plain, room=room
-            )
+            hops = max(env.hops, 1) if again else env.hops + 1
+            done = self.rt.submit(call, reply, NO_WAIT, hops=hops, force=force, plain=plain,
+                                  room=room)  # fmt: skip
         except ZLinkError as exc:
             self._not_taken(env, exc)
             return
