@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import threading
@@ -712,6 +713,34 @@ def test_a_send_wait_returns_by_its_deadline_when_its_node_gives_no_verdict():
             with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
                 make().wait(0.3)
             assert time.monotonic() - started < 1.0  # its 0.3 s, and a moment for a verdict
+    finally:
+        router.close(0)
+        client.close()
+
+
+def test_a_send_wait_without_a_verdict_adds_nothing_to_its_deadline():
+    """A client probe: with its node silent, ``send(...).wait(t)`` returned 0.1 s after its
+    deadline (``wait(0.001)`` after 0.102 s, where a request's returned after 0.002 s): a
+    send that had left waited a grace for its verdict past the caller's time. It returns by
+    its deadline (python-api §11); a verdict on its way then is the node's. Median of 15 (a
+    loaded machine wakes a thread late now and then, never 15 times in a row by 0.1 s)."""
+    router, endpoint = _fake_node()
+    result: dict[str, Any] = {}
+    opened = threading.Thread(
+        target=lambda: result.update(client=zlink.connect(endpoint, heartbeat=60.0))
+    )
+    opened.start()
+    _welcome(router)  # and then silence: nothing it is sent gets a verdict
+    opened.join(WAIT)
+    client = result["client"]
+    try:
+        took = []
+        for n in range(15):
+            started = time.monotonic()
+            with pytest.raises(zlink.DeadlineExceeded):  # (left, or not yet: either way)
+                client.send_to_spot("r", Note(n=n)).wait(0.001)
+            took.append(time.monotonic() - started)
+        assert statistics.median(took) < 0.05, took
     finally:
         router.close(0)
         client.close()

@@ -118,9 +118,11 @@ class Completion:
 
 
 # (seconds) what a wait for admission gives an outcome already on its way when its own time
-# is up: a hand-over between this node's threads takes far less; a frame to another process
-# without a verdict by then is the other end's to decide (``Admitted.wait_admitted``)
-ON_ITS_WAY = 0.1
+# is up: a moment, for one being set on another thread of this process right now (a wait
+# returns by its deadline, python-api §11: 0.1 s here had a client's ``wait(0.001)`` return
+# after 0.102 s); a frame to another process without a verdict by then is the other end's to
+# decide (``Admitted.wait_admitted``)
+ON_ITS_WAY = 0.002
 
 
 def in_progress() -> bool:
@@ -158,7 +160,7 @@ class Admitted(Completion):
 
         A send that can no longer be withdrawn when the wait ends has its outcome on its way
         (it left for another node, or a client's node, which decides): that outcome if it
-        comes within ``ON_ITS_WAY`` seconds more, else ``DeadlineExceeded`` saying it may
+        comes within a moment more (``ON_ITS_WAY``), else ``DeadlineExceeded`` saying it may
         still be admitted. A wait returns by its deadline (python-api §11), whatever the node
         at the other end does; its verdict, if it comes later, is that node's."""
         if self._done and self._error is None:  # admitted at once (the common case): no lock
