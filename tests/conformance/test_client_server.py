@@ -250,6 +250,11 @@ def test_connect_refuses_bad_endpoints_and_times_out_where_nobody_answers():
         assert "within 0.3 s" in str(refused.value)  # (a probe read "within 0.299999 s")
     with pytest.raises(zlink.InvalidArgument, match="zlink keys generate"):
         zlink.connect("tcp://127.0.0.1:7101", keys="somewhere")  # not a keys folder
+    # a client probe: heartbeats of 2,200 s and 1e5 s raised ZMQError, 1e7 s OverflowError
+    # (ZeroMQ carries a heartbeat's time-to-live, three of them, in 16 bits of deciseconds)
+    for heartbeat in (2200, 1e5, 1e7):
+        with pytest.raises(zlink.InvalidArgument, match="heartbeat"):
+            zlink.connect("tcp://127.0.0.1:7101", heartbeat=heartbeat)
     # an IPv6 address waited out the whole timeout (the mesh speaks IPv4 only): said at once
     for ipv6 in ("tcp://[::1]:7101", "tcp://::1:7101"):
         started = time.monotonic()

@@ -102,6 +102,7 @@ _log = logging.getLogger("zlink.client")
 _RECV_BATCH = 256  # frames read at once before they go to the completion thread
 _CLOSE_LINGER_MS = 1000  # how long close() lets queued frames get out
 _ATTEMPT_TIMEOUT = 2.0  # seconds a reconnect attempt waits for a node's handshake, at most
+MAX_HEARTBEAT = 2000.0  # seconds: a heartbeat interval connect() takes, at most (ZeroMQ TTL)
 _CANCEL_LOOK = 0.05  # seconds between looks at a handshake's cancel event
 _PACK_BYTES = 64 * 1024  # frames queued together go as one PACK of at most this many bytes
 _PACK_FRAMES = 256  # ... and at most this many frames
@@ -1096,7 +1097,7 @@ class RemoteClient(Client):
     def wait_connected(self, timeout: float | None = None) -> None:
         """Block until the client is connected (at once, unless it is reconnecting after a
         loss); ``DeadlineExceeded`` after ``timeout`` seconds, ``InvalidOperation`` once it is
-        closed."""
+        closed, ``Unavailable`` at once if it was lost and does not reconnect."""
         self._failover.wait_connected(check_timeout(timeout, "a wait timeout"))
 
     def close(self) -> None:
@@ -1142,10 +1143,11 @@ def connect(
     calls made meanwhile fail at once with ``Unavailable`` (``wait_connected()`` waits).
     ``window`` / ``window_bytes``: sends (and their payload bytes) this client keeps
     unacknowledged at most (the node may narrow them). ``heartbeat``: seconds between ZMTP
-    heartbeats; a node silent for three of them is lost. ``keys``: the mesh's keys folder
-    (``zlink keys generate``): the connection is then CURVE-encrypted and authenticated with
-    the key pair ``clients/<client>.key_secret`` in it; a node whose mesh does not know that
-    key refuses the handshake, and ``connect`` ends with ``Unavailable`` at ``timeout``.
+    heartbeats (at most 2,000 s); a node silent for three of them is lost. ``keys``: the
+    mesh's keys folder (``zlink keys generate``): the connection is then CURVE-encrypted and
+    authenticated with the key pair ``clients/<client>.key_secret`` in it; a node whose mesh
+    does not know that key refuses the handshake, and ``connect`` ends with ``Unavailable``
+    at ``timeout``.
     """
     given: list[object] = [endpoint]
     if not isinstance(endpoint, str) and isinstance(endpoint, (list, tuple)):
@@ -1155,6 +1157,10 @@ def connect(
     endpoints = tuple(dict.fromkeys(check_endpoint(e) for e in given))
     timeout = check_seconds(timeout, "a connect timeout")
     heartbeat = check_seconds(heartbeat, "a heartbeat interval")
+    if heartbeat > MAX_HEARTBEAT:  # ZeroMQ carries three of them (the time-to-live a node
+        raise InvalidArgument(  # is told) in 16 bits of deciseconds: 6,553 s at most
+            f"a heartbeat interval is at most {MAX_HEARTBEAT:g} s, got {heartbeat!r}"
+        )
     for what, value in (("window", window), ("window_bytes", window_bytes)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidArgument(f"{what} is a whole number >= 1, got {value!r}")

@@ -273,7 +273,8 @@ class Failover:
 
     def wait_connected(self, timeout: float | None) -> None:
         """Block until the current connection is up; ``DeadlineExceeded`` after ``timeout``
-        seconds, ``InvalidOperation`` once the client is closed."""
+        seconds, ``InvalidOperation`` once the client is closed, ``Unavailable`` at once once
+        it is lost for good (``reconnect=False``: a client probe's wait blocked for ever)."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while True:
@@ -282,6 +283,11 @@ class Failover:
                 current = self._current
                 if current is not None and current.state == "up":
                     return
+                if current is not None and not self._reconnect:
+                    raise Unavailable(
+                        f"the connection to node {current.node_id} is lost, and this client "
+                        "does not reconnect (reconnect=False)"
+                    )
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
                     raise DeadlineExceeded(f"no node answered within {timeout:.3g} s")
