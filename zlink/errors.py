@@ -21,6 +21,7 @@ full lists.
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 
 class ErrorCode(StrEnum):
@@ -152,3 +153,6 @@ class HandlerError(ZLinkError):
         super().__init__(f"{remote_type}: {remote_message}")
         self.remote_type = remote_type
         self.remote_message = remote_message
+
+    def __reduce__(self) -> tuple[Any, ...]:  # (copied and pickled with its own arguments)
+        return (type(self), (self.remote_type, self.remote_message), self.__dict__)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -328,6 +329,49 @@ def test_one_client_thread_reads_and_completes_and_a_close_from_a_callback_ends_
         client.send_to_spot("r", Note(n=1)).submit()
 
 
+def test_callers_failed_together_each_raise_an_error_of_their_own(serve):
+    """A client probe: 300 threads blocked in ``wait()`` as the client closed all raised one
+    exception object, whose traceback then grew with every raise (900 frames of other
+    threads' stacks in one caller's, kept alive with them). Each waiter raises its own copy,
+    of the same type and text, with its own stack."""
+    node = serve()
+    assert node.address is not None
+    client = zlink.connect(node.address)
+    _room(client)
+    asked = client.request_to_spot("r", Hold()).future()  # the room's gate: taken
+    assert HOLDING.wait(WAIT)
+    caught: list[BaseException] = []
+    started = threading.Barrier(9)
+
+    def wait_one() -> None:
+        call = client.request_to_spot("r", Echo(text="x"))
+        started.wait(WAIT)
+        try:
+            call.wait(WAIT)
+        except zlink.ZLinkError as exc:
+            caught.append(exc)
+
+    threads = [threading.Thread(target=wait_one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    started.wait(WAIT)
+    _until_waiting = time.monotonic() + WAIT
+    while time.monotonic() < _until_waiting and len(client._failover.current._calls) < 9:
+        time.sleep(0.005)  # (the eight calls are on their way: nothing to wait on)
+    client.close()
+    for t in threads:
+        t.join(WAIT)
+    HOLD.set()
+    assert len(caught) == 8 and {type(e) for e in caught} == {zlink.Cancelled}
+    assert len({id(e) for e in caught}) == 8  # one each
+    assert len({str(e) for e in caught}) == 1
+    for exc in caught:
+        depth = len(traceback.extract_tb(exc.__traceback__))
+        assert depth < 25, depth  # its own stack, not everyone's
+    with pytest.raises(zlink.Cancelled):
+        asked.result(WAIT)
+
+
 # -- typed errors --------------------------------------------------------------------------------
 
 
@@ -629,8 +673,8 @@ def test_a_client_made_not_to_reconnect_stays_lost_and_close_ends_reconnecting(s
     with pytest.raises(zlink.InvalidOperation):
         tries.wait_connected(WAIT)
     serve(listen=address)
-    with pytest.raises(zlink.DeadlineExceeded):
-        stays.wait_connected(0.3)  # the node is back, and this client does not come back
+    with pytest.raises(zlink.Unavailable, match="reconnect=False"):  # at once: it is back,
+        stays.wait_connected(WAIT)  # and this client does not come back
 
 
 def test_connect_refuses_bad_endpoint_lists_and_settings():
