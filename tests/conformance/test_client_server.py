@@ -872,6 +872,46 @@ def _answer(sock: zmq.Socket[Any]) -> cw.ClientFrame:
     return cw.decode(sock.recv())
 
 
+def test_replies_to_a_client_that_falls_behind_are_held_not_dropped(serve, connect):
+    """A client probe: a client that read nothing for a moment (a GC pause, SIGSTOP for
+    1.5 s) lost up to 1,502 of 3,000 replies, and the callers waited out their timeouts: once
+    ZeroMQ's pipe to it held 1,000 frames, the node dropped the rest (counted only as
+    ``client_frames_undeliverable``), and a lost ``ACKS`` shrank the client's send window for
+    good. A reply reaches its caller (python-api §10). Here a raw client asks 3,000 echoes of
+    8 kB and reads nothing until the node has answered them all: every reply comes, once."""
+    node = serve()
+    client = connect(node)
+    _room(client)  # (made by a real client: the raw one only asks)
+    raw = _raw(node)
+    raw.setsockopt(zmq.RCVHWM, 10)  # what it does not read stays in the node's pipe
+    try:
+        raw.send(cw.encode(cw.Hello(1, "raw")))
+        assert isinstance(_answer(raw), cw.Welcome)
+        text = json.dumps({"text": "x" * 8000}).encode()
+        n = 3000
+        for corr in range(2, 2 + n):
+            raw.send(cw.encode(cw.Request(corr, TargetKind.SPOT, "r", "t.cs.echo", None, False,
+                                          None, WAIT * 6, text)))  # fmt: skip
+        handled = 0
+        for _ in range(int(WAIT * 6 / 0.01)):  # (bounded) the node answers them all
+            handled = sum(t.handled for t in node.status().types if t.type == "t.cs.room")
+            if handled >= n:
+                break
+            threading.Event().wait(0.01)
+        assert handled >= n
+        replies: set[int] = set()
+        while len(replies) < n:
+            frame = _answer(raw)
+            for one in frame.frames if isinstance(frame, cw.Pack) else (frame,):
+                reply = cw.decode(one) if isinstance(one, bytes) else one
+                assert isinstance(reply, cw.Reply) and reply.error is None
+                assert reply.correlation not in replies  # once
+                replies.add(reply.correlation)
+    finally:
+        raw.close(0)
+    assert "client_frames_undeliverable" not in node.counters()
+
+
 def test_bad_frames_are_counted_and_the_node_keeps_serving(serve, connect):
     node = serve(max_frame_bytes=1024)
     raw = _raw(node)

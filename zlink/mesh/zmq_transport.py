@@ -111,6 +111,11 @@ _FAILED_EVENTS = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILE
 _SAY_AGAIN = 60.0  # seconds before a failing handshake with one endpoint is logged again
 _BATCH_BODIES = 256  # frames of one kind to one peer sent as one ZeroMQ message at most
 _STRANGER_FRAMES = 64  # frames kept from an unknown sender until its HELLO arrives
+# bytes held for one client whose pipe is full (ZeroMQ's 1,000-frame high-water mark) before
+# they are given up on (counted); the client protocol's own limits (calls in flight, the send
+# window) bound them first, and a client that stopped reading is dropped by its heartbeats
+_CLIENT_HELD_BYTES = 256 * 1024 * 1024
+_CLIENT_RETRY_MS = 2  # the poll's longest wait while frames are held for a client
 
 
 class IoHost(Protocol):
@@ -368,6 +373,9 @@ class ZmqTransport:
         self._declared: list[tuple[str, int | None, _Peer | None]] = []  # (under _lock)
         self._dead: dict[str, int] = {}  # node id -> its newest incarnation declared down
         self._client_backlog = 0  # client frames handed on and not yet taken (under _lock)
+        # frames for clients whose pipe was full, in order, and their bytes (transport thread)
+        self._client_held: dict[bytes, deque[bytes]] = {}
+        self._client_held_bytes: dict[bytes, int] = {}
         self._signalled = False
         # a new incarnation to announce, the members to meet, what to run then (under _lock)
         self._reborn: tuple[int, list[tuple[str, int, str]], Callable[[], None]] | None = None
@@ -911,6 +919,8 @@ class ZmqTransport:
             wait = min(own, self._greet_wait(time.monotonic()))
             if timeout is not None:
                 wait = min(wait, poll_ms(timeout))
+            if self._client_held:  # (a full pipe says nothing when it has room again)
+                wait = min(wait, _CLIENT_RETRY_MS)
             poller = self._poller
             ready = dict(poller.poll(wait))
             if self._wake_r in ready:
@@ -942,6 +952,8 @@ class ZmqTransport:
             self._take_learned()
             self._take_declared()
             self._greet()
+            if self._client_held:
+                self._flush_clients()
             self._flush()
             now = time.monotonic()
             if now >= self._next_ping:
@@ -953,12 +965,18 @@ class ZmqTransport:
             _log.exception("transport of node %s: error in its loop", self._node_id)
         if self._stopping:
             try:
+                if self._client_held:
+                    self._flush_clients()
                 self._flush()
             except Exception:  # noqa: BLE001 - counted like any error of its loop
                 self._count("transport_errors")
                 _log.exception("transport of node %s: error in its last flush", self._node_id)
             for peer in [p for p in self._peers.values() if p.state is _State.CONNECTING]:
                 self._down(peer, "this node stops")  # (what waited for it: kept, counted)
+            held = sum(len(frames) for frames in self._client_held.values())
+            if held:  # for clients that read nothing more before this node stopped
+                self._count("client_frames_undeliverable", held)
+                self._client_held.clear()
             left = sum(out.kept() for out in self._outgoing.values())
             if left:  # sent, and never acknowledged: they may or may not have arrived
                 self._count("data_unacknowledged_at_stop", left)
@@ -1213,12 +1231,56 @@ class ZmqTransport:
             self._count("frames_dropped_peer_down", lost)
 
     def _to_client(self, client: bytes, data: bytes) -> None:
+        """A frame for a client, in order: sent now, or held while its pipe is full (a
+        client a little behind: a GC pause, a burst of replies; dropped, a probe lost up to
+        1,502 replies of 3,000 and their callers waited out their timeouts, and a lost ACKS
+        shrank the client's send window for good). One whose connection is gone is counted
+        (``client_frames_undeliverable``)."""
+        if client in self._client_held:
+            self._hold_for_client(client, data)
+            return
         try:
             self._client.send_multipart([client, data], zmq.NOBLOCK)
         except zmq.ZMQError as exc:
-            if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
+            if exc.errno == zmq.EAGAIN:
+                self._hold_for_client(client, data)
+            elif exc.errno == zmq.EHOSTUNREACH:
+                self._count("client_frames_undeliverable")
+            else:
                 raise
-            self._count("client_frames_undeliverable")
+
+    def _hold_for_client(self, client: bytes, data: bytes) -> None:
+        held = self._client_held.setdefault(client, deque())
+        held.append(data)
+        size = self._client_held_bytes[client] = self._client_held_bytes.get(client, 0) + len(data)
+        if size > _CLIENT_HELD_BYTES:  # it has not read for long: given up on (its calls
+            lost = len(held)  # end at their deadlines, or its connection goes first)
+            del self._client_held[client], self._client_held_bytes[client]
+            self._count("client_frames_undeliverable", lost)
+            _log.warning("node %s: a client read nothing of %d frames (%d bytes) held for it; "
+                         "they are dropped", self._node_id, lost, size)  # fmt: skip
+
+    def _flush_clients(self) -> None:
+        """Send what is held for clients, each in order, as far as their pipes take it."""
+        for client in list(self._client_held):
+            held = self._client_held[client]
+            sent = 0
+            while held:
+                try:
+                    self._client.send_multipart([client, held[0]], zmq.NOBLOCK)
+                except zmq.ZMQError as exc:
+                    if exc.errno == zmq.EAGAIN:
+                        break
+                    if exc.errno != zmq.EHOSTUNREACH:
+                        raise
+                    self._count("client_frames_undeliverable", len(held))
+                    held.clear()
+                    break
+                sent += len(held.popleft())
+            if held:
+                self._client_held_bytes[client] -= sent
+            else:
+                del self._client_held[client], self._client_held_bytes[client]
 
     def _ping(self) -> None:
         """A ping on both pipes of every peer that is up: a pipe that is gone means it is
