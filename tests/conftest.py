@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +25,15 @@ def warns_unended(match: str = "never given a terminal") -> contextlib.AbstractC
     if calls.WATCHED:
         return pytest.warns(RuntimeWarning, match=match)
     return contextlib.nullcontext()
+
+
+def until(check: Callable[[], Any], what: str, timeout: float = 2 * WAIT) -> None:
+    """Poll ``check`` (another thread's state, with no event to wait on) until it is true;
+    fails after ``timeout`` real seconds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.002)
 
 
 def refuse_renewals(store: Any, node_id: str) -> None:

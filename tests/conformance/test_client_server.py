@@ -8,6 +8,7 @@ events set by handlers say when something happened.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -708,6 +709,26 @@ def _welcome(router: zmq.Socket[Any], admission_timeout: float = 5.0) -> bytes:
     return ident
 
 
+@contextlib.contextmanager
+def _silent_node(admission_timeout: float = 5.0) -> Iterator[Any]:
+    """A client of a fake node that welcomes it and then says nothing more: no verdict, no
+    reply (long heartbeats: the connection is not lost meanwhile)."""
+    router, endpoint = _fake_node()
+    result: dict[str, Any] = {}
+    opened = threading.Thread(
+        target=lambda: result.update(client=zlink.connect(endpoint, heartbeat=60.0))
+    )
+    opened.start()
+    _welcome(router, admission_timeout=admission_timeout)
+    opened.join(WAIT)
+    client = result["client"]
+    try:
+        yield client
+    finally:
+        router.close(0)
+        client.close()
+
+
 def test_a_connection_that_drops_without_goodbye_fails_pending_calls_at_once():
     router, endpoint = _fake_node()
     result: dict[str, Any] = {}
@@ -744,16 +765,7 @@ def test_a_send_wait_returns_by_its_deadline_when_its_node_gives_no_verdict():
     only when heartbeats declared the connection lost, 3.4 s later (20 s with a heartbeat of
     5 s). A blocking wait returns by its deadline (python-api §11): the send left, so its
     outcome is the node's, and the caller is told it may still be admitted."""
-    router, endpoint = _fake_node()
-    result: dict[str, Any] = {}
-    opened = threading.Thread(
-        target=lambda: result.update(client=zlink.connect(endpoint, heartbeat=60.0))
-    )
-    opened.start()
-    _welcome(router)  # and then silence: nothing it is sent gets a verdict
-    opened.join(WAIT)
-    client = result["client"]
-    try:
+    with _silent_node() as client:
         for make in (
             lambda: client.send_to_spot("r", Note(n=1)),
             lambda: client.send_many_to_spot("r", [Note(n=2), Note(n=3)]),
@@ -762,9 +774,6 @@ def test_a_send_wait_returns_by_its_deadline_when_its_node_gives_no_verdict():
             with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
                 make().wait(0.3)
             assert time.monotonic() - started < 1.0  # its 0.3 s, and a moment for a verdict
-    finally:
-        router.close(0)
-        client.close()
 
 
 def test_a_send_wait_without_a_verdict_adds_nothing_to_its_deadline():
@@ -773,16 +782,7 @@ def test_a_send_wait_without_a_verdict_adds_nothing_to_its_deadline():
     send that had left waited a grace for its verdict past the caller's time. It returns by
     its deadline (python-api §11); a verdict on its way then is the node's. Median of 15 (a
     loaded machine wakes a thread late now and then, never 15 times in a row by 0.1 s)."""
-    router, endpoint = _fake_node()
-    result: dict[str, Any] = {}
-    opened = threading.Thread(
-        target=lambda: result.update(client=zlink.connect(endpoint, heartbeat=60.0))
-    )
-    opened.start()
-    _welcome(router)  # and then silence: nothing it is sent gets a verdict
-    opened.join(WAIT)
-    client = result["client"]
-    try:
+    with _silent_node() as client:
         took = []
         for n in range(15):
             started = time.monotonic()
@@ -790,25 +790,13 @@ def test_a_send_wait_without_a_verdict_adds_nothing_to_its_deadline():
                 client.send_to_spot("r", Note(n=n)).wait(0.001)
             took.append(time.monotonic() - started)
         assert statistics.median(took) < 0.05, took
-    finally:
-        router.close(0)
-        client.close()
 
 
 def test_a_send_with_no_timeout_of_its_own_ends_by_the_nodes_admission_timeout():
     """A review: ``send.wait()`` (no timeout: the node's ``admission_timeout``, python-api §9)
     and ``future()`` of a send that left for a node that gives no verdict waited until the
     connection was declared lost, or for ever with long heartbeats."""
-    router, endpoint = _fake_node()
-    result: dict[str, Any] = {}
-    opened = threading.Thread(
-        target=lambda: result.update(client=zlink.connect(endpoint, heartbeat=60.0))
-    )
-    opened.start()
-    _welcome(router, admission_timeout=0.3)  # and then silence
-    opened.join(WAIT)
-    client = result["client"]
-    try:
+    with _silent_node(admission_timeout=0.3) as client:
         started = time.monotonic()
         with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
             client.send_to_spot("r", Note(n=1)).wait()
@@ -816,9 +804,6 @@ def test_a_send_with_no_timeout_of_its_own_ends_by_the_nodes_admission_timeout()
         with pytest.raises(zlink.DeadlineExceeded, match="may still be admitted"):
             waiting.result(WAIT)
         assert time.monotonic() - started < 2.0  # twice its 0.3 s, and moments for verdicts
-    finally:
-        router.close(0)
-        client.close()
 
 
 def test_a_node_that_stops_answering_heartbeats_is_lost():

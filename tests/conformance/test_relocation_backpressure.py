@@ -20,7 +20,7 @@ import threading
 from typing import Any
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, until
 from zlink.testing import LocalCluster
 
 
@@ -71,17 +71,25 @@ def _reset() -> None:
     BLOCKING.clear()
 
 
+def _moving(node: zlink.Node, spot: str, target: str) -> tuple[threading.Thread, list[Any]]:
+    """``node.relocate_spot(spot, target)`` on a thread of its own, and its outcome (``None``:
+    moved, or what it raised) once it ended."""
+    moved: list[Any] = []
+
+    def move() -> None:
+        try:
+            node.relocate_spot(spot, target, timeout=WAIT)
+            moved.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            moved.append(exc)
+
+    mover = threading.Thread(target=move)
+    mover.start()
+    return mover, moved
+
+
 def _state(node: zlink.Node, owner: str) -> str | None:
     return next((o.state for o in node.status().owners if o.owner == owner), None)
-
-
-def _until(check: Any, what: str) -> None:
-    done = threading.Event()
-    for _ in range(int(WAIT / 0.005)):
-        if check():
-            return
-        done.wait(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_move_to_a_peer_this_node_paused_commits():
@@ -100,25 +108,15 @@ def test_a_move_to_a_peer_this_node_paused_commits():
         c1.send_to_spot("room", Block()).wait(WAIT)
         assert BLOCKING.wait(WAIT)
         sent = [c2.send_to_spot("room", Add(sender="n2", seq=i)).future() for i in range(40)]
-        _until(lambda: "node-2" in n1.status().paused_peers, "node-1 to pause node-2")
-        moved: list[BaseException | None] = []
-
-        def move() -> None:
-            try:
-                n1.relocate_spot("room", "node-2", timeout=WAIT)
-                moved.append(None)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                moved.append(exc)
-
-        mover = threading.Thread(target=move)
-        mover.start()
+        until(lambda: "node-2" in n1.status().paused_peers, "node-1 to pause node-2")
+        mover, moved = _moving(n1, "room", "node-2")
         BLOCK.set()  # the barrier: the move goes on once the blocked turn ends
         mover.join(WAIT + 5)
         assert moved == [None]
         for future in sent:
             assert future.result(WAIT) is None
         n2.wait_idle(WAIT)
-        _until(lambda: len(HANDLED) == 40, "every call handled")
+        until(lambda: len(HANDLED) == 40, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(40))
         assert n1.status().paused_peers == []
 
@@ -139,20 +137,10 @@ def test_what_a_node_keeps_behind_a_route_fence_is_bounded():
         n1.relocate_spot("room", "node-2", timeout=WAIT)  # node-1 keeps a pointer to node-2
         n2.client().send_to_spot("room", Block()).wait(WAIT)
         assert BLOCKING.wait(WAIT)
-        moved: list[BaseException | None] = []
-
-        def move_back() -> None:  # sealed on node-2 until the blocked turn ends
-            try:
-                n2.relocate_spot("room", "node-1", timeout=WAIT)
-                moved.append(None)
-            except BaseException as exc:  # noqa: BLE001 - reported below
-                moved.append(exc)
-
-        mover = threading.Thread(target=move_back)
-        mover.start()
-        _until(lambda: _state(n2, "room") == "sealed", "the move to be under way")
+        mover, moved = _moving(n2, "room", "node-1")  # sealed until the blocked turn ends
+        until(lambda: _state(n2, "room") == "sealed", "the move to be under way")
         c3.send_to_spot("room", Add(sender="n3", seq=1)).submit()  # relayed; node-3 learns
-        _until(lambda: n3.counters().get("route_fences", 0) >= 1, "node-3's fence")
+        until(lambda: n3.counters().get("route_fences", 0) >= 1, "node-3's fence")
         for seq in range(2, 6):  # what the lane holds: kept behind the fence
             c3.send_to_spot("room", Add(sender="n3", seq=seq)).submit()
         try:
@@ -168,7 +156,7 @@ def test_what_a_node_keeps_behind_a_route_fence_is_bounded():
         assert moved == [None]
         for future in waiting:
             assert future.result(WAIT) is None
-        _until(lambda: len(HANDLED) == 8, "every call handled")
+        until(lambda: len(HANDLED) == 8, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(8))
 
 
@@ -203,7 +191,7 @@ def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
                 filled += 1
         before = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(4)]
         lanes = n1._runtime.spots["room"].owner.lanes
-        _until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")
+        until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")
         router = n2._runtime.router
         with router.route_lock:  # node-2 changes the room's path (as when it arrives there)
             assert router.switch("room")
@@ -214,8 +202,8 @@ def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
         BLOCK.set()
         for future in before + after:
             assert future.result(WAIT) is None
-        _until(lambda: len(HANDLED) == filled + 6, "every call handled")
+        until(lambda: len(HANDLED) == filled + 6, "every call handled")
         assert [(s, seq) for _n, s, seq in HANDLED] == [("n1", seq) for seq in range(filled)] + [
             ("n2", seq) for seq in range(6)
         ]
-        _until(lambda: "room" not in router._switching, "the fence back")
+        until(lambda: "room" not in router._switching, "the fence back")

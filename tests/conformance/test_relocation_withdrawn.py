@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, until
 from zlink.mesh import wire
 from zlink.testing import LocalCluster, ManualClock
 
@@ -470,7 +470,7 @@ def test_calls_that_wait_through_many_withdrawn_moves_are_not_refused_as_relayed
         for seq in range(6):  # they wait for room on node-1 (calls from a peer: no timer)
             c2.send_to_spot("room", Add(sender="2", seq=seq)).submit()
         lanes = n1._runtime.spots["room"].owner.lanes
-        _until(lambda: lanes.waiting() == 6, "node-2's calls wait for room on node-1")
+        until(lambda: lanes.waiting() == 6, "node-2's calls wait for room on node-1")
         for _ in range(10):  # each seal parks them, each withdrawal routes them again here
             mover = Mover(n1, "room", "node-2", timeout=10.0)
             assert mover.sealed.wait(WAIT)
@@ -496,12 +496,3 @@ def test_calls_that_wait_through_many_withdrawn_moves_are_not_refused_as_relayed
         for node in cluster.nodes:
             assert not {k: v for k, v in node.counters().items() if "dropped" in k}
         assert arrived and max(arrived) <= 2, arrived  # node-2 -> node-1, relayed to node-2
-
-
-def _until(check: Any, what: str) -> None:
-    done = threading.Event()
-    for _ in range(int(WAIT / 0.005)):
-        if check():
-            return
-        done.wait(0.005)
-    raise AssertionError(f"timed out waiting for {what}")
