@@ -36,6 +36,17 @@ def until(check: Callable[[], Any], what: str, timeout: float = 2 * WAIT) -> Non
         time.sleep(0.002)
 
 
+def fill(submit: Callable[[int], object], most: int = 1000) -> int:
+    """Call ``submit(n)`` for n = 0, 1, ... until it is refused (``ResourceExhausted``: a
+    full lane), at most ``most`` times; how many went in."""
+    for n in range(most):
+        try:
+            submit(n)
+        except zlink.ResourceExhausted:
+            return n
+    raise AssertionError(f"{most} went in, and none was refused")
+
+
 def refuse_renewals(store: Any, node_id: str) -> None:
     """Make ``store`` refuse ``node_id``'s lease renewals (``Unavailable``), as a store too
     slow for that node would; other nodes renew as before."""

@@ -15,12 +15,11 @@ sending again held its infrastructure thread for 12.7 s, past its lease: it fenc
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import Any
 
 import zlink
-from tests.conftest import WAIT, until
+from tests.conftest import WAIT, fill, until
 from zlink.testing import LocalCluster
 
 
@@ -184,11 +183,7 @@ def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
         c1, c2 = n1.client(), n2.client()
         c1.send_to_spot("room", Block()).wait(WAIT)
         assert BLOCKING.wait(WAIT)
-        filled = 0
-        with contextlib.suppress(zlink.ResourceExhausted):  # the lane: full
-            while filled < 10:
-                c1.send_to_spot("room", Add(sender="n1", seq=filled)).submit()
-                filled += 1
+        filled = fill(lambda n: c1.send_to_spot("room", Add(sender="n1", seq=n)).submit())
         before = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(4)]
         lanes = n1._runtime.spots["room"].owner.lanes
         until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")

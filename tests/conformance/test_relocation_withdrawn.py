@@ -13,7 +13,6 @@ its timers going on, and the target keeps nothing of it; nothing accepted is los
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import Counter
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conftest import WAIT, until
+from tests.conftest import WAIT, fill, until
 from zlink.mesh import wire
 from zlink.testing import LocalCluster, ManualClock
 
@@ -462,11 +461,7 @@ def test_calls_that_wait_through_many_withdrawn_moves_are_not_refused_as_relayed
         c1.spots.get_or_create("room", "t.rw.room").wait(WAIT)
         c1.send_to_spot("room", Block()).submit()
         assert BLOCKING.wait(WAIT)
-        filled = 0
-        with contextlib.suppress(zlink.ResourceExhausted):  # the lane: full
-            while filled < 10:
-                c1.send_to_spot("room", Add(sender="1", seq=filled)).submit()
-                filled += 1
+        filled = fill(lambda n: c1.send_to_spot("room", Add(sender="1", seq=n)).submit())
         for seq in range(6):  # they wait for room on node-1 (calls from a peer: no timer)
             c2.send_to_spot("room", Add(sender="2", seq=seq)).submit()
         lanes = n1._runtime.spots["room"].owner.lanes
