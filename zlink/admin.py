@@ -12,16 +12,20 @@ infrastructure thread, so looking at a node never slows it. It binds a loopback 
 unless the caller asks for another one explicitly with ``allow_remote=True``.
 
 Guarantees / assumes: at most ``max_connections`` connections are served at once (one more is
-closed at once, counted as ``admin_connections_refused``), and a connection idle or half-open
-for ``timeout`` seconds is closed (a thread per connection, bounded).
+closed at once, counted as ``admin_connections_refused``), a connection idle or half-open
+for ``timeout`` seconds is closed, and so is one whose request has not arrived whole within
+twice that (a thread per connection, bounded).
 """
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import json
 import logging
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
@@ -165,6 +169,15 @@ class AdminServer:
         registry.register(_NodeCollector(node))
 
         class Handler(BaseHTTPRequestHandler):
+            def setup(self) -> None:
+                super().setup()  # its reads: each given what is left of the request's time
+                self._budget = _Budget(self.connection, 2 * timeout)
+                self.rfile = io.BufferedReader(self._budget)
+
+            def handle_one_request(self) -> None:
+                self._budget.restart()  # (each request of a kept-alive connection anew)
+                super().handle_one_request()
+
             def do_GET(self) -> None:
                 self._answer(with_body=True)
 
@@ -172,6 +185,7 @@ class AdminServer:
                 self._answer(with_body=False)
 
             def _answer(self, with_body: bool) -> None:
+                self.connection.settimeout(timeout)  # (the answer: the idle timeout again)
                 kind = "application/json"
                 code = 200
                 path = urlsplit(self.path).path  # (a query string is ignored)
@@ -225,6 +239,30 @@ class AdminServer:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class _Budget(io.RawIOBase):
+    """A connection's reads, each given what is left of its request's time: a request that
+    trickled in a byte every few seconds was never idle for the timeout, and 16 of them held
+    every slot (``/health`` refused for as long as they went on)."""
+
+    def __init__(self, sock: socket.socket, limit: float) -> None:
+        super().__init__()
+        self._sock, self._limit = sock, limit
+        self._end = time.monotonic() + limit
+
+    def restart(self) -> None:
+        self._end = time.monotonic() + self._limit
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._end - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took too long to arrive")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
 
 
 class _BoundedServer(ThreadingHTTPServer):

@@ -273,6 +273,39 @@ def test_the_admin_endpoint_caps_its_connections_and_closes_idle_ones(make_node)
         server.stop()
 
 
+def test_a_request_that_trickles_in_is_cut_off_and_frees_its_slot(make_node):
+    """A client probe: connections that each sent one byte of a request every 2 s were never
+    idle for the timeout, so 16 of them held every slot and ``/health`` was refused for as
+    long as they went on. A request's head has twice the timeout to arrive, all of it."""
+    import socket
+    import time
+
+    _node, server = _admin(make_node, max_connections=2, timeout=0.5)
+    held = [socket.create_connection(server.address, timeout=10) for _ in range(2)]
+    try:
+        started = time.monotonic()
+        closed = [False, False]
+        while not all(closed) and time.monotonic() - started < 5.0:  # (bounded)
+            for i, conn in enumerate(held):  # a byte each, every 0.2 s: never idle 0.5 s
+                if not closed[i]:
+                    try:
+                        conn.sendall(b"G")
+                        conn.settimeout(0.2)
+                        closed[i] = conn.recv(16) == b""
+                    except TimeoutError:
+                        pass
+                    except OSError:
+                        closed[i] = True
+        assert all(closed), "a trickling request held its slot for 5 s"
+        assert time.monotonic() - started < 3.0  # its 1 s, and a moment
+        _kind, body = _get(server.address, "/health")  # slots freed: served again
+        assert json.loads(body)["ok"] is True
+    finally:
+        for conn in held:
+            conn.close()
+        server.stop()
+
+
 def test_status_and_inspect_say_what_is_wrong_with_the_admin_address_in_one_line():
     """README "Running it as a service": a mistake on the command line ends with one error
     line, not a traceback: a malformed ``--admin``, or one where something other than a
