@@ -26,6 +26,7 @@ from zlink.testing import LocalCluster
 class Add(zlink.Message, type_name="t.rb.add"):
     sender: str
     seq: int
+    pad: str = ""
 
 
 class Block(zlink.Message, type_name="t.rb.block"):
@@ -54,6 +55,17 @@ def build_app() -> zlink.App:
         @zlink.handler
         def add(self, msg: Add) -> None:
             self.count += 1
+            HANDLED.append((_node(), msg.sender, msg.seq))
+
+        @zlink.handler
+        def block(self, msg: Block) -> None:
+            BLOCKING.set()
+            assert BLOCK.wait(WAIT)
+
+    @app.instance_spot("t.rb.session")
+    class Session(zlink.InstanceSpot):
+        @zlink.handler
+        def add(self, msg: Add) -> None:
             HANDLED.append((_node(), msg.sender, msg.seq))
 
         @zlink.handler
@@ -202,3 +214,76 @@ def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
             ("n2", seq) for seq in range(6)
         ]
         until(lambda: "room" not in router._switching, "the fence back")
+
+
+def test_a_fence_waiting_behind_an_instance_spot_that_closes_goes_on():
+    """Found by review: a fence waiting behind an Instance Spot's waiters for room was taken
+    out with them when the Spot closed, and, nothing of theirs a call to carry to a next
+    activation, never told: the origin kept the fence, and its calls behind it, until the
+    fence's own deadline (a request timeout), and counted it lost. It is routed again now,
+    as if it had just arrived."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=1,
+                      request_timeout=20.0) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        c1, c2 = n1.client(), n2.client()
+        c1.send_to_spot("s", Add(sender="n1", seq=0)).instance_spot("t.rb.session").wait(WAIT)
+        c2.send_to_spot("s", Add(sender="n2", seq=0)).instance_spot("t.rb.session").wait(WAIT)
+        until(lambda: len(HANDLED) == 2, "node-2's route to node-1 is its first call's")
+        c1.send_to_spot("s", Block()).instance_spot("t.rb.session").wait(WAIT)
+        assert BLOCKING.wait(WAIT)  # its gate held, its lane (of 1) full
+        act = n1._runtime.spots["s"]
+        lanes = act.owner.lanes
+        gave_up: list[BaseException] = []
+
+        def waits() -> None:
+            try:
+                c1.send_to_spot("s", Add(sender="n1", seq=1)).instance_spot().wait(1.0)
+            except zlink.DeadlineExceeded as exc:
+                gave_up.append(exc)
+
+        waiting = threading.Thread(target=waits)
+        waiting.start()
+        until(lambda: lanes.waiting() == 1, "node-1's send waits for room")
+        router = n2._runtime.router
+        with router.route_lock:  # node-2 changes the Spot's path: its fence waits behind it
+            assert router.switch("s")
+        until(lambda: lanes.waiting() == 2, "node-2's fence waits behind node-1's send")
+        waiting.join(WAIT)
+        assert gave_up  # it withdrew: only the fence waits now
+        until(lambda: [w.count for w in lanes.app_waiters or ()] == [0], "the fence alone")
+        n1._runtime.close_spot(act, zlink.SpotCloseReason.EXPLICIT_CLOSE)
+        BLOCK.set()  # the close ends, with nothing to carry
+        until(lambda: "s" not in router._switching, "the fence back", timeout=5.0)
+        assert not n2.counters().get("route_fences_lost")
+
+
+def test_a_batch_too_large_for_a_frame_waits_whole_behind_a_fence():
+    """Found by review: a batch too large for one frame (past three quarters of one: it goes
+    message by message) sent while a fence was out went as plain sends into what the fence
+    keeps; past its bound one was refused, ``ResourceExhausted`` ("nothing was queued"),
+    after earlier ones were kept (4 of 52 handled). It is kept whole, or waits whole."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c1, c2 = n1.client(), n2.client()
+        c1.send_to_spot("room", Block()).wait(WAIT)
+        assert BLOCKING.wait(WAIT)
+        filled = fill(lambda n: c1.send_to_spot("room", Add(sender="n1", seq=n)).submit())
+        before = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(4)]
+        lanes = n1._runtime.spots["room"].owner.lanes
+        until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")
+        router = n2._runtime.router
+        with router.route_lock:
+            assert router.switch("room")
+        _sync(n1)
+        assert "room" in router._switching
+        batch = [Add(sender="big", seq=i, pad="x" * 1_000_000) for i in range(52)]
+        waited = c2.send_many_to_spot("room", batch).future()  # 52 MB: past 48 of a frame
+        BLOCK.set()
+        assert waited.result(WAIT) is None
+        for future in before:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == filled + 4 + 52, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "big"] == list(range(52))

@@ -293,6 +293,9 @@ class Closing:
             again.owner.wake()
             for waiter in taken:
                 waiter.notify(Admission.ADMITTED)
+        else:  # (a fence that waited: routed again, as if it had just arrived)
+            for waiter in taken:
+                waiter.notify(Admission.CLOSED)
 
     def _generation(self, act: SpotAct, found: Any, error: BaseException | None) -> None:
         """(Infrastructure thread.) The store's answer for ``act``'s next activation."""
@@ -343,8 +346,8 @@ class Closing:
             for item in group:
                 (carried if isinstance(item, (SendJob, BatchJob)) else left).append(item)
         taken = [*mine, *theirs]
-        if not carried:
-            return None, left, []
+        if not carried:  # (what waits with nothing to queue, a route fence behind the calls
+            return None, left, [w for w in taken if not w.count]  # before it, hears CLOSED)
         again = rt.register_spot(act.spec, act.spot_id, generation, act.authority,
                                  carried=carried, publish=False)  # fmt: skip
         rt.metrics.add("instance_reactivations")
@@ -454,7 +457,9 @@ def _has_work(act: SpotAct, held: OwnerLanes) -> bool:
     """Whether a closing Instance Spot has calls to carry to a next activation (read as
     producers put: one that comes right after is held, and looks again then)."""
     mine = act.owner.lanes
-    return bool(mine.app or mine.app_waiters or held.app or held.app_waiters)
+    return bool(mine.app or held.app) or any(
+        w.count for lanes in (mine, held) for w in lanes.app_waiters or ()
+    )  # (a waiter with nothing to queue, a route fence, is no call to carry)
 
 
 def _let_go(act: SpotAct) -> list[Any]:

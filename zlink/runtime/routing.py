@@ -547,18 +547,19 @@ class MeshRouter:
         large for a frame refuses the batch (``InvalidArgument``, nothing queued); a batch too
         large for one goes message by message."""
         wires = [to_wire(m) for m in call.msgs]  # (serialized before the route lock)
-        if sum(wire.check_fits(payload) for _t, payload in wires) > wire.MAX_FRAME_BYTES * 3 // 4:
-            return False  # each fits, not all in one frame: one by one
+        size = sum(wire.check_fits(payload) for _t, payload in wires)
         with self.route_lock:
             target = call.target
             kept = self._switching.get(target)
-            if kept is not None and not admitted:  # whole behind the fence (or waiting whole)
-                envs: list[Relayable] = [
+            if kept is not None and not admitted:  # whole behind the fence (or waiting whole;
+                envs: list[Relayable] = [  # each of its messages goes on alone after it)
                     self.envelope(SendCall(self.rt, call.kind, target, msg), None, 0)
                     for msg in call.msgs
                 ]  # fmt: skip
                 self._keep(target, kept, envs, call, None, room)
                 return True
+            if size > wire.MAX_FRAME_BYTES * 3 // 4:
+                return False  # each fits, not all in one frame: one by one
             route = self._known(target)
             settled = kept is None and target not in self._locating
             if not settled or route is None or route.node == self.rt.node_id:
