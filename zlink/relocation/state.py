@@ -146,14 +146,15 @@ class RelocatorState:
         for held in helds:
             self._admit(held)
 
-    def _admit(self, held: Held) -> None:
-        """Admit a kept call now (force: past the seal). It was accepted before the move, so
-        a full lane is waited for, as long as it takes (python-api §9: nothing accepted is
-        lost); a refusal completes its reply, or counts the dropped send."""
+    def _admit(self, held: Held, force: bool = True) -> None:
+        """Admit a kept call now (``force``: past the seal; without it, routed the way it
+        would have gone). It was accepted before, so a full lane (or a full keeper: a route
+        fence this node has out) is waited for, as long as it takes (python-api §9: nothing
+        accepted is lost); a refusal completes its reply, or counts the dropped send."""
         call, reply, hops = held
         room = Admitted(peer=call.via or self.rt.node_id)  # bounded by the move, not a timer
         try:
-            self.rt.submit(call, reply, NO_WAIT, hops, force=True, room=room)
+            self.rt.submit(call, reply, NO_WAIT, hops, force=force, room=room)
         except ZLinkError as exc:
             if reply is not None:
                 reply.set(None, exc)

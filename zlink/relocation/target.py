@@ -32,7 +32,7 @@ from ..executor import Lane, Turn
 from ..mesh import wire
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT
-from ..messaging.completion import Admitted, Completion
+from ..messaging.completion import Completion
 from ..messaging.message import from_wire
 from ..timers import TimerJob
 from ..types import RelocationReadyStatus, TargetKind
@@ -408,8 +408,8 @@ class Inbound(RelocatorState):
         if drop_relayed:
             source = inc.key[0]
             kept = [held for held in kept if not (held[2] and held[0].via == source)]
-        for held in kept:  # routed as if just made: behind any fence, in order
-            self._send_on(held)
+        for held in kept:  # routed as if just made: behind any fence, in order; accepted,
+            self._admit(held, force=False)  # so one that meets a full keeper waits there
         # (emptied in place: a wait's ``withdraw`` holds this very list, and must find its
         # wait gone once it is routed on, not "still waiting, nothing queued")
         waiting = list(inc.waiting)
@@ -419,32 +419,6 @@ class Inbound(RelocatorState):
                 self._route_again(wait)
             elif wait.room is not None and wait.reply is not None:  # a peer's request that
                 wait.room.set(None, wait.reply.error)  # gave up: its backlog lets it go
-
-    def _send_on(self, held: Held) -> None:
-        """(Route and relocator locks held.) Route a call kept for an arrival that did not
-        happen the way it would have gone. It was accepted (kept), so where it meets a full
-        keeper (the route fence this node may still have out, python-api §9) it waits, in
-        order, as a call from a peer does, never refused as a plain ``submit()`` is (which
-        dropped accepted sends as ``lane_full``); a refusal completes its reply, or counts
-        the send dropped (as ``_admit`` does)."""
-        call, reply, hops = held
-        room = Admitted(peer=call.via or self.rt.node_id)  # bounded by the keeper, no timer
-        try:
-            self.rt.submit(call, reply, NO_WAIT, hops, room=room)
-        except ZLinkError as exc:
-            if reply is not None:
-                reply.set(None, exc)
-            else:
-                self.router.count_dropped(call, exc)
-            return
-        if reply is None:
-            router = self.router
-
-            def refused(_value: Any, error: BaseException | None) -> None:
-                if error is not None:
-                    router.count_dropped(call, error)
-
-            room.add_callback(refused)
 
     def _route_again(self, wait: KeptWait[Held]) -> None:
         """(Route and relocator locks held.) A call that waited for an arrival that did not
