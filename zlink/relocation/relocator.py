@@ -88,7 +88,7 @@ if TYPE_CHECKING:
     from ..messaging.calls import BatchSendCall, MessageCall
     from ..runtime.routing import Relayable
 
-from ..runtime.waits import KeptWait, fits, wait_behind
+from ..runtime.waits import KeptWait, fits, unwait, wait_behind
 from .source import Outbound
 from .state import Arriving, Held, Outgoing
 from .target import Inbound
@@ -281,20 +281,10 @@ class Relocator(Outbound, Inbound):
         """(Relocator lock held.) The move's park (or, on the target, what it keeps) is full:
         ``call`` (as ``items``) waits behind it on ``waiting``, or is refused
         (``zlink.runtime.waits.wait_behind``)."""
-        withdraw = functools.partial(self._unwait, waiting)
+        withdraw = functools.partial(unwait, self._lock, waiting)
         wait_behind(self.rt, waiting, items, call, reply, room, withdraw,
                     "is moving, and its park", "the moving", batch)  # fmt: skip
         return True
-
-    def _unwait(self, waiting: list[KeptWait[_Item]], wait: KeptWait[_Item]) -> bool:
-        """Take back a call waiting for a move (its caller gave up): ``True`` if it still
-        waited (nothing of it was queued)."""
-        with self._lock:
-            try:
-                waiting.remove(wait)
-            except ValueError:
-                return False
-            return True
 
 
 def _utf8_size(text: str) -> int:

@@ -85,7 +85,7 @@ from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, SpotKind, TargetKind
 from .acts import READY
-from .waits import KeptWait, accepted, fits, take_waiting, wait_behind
+from .waits import KeptWait, accepted, fits, take_waiting, unwait, wait_behind
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -511,20 +511,9 @@ class MeshRouter:
             self._kept_bytes[target] = held + size
             return
         wait_behind(self.rt, waiting, envs, call, reply, room,
-                    functools.partial(self._unkeep, target, waiting),
+                    functools.partial(unwait, self.route_lock, waiting),
                     "is being re-routed, and what waits for its route fence", "the route "
                     "fence of")  # fmt: skip
-
-    def _unkeep(self, target: str, waiting: list[KeptWait[Relayable]],
-                wait: KeptWait[Relayable]) -> bool:  # fmt: skip
-        """Take back a call waiting for room behind a fence (its caller gave up): ``True``
-        if it still waited (nothing of it was queued)."""
-        with self.route_lock:
-            try:
-                waiting.remove(wait)
-            except ValueError:
-                return False
-            return True
 
     def _cancel_locate(self, target: str, waiter: Located) -> bool:
         """Withdraw a call waiting for the store (its caller gave up): ``True`` if it was

@@ -117,6 +117,17 @@ def wait_behind(
             rt.arm_room(room, f"{where} {call.kind} {call.target!r}")
 
 
+def unwait(lock: Any, waiting: list[KeptWait[_Item]], wait: KeptWait[_Item]) -> bool:
+    """Take back ``wait`` (its caller gave up), under its keeper's ``lock``: ``True`` if it
+    still waited (nothing of it was queued)."""
+    with lock:
+        try:
+            waiting.remove(wait)
+        except ValueError:
+            return False
+        return True
+
+
 def take_waiting(
     waiting: list[KeptWait[_Item]], take: Callable[[list[_Item]], None]
 ) -> list[tuple[Admitted, BaseException | None]]:
