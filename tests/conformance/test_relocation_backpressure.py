@@ -179,6 +179,25 @@ def _sync(node: zlink.Node) -> None:
         assert passed.wait(WAIT)
 
 
+def _fence_behind_waiters(n1: zlink.Node, n2: zlink.Node) -> tuple[Any, Any, int, list[Any]]:
+    """The room on node-1, its gate held and its lane full (``filled`` sends of node-1's);
+    four calls of node-2's waiting for room there (``before``); then node-2 changes the
+    room's path (as when it arrives there): its fence goes out behind them. Returns node-2's
+    client and router, ``filled`` and ``before``."""
+    n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+    c1, c2 = n1.client(), n2.client()
+    c1.send_to_spot("room", Block()).wait(WAIT)
+    assert BLOCKING.wait(WAIT)
+    filled = fill(lambda n: c1.send_to_spot("room", Add(sender="n1", seq=n)).submit())
+    before = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(4)]
+    lanes = n1._runtime.spots["room"].owner.lanes
+    until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")
+    router = n2._runtime.router
+    with router.route_lock:
+        assert router.switch("room")
+    return c2, router, filled, before
+
+
 def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
     """A route fence reaches the target's node behind the calls its origin sent before it;
     some of those may still wait for room in the target's lane there (python-api §9). Before,
@@ -191,17 +210,7 @@ def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
     _reset()
     with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=2) as cluster:
         n1, n2 = cluster.nodes
-        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c1, c2 = n1.client(), n2.client()
-        c1.send_to_spot("room", Block()).wait(WAIT)
-        assert BLOCKING.wait(WAIT)
-        filled = fill(lambda n: c1.send_to_spot("room", Add(sender="n1", seq=n)).submit())
-        before = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(4)]
-        lanes = n1._runtime.spots["room"].owner.lanes
-        until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")
-        router = n2._runtime.router
-        with router.route_lock:  # node-2 changes the room's path (as when it arrives there)
-            assert router.switch("room")
+        c2, router, filled, before = _fence_behind_waiters(n1, n2)
         after = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (4, 5)]
         _sync(n1)  # the fence is at node-1 now, behind node-2's four calls
         _sync(n2)
@@ -266,17 +275,7 @@ def test_a_batch_too_large_for_a_frame_waits_whole_behind_a_fence():
     _reset()
     with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
         n1, n2 = cluster.nodes
-        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c1, c2 = n1.client(), n2.client()
-        c1.send_to_spot("room", Block()).wait(WAIT)
-        assert BLOCKING.wait(WAIT)
-        filled = fill(lambda n: c1.send_to_spot("room", Add(sender="n1", seq=n)).submit())
-        before = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(4)]
-        lanes = n1._runtime.spots["room"].owner.lanes
-        until(lambda: lanes.waiting() == 4, "node-2's calls wait for room on node-1")
-        router = n2._runtime.router
-        with router.route_lock:
-            assert router.switch("room")
+        c2, router, filled, before = _fence_behind_waiters(n1, n2)
         _sync(n1)
         assert "room" in router._switching
         batch = [Add(sender="big", seq=i, pad="x" * 1_000_000) for i in range(52)]
