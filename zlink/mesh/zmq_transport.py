@@ -706,12 +706,10 @@ class ZmqTransport:
                     if self._peers.get(node_id) is live:
                         del self._peers[node_id]
                 self._dropped(node_id, unsent)
-                if live.held:  # its DATA held here while paused: counted with its session
-                    if self._incoming.get((node_id, live.incarnation)) is live.inc:
-                        live.inc.held.extend(live.held)
-                    else:
-                        self._count("frames_dropped_peer_down", len(live.held))
-                    live.held.clear()
+                lost = self._held_to_session(live, list(live.held))  # counted with it below
+                live.held.clear()
+                if lost:
+                    self._count("frames_dropped_peer_down", lost)
                 self._release(live)
                 self.resume(self._node_id, node_id)  # (``_gone``'s reason: a later one's)
             self._end_sessions(node_id, incarnation + 1)
@@ -1417,11 +1415,7 @@ class ZmqTransport:
             elif kind is not _Kind.BYE:
                 lost += 1
         self._dropped(peer.node_id, unkept)
-        if held:
-            if self._incoming.get((peer.node_id, peer.incarnation)) is peer.inc:
-                peer.inc.held.extend(held)
-            else:
-                lost += len(held)
+        lost += self._held_to_session(peer, held)
         if lost:
             self._count("frames_dropped_peer_down", lost)
         self._release(peer)
@@ -1429,6 +1423,17 @@ class ZmqTransport:
         _log.info("node %s: peer %s (incarnation %d) is down: %s", self._node_id,
                   peer.node_id, peer.incarnation, why)  # fmt: skip
         self._submit(self._gone, peer.node_id)
+
+    def _held_to_session(self, peer: _Peer, held: list[bytes]) -> int:
+        """DATA of ``peer``'s held here while this node paused it, as its record goes down:
+        kept in its incarnation's session (delivered if it is met again, counted if the
+        session ends); how many could not be (the session had ended already)."""
+        if not held:
+            return 0
+        if self._incoming.get((peer.node_id, peer.incarnation)) is peer.inc:
+            peer.inc.held.extend(held)
+            return 0
+        return len(held)
 
     def _gone(self, node_id: str) -> None:
         """(Infrastructure thread.) Tell the node that ``node_id`` is down, then lift a pause
