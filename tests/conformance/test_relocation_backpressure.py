@@ -20,6 +20,7 @@ from typing import Any
 
 import zlink
 from tests.conftest import WAIT, fill, until
+from zlink.mesh import wire
 from zlink.testing import LocalCluster
 
 
@@ -286,3 +287,119 @@ def test_a_batch_too_large_for_a_frame_waits_whole_behind_a_fence():
             assert future.result(WAIT) is None
         until(lambda: len(HANDLED) == filled + 4 + 52, "every call handled")
         assert [seq for _n, s, seq in HANDLED if s == "big"] == list(range(52))
+
+
+def _kept_for(node: zlink.Node, spot: str) -> int:
+    """How many calls ``node`` keeps for ``spot``, arriving there and not yet open."""
+    relocator = node._runtime.relocator
+    with relocator._lock:
+        inc = relocator._in_ids.get(spot)
+        return 0 if inc is None else len(inc.kept) + len(inc.local)
+
+
+def test_what_a_move_target_keeps_of_the_calls_its_source_relays_is_bounded():
+    """Once the target has restored the room, its source relays every call that meets the
+    move at once, and the target keeps them until it opens (after the store's commit). Before,
+    nothing bounded that: a probe's target kept 36,842 calls, and opening it held its
+    infrastructure thread for 1.1 s. Now the source counts what it relayed until the target
+    says it opened, against what the room's lane holds (python-api §9): past that, a call
+    waits at the source (a call from a peer as that peer's backlog, which pauses it), and goes
+    on, in order, once the target opened. Here the store's commit is held, so the target
+    cannot open, while node-3 sends through its old route to the source."""
+    _reset()
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c3 = n3.client()
+        c3.send_to_spot("room", Add(sender="n3", seq=0)).wait(WAIT)  # node-3's route: node-1
+        at, go = threading.Event(), threading.Event()
+        real = cluster.store.transfer
+
+        def transfer(*args: Any) -> Any:  # node-1's commit waits for ``go``
+            at.set()
+            assert go.wait(WAIT)
+            return real(*args)
+
+        cluster.store.transfer = transfer  # type: ignore[method-assign]
+        mover, moved = _moving(n1, "room", "node-2")
+        assert at.wait(WAIT)  # restored on node-2, relaying from node-1, commit held
+        sent = [c3.send_to_spot("room", Add(sender="n3", seq=s)).future() for s in range(1, 201)]
+        until(
+            lambda: "node-3" in n1.status().paused_peers or _kept_for(n2, "room") > 4,
+            "node-1 to pause node-3, or node-2 to keep past the room's lane",
+        )
+        assert _kept_for(n2, "room") <= 4, "the target kept past what the room's lane holds"
+        go.set()
+        mover.join(WAIT + 5)
+        assert moved == [None]
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 201, "every call handled")
+        assert [seq for _n, _s, seq in HANDLED] == list(range(201))
+        assert {n for n, _s, seq in HANDLED if seq} == {"node-2"}
+        until(lambda: n1.status().paused_peers == [], "node-1 to resume node-3")
+
+
+def test_the_targets_own_fence_goes_on_while_calls_wait_for_the_target_to_open():
+    """The target of a move opens once the commit came and its own route fence (sent along
+    its old path to the room, when the move arrived) is back. Calls past what the target may
+    keep wait at the source until it opens (the test above); a fence that waited behind them
+    there would wait for an opening that waits for it. A fence goes on at once, taking the
+    calls of its own origin that wait (they came before it) with it, ahead of it: its
+    origin's order holds, and the move opens. Here node-2's last calls through node-1, and
+    its fence behind them, reach node-1 only once node-3's calls wait there."""
+    _reset()
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c2, c3 = n2.client(), n3.client()
+        c2.send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # node-2's route: node-1
+        c3.send_to_spot("room", Add(sender="n3", seq=0)).wait(WAIT)
+        until(lambda: len(HANDLED) == 2, "the first calls handled")
+        router = n1._runtime.router
+        handlers = dict(router._handlers)
+        held: list[Any] = []  # node-2's calls and fence, as they came
+        fenced = threading.Event()
+
+        def hold(env: Any) -> None:  # node-2's wait here until the test lets them go
+            if env.first_origin != "node-2":
+                handlers[type(env)](env)
+                return
+            held.append(env)
+            if isinstance(env, wire.FenceEnvelope):
+                fenced.set()
+
+        for kind in (wire.SendEnvelope, wire.FenceEnvelope):
+            router._handlers[kind] = hold
+        for seq in range(1, 6):
+            c2.send_to_spot("room", Add(sender="n2", seq=seq)).wait(WAIT)
+        at, go = threading.Event(), threading.Event()
+        real = cluster.store.transfer
+
+        def transfer(*args: Any) -> Any:
+            at.set()
+            assert go.wait(WAIT)
+            return real(*args)
+
+        cluster.store.transfer = transfer  # type: ignore[method-assign]
+        mover, moved = _moving(n1, "room", "node-2")
+        assert at.wait(WAIT) and fenced.wait(WAIT)
+        sent = [c3.send_to_spot("room", Add(sender="n3", seq=s)).future() for s in range(1, 41)]
+        until(lambda: "node-3" in n1.status().paused_peers, "node-1 to pause node-3")
+        # made on node-2 after its fence: kept there until it is back, then ahead of what
+        # waits at node-1 for the opening, so node-2's calls there must be with the fence
+        sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (6, 7, 8)]
+        router._handlers.update(handlers)
+        for env in held:
+            n1._infra.submit(handlers[type(env)], env)
+        go.set()
+        mover.join(WAIT + 5)
+        assert moved == [None]
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 50, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "n3"] == list(range(41))
+        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(9))
+        assert not n2.counters().get("route_fences_lost")

@@ -179,8 +179,9 @@ class Relocator(Outbound, Inbound):
         with nothing queued (python-api §9). Unbounded, a slow barrier let one sender park
         100,000 calls, whose re-admission at the target then held its infrastructure thread
         past a lease renewal. The target bounds what it keeps for an arriving object the same
-        way (the calls the source relays are bounded by its park already); its waiters go
-        in when the object opens, or go the old way, in order, if the move is withdrawn."""
+        way; the calls the source relays are bounded there, by its park and then by what it
+        relayed until the target opened (``_park_takes``). Waiters go in when the object
+        opens, or go the old way, in order, if the move is withdrawn."""
         target = call.target
         with self._lock:
             out = self._out_ids.get(target)
@@ -190,8 +191,7 @@ class Relocator(Outbound, Inbound):
                 out = self._out_ids.get(target)
             if out is not None:  # its reply comes from the move's target: lost with it
                 env: Relayable = self.router.envelope(call, reply, hops, peer=out.target)
-                parks = not (out.relaying and not out.lost)  # parked, not relayed at once
-                if parks and not self._park_takes(out, [env], lanes):
+                if not self._park_takes(out, [env], lanes):
                     return self._wait_for_move(out.waiting, [env], call, reply, room)
                 return self.divert_envelope(target, env)
             inc = self._in_ids.get(target)
@@ -214,9 +214,7 @@ class Relocator(Outbound, Inbound):
         target = call.target
         with self._lock:
             out = self._out_ids.get(target)
-            if out is not None:
-                if out.relaying and not out.lost:
-                    return False  # relayed at once, message by message, in order
+            if out is not None:  # parked whole, or relayed whole (in order), or it waits
                 envs: list[Relayable] = [
                     self.router.envelope(SendCall(self.rt, call.kind, target, msg), None, 0,
                                          peer=out.target)
@@ -252,12 +250,21 @@ class Relocator(Outbound, Inbound):
     def _park_takes(self, out: Outgoing, envs: list[Relayable], lanes: OwnerLanes | None) -> bool:
         """(Relocator lock held.) Whether ``envs`` fit in ``out``'s park, behind no waiting
         call (what the moving object's lane holds: items, payload bytes as they travel); if
-        they do, they are counted in it."""
+        they do, they are counted in it. Once the move relays (past its restore), what it
+        relayed counts until the target opened, since the target keeps it until then: a
+        target once kept 36,842 calls so, and opening it held its infrastructure thread for
+        1.1 s."""
         limits = (lanes or out.unit.owner.lanes).limits
         size = sum(_utf8_size(getattr(env, "payload", "")) for env in envs)
-        if not fits(limits, out.waiting, len(out.parked), out.parked_bytes, len(envs), size):
+        relays = out.relaying and not out.lost
+        count, held = (out.sent, out.sent_bytes) if relays else (len(out.parked), out.parked_bytes)
+        if not fits(limits, out.waiting, count, held, len(envs), size):
             return False
-        out.parked_bytes += size
+        if relays:
+            out.sent += len(envs)
+            out.sent_bytes += size
+        else:
+            out.parked_bytes += size
         return True
 
     def _keep_takes(self, inc: Arriving, helds: list[Held]) -> bool:

@@ -542,6 +542,8 @@ class Outbound(RelocatorState):
                     self._relay(out, out.parked[0])
                     out.relayed.append(out.parked.pop(0))
                 out.relaying = True
+                out.sent = len(out.relayed)  # the target keeps these until it opens
+                out.sent_bytes = sum(_payload_size(env) for env in out.relayed)
             except Unavailable as exc:  # the target went away: the move cannot happen
                 gone = exc
         accepted(rooms)  # (relayed, or parked still: either way queued, in their order)
@@ -671,22 +673,29 @@ class Outbound(RelocatorState):
             self._finish(out, self._down_after_commit(out))
 
     def on_opened(self, env: wire.RelocOpenedEnvelope) -> None:
+        """The target opened: the move is done, and the calls that waited for that (past
+        what the target may keep before it opens, ``Relocator._park_takes``) go on to it."""
         out = self._out.get(env.relocation_id)
         if out is not None:
             self._finish(out, None)
 
     def _finish(self, out: Outgoing, error: BaseException | None) -> None:
-        """The move ended (done, or failed past its point of no return). Calls parked while
-        its target was declared down go on as if just arrived (by the store now)."""
-        with self._lock:
+        """The move ended (done, or failed past its point of no return). Calls that waited
+        for it, and those parked while its target was declared down, go on as if just
+        arrived (to the target, or by the store now), in their order, before anything routed
+        after the move ended (under the route lock: a caller told its call is queued may
+        send its next one at once)."""
+        # lock order: route -> relocator (redelivery routes each call onward)
+        with self.router.route_lock, self._lock:
             self._forget_out(out)
             rooms = self._admit_waiting(out)
             parked, out.parked = out.parked, []
+            if error is not None:  # replies no longer awaited from a target that failed
+                self._answered_here(parked)
+            for env in parked:
+                self.router.redeliver(env)
         accepted(rooms)
         out.done.set(None, None if error is None else typed_error(error))
-        self._answered_here(parked)
-        for env in parked:
-            self.router.redeliver(env)
 
     def _admit_waiting(self, out: Outgoing) -> list[tuple[Admitted, BaseException | None]]:
         """(Relocator lock held, as the park is taken.) The calls that waited for the move
@@ -709,15 +718,45 @@ class Outbound(RelocatorState):
             out = self._out_ids.get(target)
             if out is None:
                 return False
-            if out.relaying and not out.lost:
+            relays = out.relaying and not out.lost
+            if out.waiting and relays and isinstance(env, wire.FenceEnvelope):
+                self._relay_with_its_own(out, env)
+            elif out.waiting:  # (a fence) behind the calls that wait: never ahead of them
+                out.waiting.append(KeptWait([env], None, None))
+            elif relays:
                 self._relay(out, env)
                 if not out.committed:
                     out.relayed.append(env)
-            elif out.waiting:  # (a fence) behind the calls that wait: never ahead of them
-                out.waiting.append(KeptWait([env], None, None))
             else:  # sealed; or its target went down: it waits for the store's answer
                 out.parked.append(env)
             return True
+
+    def _relay_with_its_own(self, out: Outgoing, fence: wire.FenceEnvelope) -> None:
+        """(Relocator lock held; the move relays, and calls wait for its target to open.)
+        A fence never waits for that opening: it may be the target's own, and the target
+        opens only once its fences are back. The calls of the fence's origin that wait here
+        came before it: they go first (past what the target may keep: one origin's, bounded
+        by its backlog here), in their order, and their callers are told on the
+        infrastructure thread (no lock of this node held there)."""
+        origin = fence.first_origin
+        ahead = [w for w in out.waiting
+                 if any(getattr(e, "first_origin", None) == origin for e in w.items)]  # fmt: skip
+        out.waiting[:] = [w for w in out.waiting if w not in ahead]  # (in place: see unwait)
+        rooms = take_waiting(ahead, lambda items: self._relay_all(out, items))
+        self._relay_all(out, [fence])
+        if rooms:
+            self.rt.infra.submit(accepted, rooms)
+
+    def _relay_all(self, out: Outgoing, envs: list[Relayable]) -> None:
+        """(Relocator lock held.) Relay ``envs`` as one call that met the move is, counted
+        against what the target keeps until it opens (``Outgoing.sent``)."""
+        for env in envs:
+            self._relay(out, env)
+            if not out.committed:
+                out.relayed.append(env)
+            if not isinstance(env, wire.FenceEnvelope):
+                out.sent += 1
+                out.sent_bytes += _payload_size(env)
 
     def _relay(self, out: Outgoing, env: Relayable) -> None:
         """Hand a call or fence that met the move on to the target, as one more hop."""
@@ -727,6 +766,12 @@ class Outbound(RelocatorState):
 _Commit = tuple[list[Location], BaseException | None, bool]
 """What the store did with a commit: what moved, why not all did, and whether nothing did for
 sure (the store still names this node, at the same authority)."""
+
+
+def _payload_size(env: Relayable) -> int:
+    """The bytes of a call's payload as it travels (UTF-8); 0 for a fence."""
+    text: str = getattr(env, "payload", "")
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _settles(done: Completion, seconds: float) -> bool:

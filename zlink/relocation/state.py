@@ -62,6 +62,11 @@ class Outgoing:
     # answers: a commit the store refuses puts these back here, in order (the target, told
     # to forget its copy, drops what came from this node)
     relayed: list[Relayable] = field(default_factory=list)
+    # the calls relayed since then, until the target says it opened (``RELOC_OPENED``): the
+    # target keeps them until then, so they count against what the moving Spot's lane holds
+    # as the park does, and a call past that waits in ``waiting`` for the opening (§9)
+    sent: int = 0
+    sent_bytes: int = 0
     committed: bool = False  # the store moved authority; the target has yet to open
     lost: bool = False  # the target was declared down while the store was asked to commit
     caller: Completion | None = None  # what the move's caller waits on, if not ``done``

@@ -9,11 +9,11 @@ sealed, a move's target keeps them for an object that has not opened yet
 backlog, which pauses it) waits behind what is kept, first come first served, and is taken in
 when the keeper goes on; a plain ``submit()`` is ``ResourceExhausted``, with nothing queued.
 Unbounded, a slow fence let one node keep 298,426 calls, whose sending again held its
-infrastructure thread past a lease renewal. Not bounded yet (a review found it): what a move's
-target keeps of the calls its source relays once the object is restored (from then on the
-source relays every call at once; one arrival kept 36,842 under a stress of moves), and the
-waits of calls a node routes again after a move that did not happen, which count against no
-peer's backlog.
+infrastructure thread past a lease renewal. What a move's target keeps of the calls its source
+relays once the object is restored is bounded at the source, which counts them until the
+target opened (one arrival kept 36,842 before). Not bounded yet (a review found it): the waits
+of calls a node routes again after a move that did not happen, which count against no peer's
+backlog.
 
 Guarantees / assumes:
 * Every function here runs under its keeper's lock (the relocator's, or the router's
