@@ -43,7 +43,11 @@ asked for when the verdict comes is decided by the store's answer. A move from i
 not commit is forgotten on the target (the calls kept for it go on by the store, which re-homes
 the Spot), unless the store says the commit happened: then it opens. A store that refuses a
 commit for sure (the target's lease lapsed) also aborts the move: what was relayed to the
-target is served on the source, and the target, told, drops its copies of it.
+target is served on the source, and the target, told, drops its copies of it. A store that
+fails a commit's write (a dropped connection: made or not?) is asked which; a write it made
+stands, and while it cannot say, or refuses a member's write after the Spot's was made, the
+commit is tried again every ``STORE_RETRY`` seconds (before, the Spot stayed sealed on both
+nodes for good).
 
 Deadlines (python-api §8): a move whose deadline passes (on the node's clock, or the caller's
 wait in real seconds) before its commit is under way is withdrawn the same way, and its caller

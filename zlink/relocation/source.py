@@ -25,6 +25,7 @@ import contextlib
 import logging
 import threading
 from dataclasses import replace
+from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -59,6 +60,7 @@ if TYPE_CHECKING:
 from ..runtime.waits import KeptWait, accepted, take_waiting
 from .state import (
     RESTORE_ATTEMPTS,
+    STORE_RETRY,
     Outgoing,
     RelocatorState,
     capture_one,
@@ -531,7 +533,6 @@ class Outbound(RelocatorState):
             refused = Unavailable(f"{out.target} takes no move: {env.error}")
             self._reopen(out, refused if env.refused else StateIncompatible(env.error))
             return
-        router, rt = self.router, self.rt
         gone: Unavailable | None = None
         with self._lock:  # before the commit, in arrival order: per-sender order holds
             if self._out.get(out.rid) is not out or out.relaying:  # withdrawn meanwhile
@@ -550,33 +551,35 @@ class Outbound(RelocatorState):
         if gone is not None:
             self._reopen(out, gone)
             return
-        claims = [(obj.name, obj.authority) for obj in out.objects]
-        store, me, incarnation = router.store, rt.node_id, rt.incarnation
+        self._commit(out, [(obj.name, obj.authority) for obj in out.objects], [])
 
-        def stays(name: str, authority: int) -> bool:  # store thread: a refusal, for sure?
-            try:
-                found = store.lookup(name)
-            except Exception:  # noqa: BLE001 - unknown: the move is not undone
-                return False
-            return (found is not None and found.owner_node == me and found.owner_live
-                    and found.owner_incarnation == incarnation
-                    and found.authority_generation == authority)  # fmt: skip
+    def _commit(self, out: Outgoing, claims: list[tuple[str, int]], moved: list[Location]) -> None:
+        """Move authority for ``claims`` (those not in ``moved`` yet, which moved already) in
+        the store, one fenced write each, on the store thread; :meth:`_committed` goes on.
+        A write the store failed may have been made or not: the store is asked which
+        (:func:`_settle_write`), and while it cannot say, asked again (:meth:`_committed`)."""
+        store, me, incarnation = self.router.store, self.rt.node_id, self.rt.incarnation
+        target = out.target
 
         def transfer() -> _Commit:  # store thread, no lock
-            moved: list[Location] = []
-            for name, authority in claims:
+            done = list(moved)
+            for name, authority in claims[len(done) :]:
                 try:
-                    moved.append(store.transfer(name, me, incarnation, authority, out.target))
+                    done.append(store.transfer(name, me, incarnation, authority, target))
                 except Exception as exc:  # noqa: BLE001 - what moved keeps its pointer
-                    return moved, exc, not moved and stays(name, authority)
-            return moved, None, False
+                    verdict, found = _settle_write(store, name, me, incarnation, authority, target)
+                    if found is None:
+                        return done, exc, verdict
+                    done.append(found)  # made before the store failed: it stands
+            return done, None, _Write.MADE
 
-        committed = router.store_worker.call(transfer)
-        committed.add_callback(lambda result, error: self._committed(out, result, error))
+        committed = self.router.store_worker.call(transfer)
+        committed.add_callback(lambda result, error: self._committed(out, claims, result, error))
 
     def _committed(
-        self, out: Outgoing, result: _Commit | None, error: BaseException | None
-    ) -> None:
+        self, out: Outgoing, claims: list[tuple[str, int]], result: _Commit | None,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
         """On the infrastructure thread: the store moved authority (or refused: fenced, this
         node is a stale owner and commits nothing); the source lets go, the target opens.
 
@@ -588,7 +591,22 @@ class Outbound(RelocatorState):
         from ..runtime.acts import GONE
 
         router, rt = self.router, self.rt
-        moved, failed, stayed = result if result is not None else ([], error, False)
+        moved, failed, verdict = result if result is not None else ([], error, _Write.UNKNOWN)
+        # the store cannot say; or it refused a member's write after others moved (the
+        # Spot is the target's now: the rest must follow), unless the target is down
+        again = verdict is _Write.UNKNOWN or (
+            verdict is _Write.NOT_MADE and bool(moved) and not out.lost
+        )
+        if again and not rt.stopping:  # asked again
+            with self._lock:
+                current = self._out.get(out.rid) is out  # (else fenced meanwhile: it ended)
+            if current:
+                _log.warning("relocation of %r: the store failed the commit (%s); asking "
+                             "again in %g s", out.spot.name, failed, STORE_RETRY)  # fmt: skip
+                rt.metrics.add("relocation_commits_asked_again")
+                rt.infra.call_later(STORE_RETRY, self._commit, out, claims, moved)
+            return
+        stayed = verdict is _Write.NOT_MADE and not moved
         authority: dict[str, int] = {}
         for location in moved:  # moved in the store: relayed there from now on, whatever else
             authority[location.spot_id] = location.authority_generation
@@ -763,9 +781,38 @@ class Outbound(RelocatorState):
         self.router.post(out.target, replace(env, hops=env.hops + 1, via=self.rt.node_id))
 
 
-_Commit = tuple[list[Location], BaseException | None, bool]
-"""What the store did with a commit: what moved, why not all did, and whether nothing did for
-sure (the store still names this node, at the same authority)."""
+class _Write(Enum):
+    """What became of one fenced write of a commit, as the store says."""
+
+    MADE = "made"  # it moved to the target (perhaps before the store failed to say so)
+    NOT_MADE = "not made"  # for sure: the store still names this node, at the same authority
+    UNKNOWN = "unknown"  # the store cannot say now (it fails): asked again
+    ELSEWHERE = "elsewhere"  # neither: another owner, or no row (this node's lease lapsed)
+
+
+_Commit = tuple[list[Location], BaseException | None, _Write]
+"""What the store did with a commit: what moved (in the order of the claims), why not all
+did, and what became of the first that did not."""
+
+
+def _settle_write(
+    store: Any, name: str, me: str, incarnation: int, authority: int, target: str
+) -> tuple[_Write, Location | None]:
+    """(Store thread.) A fenced write of ``name`` to ``target`` failed: was it made, not
+    made, or can the store not say? A write the store made and then failed to confirm (a
+    dropped connection) stands: the room is the target's, at a newer authority."""
+    try:
+        found = store.lookup(name)
+    except Exception:  # noqa: BLE001 - the store cannot say now
+        return _Write.UNKNOWN, None
+    if found is None:
+        return _Write.ELSEWHERE, None
+    if found.owner_node == target and found.authority_generation > authority:
+        return _Write.MADE, found
+    if (found.owner_node == me and found.owner_live and found.owner_incarnation == incarnation
+            and found.authority_generation == authority):  # fmt: skip
+        return _Write.NOT_MADE, None
+    return _Write.ELSEWHERE, None
 
 
 def _payload_size(env: Relayable) -> int:
