@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, until
 from zlink.mesh import wire
 from zlink.testing import LocalCluster, ManualClock
 
@@ -777,3 +777,36 @@ def test_a_request_relayed_to_a_node_that_dies_fails_at_once_at_its_origin(clust
     _declare_down(cluster, n2)
     with pytest.raises(zlink.Unavailable):
         pending.result(WAIT)
+
+
+def test_a_request_waiting_for_a_commit_whose_target_died_is_served_here(clock):
+    """Found by review. A request made on the source waits there, past what the move holds
+    for its target, for the commit; the target is declared down meanwhile, and the store
+    refuses the commit (the target holds no lease): the room stays here. The request was
+    still awaited from the dead target, and failed ``Unavailable`` at once; now it is
+    served here, as the calls relayed before it are (python-api §10 "Failure", §11)."""
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, request_timeout=60.0,
+                      app_lane_items=4) as cluster:  # fmt: skip
+        _request_waits_for_the_commit_and_the_target_dies(cluster)
+
+
+def _request_waits_for_the_commit_and_the_target_dies(cluster: LocalCluster) -> None:
+    n1, n2, _n3 = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("room", "t.md.room").wait(WAIT)
+    gate = _StoreGate(cluster, after=False)
+    mover = Mover(n1, "room", "node-2")
+    assert gate.at.wait(WAIT)  # restored on node-2; node-1 relays; the store is asked
+    sends = [c1.send_to_spot("room", Add(sender="n1", seq=s)).future() for s in range(4)]
+    asked = c1.request_to_spot("room", Seen()).future()  # past what the move holds
+    out = n1._runtime.relocator._out_ids["room"]
+    until(lambda: len(out.waiting) == 1, "the request waits for the commit")
+    assert cluster.store.unregister_node("node-2", n2.incarnation)
+    _verdict(n1, "node-2")
+    gate.go.set()  # the store refuses (node-2 holds no lease): the move did not happen
+    error = mover.result()
+    assert isinstance(error, zlink.Unavailable) and "no lease" in str(error), error
+    for future in sends:
+        future.result(WAIT)
+    assert asked.result(WAIT)["n1"] == [0, 1, 2, 3]  # served here, as the relayed ones
+    _no_moves_left(n1)

@@ -341,14 +341,15 @@ def test_what_a_move_target_keeps_of_the_calls_its_source_relays_is_bounded():
         until(lambda: n1.status().paused_peers == [], "node-1 to resume node-3")
 
 
-def test_the_targets_own_fence_goes_on_while_calls_wait_for_the_target_to_open():
-    """The target of a move opens once the commit came and its own route fence (sent along
-    its old path to the room, when the move arrived) is back. Calls past what the target may
-    keep wait at the source until it opens (the test above); a fence that waited behind them
-    there would wait for an opening that waits for it. A fence goes on at once, taking the
-    calls of its own origin that wait (they came before it) with it, ahead of it: its
-    origin's order holds, and the move opens. Here node-2's last calls through node-1, and
-    its fence behind them, reach node-1 only once node-3's calls wait there."""
+def test_a_fence_that_meets_calls_waiting_for_the_commit_goes_on_behind_them():
+    """A route fence that reaches the source while calls wait there for the commit (the test
+    above) waits behind them, and goes on with them at the commit: the calls of its origin
+    made before it stay ahead of it, and those its origin made after it, kept there until it
+    is back, come after them. (A first version made these calls wait for the target's
+    opening; the target opens only once its own fence is back, so its fence went on at once,
+    and a review showed the fence could still wait behind a pause those very calls caused:
+    the next test.) Here node-2's last calls through node-1, and its fence behind them, reach
+    node-1 only once node-3's calls wait there."""
     _reset()
     with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
                       peer_backlog_items=8) as cluster:  # fmt: skip
@@ -402,4 +403,38 @@ def test_the_targets_own_fence_goes_on_while_calls_wait_for_the_target_to_open()
         until(lambda: len(HANDLED) == 50, "every call handled")
         assert [seq for _n, s, seq in HANDLED if s == "n3"] == list(range(41))
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(9))
+        assert not n2.counters().get("route_fences_lost")
+
+
+def test_the_targets_fence_is_not_held_behind_its_own_calls_waiting_at_the_source():
+    """Found by review. The target (node-2) sent calls by its old route, through node-1,
+    just before the move reached it; past what the move holds they wait at node-1, as
+    node-2's backlog, which pauses node-2's DATA there. node-2's route fence travels in that
+    DATA, behind them, and node-2 opens only once its fence is back. When those calls waited
+    for node-2 to open, only the fence's own deadline (``request_timeout``) ended it: the
+    room never opened within 15 s, and with a 2 s deadline node-2's order broke. They wait for
+    the commit now, which needs nothing from node-2's DATA."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4, peer_backlog_items=8,
+                      data_limit=8, request_timeout=60.0) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c1, c2 = n1.client(), n2.client()
+        c2.send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # node-2's route: node-1
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        c1.send_to_spot("room", Block()).wait(WAIT)
+        assert BLOCKING.wait(WAIT)
+        mover, moved = _moving(n1, "room", "node-2")
+        until(lambda: _state(n1, "room") == "sealed", "the move to be under way")
+        sent = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(1, 61)]
+        until(lambda: "node-2" in n1.status().paused_peers, "node-1 to pause node-2")
+        BLOCK.set()
+        until(lambda: _kept_for(n2, "room") or "room" in n2._runtime.spots, "the arrival")
+        sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (61, 62, 63)]
+        mover.join(WAIT + 5)
+        assert moved == [None]
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 64, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(64))
         assert not n2.counters().get("route_fences_lost")

@@ -92,6 +92,7 @@ if TYPE_CHECKING:
     from ..messaging.calls import BatchSendCall, MessageCall
     from ..runtime.routing import Relayable
 
+from ..runtime.routing import payload_size
 from ..runtime.waits import KeptWait, fits, unwait, wait_behind
 from .source import Outbound
 from .state import Arriving, Held, Outgoing
@@ -183,9 +184,9 @@ class Relocator(Outbound, Inbound):
         with nothing queued (python-api §9). Unbounded, a slow barrier let one sender park
         100,000 calls, whose re-admission at the target then held its infrastructure thread
         past a lease renewal. The target bounds what it keeps for an arriving object the same
-        way; the calls the source relays are bounded there, by its park and then by what it
-        relayed until the target opened (``_park_takes``). Waiters go in when the object
-        opens, or go the old way, in order, if the move is withdrawn."""
+        way; the calls the source relays are bounded there until the commit (``_park_takes``).
+        Waiters go in when the object opens, or go the old way, in order, if the move is
+        withdrawn."""
         target = call.target
         with self._lock:
             out = self._out_ids.get(target)
@@ -252,23 +253,23 @@ class Relocator(Outbound, Inbound):
             self._take_in(inc, held)
 
     def _park_takes(self, out: Outgoing, envs: list[Relayable], lanes: OwnerLanes | None) -> bool:
-        """(Relocator lock held.) Whether ``envs`` fit in ``out``'s park, behind no waiting
-        call (what the moving object's lane holds: items, payload bytes as they travel); if
-        they do, they are counted in it. Once the move relays (past its restore), what it
-        relayed counts until the target opened, since the target keeps it until then: a
+        """(Relocator lock held.) Whether ``envs`` fit in what ``out`` holds for its target
+        until the commit, behind no waiting call (what the moving object's lane holds: items,
+        payload bytes as they travel); if they do, they are counted in it. Past the restore
+        that is what the source relayed, which the target keeps until it opens: unbounded, a
         target once kept 36,842 calls so, and opening it held its infrastructure thread for
-        1.1 s."""
+        1.1 s. Those past it wait for the commit (``Outbound._release``), not for the
+        opening: the target opens only once its own route fences are back, and a fence
+        comes by DATA, which a peer's waits here may pause. Once committed, calls are
+        relayed at once."""
+        if out.committed:
+            return True
         limits = (lanes or out.unit.owner.lanes).limits
-        size = sum(_utf8_size(getattr(env, "payload", "")) for env in envs)
-        relays = out.relaying and not out.lost
-        count, held = (out.sent, out.sent_bytes) if relays else (len(out.parked), out.parked_bytes)
-        if not fits(limits, out.waiting, count, held, len(envs), size):
+        size = sum(map(payload_size, envs))
+        if not fits(limits, out.waiting, out.held, out.held_bytes, len(envs), size):
             return False
-        if relays:
-            out.sent += len(envs)
-            out.sent_bytes += size
-        else:
-            out.parked_bytes += size
+        out.held += len(envs)
+        out.held_bytes += size
         return True
 
     def _keep_takes(self, inc: Arriving, helds: list[Held]) -> bool:
@@ -296,8 +297,3 @@ class Relocator(Outbound, Inbound):
         wait_behind(self.rt, waiting, items, call, reply, room, withdraw,
                     "is moving, and its park", "the moving", batch)  # fmt: skip
         return True
-
-
-def _utf8_size(text: str) -> int:
-    """The bytes ``text`` takes on the wire (UTF-8); its length where it is ASCII (a flag)."""
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))

@@ -43,7 +43,7 @@ from ..mesh.location import Location
 from ..messaging import codec
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, reply_type, to_wire
-from ..runtime.routing import Route
+from ..runtime.routing import Route, payload_size
 from ..timers import TimerJob
 from ..types import (
     RelocationCoordination,
@@ -543,8 +543,9 @@ class Outbound(RelocatorState):
                     self._relay(out, out.parked[0])
                     out.relayed.append(out.parked.pop(0))
                 out.relaying = True
-                out.sent = len(out.relayed)  # the target keeps these until it opens
-                out.sent_bytes = sum(_payload_size(env) for env in out.relayed)
+                calls = [env for env in out.relayed if not isinstance(env, wire.FenceEnvelope)]
+                out.held = len(calls)  # the target keeps these until it opens
+                out.held_bytes = sum(map(payload_size, calls))
             except Unavailable as exc:  # the target went away: the move cannot happen
                 gone = exc
         accepted(rooms)  # (relayed, or parked still: either way queued, in their order)
@@ -628,7 +629,11 @@ class Outbound(RelocatorState):
                 rt.directory.forget(obj)  # a Spot's subscriptions too: they live on the target
         for obj in out.objects:
             obj.state = GONE
-        out.committed = True
+        # lock order: route -> relocator (what waited goes on before anything routed later)
+        with router.route_lock, self._lock:
+            out.committed = True
+            rooms = [] if out.lost else self._release(out)
+        accepted(rooms)
         rt.metrics.add("relocated_out")
         if out.lost:
             self._fail_adopted(out, self._down_after_commit(out))
@@ -639,6 +644,25 @@ class Outbound(RelocatorState):
         except Unavailable:  # the target went away meanwhile: the move ends here
             _log.error("relocation of %r: the target left before the commit", out.spot.name)
             self._finish(out, self._down_after_commit(out))
+
+    def _release(self, out: Outgoing) -> list[tuple[Admitted, BaseException | None]]:
+        """(Route and relocator locks held; just committed.) The calls that waited past what
+        the move holds for its target go on to it now, in their order (from now on calls are
+        relayed at once: ``Relocator._park_takes``). Should the target be unreachable, the
+        rest are parked, and go on when the move ends (:meth:`_finish`). Returns the rooms
+        to tell once the locks are let go."""
+
+        def relay(envs: list[Relayable]) -> None:
+            for env in envs:
+                if not out.parked:
+                    try:
+                        self._relay(out, env)
+                        continue
+                    except Unavailable:  # the target went away: the move ends soon
+                        pass
+                out.parked.append(env)
+
+        return take_waiting(out.waiting, relay)
 
     def _fail_adopted(self, out: Outgoing, error: ZLinkError) -> None:
         """A move whose target went down while the store was asked, and which did not come
@@ -684,7 +708,9 @@ class Outbound(RelocatorState):
                     continue
                 if not out.committed:  # the store is being asked: its answer decides
                     out.lost = True
-                    self._answered_here(out.relayed)  # served here if the store refuses
+                    # served here if the store refuses: those relayed, and those that wait
+                    waiting = [env for wait in out.waiting for env in wait.items]
+                    self._answered_here([*out.relayed, *waiting])
                     for corr in out.corrs:
                         self.router.rebind_pending(corr, "")
                     continue
@@ -719,9 +745,7 @@ class Outbound(RelocatorState):
         """(Relocator lock held, as the park is taken.) The calls that waited for the move
         join the park behind what it holds, in their order (``take_waiting``); their callers
         are told (``accepted``) once the caller of this lets the lock go."""
-        rooms = take_waiting(out.waiting, out.parked.extend)
-        out.parked_bytes = 0
-        return rooms
+        return take_waiting(out.waiting, out.parked.extend)
 
     def _forget_out(self, out: Outgoing) -> None:
         self._out.pop(out.rid, None)
@@ -736,45 +760,15 @@ class Outbound(RelocatorState):
             out = self._out_ids.get(target)
             if out is None:
                 return False
-            relays = out.relaying and not out.lost
-            if out.waiting and relays and isinstance(env, wire.FenceEnvelope):
-                self._relay_with_its_own(out, env)
-            elif out.waiting:  # (a fence) behind the calls that wait: never ahead of them
+            if out.waiting:  # (a fence) behind the calls that wait: never ahead of them
                 out.waiting.append(KeptWait([env], None, None))
-            elif relays:
+            elif out.relaying and not out.lost and not out.parked:  # (parked: see _release)
                 self._relay(out, env)
                 if not out.committed:
                     out.relayed.append(env)
             else:  # sealed; or its target went down: it waits for the store's answer
                 out.parked.append(env)
             return True
-
-    def _relay_with_its_own(self, out: Outgoing, fence: wire.FenceEnvelope) -> None:
-        """(Relocator lock held; the move relays, and calls wait for its target to open.)
-        A fence never waits for that opening: it may be the target's own, and the target
-        opens only once its fences are back. The calls of the fence's origin that wait here
-        came before it: they go first (past what the target may keep: one origin's, bounded
-        by its backlog here), in their order, and their callers are told on the
-        infrastructure thread (no lock of this node held there)."""
-        origin = fence.first_origin
-        ahead = [w for w in out.waiting
-                 if any(getattr(e, "first_origin", None) == origin for e in w.items)]  # fmt: skip
-        out.waiting[:] = [w for w in out.waiting if w not in ahead]  # (in place: see unwait)
-        rooms = take_waiting(ahead, lambda items: self._relay_all(out, items))
-        self._relay_all(out, [fence])
-        if rooms:
-            self.rt.infra.submit(accepted, rooms)
-
-    def _relay_all(self, out: Outgoing, envs: list[Relayable]) -> None:
-        """(Relocator lock held.) Relay ``envs`` as one call that met the move is, counted
-        against what the target keeps until it opens (``Outgoing.sent``)."""
-        for env in envs:
-            self._relay(out, env)
-            if not out.committed:
-                out.relayed.append(env)
-            if not isinstance(env, wire.FenceEnvelope):
-                out.sent += 1
-                out.sent_bytes += _payload_size(env)
 
     def _relay(self, out: Outgoing, env: Relayable) -> None:
         """Hand a call or fence that met the move on to the target, as one more hop."""
@@ -813,12 +807,6 @@ def _settle_write(
             and found.authority_generation == authority):  # fmt: skip
         return _Write.NOT_MADE, None
     return _Write.ELSEWHERE, None
-
-
-def _payload_size(env: Relayable) -> int:
-    """The bytes of a call's payload as it travels (UTF-8); 0 for a fence."""
-    text: str = getattr(env, "payload", "")
-    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
 
 def _settles(done: Completion, seconds: float) -> bool:

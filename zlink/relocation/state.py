@@ -54,19 +54,17 @@ class Outgoing:
     into: str | None = None  # a cross-node Join: the Spot the Actor joins on the target
     join: wire.JoinGrant | None = None  # ... and the accepted join's reply, as sent
     parked: list[Relayable] = field(default_factory=list)
-    # the calls parked count against what the moving Spot's lane holds (items, payload
-    # bytes): past it a call waits here, in arrival order, behind them (python-api §9)
-    parked_bytes: int = 0
+    # what the move holds for its target until the commit (parked here, then relayed: the
+    # target keeps those until it opens) counts against what the moving Spot's lane holds
+    # (items, payload bytes): past it a call waits here, in arrival order, behind them, and
+    # goes on at the commit (python-api §9)
+    held: int = 0
+    held_bytes: int = 0
     waiting: list[KeptWait[Relayable]] = field(default_factory=list)
     # what was relayed to the target once the commit got under way, kept until the store
     # answers: a commit the store refuses puts these back here, in order (the target, told
     # to forget its copy, drops what came from this node)
     relayed: list[Relayable] = field(default_factory=list)
-    # the calls relayed since then, until the target says it opened (``RELOC_OPENED``): the
-    # target keeps them until then, so they count against what the moving Spot's lane holds
-    # as the park does, and a call past that waits in ``waiting`` for the opening (§9)
-    sent: int = 0
-    sent_bytes: int = 0
     committed: bool = False  # the store moved authority; the target has yet to open
     lost: bool = False  # the target was declared down while the store was asked to commit
     caller: Completion | None = None  # what the move's caller waits on, if not ``done``

@@ -503,7 +503,7 @@ class MeshRouter:
         much as its lane would hold (``zlink.runtime.waits``): past that its caller waits
         behind them, first come first served, and is taken in when the fence is back; a plain
         ``submit()`` is ``ResourceExhausted``, nothing queued (python-api §9)."""
-        size = sum(_payload_size(env) for env in envs)
+        size = sum(map(payload_size, envs))
         waiting = self._fence_waiting[target]
         held = self._kept_bytes.get(target, 0)
         if fits(self.rt.limits, waiting, len(kept), held, len(envs), size):
@@ -1444,6 +1444,10 @@ def _previous_owner(found: object) -> str | None:
     return None if previous is None else previous.owner_node
 
 
-def _payload_size(env: Relayable) -> int:
-    """What a kept envelope counts against a lane's byte limit: its payload (a fence: 0)."""
-    return 0 if isinstance(env, wire.FenceEnvelope) else len(env.payload)
+def payload_size(env: Relayable) -> int:
+    """What a kept envelope counts against a lane's byte limit: its payload's bytes as they
+    travel (UTF-8; its length where it is ASCII, a flag); a fence: 0."""
+    if isinstance(env, wire.FenceEnvelope):
+        return 0
+    text = env.payload
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
