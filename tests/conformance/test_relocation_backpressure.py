@@ -438,3 +438,46 @@ def test_the_targets_fence_is_not_held_behind_its_own_calls_waiting_at_the_sourc
         until(lambda: len(HANDLED) == 64, "every call handled")
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(64))
         assert not n2.counters().get("route_fences_lost")
+
+
+def test_a_commit_reaches_a_target_that_paused_its_source():
+    """A move's commit travels with the infrastructure traffic (python-api §9: "replies and
+    infrastructure traffic keep flowing"). The target has paused the source's application
+    DATA (calls of the source's wait for room in a blocked Spot there) when the store commits
+    the move: before, the commit waited behind that DATA, so the target could not open, nor
+    let go of what it kept for the room, until the blocked Spot let the pause end."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        c1, c2 = n1.client(), n2.client()
+        c1.spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c2.spots.get_or_create("other", "t.rb.room").wait(WAIT)
+        c1.send_to_spot("other", Add(sender="n1", seq=0)).wait(WAIT)  # node-1's route to it
+        until(lambda: len(HANDLED) == 1, "the first call handled")  # (its store is held next)
+        at, go = threading.Event(), threading.Event()
+        real = cluster.store.transfer
+
+        def transfer(*args: Any) -> Any:
+            at.set()
+            assert go.wait(WAIT)
+            return real(*args)
+
+        cluster.store.transfer = transfer  # type: ignore[method-assign]
+        mover, moved = _moving(n1, "room", "node-2")
+        assert at.wait(WAIT)  # restored on node-2; the commit held
+        c2.send_to_spot("other", Block()).wait(WAIT)
+        assert BLOCKING.wait(WAIT)
+        sent = [c1.send_to_spot("other", Add(sender="n1", seq=s)).future() for s in range(1, 21)]
+        until(lambda: "node-1" in n2.status().paused_peers, "node-2 to pause node-1")
+        go.set()
+        relocator = n2._runtime.relocator
+        until(lambda: "room" not in relocator._in_ids, "node-2 to open the room", timeout=WAIT)
+        assert "node-1" in n2.status().paused_peers, "the room opened only once the pause ended"
+        mover.join(WAIT + 5)
+        assert moved == [None]
+        BLOCK.set()
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 21, "every call handled")
+        assert [seq for _n, _s, seq in HANDLED] == list(range(21))

@@ -485,3 +485,34 @@ def test_close_if_idle_tries_again_when_a_consumer_pops_as_it_looks():
     lanes2.app = _Popped(lanes2.app or ())
     assert not lanes2.close_if_idle(lambda item: True)  # never a copy: not idle for now
     assert not lanes2.closed
+
+
+def test_the_lanes_count_their_bounded_waiters_as_they_come_and_go():
+    """Past ``LaneLimits.waiters`` waiters, every new one summed the ``bounded`` flag of every
+    waiter before it under the put lock (quadratic, with thousands of waits from peers). The
+    lanes count them as they join and leave now (served, withdrawn, handed on, ended): a
+    caller here is refused only while that many of them really wait, whatever waits from
+    peers queue too."""
+    lanes = OwnerLanes(LaneLimits(app_items=1, waiters=2))
+    assert lanes.put_app("x", 0) == Admission.ADMITTED  # the lane is full from now on
+
+    def waiter(bounded: bool = True) -> ex.RoomWaiter:
+        return ex.RoomWaiter("w", 0, 1, lambda _verdict: None, bounded=bounded)
+
+    for _ in range(50):  # from peers: never refused, never counted
+        assert lanes.wait_room(waiter(bounded=False)) == Admission.WAITING
+    mine = [waiter(), waiter()]
+    assert [lanes.wait_room(w) for w in mine] == [Admission.WAITING] * 2
+    assert lanes.wait_room(waiter()) == Admission.FULL_COUNT  # 2 callers here wait already
+    assert lanes.cancel_wait(mine[0])
+    third = waiter()
+    assert lanes.wait_room(third) == Admission.WAITING  # one left: room for one more
+    assert lanes.wait_room(waiter()) == Admission.FULL_COUNT
+    handed = lanes.take_waiters()  # an owner replaced: every waiter handed on
+    assert len(handed) == 52
+    assert [lanes.wait_room(w) for w in (waiter(), waiter())] == [Admission.WAITING] * 2
+    lanes.end_waits()  # a seal
+    lanes.closed = False
+    assert [lanes.wait_room(w) for w in (waiter(), waiter())] == [Admission.WAITING] * 2
+    lanes.release(APPLICATION, 0)  # room: the first is served, and leaves the count
+    assert lanes.wait_room(waiter()) == Admission.WAITING

@@ -113,12 +113,14 @@ class OwnerLanes:
     """Application and lifecycle FIFOs with separate reservations, streak and yield debt (§7)."""
 
     __slots__ = (
+        "_app_bounded",
         "_app_bytes",
         "_app_in",
         "_app_in_bytes",
         "_app_items",
         "_app_out",
         "_app_out_bytes",
+        "_life_bounded",
         "_life_in",
         "_life_in_bytes",
         "_life_out",
@@ -160,6 +162,9 @@ class OwnerLanes:
         # producers waiting for room, per lane (made on first use, like the lanes)
         self.app_waiters: deque[RoomWaiter] | None = None
         self.life_waiters: deque[RoomWaiter] | None = None
+        # how many of each lane's waiters are bounded here (``LaneLimits.waiters``): counted
+        # as they come and go, since summing them at every wait was quadratic under this lock
+        self._app_bounded = self._life_bounded = 0
         self.refused = 0  # calls refused for want of room (count or bytes), for status
         self.waited = 0  # producers that had to wait for room, for status
 
@@ -315,6 +320,7 @@ class OwnerLanes:
                     waiter = waiters.popleft()
                     waiter.queued = False
                     ended.append(waiter)
+            self._app_bounded = self._life_bounded = 0
         for waiter in ended:
             waiter.notify(ADMISSION_CLOSED)
 
@@ -342,9 +348,7 @@ class OwnerLanes:
             waiters = self.app_waiters if app else self.life_waiters
             crowded = (  # by the waiters bounded here (those from peers are bounded by
                 waiter.bounded  # their peer's backlog: a caller here is not refused for them)
-                and waiters is not None
-                and len(waiters) >= self.limits.waiters
-                and sum(w.bounded for w in waiters) >= self.limits.waiters
+                and (self._app_bounded if app else self._life_bounded) >= self.limits.waiters
             )
             if too_big or crowded:
                 self.refused += 1
@@ -361,6 +365,7 @@ class OwnerLanes:
                         self.life_waiters = waiters
                 waiters.append(waiter)
                 waiter.queued = True
+                self._counted(waiter, 1)
                 self.waited += 1
                 admitted = False
         if admitted:
@@ -370,6 +375,14 @@ class OwnerLanes:
         # lock): look again, now that a releaser would see this waiter.
         self.serve()
         return WAITING
+
+    def _counted(self, waiter: RoomWaiter, change: int) -> None:
+        """(Under the put lock.) ``waiter`` joined (1) or left (-1) its lane's waiters."""
+        if waiter.bounded:
+            if waiter.lane == APPLICATION:
+                self._app_bounded += change
+            else:
+                self._life_bounded += change
 
     def cancel_wait(self, waiter: RoomWaiter) -> bool:
         """Withdraw a waiter: ``True`` if it was still waiting (nothing of it was queued, and
@@ -381,6 +394,7 @@ class OwnerLanes:
             assert waiters is not None
             waiters.remove(waiter)
             waiter.queued = False
+            self._counted(waiter, -1)
             return True
 
     def take_waiters(self) -> list[RoomWaiter]:
@@ -393,6 +407,7 @@ class OwnerLanes:
                 return []
             out = list(waiters)
             waiters.clear()
+            self._app_bounded = 0
             for waiter in out:
                 waiter.queued = False
         return out
@@ -417,6 +432,7 @@ class OwnerLanes:
                     while waiters and self._fits(waiters[0]):
                         waiter = waiters.popleft()
                         waiter.queued = False
+                        self._counted(waiter, -1)
                         self._admit(waiter)
                         admitted.append(waiter)
         if admitted:

@@ -44,7 +44,7 @@ _log = logging.getLogger("zlink.mesh")
 # target sent the old way is kept in order by the target's fence (``MeshRouter``), not by them.
 _COMPLETION = (
     wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope, wire.DroppedEnvelope,
-    wire.RelocDoneEnvelope, wire.RelocOpenedEnvelope,
+    wire.RelocDoneEnvelope, wire.RelocOpenedEnvelope, wire.RelocCommitEnvelope,
 )  # fmt: skip
 
 Failed = Callable[[str, wire.Envelope, ZLinkError], None]
@@ -53,8 +53,13 @@ Go = Callable[[], object]
 
 
 def channel_of(envelope: wire.Envelope) -> Channel:
-    """Replies, route hints, returning fences, drop notices and a move's answers to its
-    source travel on COMPLETION; the rest on DATA."""
+    """Replies, route hints, returning fences, drop notices, a move's answers to its source
+    and its commit travel on COMPLETION; the rest on DATA. A commit that waited behind
+    application DATA its target had paused kept the target from opening, and so kept what
+    the target held for it, until the pause ended. It may pass calls the source relayed
+    before it: the target takes those in behind what it kept, in their order, once open.
+    A move's payload and its abort stay on DATA: an abort must come after the calls the
+    source relayed (the target drops its copies of those)."""
     return Channel.COMPLETION if isinstance(envelope, _COMPLETION) else Channel.DATA
 
 

@@ -93,7 +93,7 @@ if TYPE_CHECKING:
     from ..runtime.routing import Relayable
 
 from ..runtime.routing import payload_size
-from ..runtime.waits import KeptWait, fits, unwait, wait_behind
+from ..runtime.waits import WaitLine, fits, unwait, wait_behind
 from .source import Outbound
 from .state import Arriving, Held, Outgoing
 from .target import Inbound
@@ -135,8 +135,7 @@ class Relocator(Outbound, Inbound):
             done.set(None, error)
         for out in leaving:
             parked, out.parked = out.parked, []
-            waiting = list(out.waiting)  # (in place: a wait's withdraw holds this list)
-            out.waiting.clear()
+            waiting = out.waiting.take()
             out.done.set(None, error)
             for env in parked:  # refused here now (fenced): their callers are told
                 self.router.redeliver(env)
@@ -286,7 +285,7 @@ class Relocator(Outbound, Inbound):
         return True
 
     def _wait_for_move(
-        self, waiting: list[KeptWait[_Item]], items: list[_Item],
+        self, waiting: WaitLine[_Item], items: list[_Item],
         call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted | None,
         batch: BatchSendCall | None = None,
     ) -> bool:  # fmt: skip

@@ -537,7 +537,9 @@ class Outbound(RelocatorState):
         with self._lock:  # before the commit, in arrival order: per-sender order holds
             if self._out.get(out.rid) is not out or out.relaying:  # withdrawn meanwhile
                 return
-            rooms = self._admit_waiting(out)
+            # what waited for the park goes on at the commit, as what comes past the bound
+            # from now on does (``_release``): taken in now, all of it reached the target at
+            # once (a probe's target kept 5,558 calls on a lane of 32)
             try:  # each kept here too until the store answers (see ``Outgoing.relayed``)
                 while out.parked:
                     self._relay(out, out.parked[0])
@@ -548,7 +550,6 @@ class Outbound(RelocatorState):
                 out.held_bytes = sum(map(payload_size, calls))
             except Unavailable as exc:  # the target went away: the move cannot happen
                 gone = exc
-        accepted(rooms)  # (relayed, or parked still: either way queued, in their order)
         if gone is not None:
             self._reopen(out, gone)
             return

@@ -18,7 +18,7 @@ from ..messaging import codec
 from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, from_wire, to_wire
-from ..runtime.waits import KeptWait
+from ..runtime.waits import WaitLine
 from ..timers import Timer, TimerOptions
 from ..types import TargetKind
 
@@ -60,7 +60,7 @@ class Outgoing:
     # goes on at the commit (python-api §9)
     held: int = 0
     held_bytes: int = 0
-    waiting: list[KeptWait[Relayable]] = field(default_factory=list)
+    waiting: WaitLine[Relayable] = field(default_factory=WaitLine)
     # what was relayed to the target once the commit got under way, kept until the store
     # answers: a commit the store refuses puts these back here, in order (the target, told
     # to forget its copy, drops what came from this node)
@@ -108,7 +108,7 @@ class Arriving:
     # order, for the object to open (python-api §9), as at the source's park
     taken: int = 0
     taken_bytes: int = 0
-    waiting: list[KeptWait[Held]] = field(default_factory=list)
+    waiting: WaitLine[Held] = field(default_factory=WaitLine)
     # questions the arrival holds up (``Relocator.after_move``): run once it opens or is
     # forgotten, on the infrastructure thread
     after: list[Callable[[], None]] = field(default_factory=list)

@@ -412,8 +412,7 @@ class Inbound(RelocatorState):
             self._admit(held, force=False)  # so one that meets a full keeper waits there
         # (emptied in place: a wait's ``withdraw`` holds this very list, and must find its
         # wait gone once it is routed on, not "still waiting, nothing queued")
-        waiting = list(inc.waiting)
-        inc.waiting.clear()
+        waiting = inc.waiting.take()
         for wait in waiting:  # then those that waited: routed with their own wait, in order
             if not wait.gave_up():
                 self._route_again(wait)

@@ -85,7 +85,7 @@ from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, SpotKind, TargetKind
 from .acts import READY
-from .waits import KeptWait, accepted, fits, take_waiting, unwait, wait_behind
+from .waits import KeptWait, WaitLine, accepted, fits, take_waiting, unwait, wait_behind
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
@@ -135,7 +135,7 @@ class MeshRouter:
         self._switching: dict[str, list[Relayable]] = {}  # target -> kept behind a fence
         self._kept_bytes: dict[str, int] = {}  # target -> payload bytes kept behind its fence
         # target -> callers waiting for room behind its fence (``_keep``), once it is full
-        self._fence_waiting: dict[str, list[KeptWait[Relayable]]] = {}
+        self._fence_waiting: dict[str, WaitLine[Relayable]] = {}
         self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
@@ -765,7 +765,7 @@ class MeshRouter:
         self.outbox.put_behind_waiters(route.node, wire.FenceEnvelope(target, me, me, 0))
         kept: list[Relayable] = []
         self._switching[target] = kept
-        self._fence_waiting[target] = []  # (callers past what ``kept`` may hold: ``_keep``)
+        self._fence_waiting[target] = WaitLine()  # (callers past what ``kept`` may hold: ``_keep``)
         self._fence_via[target] = route.node
         self.rt.metrics.add("route_fences")
         # a fence lost with a node must not keep the calls behind it forever
@@ -888,7 +888,7 @@ class MeshRouter:
             self._ahead.pop(target, None)
             self._fence_via.pop(target, None)
             self._kept_bytes.pop(target, None)
-            waiting = self._fence_waiting.pop(target, [])
+            waiting = self._fence_waiting.pop(target, None) or WaitLine()
             timer = self._fence_timers.pop(target, None)
             if timer is not None:  # (its deadline would keep ``kept`` until it passed)
                 timer.cancel()
