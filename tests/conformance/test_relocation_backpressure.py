@@ -481,3 +481,54 @@ def test_a_commit_reaches_a_target_that_paused_its_source():
             assert future.result(WAIT) is None
         until(lambda: len(HANDLED) == 21, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(21))
+
+
+def test_what_the_source_sends_a_target_that_has_not_opened_is_bounded():
+    """Found by a probe: once committed, the source forgets the room, and its own clients'
+    calls go by its forwarding pointer straight to the target, which keeps them until it
+    opens (once its own route fence is back); nothing counted them (the target "knew" the
+    source had bounded what it relayed): a target kept 19,138 calls on a lane of 4. They count
+    against what the move holds now, and past that they wait on the source until the target
+    opened (python-api §9): waits of callers on that node, which pause no peer. Here node-2's
+    fence is held at node-1, so node-2 cannot open."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c1, c2 = n1.client(), n2.client()
+        c2.send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # node-2's route: node-1
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        router = n1._runtime.router
+        on_fence = router._handlers[wire.FenceEnvelope]
+        fences: list[Any] = []
+        fenced = threading.Event()
+
+        def hold(env: Any) -> None:
+            fences.append(env)
+            fenced.set()
+
+        router._handlers[wire.FenceEnvelope] = hold
+        mover, moved = _moving(n1, "room", "node-2")
+        assert fenced.wait(WAIT)
+        relocator = n1._runtime.relocator
+        until(lambda: "room" not in n1._runtime.spots, "the commit")  # node-2 waits for its fence
+        sent = [c1.send_to_spot("room", Add(sender="n1", seq=s)).future() for s in range(1, 201)]
+        try:
+            c1.send_to_spot("room", Add(sender="n1", seq=999)).submit()
+            refused = False
+        except zlink.ResourceExhausted:
+            refused = True
+        _sync(n1)
+        _sync(n2)
+        assert _kept_for(n2, "room") <= 4, "the target kept past what the room's lane holds"
+        assert refused, "a plain send past what the move holds was sent"
+        router._handlers[wire.FenceEnvelope] = on_fence
+        for env in fences:
+            n1._infra.submit(on_fence, env)
+        mover.join(WAIT + 5)
+        assert moved == [None]
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 201, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "n1"] == list(range(1, 201))
+        assert not relocator._out_ids

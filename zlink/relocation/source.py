@@ -625,13 +625,16 @@ class Outbound(RelocatorState):
             else:
                 self._finish(out, failed)
             return
-        with router.route_lock, rt.directory.lock:  # from now on stale routes relay to the target
-            for obj in out.objects:
-                rt.directory.forget(obj)  # a Spot's subscriptions too: they live on the target
-        for obj in out.objects:
-            obj.state = GONE
-        # lock order: route -> relocator (what waited goes on before anything routed later)
+        # lock order: route -> relocator -> directory. From now on stale routes relay to the
+        # target, and calls made here go by the pointer, counted (``hold_until_open``); what
+        # waited goes on first, all in one step: a call let through between the objects
+        # leaving the directory and the commit being marked went ahead of what waited
         with router.route_lock, self._lock:
+            with rt.directory.lock:
+                for obj in out.objects:
+                    rt.directory.forget(obj)  # a Spot's subscriptions too: they live there now
+            for obj in out.objects:
+                obj.state = GONE
             out.committed = True
             rooms = [] if out.lost else self._release(out)
         accepted(rooms)
@@ -655,6 +658,9 @@ class Outbound(RelocatorState):
 
         def relay(envs: list[Relayable]) -> None:
             for env in envs:
+                if not isinstance(env, wire.FenceEnvelope):  # kept there until it opens
+                    out.held += 1
+                    out.held_bytes += payload_size(env)
                 if not out.parked:
                     try:
                         self._relay(out, env)
@@ -761,7 +767,10 @@ class Outbound(RelocatorState):
             out = self._out_ids.get(target)
             if out is None:
                 return False
-            if out.waiting:  # (a fence) behind the calls that wait: never ahead of them
+            # (a fence) behind the calls that wait: never ahead of them. Once committed, only
+            # this node's own calls wait (``hold_until_open``), for the target to open, which
+            # may need this very fence: nothing from elsewhere is ordered behind them
+            if out.waiting and not out.committed:
                 out.waiting.append(KeptWait([env], None, None))
             elif out.relaying and not out.lost and not out.parked:  # (parked: see _release)
                 self._relay(out, env)
