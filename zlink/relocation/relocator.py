@@ -83,13 +83,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import Unavailable
-from ..messaging.calls import BatchSendCall, SendCall
+from ..messaging.calls import SendCall
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import lane_size
 
 if TYPE_CHECKING:
     from ..executor import OwnerLanes
-    from ..messaging.calls import MessageCall
+    from ..messaging.calls import BatchSendCall, MessageCall
     from ..runtime.routing import Relayable
 
 from ..runtime.routing import payload_size
@@ -240,41 +240,6 @@ class Relocator(Outbound, Inbound):
             for held in helds:
                 self._keep(inc, held, relayed=False)
             return True
-
-    def hold_until_open(
-        self, call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted | None
-    ) -> bool:
-        """(Route lock held.) A call made on this node for an object it moved away (committed)
-        whose target has not opened it yet (its own route fences are still out): it goes by
-        the forwarding pointer straight to the target, which keeps it until it opens. So it
-        counts against what the move holds (``_park_takes``), and past that it waits here,
-        in order, until the target opened (``Outbound._finish``), or a plain ``submit()`` is
-        ``ResourceExhausted`` (python-api §9). These are waits of callers on this node: they
-        pause no peer, so nothing the opening needs waits behind them. Unbounded, a source's
-        own clients sent a target 19,138 calls it kept on a lane of 4. ``False``: counted
-        (or no such move), it goes on now."""
-        batch = call if isinstance(call, BatchSendCall) else None
-        msgs = call.msgs if isinstance(call, BatchSendCall) else [call.msg]
-        with self._lock:
-            out = self._out_ids.get(call.target)
-            if out is None or not out.committed or out.lost:
-                return False
-            size = sum(map(lane_size, msgs))
-            limits = out.unit.owner.lanes.limits
-            if fits(limits, out.waiting, out.held, out.held_bytes, len(msgs), size):
-                out.held += len(msgs)
-                out.held_bytes += size
-                return False
-            if batch is not None:  # waits whole (python-api §8), goes on message by message
-                envs: list[Relayable] = [
-                    self.router.envelope(SendCall(self.rt, call.kind, call.target, msg), None, 0,
-                                         peer=out.target)
-                    for msg in msgs
-                ]  # fmt: skip
-                return self._wait_for_move(out.waiting, envs, call, None, room)
-            assert not isinstance(call, BatchSendCall)
-            env: Relayable = self.router.envelope(call, reply, 0, peer=out.target)
-            return self._wait_for_move(out.waiting, [env], call, reply, room)
 
     def _keep(self, inc: Arriving, held: Held, relayed: bool) -> None:
         """(Relocator lock held.) Keep a call for an arriving object, counted already.

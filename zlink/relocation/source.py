@@ -626,9 +626,9 @@ class Outbound(RelocatorState):
                 self._finish(out, failed)
             return
         # lock order: route -> relocator -> directory. From now on stale routes relay to the
-        # target, and calls made here go by the pointer, counted (``hold_until_open``); what
-        # waited goes on first, all in one step: a call let through between the objects
-        # leaving the directory and the commit being marked went ahead of what waited
+        # target, and calls made here go by the pointer; what waited goes on first, all in
+        # one step: a call made here between the objects leaving the directory and the
+        # commit being marked would go by the pointer ahead of what waited
         with router.route_lock, self._lock:
             with rt.directory.lock:
                 for obj in out.objects:
@@ -658,9 +658,6 @@ class Outbound(RelocatorState):
 
         def relay(envs: list[Relayable]) -> None:
             for env in envs:
-                if not isinstance(env, wire.FenceEnvelope):  # kept there until it opens
-                    out.held += 1
-                    out.held_bytes += payload_size(env)
                 if not out.parked:
                     try:
                         self._relay(out, env)
@@ -767,10 +764,7 @@ class Outbound(RelocatorState):
             out = self._out_ids.get(target)
             if out is None:
                 return False
-            # (a fence) behind the calls that wait: never ahead of them. Once committed, only
-            # this node's own calls wait (``hold_until_open``), for the target to open, which
-            # may need this very fence: nothing from elsewhere is ordered behind them
-            if out.waiting and not out.committed:
+            if out.waiting:  # (a fence) behind the calls that wait: never ahead of them
                 out.waiting.append(KeptWait([env], None, None))
             elif out.relaying and not out.lost and not out.parked:  # (parked: see _release)
                 self._relay(out, env)

@@ -38,14 +38,6 @@ class RelocationPort(Protocol):
         ``False`` if it is not moving."""
         ...
 
-    def hold_until_open(
-        self, call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted | None
-    ) -> bool:
-        """(Route lock held.) A call made here for an object this node moved away, whose
-        target has not opened it yet: counted against what the move holds, or, past that,
-        waiting (or refused, a plain send) until it opened; ``False``: it goes on now."""
-        ...
-
     def divert_envelope(self, target: str, env: Relayable) -> bool:
         """Park or relay a call or fence for a target sealed here; ``False`` if none is."""
         ...

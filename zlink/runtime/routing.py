@@ -469,10 +469,6 @@ class MeshRouter:
             else:
                 self._keep(target, kept, [self.envelope(call, reply, hops)], call, reply, room)
             return
-        if not hops and not admitted and target in self._moved and self._held_until_open(
-            call, reply, room
-        ):  # fmt: skip
-            return
         route = self._known(target)
         if route is not None and route.kind not in (None, call.kind):  # a route for the
             self._routes.pop(target, None)  # other kind: stale, or not; the store says
@@ -498,14 +494,6 @@ class MeshRouter:
             self.locate(target, waiter, self.rt.instance_spec(call), call.msg)
         else:
             self.locate(target, waiter)
-
-    def _held_until_open(
-        self, call: MessageCall | BatchSendCall, reply: Completion | None, room: Admitted | None
-    ) -> bool:
-        """(``route_lock`` held.) A call made here for a target this node moved away: the
-        relocator counts it, or holds it until the target opened (``hold_until_open``)."""
-        relocator = self.rt.relocator
-        return relocator is not None and relocator.hold_until_open(call, reply, room)
 
     def _keep(
         self, target: str, kept: list[Relayable], envs: list[Relayable],
@@ -559,8 +547,6 @@ class MeshRouter:
                 ]  # fmt: skip
                 self._keep(target, kept, envs, call, None, room)
                 return True
-            if not admitted and target in self._moved and self._held_until_open(call, None, room):
-                return True  # waits whole until the move's target opened
             if size > wire.MAX_FRAME_BYTES * 3 // 4:
                 return False  # each fits, not all in one frame: one by one
             route = self._known(target)
