@@ -289,6 +289,21 @@ def test_a_batch_too_large_for_a_frame_waits_whole_behind_a_fence():
         assert [seq for _n, s, seq in HANDLED if s == "big"] == list(range(52))
 
 
+def _commit_held(cluster: LocalCluster) -> tuple[threading.Event, threading.Event]:
+    """The store's commit of the next move waits (on the mover's store thread) for the second
+    event; the first is set as it starts waiting."""
+    at, go = threading.Event(), threading.Event()
+    real = cluster.store.transfer
+
+    def transfer(*args: Any) -> Any:
+        at.set()
+        assert go.wait(WAIT)
+        return real(*args)
+
+    cluster.store.transfer = transfer  # type: ignore[method-assign]
+    return at, go
+
+
 def _kept_for(node: zlink.Node, spot: str) -> int:
     """How many calls ``node`` keeps for ``spot``, arriving there and not yet open."""
     relocator = node._runtime.relocator
@@ -313,15 +328,7 @@ def test_what_a_move_target_keeps_of_the_calls_its_source_relays_is_bounded():
         n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
         c3 = n3.client()
         c3.send_to_spot("room", Add(sender="n3", seq=0)).wait(WAIT)  # node-3's route: node-1
-        at, go = threading.Event(), threading.Event()
-        real = cluster.store.transfer
-
-        def transfer(*args: Any) -> Any:  # node-1's commit waits for ``go``
-            at.set()
-            assert go.wait(WAIT)
-            return real(*args)
-
-        cluster.store.transfer = transfer  # type: ignore[method-assign]
+        at, go = _commit_held(cluster)
         mover, moved = _moving(n1, "room", "node-2")
         assert at.wait(WAIT)  # restored on node-2, relaying from node-1, commit held
         sent = [c3.send_to_spot("room", Add(sender="n3", seq=s)).future() for s in range(1, 201)]
@@ -376,15 +383,7 @@ def test_a_fence_that_meets_calls_waiting_for_the_commit_goes_on_behind_them():
             router._handlers[kind] = hold
         for seq in range(1, 6):
             c2.send_to_spot("room", Add(sender="n2", seq=seq)).wait(WAIT)
-        at, go = threading.Event(), threading.Event()
-        real = cluster.store.transfer
-
-        def transfer(*args: Any) -> Any:
-            at.set()
-            assert go.wait(WAIT)
-            return real(*args)
-
-        cluster.store.transfer = transfer  # type: ignore[method-assign]
+        at, go = _commit_held(cluster)
         mover, moved = _moving(n1, "room", "node-2")
         assert at.wait(WAIT) and fenced.wait(WAIT)
         sent = [c3.send_to_spot("room", Add(sender="n3", seq=s)).future() for s in range(1, 41)]
@@ -455,15 +454,7 @@ def test_a_commit_reaches_a_target_that_paused_its_source():
         c2.spots.get_or_create("other", "t.rb.room").wait(WAIT)
         c1.send_to_spot("other", Add(sender="n1", seq=0)).wait(WAIT)  # node-1's route to it
         until(lambda: len(HANDLED) == 1, "the first call handled")  # (its store is held next)
-        at, go = threading.Event(), threading.Event()
-        real = cluster.store.transfer
-
-        def transfer(*args: Any) -> Any:
-            at.set()
-            assert go.wait(WAIT)
-            return real(*args)
-
-        cluster.store.transfer = transfer  # type: ignore[method-assign]
+        at, go = _commit_held(cluster)
         mover, moved = _moving(n1, "room", "node-2")
         assert at.wait(WAIT)  # restored on node-2; the commit held
         c2.send_to_spot("other", Block()).wait(WAIT)

@@ -14,34 +14,9 @@ import threading
 from typing import Any
 
 import zlink
+from tests.conformance.test_relocation_backpressure import HANDLED, Add, _reset, build_app
 from tests.conftest import WAIT, until
 from zlink.testing import LocalCluster
-
-
-class Add(zlink.Message, type_name="t.rsf.add"):
-    seq: int
-
-
-HANDLED: list[tuple[str, int]] = []  # (node, seq)
-
-
-def build_app() -> zlink.App:
-    app = zlink.App("relocation-store-faults")
-
-    @app.user_spot("t.rsf.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
-    class Room(zlink.UserSpot):
-        def __init__(self, context: zlink.SpotContext) -> None:
-            super().__init__(context)
-            self.count = 0
-
-        @zlink.handler
-        def add(self, msg: Add) -> None:
-            self.count += 1
-            turn = zlink.executor.current_turn()
-            assert turn is not None and turn.owner is not None
-            HANDLED.append((turn.owner.ref.rt.node_id, msg.seq))
-
-    return app
 
 
 def _failing(cluster: LocalCluster, *, write: bool, lookups: int) -> threading.Event:
@@ -75,15 +50,15 @@ def _moves_and_serves(cluster: LocalCluster, failed: threading.Event) -> None:
     n1 = cluster.nodes[0]
     c1 = n1.client()
     for seq in range(3):  # queued or parked while the move runs: they move with the room
-        c1.send_to_spot("room", Add(seq=seq)).wait(WAIT)
+        c1.send_to_spot("room", Add(sender="n1", seq=seq)).wait(WAIT)
     n1.relocate_spot("room", "node-2", timeout=WAIT)
     assert failed.is_set()
     for seq in range(3, 6):
-        c1.send_to_spot("room", Add(seq=seq)).wait(WAIT)
+        c1.send_to_spot("room", Add(sender="n1", seq=seq)).wait(WAIT)
     until(lambda: len(HANDLED) == 6, "every call handled")
-    assert [seq for _n, seq in HANDLED] == list(range(6))
+    assert [seq for _n, _s, seq in HANDLED] == list(range(6))
     assert cluster.store.lookup("room").owner_node == "node-2"
-    assert {n for n, seq in HANDLED if seq >= 3} == {"node-2"}
+    assert {n for n, _s, seq in HANDLED if seq >= 3} == {"node-2"}
     assert "room" not in n1._runtime.spots
 
 
@@ -92,9 +67,9 @@ def test_a_commit_the_store_made_before_it_failed_stands():
     ``StateIncompatible`` ("capture failed: ...") and the room stayed sealed on both nodes,
     although the store said node-2 owned it. Now the source reads the store, finds the room
     moved, and the move completes."""
-    HANDLED.clear()
+    _reset()
     with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
-        cluster.nodes[0].client().spots.get_or_create("room", "t.rsf.room").wait(WAIT)
+        cluster.nodes[0].client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
         failed = _failing(cluster, write=True, lookups=0)
         _moves_and_serves(cluster, failed)
 
@@ -104,8 +79,8 @@ def test_a_commit_the_store_cannot_speak_for_is_asked_again():
     move failed, the room sealed on both nodes for good. Now the source asks again, the
     store answers (the room is still the source's), the commit is made, and the move
     completes."""
-    HANDLED.clear()
+    _reset()
     with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
-        cluster.nodes[0].client().spots.get_or_create("room", "t.rsf.room").wait(WAIT)
+        cluster.nodes[0].client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
         failed = _failing(cluster, write=False, lookups=1)
         _moves_and_serves(cluster, failed)
