@@ -675,9 +675,13 @@ class Node:
         waited for in that time too (python-api §9): its outbox empty and its DATA
         acknowledged by the peers that are up (one that paused this node takes it as it
         drains); what is left then is counted (``sends_dropped_shutdown``; sent and never
-        acknowledged: ``data_unacknowledged_at_stop``). The rest of the time is for the turns these
-        failures resume; queued work that never ran then fails with ``Unavailable``, counted
-        (``messages_discarded_at_shutdown``, ``lifecycle_skipped_<step>``). Returns within
+        acknowledged: ``data_unacknowledged_at_stop``). So are the answers to requests taken
+        from peers: a drained node relays calls for the Spots it moved away, and a request it
+        relayed, running on the Spot's new node, failed ``Unavailable`` at its caller though
+        it ran (a caller that tries again runs it twice). The rest of the time is for the
+        turns these failures resume; queued work that never ran then fails with
+        ``Unavailable``, counted (``messages_discarded_at_shutdown``,
+        ``lifecycle_skipped_<step>``). Returns within
         ``timeout`` (a mesh node's leave from the store takes at least half a second), and no
         thread of the node holds up the interpreter's exit afterwards.
         Safe to call twice. ``timeout``: ``None`` (``NodeConfig.shutdown_timeout``) or
@@ -703,6 +707,10 @@ class Node:
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         self._settle(graceful)
         self._send_out(graceful)
+        router = self._rt.router  # requests taken from peers: answered, and the answers sent
+        if router is not None and router.wait_answered(graceful - time.monotonic()):
+            self._settle(graceful)
+            self._send_out(graceful)
         # Calls awaiting a reply or room fail first, then worker calls are abandoned: a turn
         # that the abandoned call resumes and that fails on it must find its caller answered
         # already (Unavailable, not the HandlerError of a turn cut short by the shutdown).

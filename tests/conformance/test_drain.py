@@ -24,6 +24,10 @@ class Block(zlink.Message, type_name="t.dr.block"):
     pass
 
 
+class Slow(zlink.Request[str], type_name="t.dr.slow"):
+    pass
+
+
 BLOCKING, GO = threading.Event(), threading.Event()
 
 
@@ -40,6 +44,12 @@ class Room(zlink.UserSpot):
     @zlink.handler
     def add(self, msg: Add) -> None:
         self.total += 1
+
+    @zlink.handler
+    def slow(self, req: Slow) -> str:
+        BLOCKING.set()
+        assert GO.wait(WAIT)
+        return "done"
 
     @zlink.handler
     def get(self, req: Total) -> int:
@@ -284,3 +294,35 @@ def test_a_drain_never_moves_a_spot_onto_a_node_that_is_draining_itself():
         c3 = n3.client()
         for room in rooms:  # every state kept
             assert c3.request_to_spot(room, Total()).wait(WAIT) == 1
+
+
+def test_a_request_a_drained_node_relays_is_answered_through_its_shutdown():
+    """Found by a probe: ``drain()`` then ``shutdown()`` is the graceful stop (docs/guide
+    mesh.md), yet a request the drained node relayed to the room's new node, still running
+    there, failed ``Unavailable`` ("node-1 shut down") at its caller on a healthy node, its
+    handler having run; the reply, come back to the stopped relay, was counted
+    undeliverable (a caller that retries on ``Unavailable`` runs it twice). A graceful stop
+    now waits, within its time, for the answers to the requests it took from peers, and
+    sends them on."""
+    BLOCKING.clear()
+    GO.clear()
+    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
+        n1 = cluster.nodes[0]
+        n1.client().spots.get_or_create("a", "t.dr.room").wait(WAIT)
+        for node in cluster.nodes[1:]:  # every other node's route: node-1
+            assert node.client().request_to_spot("a", Total()).wait(WAIT) == 0
+        assert n1.drain(timeout=WAIT).moved == ["a"]
+        owner = cluster.store.lookup("a").owner_node
+        caller = next(n for n in cluster.nodes[1:] if n.node_id != owner)
+        asked = caller.client().request_to_spot("a", Slow()).timeout(WAIT).future()
+        assert BLOCKING.wait(WAIT)  # relayed by node-1, running on the owner
+        stopped = threading.Event()
+        stopper = threading.Thread(target=lambda: (n1.shutdown(WAIT), stopped.set()))
+        stopper.start()
+        assert not stopped.wait(0.05), "the shutdown did not wait for the relayed request"
+        GO.set()
+        assert asked.result(WAIT) == "done"
+        stopper.join(WAIT)
+        assert stopped.is_set()
+        assert not n1.counters().get("calls_failed_at_shutdown")
+        assert not any(n.counters().get("replies_undeliverable") for n in cluster.nodes)

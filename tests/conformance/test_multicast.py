@@ -276,3 +276,24 @@ def test_an_event_a_closing_subscriber_cannot_take_is_counted(make_node):
         closed.join(WAIT)
     node.wait_idle(WAIT)
     assert node.counters()["publish_missed_closing"] == 1
+
+
+def test_an_event_that_meets_a_subscriber_sealed_as_it_is_queued_counts_as_missed(make_node):
+    """Found by a probe on 3.13t: a publish found the subscriber READY, and a seal (a move,
+    a close) came before its queue took the event: the lane said CLOSED and the event was
+    counted ``publish_dropped``, the name of a full lane. It is a missed event, counted under
+    the subscriber's state (python-api §9: every drop counted once, under a name that says
+    what it was). The seal is made here by closing its lanes as a move's seal does."""
+    node = make_node(build_app())
+    client = node.client()
+    _listeners(node, "a")
+    client.send_to_spot("a", Join(topic="t")).submit()
+    node.wait_idle(WAIT)
+    lanes = node._runtime.spots["a"].owner.lanes
+    lanes.set_closed(True)  # the state is read READY; the lane refuses
+    try:
+        client.publish("t", News(text="sealed meanwhile")).submit()
+    finally:
+        lanes.set_closed(False)
+    counters = node.counters()
+    assert not counters.get("publish_dropped") and counters["publish_missed_sealed"] == 1

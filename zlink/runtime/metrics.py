@@ -29,6 +29,10 @@ Every fault and every discard is counted once, under a name that says what it wa
   ``instance_reactivations_refused``: the store gave it no new generation (what it held
   failed, counted as ``messages_discarded_spot_closed``);
 * ``relocation_restore_errors``: a restore attempt of an arriving Spot failed;
+  ``relocation_commits_asked_again``: the store failed a move's commit and could not say
+  whether it made it (or refused a member's write after the Spot's was made): asked again;
+* ``replies_undeliverable``: a reply for a caller on a node this node cannot reach (gone);
+  ``envelopes_undeliverable``: another envelope of this node's that could not be sent;
 * ``call_intake_errors``: a call from another node this node failed to take for a fault of
   its own (its caller gets ``Unavailable`` at once; a one-way one is also counted as
   ``sends_dropped_intake_error``);

@@ -42,7 +42,8 @@ Guarantees / assumes:
   (``sends_dropped_store_failed``). An Instance Spot's first call reserves it the same way,
   and the node the store confirms activates it (cold activation, execution-model §14).
 * Lock order (``zlink.lock_order``): ``route_lock`` (ROUTE) -> the relocator's (RELOCATION) ->
-  the runtime's directory lock; ``_lock`` (PENDING) is a leaf.
+  the runtime's directory lock; ``_lock`` (PENDING) is a leaf, and so is ``_answered`` (the
+  count of requests taken from peers and not yet answered).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -146,6 +148,9 @@ class MeshRouter:
         # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
         # peer is paused until half of them got in (python-api §9: bounded per peer)
         self._backlog: dict[str, int] = {}  # under _lock
+        # requests taken from peers not answered yet (a leaf lock: ``wait_answered``)
+        self._answered = threading.Condition()
+        self._unanswered = 0
         self._paused: set[str] = set()  # under _lock
         self.backlog_limit = backlog_limit
         self._handlers: dict[type[Any], EnvelopeHandler] = {
@@ -1214,10 +1219,35 @@ class MeshRouter:
             if done is not None:
                 origin, corr = env.origin_node, env.correlation
                 done.add_callback(lambda value, error: self.reply(origin, corr, value, error))
+                self._answering(done)
             self._follow(peer, room, None)  # (its reply carries a failure back)
         elif not room.done or room.error is not None:  # (else admitted: nothing to follow)
             send = env
             self._follow(peer, room, lambda error: self._dropped(send, error))
+
+    def _answering(self, done: Completion) -> None:
+        """A request taken from a peer: unanswered until ``done`` (a graceful stop waits for
+        it, ``wait_answered``; its reply is posted before it counts as answered)."""
+        with self._answered:
+            self._unanswered += 1
+        done.add_callback(self._one_answered)
+
+    def _one_answered(self, _value: object, _error: BaseException | None) -> None:
+        with self._answered:
+            self._unanswered -= 1
+            if not self._unanswered:
+                self._answered.notify_all()
+
+    def wait_answered(self, seconds: float) -> bool:
+        """(A graceful stop.) Wait, ``seconds`` at most, until every request taken from a
+        peer is answered (run here, or relayed and its reply come back): a drained node that
+        relays failed them as it stopped, though they ran on the room's new node, and a
+        caller that tries again on ``Unavailable`` runs such a request twice. ``True`` if
+        there were some and all are answered."""
+        with self._answered:
+            if not self._unanswered:
+                return False
+            return self._answered.wait_for(lambda: not self._unanswered, max(0.0, seconds))
 
     def _not_taken(self, env: CallEnvelope, error: ZLinkError) -> None:
         """A call from another node this node did not take: a request hears ``error``, a

@@ -747,8 +747,8 @@ class Runtime:
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
         for spot_id in self.topics.get(call.target, ()):
             act = self.spots.get(spot_id)
-            if act is None or act.state in PAST_READY:  # closing, sealed for a move, gone
-                state = GONE if act is None else act.state
+            state = GONE if act is None else act.state  # read once: a move's commit may open it
+            if act is None or state in PAST_READY:  # closing, sealed for a move, gone
                 self.metrics.add(f"publish_missed_{state.value}")
                 continue
             handler = act.spec.subscriptions.get(type(msg))
@@ -756,7 +756,11 @@ class Runtime:
                 self.metrics.add("publish_unhandled")
                 continue
             job = MessageJob(act, handler, msg, None, call.meta, sender, size, call.target)
-            if act.owner.put_app(job) != ADMITTED:
+            verdict = act.owner.put_app(job)
+            if verdict == ADMISSION_CLOSED:  # sealed or closing since its state was read
+                now = act.state
+                self.metrics.add(f"publish_missed_{(now if now in PAST_READY else SEALED).value}")
+            elif verdict != ADMITTED:  # its lane is full
                 self.metrics.add("publish_dropped")
 
     def submit_worker(self, call: WorkerCall[Any]) -> Completion:
