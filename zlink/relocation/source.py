@@ -43,7 +43,7 @@ from ..mesh.location import Location
 from ..messaging import codec
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, reply_type, to_wire
-from ..runtime.routing import Route, payload_size
+from ..runtime.routing import Route
 from ..timers import TimerJob
 from ..types import (
     RelocationCoordination,
@@ -544,10 +544,8 @@ class Outbound(RelocatorState):
                 while out.parked:
                     self._relay(out, out.parked[0])
                     out.relayed.append(out.parked.pop(0))
-                out.relaying = True
-                calls = [env for env in out.relayed if not isinstance(env, wire.FenceEnvelope)]
-                out.held = len(calls)  # the target keeps these until it opens
-                out.held_bytes = sum(map(payload_size, calls))
+                out.relaying = True  # (what it relayed stays counted in ``held``: the
+                # target keeps it until it opens)
             except Unavailable as exc:  # the target went away: the move cannot happen
                 gone = exc
         if gone is not None:
