@@ -164,11 +164,7 @@ def test_what_a_node_keeps_behind_a_route_fence_is_bounded():
         assert refused, "a plain send past what the fence keeps was kept too"
         assert not any(f.done() for f in waiting), "a waiting send past the bound was taken"
         BLOCK.set()
-        mover.join(WAIT + 5)
-        assert moved == [None]
-        for future in waiting:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 8, "every call handled")
+        _moved_then_handled(mover, moved, waiting, 8)
         assert [seq for _n, _s, seq in HANDLED] == list(range(8))
 
 
@@ -289,6 +285,17 @@ def test_a_batch_too_large_for_a_frame_waits_whole_behind_a_fence():
         assert [seq for _n, s, seq in HANDLED if s == "big"] == list(range(52))
 
 
+def _moved_then_handled(mover: threading.Thread, moved: list[Any], sent: list[Any],
+                        count: int) -> None:  # fmt: skip
+    """The move (``_moving``) ended done, every future of ``sent`` was accepted, and ``count``
+    calls in all were handled."""
+    mover.join(WAIT + 5)
+    assert moved == [None]
+    for future in sent:
+        assert future.result(WAIT) is None
+    until(lambda: len(HANDLED) == count, "every call handled")
+
+
 def _commit_held(cluster: LocalCluster) -> tuple[threading.Event, threading.Event]:
     """The store's commit of the next move waits (on the mover's store thread) for the second
     event; the first is set as it starts waiting."""
@@ -338,11 +345,7 @@ def test_what_a_move_target_keeps_of_the_calls_its_source_relays_is_bounded():
         )
         assert _kept_for(n2, "room") <= 4, "the target kept past what the room's lane holds"
         go.set()
-        mover.join(WAIT + 5)
-        assert moved == [None]
-        for future in sent:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 201, "every call handled")
+        _moved_then_handled(mover, moved, sent, 201)
         assert [seq for _n, _s, seq in HANDLED] == list(range(201))
         assert {n for n, _s, seq in HANDLED if seq} == {"node-2"}
         until(lambda: n1.status().paused_peers == [], "node-1 to resume node-3")
@@ -395,11 +398,7 @@ def test_a_fence_that_meets_calls_waiting_for_the_commit_goes_on_behind_them():
         for env in held:
             n1._infra.submit(handlers[type(env)], env)
         go.set()
-        mover.join(WAIT + 5)
-        assert moved == [None]
-        for future in sent:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 50, "every call handled")
+        _moved_then_handled(mover, moved, sent, 50)
         assert [seq for _n, s, seq in HANDLED if s == "n3"] == list(range(41))
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(9))
         assert not n2.counters().get("route_fences_lost")
@@ -430,11 +429,7 @@ def test_the_targets_fence_is_not_held_behind_its_own_calls_waiting_at_the_sourc
         BLOCK.set()
         until(lambda: _kept_for(n2, "room") or "room" in n2._runtime.spots, "the arrival")
         sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (61, 62, 63)]
-        mover.join(WAIT + 5)
-        assert moved == [None]
-        for future in sent:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 64, "every call handled")
+        _moved_then_handled(mover, moved, sent, 64)
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(64))
         assert not n2.counters().get("route_fences_lost")
 

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import pathlib
 import signal
+import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 
 import pytest
 from typer.testing import CliRunner
@@ -104,6 +107,21 @@ def _admin(make_node, **options):  # type: ignore[no-untyped-def]
     return node, AdminServer(node, "127.0.0.1", 0, **options).start()
 
 
+@contextlib.contextmanager
+def _holding(server: AdminServer) -> Iterator[list[socket.socket]]:
+    """Connections a test holds open to ``server``: closed, and the server stopped, at the
+    end; just before, ``/health`` must be served again (their slots freed)."""
+    held: list[socket.socket] = []
+    try:
+        yield held
+        _kind, body = _get(server.address, "/health")  # slots freed: served again
+        assert json.loads(body)["ok"] is True
+    finally:
+        for conn in held:
+            conn.close()
+        server.stop()
+
+
 def _get(address: tuple[str, int], path: str) -> tuple[str, str]:
     import urllib.request
 
@@ -115,8 +133,6 @@ def test_an_admin_address_in_use_is_named_and_a_bad_one_refused_before_the_node_
     """A service probe: ``--admin nope`` was checked only after the node had started (and
     registered), and a port in use said "[Errno 98] Address already in use" without the
     address."""
-    import socket
-
     result = CliRunner().invoke(cli, ["run", "examples.counter:app", "--admin", "nope"])
     assert result.exit_code == 1 and "node-1 started" not in result.output
     with socket.socket() as busy:
@@ -249,12 +265,10 @@ def test_a_connection_gives_its_slot_back_before_its_client_sees_the_close(make_
 def test_the_admin_endpoint_caps_its_connections_and_closes_idle_ones(make_node):
     """A connection past the cap is closed at once (counted); an idle one is closed after the
     timeout, so a client that connects and says nothing holds no thread for long."""
-    import socket
     import time
 
     node, server = _admin(make_node, max_connections=2, timeout=0.5)
-    held = []
-    try:
+    with _holding(server) as held:
         for _ in range(2):
             conn = socket.create_connection(server.address, timeout=10)
             held.append(conn)
@@ -265,24 +279,17 @@ def test_the_admin_endpoint_caps_its_connections_and_closes_idle_ones(make_node)
         assert held[0].recv(16) == b""  # idle past the timeout: closed by the server
         assert time.monotonic() - started < 5.0
         assert node.counters()["admin_connections_refused"] == 1
-        _kind, body = _get(server.address, "/health")  # slots freed: served again
-        assert json.loads(body)["ok"] is True
-    finally:
-        for conn in held:
-            conn.close()
-        server.stop()
 
 
 def test_a_request_that_trickles_in_is_cut_off_and_frees_its_slot(make_node):
     """A client probe: connections that each sent one byte of a request every 2 s were never
     idle for the timeout, so 16 of them held every slot and ``/health`` was refused for as
     long as they went on. A request's head has twice the timeout to arrive, all of it."""
-    import socket
     import time
 
     _node, server = _admin(make_node, max_connections=2, timeout=0.5)
-    held = [socket.create_connection(server.address, timeout=10) for _ in range(2)]
-    try:
+    with _holding(server) as held:
+        held.extend(socket.create_connection(server.address, timeout=10) for _ in range(2))
         started = time.monotonic()
         closed = [False, False]
         while not all(closed) and time.monotonic() - started < 5.0:  # (bounded)
@@ -298,12 +305,6 @@ def test_a_request_that_trickles_in_is_cut_off_and_frees_its_slot(make_node):
                         closed[i] = True
         assert all(closed), "a trickling request held its slot for 5 s"
         assert time.monotonic() - started < 3.0  # its 1 s, and a moment
-        _kind, body = _get(server.address, "/health")  # slots freed: served again
-        assert json.loads(body)["ok"] is True
-    finally:
-        for conn in held:
-            conn.close()
-        server.stop()
 
 
 def test_status_and_inspect_say_what_is_wrong_with_the_admin_address_in_one_line():
