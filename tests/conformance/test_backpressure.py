@@ -957,6 +957,9 @@ def test_an_accepted_send_let_go_onto_a_full_lane_here_waits_and_is_never_lost(c
         finish = _move_to_node_2(n1)
         cluster.transport.resume("node-1", "node-2")
         finish()
+        # 0 and 1, relayed by node-1 on DATA, may land after the commit (on COMPLETION) opened
+        # the room here; with the route forgotten no fence orders Block behind them: wait
+        assert _sender_2(cluster, 2) == [0, 1]
         c2.send_to_spot("hot", Block()).submit()  # its lane fills up behind a held turn
         assert BLOCKING.wait(WAIT)
         _fill(c2)
