@@ -258,11 +258,26 @@ class InProcessTransport:
             return (peer, incarnation) in self._goodbyes
 
     def detach(self, node_id: str) -> None:
+        """``node_id`` goes (or comes back as a new incarnation, ``reincarnate``): DATA held
+        for a pause between it and a peer dies with it, and its sender is told what it
+        carried (``NodeLink.data_lost``, as the ZeroMQ transport tells what a session ended
+        with): before, a node that fenced itself lost the sends a peer had paused, with its
+        senders told they were accepted and nothing counted."""
+        lost: list[tuple[_Attached, str, list[bytes]]] = []
         with self._lock:
             gone = self._nodes.pop(node_id, None)
             others = list(self._nodes.values())
             for key in [k for k in self._flows if node_id in k]:  # its DATA dies with it
-                self.dropped += len(self._flows.pop(key).held)
+                held = self._flows.pop(key).held
+                self.dropped += len(held)
+                sender, receiver = key
+                origin = gone if sender == node_id else self._nodes.get(sender)
+                if held and origin is not None:
+                    lost.append((origin, receiver, list(held)))
+        for origin, receiver, bodies in lost:
+            tell = getattr(origin.link, "data_lost", None)  # (optional: NodeLink)
+            if tell is not None:
+                origin.submit(tell, receiver, bodies, False)
         if gone is not None:
             for other in others:
                 other.submit(other.link.peer_down, node_id)
