@@ -34,10 +34,6 @@ class Block(zlink.Message, type_name="t.rb.block"):
     pass
 
 
-class Bye(zlink.Message, type_name="t.rb.bye"):
-    pass
-
-
 HANDLED: list[tuple[str, str, int]] = []  # (node, sender, seq)
 BLOCK, BLOCKING = threading.Event(), threading.Event()
 
@@ -67,7 +63,7 @@ def build_app() -> zlink.App:
             BLOCKING.set()
             assert BLOCK.wait(WAIT)
 
-    @app.instance_spot("t.rb.session", relocation=zlink.Relocation.recreate())
+    @app.instance_spot("t.rb.session")
     class Session(zlink.InstanceSpot):
         @zlink.handler
         def add(self, msg: Add) -> None:
@@ -77,11 +73,6 @@ def build_app() -> zlink.App:
         def block(self, msg: Block) -> None:
             BLOCKING.set()
             assert BLOCK.wait(WAIT)
-
-        @zlink.handler
-        def bye(self, msg: Bye) -> None:
-            HANDLED.append((_node(), "bye", 0))
-            self.context.close()
 
     return app
 
@@ -476,157 +467,3 @@ def test_a_commit_reaches_a_target_that_paused_its_source():
             assert future.result(WAIT) is None
         until(lambda: len(HANDLED) == 21, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(21))
-
-
-def _fence_held_at(node: zlink.Node, origin: str) -> tuple[threading.Event, Any]:
-    """``node`` holds the route fences of ``origin`` that reach it (and only those); returns
-    an event set as the first is held, and a call that lets them go on, as they came."""
-    router = node._runtime.router
-    handle = router._handlers[wire.FenceEnvelope]
-    held: list[Any] = []
-    at = threading.Event()
-
-    def hold(env: Any) -> None:
-        if env.first_origin != origin:
-            handle(env)
-            return
-        held.append(env)
-        at.set()
-
-    def go() -> None:
-        router._handlers[wire.FenceEnvelope] = handle
-        for env in held:
-            node._infra.submit(handle, env)
-
-    router._handlers[wire.FenceEnvelope] = hold
-    return at, go
-
-
-def _committed_on(node: zlink.Node, spot: str) -> bool:
-    relocator = node._runtime.relocator
-    with relocator._lock:
-        inc = relocator._in_ids.get(spot)
-        return inc is not None and inc.committed
-
-
-def test_a_committed_target_runs_what_its_source_relays_while_its_own_fence_is_out():
-    """Between a move's commit and the return of the target's own route fence, the source
-    relays every call at once (it owns nothing now), and before, the target kept them all
-    unqueued, for as long as its fence took: a probe's target kept 19,138 calls on a lane of
-    4. The target needs its fence only for the calls made on it (they may not pass those it
-    sent the old way, python-api §9); what the source relays is in order already. So a
-    committed target now runs: the relayed calls go into the room's lane, and past it wait as
-    the source's backlog, which pauses the source (§9); only the calls made on the target wait
-    for its fence, bounded as before. Here node-1 holds node-2's fence while node-3 sends a
-    blocking call and 200 more through node-1."""
-    _reset()
-    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
-                      peer_backlog_items=8) as cluster:  # fmt: skip
-        n1, n2, n3 = cluster.nodes
-        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c2, c3 = n2.client(), n3.client()
-        c2.send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # node-2's route: node-1
-        c3.send_to_spot("room", Add(sender="n3", seq=0)).wait(WAIT)  # node-3's too
-        until(lambda: len(HANDLED) == 2, "the first calls handled")
-        fence_at, fence_go = _fence_held_at(n1, "node-2")
-        mover, moved = _moving(n1, "room", "node-2")
-        assert fence_at.wait(WAIT)
-        until(lambda: _committed_on(n2, "room"), "the commit to reach node-2")
-        c3.send_to_spot("room", Block()).wait(WAIT)
-        sent = [c3.send_to_spot("room", Add(sender="n3", seq=s)).future() for s in range(1, 201)]
-        lanes = n2._runtime.spots["room"].owner.lanes
-        # (node-3 may learn the new route meanwhile: its later calls then wait on node-3,
-        # behind its own fence, and node-2 need not pause node-1)
-        until(
-            lambda: lanes.waiting() or _kept_for(n2, "room") > 4,
-            "calls to wait for room in the room's lane on node-2, or node-2 to keep past it",
-        )
-        assert _kept_for(n2, "room") <= 4, "the target kept what its source relayed"
-        assert BLOCKING.wait(WAIT)  # it runs, though its own fence is out
-        # made on node-2 now: they wait for its fence, behind what it sent through node-1
-        sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (1, 2, 3)]
-        assert not moved
-        fence_go()
-        BLOCK.set()
-        _moved_then_handled(mover, moved, sent, 205)
-        assert [seq for _n, s, seq in HANDLED if s == "n3"] == list(range(201))
-        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(4))
-        assert not n2.counters().get("route_fences_lost")
-        until(lambda: n2.status().paused_peers == [], "node-2 to resume node-1")
-
-
-def test_an_instance_spot_that_closes_itself_ahead_of_its_fence_closes_once_open():
-    """A committed target runs what its source relays before its own fence is back (the
-    test above); its objects stay sealed to the calls made there until then. An Instance
-    Spot that closes itself in that time (python-api: ``close()``, self-close) closed
-    nothing before: a sealed Spot's self-close was dropped as a moving one's is on its
-    source. It closes once it opens now."""
-    _reset()
-    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
-        n1, n2, n3 = cluster.nodes
-        for n, client in enumerate((n1.client(), n2.client(), n3.client())):  # made on node-1
-            client.send_to_spot("s", Add(sender="n", seq=n)).instance_spot("t.rb.session").wait(
-                WAIT
-            )
-        until(lambda: len(HANDLED) == 3, "the first calls handled")
-        assert {node for node, _s, _n in HANDLED} == {"node-1"}
-        fence_at, fence_go = _fence_held_at(n1, "node-2")
-        mover, moved = _moving(n1, "s", "node-2")
-        assert fence_at.wait(WAIT)
-        until(lambda: _committed_on(n2, "s"), "the commit to reach node-2")
-        n3.client().send_to_spot("s", Bye()).instance_spot().wait(WAIT)  # through node-1
-        until(lambda: len(HANDLED) == 4, "the goodbye handled on node-2, ahead of its fence")
-        assert HANDLED[3] == ("node-2", "bye", 0)
-        fence_go()
-        mover.join(WAIT + 5)
-        assert moved == [None]
-        until(lambda: "s" not in n2._runtime.spots, "the Spot to close on node-2")
-
-
-def test_what_waited_at_the_source_for_the_commit_reaches_a_target_that_knows_of_it():
-    """At the commit the source relays what waited there for it (past what the move holds),
-    on DATA; the commit itself travels on COMPLETION, so it can come after them, and the
-    target kept every one until it did: a probe's target kept 639 calls on a lane of 32,
-    all come before the commit. The commit now also goes on DATA ahead of them (python-api
-    §9): the target runs by the time they come, and takes them into the room's lane, past it
-    as the source's backlog, which pauses the source. Here the target's copy of the commit
-    on COMPLETION is held back, and the room is blocked by the first call it runs."""
-    _reset()
-    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
-                      peer_backlog_items=8) as cluster:  # fmt: skip
-        n1, n2, n3 = cluster.nodes
-        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c3 = n3.client()
-        c3.send_to_spot("room", Add(sender="n3", seq=0)).wait(WAIT)  # node-3's route: node-1
-        router = n2._runtime.router
-        on_commit = router._handlers[wire.RelocCommitEnvelope]
-        held: list[Any] = []
-
-        def hold(env: Any) -> None:  # the copy on COMPLETION waits until the test lets it go
-            if getattr(env, "behind_data", False):
-                on_commit(env)
-            else:
-                held.append(env)
-
-        router._handlers[wire.RelocCommitEnvelope] = hold
-        at, go = _commit_held(cluster)
-        mover, moved = _moving(n1, "room", "node-2")
-        assert at.wait(WAIT)  # restored on node-2; the store's commit held
-        sent = [c3.send_to_spot("room", Block()).future()]
-        sent += [c3.send_to_spot("room", Add(sender="n3", seq=s)).future() for s in range(1, 201)]
-        until(lambda: "node-3" in n1.status().paused_peers, "node-1 to pause node-3")
-        go.set()
-        lanes = n2._runtime.spots["room"].owner.lanes
-        until(  # (as in the test above: node-2 need not pause node-1)
-            lambda: lanes.waiting() or _kept_for(n2, "room") > 4,
-            "calls to wait for room in the room's lane on node-2, or node-2 to keep past it",
-        )
-        assert _kept_for(n2, "room") <= 4, "the target kept what waited for the commit"
-        assert BLOCKING.wait(WAIT)
-        router._handlers[wire.RelocCommitEnvelope] = on_commit
-        for env in held:
-            n2._infra.submit(on_commit, env)
-        BLOCK.set()
-        _moved_then_handled(mover, moved, sent, 201)
-        assert [seq for _n, _s, seq in HANDLED] == list(range(201))
-        until(lambda: n2.status().paused_peers == [], "node-2 to resume node-1")

@@ -57,16 +57,10 @@ def channel_of(envelope: wire.Envelope) -> Channel:
     and its commit travel on COMPLETION; the rest on DATA. A commit that waited behind
     application DATA its target had paused kept the target from opening, and so kept what
     the target held for it, until the pause ended. It may pass calls the source relayed
-    before it: the target takes those in behind what it kept, in their order.
+    before it: the target takes those in behind what it kept, in their order, once open.
     A move's payload and its abort stay on DATA: an abort must come after the calls the
-    source relayed (the target drops its copies of those). The commit goes on DATA too
-    (``behind_data``), ahead of what the source relays from then on: the target runs by the
-    time those come, and bounds them as a peer's calls, rather than keep them unqueued."""
-    if isinstance(envelope, _COMPLETION):
-        if type(envelope) is wire.RelocCommitEnvelope and envelope.behind_data:
-            return Channel.DATA
-        return Channel.COMPLETION
-    return Channel.DATA
+    source relayed (the target drops its copies of those)."""
+    return Channel.COMPLETION if isinstance(envelope, _COMPLETION) else Channel.DATA
 
 
 def _compact(data: bytes) -> bytes:

@@ -30,7 +30,6 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -166,14 +165,6 @@ GOODBYES_KEPT = 1024  # clean leaves (and incarnations met) remembered; the olde
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
-
-# One delivery task hands over at most this many DATA frames, or frames for this long; the
-# rest go on in a task of their own, behind what the receiver's infrastructure thread was
-# given meanwhile (a probe's burst took 1.9 s in one task, and a lease renewal queued behind
-# it came too late: the node fenced itself)
-_DELIVER_FRAMES = 256
-_DELIVER_SECONDS = 0.02
-_now = time.monotonic
 
 
 def keep_latest(store: dict[_K, _V], key: _K, value: _V) -> None:
@@ -348,26 +339,20 @@ class InProcessTransport:
 
     def _deliver(self, flow: _Flow, target: _Attached, receiver: str, sender: str) -> None:
         """(The receiver's infrastructure thread.) Hand the queued DATA frames over, in
-        order, at most ``_DELIVER_FRAMES`` or for ``_DELIVER_SECONDS`` (the rest go first in
-        the next task); once taken, the sender may send more, and is told so if it was
-        waiting."""
+        order; once taken, the sender may send more, and is told so if it was waiting."""
         with self._lock:
             frames, flow.pending = flow.pending or [], None
         taken = size = 0
-        until = _now() + _DELIVER_SECONDS
         try:
             for data in frames:
                 taken += 1
                 size += len(data)
                 target.link.received(sender, Channel.DATA, data)
-                if taken >= _DELIVER_FRAMES or _now() >= until:
-                    break
         finally:
             with self._lock:
-                rest = frames[taken:]  # its step ended, or a fault escaped (counted by the
-                if rest and flow.pending is not None:  # infrastructure thread): the rest go
-                    flow.pending[:0] = rest  # first, next (a task for what came since is
-                    # scheduled)
+                rest = frames[taken:]  # a fault escaped (counted by the infrastructure
+                if rest and flow.pending is not None:  # thread): the rest go first, next
+                    flow.pending[:0] = rest  # (a task for what came since is scheduled)
                 elif rest:
                     self._hand(flow, target, receiver, sender, rest)
                 flow.in_flight -= taken

@@ -551,10 +551,6 @@ class RelocCommitEnvelope:
     """The move's id on ``source_node``."""
     authority: dict[str, int]
     """Each moved object's id -> its new authority generation."""
-    behind_data: bool = False
-    """The copy sent on DATA, ahead of every call the source relays from its commit on (so
-    the target knows of the commit before any of them); the other copy, on COMPLETION,
-    reaches a target that paused the source's DATA. The target takes the first."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,10 @@ Nothing accepted is refused, lost, run twice or reordered per sender by a move:
   target before authority is committed (after a failed barrier it runs on the source instead,
   before any call admitted after the reopening);
 * on the target, calls relayed by the source queue behind the moved queue, in the order they
-  come, with those from elsewhere (kept in the move's record until the commit; from the commit
-  on, what the source relays goes into the lanes as any peer's call does, and the objects run);
-  a call made on the target node itself waits for that node's fence, since its earlier calls
-  went through the source (the router's route lock makes "sent before the target arrived" and
-  "found it here" exclusive): the objects stay sealed to such calls until then.
+  come, with those from elsewhere (kept in the move's record until it opens); a call made on the
+  target node itself waits for that node's fence, since its earlier calls went through the
+  source (the router's route lock makes "sent before the target arrived" and "found it here"
+  exclusive).
 
 Failures: a barrier failure aborts the seal of that generation and restores admission exactly; a
 capture failure keeps the source authoritative; a restore failure keeps the target sealed and is
@@ -84,7 +83,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import Unavailable
-from ..messaging.calls import NO_WAIT, SendCall
+from ..messaging.calls import SendCall
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import lane_size
 
@@ -122,16 +121,14 @@ class Relocator(Outbound, Inbound):
         with self.router.route_lock, self._lock:
             arriving = list(self._in.values())
             for inc in arriving:
-                if inc.running:  # committed, and live here: dropped with the others (what
-                    self._open(inc)  # waits for this node's fences is refused, counted)
-                elif not inc.forgotten:
+                if not inc.forgotten:
                     self._forget_in(inc)
             leaving = list(self._out.values())
             for out in leaving:
                 self._forget_out(out)
             wanted, self._wanted = list(self._wanted.values()), {}
         for inc in arriving:
-            if inc.restored and not inc.running:
+            if inc.restored:
                 self._discard(inc)
         error = Unavailable(f"node {self.rt.node_id} fenced itself during the move")
         for _target, done in wanted:
@@ -192,9 +189,7 @@ class Relocator(Outbound, Inbound):
         target = call.target
         with self._lock:
             out = self._out_ids.get(target)
-            inc = self._in_ids.get(target)
-            # (the lanes of an arrival that runs hold what its source relayed: in line)
-            if lanes is not None and (out is not None or (inc is not None and not inc.running)):
+            if lanes is not None and (out is not None or target in self._in_ids):
                 if lanes.app_waiters or lanes.life_waiters:
                     lanes.end_waits()  # each comes back here (reentrant), in its order
                 out = self._out_ids.get(target)
@@ -208,9 +203,6 @@ class Relocator(Outbound, Inbound):
                 return False
             held: Held = (call, reply, hops)
             relayed = bool(hops) and call.via == inc.key[0]  # bounded by the source's park
-            if relayed and inc.running:  # committed: into the lanes, as a peer's call goes
-                self.rt.submit(call, reply, NO_WAIT, hops, force=True, room=room)  # (``_run``)
-                return True
             # (one this node kept behind its fence, sent again now: bounded where it was kept,
             # and it goes ahead of what was kept or waits here since, ``Inbound.fence_back``)
             if not relayed and not inc.resending and not self._keep_takes(inc, [held]):
@@ -263,13 +255,12 @@ class Relocator(Outbound, Inbound):
         """(Relocator lock held.) Whether ``envs`` fit in what ``out`` holds for its target
         until the commit, behind no waiting call (what the moving object's lane holds: items,
         payload bytes as they travel); if they do, they are counted in it. Past the restore
-        that is what the source relayed, which the target keeps until the commit: unbounded,
-        a target once kept 36,842 calls so, and opening it held its infrastructure thread for
+        that is what the source relayed, which the target keeps until it opens: unbounded, a
+        target once kept 36,842 calls so, and opening it held its infrastructure thread for
         1.1 s. Those past it wait for the commit (``Outbound._release``), not for the
         opening: the target opens only once its own route fences are back, and a fence
         comes by DATA, which a peer's waits here may pause. Once committed, calls are
-        relayed at once: the target runs from its commit, and takes them into the object's
-        lanes as a peer's calls (``Inbound._run``), which pause this node past its backlog."""
+        relayed at once."""
         if out.committed:
             return True
         limits = (lanes or out.unit.owner.lanes).limits

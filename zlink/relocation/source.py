@@ -634,11 +634,6 @@ class Outbound(RelocatorState):
             for obj in out.objects:
                 obj.state = GONE
             out.committed = True
-            if not out.lost:  # ahead of all this node relays from now on (python-api §9):
-                with contextlib.suppress(Unavailable):  # (the target went: as below)
-                    router.post(out.target, wire.RelocCommitEnvelope(
-                        rt.node_id, out.rid, authority, behind_data=True
-                    ))  # fmt: skip
             rooms = [] if out.lost else self._release(out)
         accepted(rooms)
         rt.metrics.add("relocated_out")

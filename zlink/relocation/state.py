@@ -92,10 +92,6 @@ class Arriving:
     join: wire.JoinGrant | None = None  # a cross-node Join completes when this opens
     restored: bool = False
     committed: bool = False
-    # committed, and running, while this node's own fences are still out (``Inbound._run``):
-    # what the source relays goes into the objects' lanes from now on; the calls made here
-    # (``local``, ``waiting``) still wait for the fences
-    running: bool = False
     signaled: bool = False
     fences: set[str] = field(default_factory=set)  # this node's fences still travelling
     local: list[Held] = field(default_factory=list)  # made here: wait for this node's fences

@@ -5,16 +5,12 @@ Guarantees / assumes:
   tables) in one critical section under the route lock, so a call sent before it left goes
   the old way and a call made after finds it here (per-sender order).
 * A moved queue is refilled whole: it was admitted at the source (``put_app_moved``).
-* Until the commit, only the moved queue is in the held lanes; every call that arrives for the
-  objects waits in the move's record, in arrival order, and goes in behind it at the commit.
-  So a move the source withdraws, or that this node gives up after its restore retries, is
-  forgotten whole (``on_abort``, ``_forget_in``): the objects leave the directory, the kept
+* Until it opens, only the moved queue is in the held lanes; every call that arrives for the
+  objects waits in the move's record, in arrival order, and goes in behind it when the target
+  opens. So a move the source withdraws, or that this node gives up after its restore retries,
+  is forgotten whole (``on_abort``, ``_forget_in``): the objects leave the directory, the kept
   calls go on to the source in their order, the moved queue is dropped unanswered (the source
   kept the originals).
-* From the commit the objects run (``Inbound._run``), and what the source relays goes into
-  their lanes, bounded as any peer's calls (python-api §9); they stay sealed to the calls made
-  on this node (and to those come another way) until this node's own route fences are back,
-  since this node's earlier calls went the old way. Then they open (``Inbound._open``).
 * A source declared down (:meth:`Inbound.source_down`, python-api §10 "Failure") leaves
   nothing waiting here: its chunks are dropped, a move it did not commit is forgotten (its
   kept calls go on by the store, which re-homes the Spot), one the store says it committed
@@ -228,43 +224,15 @@ class Inbound(RelocatorState):
             self.rt.metrics.add("moved_past_lane_limit")
 
     def on_commit(self, env: wire.RelocCommitEnvelope) -> None:
-        """The source committed the move (its copy on DATA or on COMPLETION, whichever
-        comes first: ``Outbound._committed``)."""
-        # lock order (zlink.lock_order): route -> relocator; what it admits may be routed on
-        with self.router.route_lock, self._lock:
+        with self._lock:
             inc = self._in.get((env.source_node, env.relocation_id))
             if inc is None or inc.committed:
                 return
             for obj in inc.objects:
                 obj.authority = env.authority[obj.name]
             inc.committed = True
-            self._authority_here(inc)
-
-    def _authority_here(self, inc: Arriving) -> None:
-        """(Relocator lock held.) Authority is here: the objects open, or, while this node's
-        own route fences are still out, run (``_run``); they open once the last is back
-        (``fence_back``)."""
-        if inc.fences:
-            self._run(inc)
-        else:
-            self._open(inc)
-
-    def _run(self, inc: Arriving) -> None:
-        """(Relocator lock held.) Committed while this node's own route fences are out: the
-        objects run now, still sealed to the calls made here. What the source relayed so far
-        goes in behind the moved queue, and what it relays from now on goes straight into
-        their lanes (``Relocator.divert``), bounded by them as any call from a peer is
-        (python-api §9: past them it waits as the source's backlog, which pauses the source).
-        Those calls are in their order already; only the calls made here (or come another
-        way) may not pass those this node sent the old way, so only they wait for the fences
-        (``local``, ``waiting``, bounded by the lanes too). Before, the target kept every
-        call unqueued until its fences were back, and the source, which owns nothing after
-        the commit, relays at once: a probe's target kept 19,138 calls on a lane of 4."""
-        inc.running = True
-        for held in inc.kept:  # (relayed, in order, behind the moved queue)
-            self._admit(held)
-        inc.kept.clear()
-        self._start(inc)
+            if not inc.fences:  # else it opens when this node's last fence is back
+                self._open(inc)
 
     def refuse_arrivals(self, why: str) -> None:
         """From now on this node takes no move (it drains or stops): a source that sends one
@@ -291,13 +259,13 @@ class Inbound(RelocatorState):
             self.rt.infra.submit(then)
 
     def _open(self, inc: Arriving) -> None:
-        """Authority is here and this node's own calls are in line: admission opens (and the
-        objects run, if they do not yet: ``_run``)."""
+        """Authority is here and this node's own calls are in line: admission opens."""
         from ..runtime.acts import READY
 
         with self._lock:
-            for held in inc.kept:  # in the order they came, behind the moved queue (and,
-                self._admit(held)  # if it runs, behind what the source relayed since)
+            self._arrival_ended(inc)
+            for held in inc.kept:  # in the order they came, behind the moved queue
+                self._admit(held)
             inc.kept.clear()
             # then those that waited for room in what it kept (python-api §9), in order
             rooms = take_waiting(inc.waiting, self._admit_all)
@@ -305,16 +273,7 @@ class Inbound(RelocatorState):
                 if self._in_ids.get(obj.name) is inc:
                     del self._in_ids[obj.name]
                 obj.state = READY
-            self._arrival_ended(inc)  # (what waited for it finds the objects open)
         accepted(rooms)  # (the locks of a caller of this are reentrant)
-        if not inc.running:
-            self._start(inc)
-        with contextlib.suppress(Unavailable):  # the source is gone: nothing waits there
-            self.router.post(inc.key[0], wire.RelocOpenedEnvelope(inc.key[1]))
-
-    def _start(self, inc: Arriving) -> None:
-        """The arrived objects run: what they held back (the moved queue, its ticks, what
-        was admitted behind it) goes on, after the move's own notices."""
         act = inc.spot
         self.rt.metrics.add("relocated_in")  # counted before anything it held back runs
         if inc.signaled:  # first of all, before the messages and ticks it held back
@@ -327,6 +286,8 @@ class Inbound(RelocatorState):
                 member.owner.unhold(act.gate if act.shared else member.own_gate)
         if inc.kind == TargetKind.SPOT:
             act.owner.unhold()  # queued messages and ticks run now
+        with contextlib.suppress(Unavailable):  # the source is gone: nothing waits there
+            self.router.post(inc.key[0], wire.RelocOpenedEnvelope(inc.key[1]))
 
     def on_abort(self, env: wire.RelocAbortEnvelope) -> None:
         """The source withdrew the move before its commit (python-api §8, §11): forget what
@@ -413,14 +374,15 @@ class Inbound(RelocatorState):
     def _adopt(self, inc: Arriving, authority: dict[str, int]) -> None:
         """The store says the dead source committed ``inc`` here: commit it as its commit
         message would have (:meth:`on_commit`)."""
-        with self.router.route_lock, self._lock:  # (lock order: as on_commit)
+        with self._lock:
             if inc.forgotten or inc.committed or self._in.get(inc.key) is not inc:
                 return
             for obj in inc.objects:
                 obj.authority = authority.get(obj.name, obj.authority)
             inc.committed = True
             self.rt.metrics.add("relocations_committed_by_store")
-            self._authority_here(inc)
+            if not inc.fences:  # else it opens when this node's last fence is back
+                self._open(inc)
 
     def _forget_in(self, inc: Arriving, drop_relayed: bool = False) -> None:
         """(Route and relocator locks held.) The arriving objects leave this node's tables

@@ -16,7 +16,6 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -47,7 +46,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 from ..timers import TimerJob
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
-from .acts import CLOSING, GONE, PAST_READY, READY, SEALED, SpotAct, quiet
+from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct, quiet
 from .jobs import BatchJob, LifeJob, SendJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
@@ -86,25 +85,9 @@ class Closing:
         return True
 
     def close_self(self, spot_id: str) -> None:
-        """An Instance Spot's ``close()`` from its own handler (idempotent). One that meets
-        its Spot moving is asked again once the move ended, where the Spot is then: a target
-        runs what its source relays before it opens (``zlink.relocation.target``), and a
-        self-close made there was dropped. (On the source, the move that went ahead took the
-        Spot away: nothing is closed there.)"""
         act = self.rt.spots.get(spot_id)
-        if act is None:
-            return
-        if act.state == READY:
+        if act is not None and act.state == READY:
             self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
-        elif act.state == SEALED and self.rt.relocator is not None:
-            self.rt.relocator.after_move(spot_id, partial(self._close_after_move, act))
-
-    def _close_after_move(self, act: SpotAct) -> None:
-        """(Infrastructure thread, the move of ``act`` ended.) Its self-close, if it is
-        still here and open; a close under way, or another ended it, does nothing."""
-        if self.rt.spots.get(act.spot_id) is act and act.state == READY:
-            with contextlib.suppress(Unavailable):  # (closed or sealed again meanwhile)
-                self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
 
     def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane) at

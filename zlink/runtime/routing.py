@@ -812,11 +812,7 @@ class MeshRouter:
             return
         with self.route_lock:
             if self.rt.has_live(target):
-                # this node's own fence (the target arrived here): what came before it is in
-                # line, in the lane or waiting for room there, and this node's calls kept
-                # behind it go in behind those (``Inbound.fence_back``), first come first
-                # served; waiting for room too held a move's end behind its whole backlog
-                if env.first_origin == self.rt.node_id or not self._fence_waits_for_room(env):
+                if not self._fence_waits_for_room(env):
                     self._fence_back(env)
                 return
             env = replace(env, hops=env.hops + 1)

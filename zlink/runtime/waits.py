@@ -11,11 +11,10 @@ when the keeper goes on; a plain ``submit()`` is ``ResourceExhausted``, with not
 Unbounded, a slow fence let one node keep 298,426 calls, whose sending again held its
 infrastructure thread past a lease renewal. What a move's target keeps of the calls its source
 relays once the object is restored is bounded at the source, which counts them until the
-commit (one arrival kept 36,842 before); from the commit the target runs, and takes what its
-source relays into the object's lanes as a peer's calls (before, it kept them all until its own
-fences were back: 19,138 on a lane of 4). Not bounded yet (a review found it): the waits of
-calls a node routes again after a move that did not happen, which count against no peer's
-backlog.
+commit (one arrival kept 36,842 before). Not bounded yet (a review and a probe found them):
+what the target keeps from the commit until it opens (its own fences back: the source relays
+at once), and the waits of calls a node routes again after a move that did not happen, which
+count against no peer's backlog.
 
 Guarantees / assumes:
 * Every function here runs under its keeper's lock (the relocator's, or the router's
