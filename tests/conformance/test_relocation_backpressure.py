@@ -467,3 +467,77 @@ def test_a_commit_reaches_a_target_that_paused_its_source():
             assert future.result(WAIT) is None
         until(lambda: len(HANDLED) == 21, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(21))
+
+
+def _fence_held_at(node: zlink.Node, origin: str) -> tuple[threading.Event, Any]:
+    """``node`` holds the route fences of ``origin`` that reach it (and only those); returns
+    an event set as the first is held, and a call that lets them go on, as they came."""
+    router = node._runtime.router
+    handle = router._handlers[wire.FenceEnvelope]
+    held: list[Any] = []
+    at = threading.Event()
+
+    def hold(env: Any) -> None:
+        if env.first_origin != origin:
+            handle(env)
+            return
+        held.append(env)
+        at.set()
+
+    def go() -> None:
+        router._handlers[wire.FenceEnvelope] = handle
+        for env in held:
+            node._infra.submit(handle, env)
+
+    router._handlers[wire.FenceEnvelope] = hold
+    return at, go
+
+
+def _committed_on(node: zlink.Node, spot: str) -> bool:
+    relocator = node._runtime.relocator
+    with relocator._lock:
+        inc = relocator._in_ids.get(spot)
+        return inc is not None and inc.committed
+
+
+def test_a_targets_own_calls_back_through_a_third_node_stay_ahead_of_its_later_ones():
+    """Found by a fresh-eyes review (a stress probe reordered a sender's calls once the
+    in-process transport delivered in steps). node-2 sent calls 1-6 by its route through
+    node-3, which was changing its own route and kept them behind its fence; node-2 then
+    changed its route too and kept 7-9 behind its own fence; the room moved to node-2. When
+    node-3's fence came back, it sent 1-6 straight to node-2, where they waited, like calls
+    made there, for node-2's fence; when that came back, node-2 put 7-9 ahead of them:
+    [0, 7, 8, 9, 1, ...]. Calls that came from a peer before this node's fence came back are
+    older than what its router kept behind that fence (per-sender order, python-api §9)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
+                      request_timeout=30.0) as cluster:  # fmt: skip
+        n1, n2, n3 = cluster.nodes
+        n3.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c2 = n2.client()
+        c2.send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # node-2's route: node-3
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        n3.relocate_spot("room", "node-1", timeout=WAIT)  # node-3 keeps a pointer to node-1
+        fence_at, fence_go = _fence_held_at(n1, "node-3")
+        router3 = n3._runtime.router
+        with router3.route_lock:
+            assert router3.switch("room")  # node-3's own fence, held at node-1
+        assert fence_at.wait(WAIT)
+        sent = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(1, 7)]
+        _sync(n2)
+        _sync(n3)
+        router2 = n2._runtime.router
+        with router2.route_lock:
+            assert router2.switch("room")  # node-2's own fence, behind 1-6 at node-3
+        _sync(n2)
+        _sync(n3)
+        sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (7, 8, 9)]
+        _sync(n2)
+        mover, moved = _moving(n1, "room", "node-2")
+        until(lambda: _committed_on(n2, "room"), "the commit to reach node-2")
+        act = n2._runtime.spots["room"]  # node-3 learns where the room is now (a route hint)
+        router3._on_route(wire.RouteEnvelope("room", "node-2", act.ref.object_generation,
+                                             act.authority))  # fmt: skip
+        fence_go()
+        _moved_then_handled(mover, moved, sent, 10)
+        assert [seq for _n, _s, seq in HANDLED] == list(range(10))

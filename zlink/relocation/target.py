@@ -32,7 +32,7 @@ from ..executor import Lane, Turn
 from ..mesh import wire
 from ..messaging import codec
 from ..messaging.calls import NO_WAIT
-from ..messaging.completion import Completion
+from ..messaging.completion import Admitted, Completion
 from ..messaging.message import from_wire
 from ..timers import TimerJob
 from ..types import RelocationReadyStatus, TargetKind
@@ -40,7 +40,7 @@ from ..types import RelocationReadyStatus, TargetKind
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
 
-from ..runtime.waits import KeptWait, accepted, take_waiting
+from ..runtime.waits import KeptWait, WaitLine, accepted, take_waiting
 from .state import (
     RESTORE_ATTEMPTS,
     STORE_RETRY,
@@ -456,27 +456,46 @@ class Inbound(RelocatorState):
 
     def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
         """This node's fence for an arriving ``target`` is back: the calls kept behind it
-        (``resend``) and then those made since may go in. ``False`` if none is arriving."""
+        (``resend``) and then those made since may go in. ``False`` if none is arriving.
+
+        What came from peers before the fence came back goes first, and the waits of such
+        calls with it: this node's own earlier calls may be among them, come back another way
+        (a node they went through was changing its own route, kept them behind its fence,
+        and then sent them straight here), and they are older than what the router kept
+        behind this node's fence. Before, those went behind it: a review's test handled a
+        sender's calls as [0, 7, 8, 9, 1, ...] (per-sender order, python-api §9)."""
         with self._lock:
             inc = self._in_ids.get(target)
             if inc is None or target not in inc.fences:
                 return False
             later, inc.local = inc.local, []
-            # older than anything made here since the target arrived: first in line, ahead of
-            # the calls kept here (``later``) and of those that wait for room behind them (a
-            # bound they count against would have put these behind both: ``divert``)
+            inc.local.extend(held for held in later if held[2])  # (hops: from a peer)
+            rooms = self._take_peer_waits(inc)
+            # older than anything made here since the target arrived: ahead of the calls made
+            # here (``later``) and of those that wait for room behind them (a bound they count
+            # against would have put these behind both: ``divert``)
             inc.resending = True
             try:
                 resend()
             finally:
                 inc.resending = False
-            inc.local.extend(later)
+            inc.local.extend(held for held in later if not held[2])
             inc.fences.discard(target)
-            if inc.fences:
-                return True
-            held, inc.local = inc.local, []
-            for item in held:
-                self._take_in(inc, item)
-            if inc.committed:
-                self._open(inc)
+            if not inc.fences:
+                held, inc.local = inc.local, []
+                for item in held:
+                    self._take_in(inc, item)
+                if inc.committed:
+                    self._open(inc)
+        accepted(rooms)  # (the locks of a caller of this are reentrant)
         return True
+
+    def _take_peer_waits(self, inc: Arriving) -> list[tuple[Admitted, BaseException | None]]:
+        """(Relocator lock held; a fence of this node is back.) The waits of calls that came
+        from peers are taken in now, in their order, behind what is kept (``fence_back``);
+        the waits of calls made here stay, in theirs. Returns the rooms to tell."""
+        waits = inc.waiting.take()  # (emptied in place: a wait's withdraw holds this line)
+        peers: WaitLine[Held] = WaitLine()
+        for wait in waits:
+            (peers if wait.items[0][2] else inc.waiting).append(wait)
+        return take_waiting(peers, inc.local.extend)
