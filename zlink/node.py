@@ -231,12 +231,15 @@ class Node:
         self._transport = transport
         self._relocator: Relocator | None = None
         self._membership: NodeMembership | None = None
-        self._lease_worker: StoreWorker | None = None
+        self._lease_worker: InfraExecutor | None = None
         if store is not None and transport is not None:
             worker = StoreWorker(f"zlink-store-{self.node_id}", self._infra.submit)
-            # the lease has a store thread of its own: a renewal never waits behind placement
-            # questions to a slow store (it would fence a node whose lease still holds)
-            self._lease_worker = StoreWorker(f"zlink-lease-{self.node_id}", self._infra.submit)
+            # the lease has a thread of its own: a renewal never waits behind placement
+            # questions to a slow store, nor behind a long infrastructure task (either would
+            # fence a node whose lease still holds)
+            self._lease_worker = InfraExecutor(
+                self.clock, name=f"zlink-lease-{self.node_id}", on_error=self._infra_failed
+            )
             self._membership = NodeMembership(
                 self.node_id, f"inproc://{self.node_id}", store, self._lease_worker,
                 self._infra, self.clock, self.config.lease_seconds, self._rt.metrics.add,

@@ -318,3 +318,77 @@ def test_sends_a_peer_held_for_a_node_that_fenced_itself_are_handled_or_counted(
         seen = n2.client().request_to_spot("r", Seen()).wait(WAIT)
         dropped = sum(v for k, v in n1.counters().items() if k.startswith("sends_dropped_"))
         assert seen == sorted(seen) and len(seen) + dropped == 40, (len(seen), dropped)
+
+
+def _hold_infra(node: zlink.Node) -> threading.Event:
+    """Occupy ``node``'s infrastructure thread with one long task (as one burst of delivery
+    did under load) until the returned event is set."""
+    busy, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        busy.set()
+        assert release.wait(2 * WAIT)
+
+    node._infra.submit(hold)
+    assert busy.wait(WAIT)
+    return release
+
+
+def _lease_until(cluster: LocalCluster, node_id: str) -> float:
+    return next(r.lease_until for r in cluster.store.nodes() if r.node_id == node_id)
+
+
+def test_a_long_infrastructure_task_neither_stops_renewals_nor_fences_the_node(
+    clock: ManualClock,
+) -> None:
+    """A stress probe of moves (3 in-process nodes, lanes of 4) saw nodes fence themselves
+    with their lease intact in the store's eyes: one delivery burst held the infrastructure
+    thread for 1.5-2.4 s, the renewal was due behind it, and the fence deadline came first.
+    The lease is kept by a thread of its own (python-api §10 "Failure"): a task of up to a
+    lease on the infrastructure thread delays no renewal, and the node serves on."""
+    with LocalCluster(_app(), nodes=1, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        node = cluster.node(0)
+        node.client().spots.get_or_create("r", "t.mb.room").wait(WAIT)
+        incarnation = node.incarnation
+        release = _hold_infra(node)
+        try:
+            for _ in range(2):  # two renewals' worth of time, the infrastructure thread held
+                clock.advance(1.0)
+                until(lambda: _lease_until(cluster, "node-1") == clock.now() + 3.0,
+                      "the store to have the lease renewed")  # fmt: skip
+        finally:
+            release.set()
+        clock.advance(0.5)  # past the fence deadline the registration alone gave (2.4 s)
+        cluster.wait_idle(WAIT)
+        counters = node.counters()
+        assert counters.get("self_fenced", 0) == 0 and node.incarnation == incarnation
+        assert counters["lease_renewals"] >= 2 and not node.status().fenced
+        assert node.client().request_to_spot("r", Ping()).wait(WAIT) == "pong"
+        assert node.counters().get("activations_dropped_fenced", 0) == 0
+
+
+def test_an_infrastructure_thread_stuck_for_a_lease_lets_the_lease_lapse(
+    clock: ManualClock,
+) -> None:
+    """The other side of the above: a node whose infrastructure thread has been inside one
+    task for a whole lease serves nothing from other nodes, so its lease is not renewed
+    (``lease_renewals_withheld``) while that lasts: the store's lease lapses as it would for
+    a stopped process, and once the thread comes back the node fences itself (python-api
+    §10). (A thread back before the store's lease ended renews it, and the node serves on.)"""
+    with LocalCluster(_app(), nodes=1, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        node = cluster.node(0)
+        release = _hold_infra(node)
+        try:
+            for _ in range(2):
+                clock.advance(1.0)
+                until(lambda: _lease_until(cluster, "node-1") == clock.now() + 3.0,
+                      "the store to have the lease renewed")  # fmt: skip
+            for step, withheld in ((1.0, 1), (1.0, 2), (1.5, 3)):  # a lease into the task
+                clock.advance(step)
+                until(lambda n=withheld: node.counters().get("lease_renewals_withheld", 0) >= n,
+                      f"{withheld} renewals to be withheld")  # fmt: skip
+            assert [r.node_id for r in cluster.store.nodes()] == []  # its lease lapsed
+            assert node.counters().get("self_fenced", 0) == 0  # (the fence is this thread's)
+        finally:
+            release.set()
+        _wait_counter(node, "self_fenced", 1)

@@ -122,6 +122,7 @@ class InfraExecutor:
         self._seq = itertools.count()
         self._state = "new"
         self._busy = False  # a batch is running (read by wait_quiet)
+        self._busy_since: float | None = None  # when the batch running now began (clock)
         self._sleeping = False  # the thread waits on _cond for work (submit notifies only then)
         self._io: InfraIO | None = None  # hosted I/O: the thread's idle wait is its turn
         self._io_woken = False  # a wake-up is on its way to the hosted I/O's wait
@@ -235,6 +236,18 @@ class InfraExecutor:
         """Whether the infrastructure thread runs (status shows it: python-api §9)."""
         thread = self._thread
         return thread is not None and thread.is_alive()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a task is queued or running (deadlines not yet due are not work)."""
+        return self._busy or bool(self._ready)
+
+    def stalled_for(self) -> float:
+        """Seconds (on the injected clock) the thread has been inside the batch it runs
+        now; ``0.0`` while it waits for work. A node's lease thread reads it (any thread) not
+        to renew the lease of a node whose infrastructure has stopped serving."""
+        since = self._busy_since
+        return 0.0 if since is None else max(0.0, self._clock.now() - since)
 
     def backlog(self) -> int:
         """Tasks waiting for the thread now (a status figure)."""
@@ -376,6 +389,7 @@ class InfraExecutor:
     def _next_batch(self) -> list[tuple[Callable[..., Any], tuple[Any, ...]]] | None:
         with self._cond:
             self._busy = False
+            self._busy_since = None
             while True:
                 batch: list[tuple[Callable[..., Any], tuple[Any, ...]]] = list(self._ready)
                 self._ready.clear()
@@ -383,6 +397,7 @@ class InfraExecutor:
                 heap = self._heap
                 if batch:
                     self._busy = True
+                    self._busy_since = self._clock.now()
                     return batch
                 self._cond.notify_all()  # wake wait_quiet callers
                 if self._state != "running":
