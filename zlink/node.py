@@ -238,7 +238,7 @@ class Node:
             # questions to a slow store, nor behind a long infrastructure task (either would
             # fence a node whose lease still holds)
             self._lease_worker = InfraExecutor(
-                self.clock, name=f"zlink-lease-{self.node_id}", on_error=self._infra_failed
+                self.clock, name=f"zlink-lease-{self.node_id}", on_error=self._lease_failed
             )
             self._membership = NodeMembership(
                 self.node_id, f"inproc://{self.node_id}", store, self._lease_worker,
@@ -294,6 +294,10 @@ class Node:
     def _infra_failed(self, exc: BaseException) -> None:
         """A failure the infrastructure thread survived (python-api §9): counted once."""
         self._rt.metrics.add("infra_task_errors")
+
+    def _lease_failed(self, exc: BaseException) -> None:
+        """A failure the lease thread survived: counted once."""
+        self._rt.metrics.add("lease_task_errors")
 
     @property
     def node_id(self) -> str:

@@ -12,6 +12,7 @@ import pytest
 import zlink
 from tests.conftest import WAIT, refuse_renewals, until
 from zlink.errors import Unavailable
+from zlink.executor import InfraExecutor
 from zlink.testing import LocalCluster, ManualClock
 
 
@@ -194,16 +195,26 @@ def test_lease_seconds_is_a_validated_duration() -> None:
             zlink.NodeConfig(lease_seconds=bad)
 
 
-def _wait_counter(node: zlink.Node, name: str, at_least: int) -> None:
-    """Wait, turn by turn of the infrastructure thread (no sleeping), for the store thread's
-    outcome to be handled there."""
-    for _ in range(200):  # bounded: each round is one pass of the infrastructure queue
+def _wait_counter(node: zlink.Node, name: str, at_least: int, infra: bool = True) -> None:
+    """Wait, a pass of the lease thread then one of the infrastructure thread at a time (no
+    sleeping), for a store call's outcome to be counted where it is handled: a pass queued
+    on a thread runs after what was queued there before it (the manual clock's ``advance``
+    queues what fell due before it returns). ``infra=False``: the lease thread's only (the
+    infrastructure thread is held)."""
+    for _ in range(200):  # bounded: each round is one pass of each queue
         if node.counters().get(name, 0) >= at_least:
             return
-        passed = threading.Event()
-        node._infra.submit(passed.set)
-        assert passed.wait(WAIT)
+        for thread in (node._lease_worker, node._infra) if infra else (node._lease_worker,):
+            _pass(thread)
     raise AssertionError(f"{name} stayed below {at_least}: {node.counters()}")
+
+
+def _pass(thread: InfraExecutor | None) -> None:
+    """Wait until ``thread`` ran what was queued on it so far."""
+    assert thread is not None
+    passed = threading.Event()
+    thread.submit(passed.set)
+    assert passed.wait(WAIT)
 
 
 def test_leases_are_judged_on_a_clock_that_counts_a_suspended_host() -> None:
@@ -352,10 +363,10 @@ def test_a_long_infrastructure_task_neither_stops_renewals_nor_fences_the_node(
         incarnation = node.incarnation
         release = _hold_infra(node)
         try:
-            for _ in range(2):  # two renewals' worth of time, the infrastructure thread held
+            for n in (1, 2):  # two renewals' worth of time, the infrastructure thread held
                 clock.advance(1.0)
-                until(lambda: _lease_until(cluster, "node-1") == clock.now() + 3.0,
-                      "the store to have the lease renewed")  # fmt: skip
+                _wait_counter(node, "lease_renewals", n, infra=False)  # (the next is queued)
+                assert _lease_until(cluster, "node-1") == clock.now() + 3.0
         finally:
             release.set()
         clock.advance(0.5)  # past the fence deadline the registration alone gave (2.4 s)
@@ -379,16 +390,61 @@ def test_an_infrastructure_thread_stuck_for_a_lease_lets_the_lease_lapse(
         node = cluster.node(0)
         release = _hold_infra(node)
         try:
-            for _ in range(2):
+            for n in (1, 2):
                 clock.advance(1.0)
-                until(lambda: _lease_until(cluster, "node-1") == clock.now() + 3.0,
-                      "the store to have the lease renewed")  # fmt: skip
+                _wait_counter(node, "lease_renewals", n, infra=False)
             for step, withheld in ((1.0, 1), (1.0, 2), (1.5, 3)):  # a lease into the task
                 clock.advance(step)
-                until(lambda n=withheld: node.counters().get("lease_renewals_withheld", 0) >= n,
-                      f"{withheld} renewals to be withheld")  # fmt: skip
+                _wait_counter(node, "lease_renewals_withheld", withheld, infra=False)
             assert [r.node_id for r in cluster.store.nodes()] == []  # its lease lapsed
             assert node.counters().get("self_fenced", 0) == 0  # (the fence is this thread's)
         finally:
             release.set()
         _wait_counter(node, "self_fenced", 1)
+
+
+def test_two_long_infrastructure_tasks_in_one_batch_do_not_fence_the_node(
+    clock: ManualClock,
+) -> None:
+    """Found by review: the stall that withholds renewals was timed per batch of tasks, not
+    per task, so two delivery bursts of 2.4 s each (each shorter than the lease) taken in one
+    batch withheld renewals and the node fenced itself while the store held its lease."""
+    with LocalCluster(_app(), nodes=1, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        node = cluster.node(0)
+        first = _hold_infra(node)  # the two below queue behind it, to be taken as one batch
+        running, release = [threading.Event(), threading.Event()], [first]
+
+        def burst(i: int) -> None:
+            running[i].set()
+            assert release[i + 1].wait(4 * WAIT)
+
+        release += [threading.Event(), threading.Event()]
+        node._infra.submit(burst, 0)
+        node._infra.submit(burst, 1)
+        try:
+            first.set()
+            for i in (0, 1):
+                assert running[i].wait(WAIT)
+                for _ in range(12):  # each burst takes 2.4 s of the clock, in steps of 0.2 s
+                    clock.advance(0.2)
+                    _pass(node._lease_worker)  # (what fell due on it ran)
+                release[i + 1].set()
+        finally:
+            for event in release:
+                event.set()
+        cluster.wait_idle(WAIT)
+        counters = node.counters()
+        assert counters.get("lease_renewals_withheld", 0) == 0
+        assert counters.get("self_fenced", 0) == 0 and not node.status().fenced
+
+
+def test_a_stopped_node_is_idle_after_its_next_renewal_falls_due(clock: ManualClock) -> None:
+    """Found by review: a stopped node's lease thread kept its next renewal on its heap; the
+    clock's jump made it ready work no thread would run, and the node's ``wait_idle`` (which
+    ``LocalCluster.wait_idle`` asks of every node) timed out."""
+    with LocalCluster(_app(), nodes=2, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        n1 = cluster.node(0)
+        n1.shutdown(WAIT)
+        clock.advance(1.0)  # its renewal would have fallen due
+        assert n1.wait_idle(WAIT)
+        cluster.wait_idle(WAIT)

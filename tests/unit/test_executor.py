@@ -89,6 +89,55 @@ def test_the_infrastructure_thread_fires_deadlines_by_the_injected_clock():
     infra.stop()
 
 
+def test_a_stopped_executor_is_quiet_whatever_falls_due_or_comes_after():
+    """Found by review: a node's lease thread, stopped at shutdown, still had its next
+    renewal on the heap; the manual clock's jump moved it to the ready queue, where no thread
+    would ever run it, so ``busy`` stayed true and the stopped node's ``wait_idle`` timed
+    out. A stopped executor holds no work: ``busy`` is false and ``wait_quiet`` returns."""
+    clock = ManualClock()
+    infra = ex.InfraExecutor(clock)
+    infra.start()
+    infra.call_later(1, lambda: None)
+    infra.stop()
+    clock.advance(2)  # due after the stop
+    infra.submit(lambda: None)  # and a task after it
+    assert not infra.busy
+    assert infra.wait_quiet(0.5)
+
+
+def test_stalled_for_times_the_task_running_not_the_batch():
+    """Found by review: two tasks of 2.4 s each, taken in one batch, read as one stall of
+    4.8 s, and a node withheld its lease renewals (a stall of one task past a lease is what
+    withholds them: python-api §10 "Failure")."""
+    clock = ManualClock()
+    infra = ex.InfraExecutor(clock)
+    running = [threading.Event(), threading.Event()]
+    release = [threading.Event(), threading.Event()]
+
+    def task(i: int) -> None:
+        running[i].set()
+        assert release[i].wait(WAIT)
+
+    infra.submit(task, 0)
+    infra.submit(task, 1)  # (queued before the thread starts: one batch)
+    infra.start()
+    try:
+        assert running[0].wait(WAIT)
+        clock.advance(2.4)
+        assert infra.stalled_for() == pytest.approx(2.4)
+        release[0].set()
+        assert running[1].wait(WAIT)
+        clock.advance(2.4)
+        assert infra.stalled_for() == pytest.approx(2.4)
+        release[1].set()
+        assert infra.wait_quiet(WAIT)
+        assert infra.stalled_for() == 0.0
+    finally:
+        release[0].set()
+        release[1].set()
+        infra.stop()
+
+
 def test_a_deadline_cancelled_after_it_fired_does_not_hide_live_ones():
     """Found by review: cancelling a handle that had already fired counted it as a dead
     heap entry, so ``deadlines()`` (the status's ``infrastructure_deadlines``) read 0 with

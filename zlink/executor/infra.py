@@ -122,7 +122,7 @@ class InfraExecutor:
         self._seq = itertools.count()
         self._state = "new"
         self._busy = False  # a batch is running (read by wait_quiet)
-        self._busy_since: float | None = None  # when the batch running now began (clock)
+        self._busy_since: float | None = None  # when the task running now began (clock)
         self._sleeping = False  # the thread waits on _cond for work (submit notifies only then)
         self._io: InfraIO | None = None  # hosted I/O: the thread's idle wait is its turn
         self._io_woken = False  # a wake-up is on its way to the hosted I/O's wait
@@ -239,13 +239,16 @@ class InfraExecutor:
 
     @property
     def busy(self) -> bool:
-        """Whether a task is queued or running (deadlines not yet due are not work)."""
-        return self._busy or bool(self._ready)
+        """Whether a task is queued or running (deadlines not yet due are not work; a
+        stopped executor runs nothing, so holds none)."""
+        with self._cond:
+            return self._state != "stopped" and (self._busy or bool(self._ready))
 
     def stalled_for(self) -> float:
-        """Seconds (on the injected clock) the thread has been inside the batch it runs
-        now; ``0.0`` while it waits for work. A node's lease thread reads it (any thread) not
-        to renew the lease of a node whose infrastructure has stopped serving."""
+        """Seconds (on the injected clock) the thread has been inside the task it runs now
+        (or the hosted I/O's turn after a batch); ``0.0`` while it waits for work. A node's
+        lease thread reads it (any thread) not to renew the lease of a node whose
+        infrastructure has stopped serving."""
         since = self._busy_since
         return 0.0 if since is None else max(0.0, self._clock.now() - since)
 
@@ -291,7 +294,9 @@ class InfraExecutor:
     def wait_quiet(self, timeout: float) -> bool:
         """Block until no immediate task is queued or running; ``False`` on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._ready and not self._busy, timeout)
+            return self._cond.wait_for(
+                lambda: self._state == "stopped" or (not self._ready and not self._busy), timeout
+            )
 
     def stop(self, timeout: float | None = 5.0) -> None:
         """Run what is ready, drop pending deadlines, and join the thread."""
@@ -313,6 +318,8 @@ class InfraExecutor:
         work is visible to ``wait_quiet`` (tests wait on it, never on sleep).
         """
         with self._cond:
+            if self._state == "stopped":  # nothing will run it: it is no work here
+                return
             self._ready.extend(self._pop_due())
             io = self._rouse()
         if io is not None:
@@ -342,6 +349,7 @@ class InfraExecutor:
             del batch
             io = self._io
             if io is not None:  # what the batch sent leaves now; what came in is read
+                self._busy_since = self._clock.now()
                 try:
                     self._turn(io, 0.0)
                 except BaseException as exc:  # noqa: BLE001 - the thread never dies
@@ -356,7 +364,9 @@ class InfraExecutor:
                     self._io = None
 
     def _run(self, batch: list[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+        now = self._clock.now
         for fn, args in batch:
+            self._busy_since = now()
             try:
                 fn(*args)
             except BaseException as exc:  # noqa: BLE001 - the infrastructure thread never dies
@@ -397,11 +407,11 @@ class InfraExecutor:
                 heap = self._heap
                 if batch:
                     self._busy = True
-                    self._busy_since = self._clock.now()
                     return batch
                 self._cond.notify_all()  # wake wait_quiet callers
                 if self._state != "running":
                     self._state = "stopped"
+                    self._cond.notify_all()  # (wait_quiet: a stopped executor is quiet)
                     return None
                 wait = self._clock.real_wait(heap[0][0]) if heap else None
                 wait = None if wait is None else min(wait, _MAX_WAIT)

@@ -50,6 +50,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..errors import Unavailable
 from ..executor import Clock, MonotonicClock
 from ..messaging.completion import Completion
 from .location import LocationStore, NodeRecord, NoLease
@@ -277,21 +278,21 @@ class NodeMembership:
                 return
             incarnation = self.record.incarnation
         stalled = self._infra.stalled_for()
-        if stalled >= self.lease_seconds:
+        if stalled >= self.lease_seconds:  # (the next look is on the heap before the count)
+            self._renew_later(RETRY_EVERY, epoch)
             self._count("lease_renewals_withheld")
             _log.warning("node %s: its infrastructure thread has been inside one task for "
                          "%.1f s; its lease is not renewed", self.node_id, stalled)  # fmt: skip
-            self._renew_later(RETRY_EVERY, epoch)
             return
         sent = self._now()
         try:
             record = self.store.renew_node(self.node_id, incarnation, self.lease_seconds)
         except NoLease as error:  # the store says this incarnation holds nothing: serve no more
             with self._lock:
-                if epoch != self._epoch:
-                    return
-                self._valid_until = float("-inf")  # (``holds`` says so from now on)
+                if self._stopped or epoch != self._epoch:
+                    return  # (a renewal late for a shutdown that unregistered)
                 self._refused = f"the store refused its lease renewal: {error}"
+                self._valid_until = float("-inf")  # (``holds`` says so from now on)
             self._count("lease_renewals_refused")
             self._infra.submit(self._lapse, epoch)
             return
@@ -326,14 +327,16 @@ class NodeMembership:
         time (the deadline moves on to the new end), or the store refused the lease."""
         if self._stopped or self._fenced or epoch != self._epoch:
             return
-        now, until = self._now(), self._valid_until
+        with self._lock:  # (the end and the refusal the lease thread wrote, as one)
+            until, refused = self._valid_until, self._refused
+        now = self._now()
         if now < until:  # renewed meanwhile, on the lease thread
             if self._fence is not None:
                 self._fence.cancel()
             self._fence = self._infra.call_later(until - now, self._lapse, epoch)
             return
         late = f"no lease renewal was confirmed within {FENCE_AT:.0%} of its lease"
-        self._fence_now(self._refused or f"{late} ({self.lease_seconds} s)")
+        self._fence_now(refused or f"{late} ({self.lease_seconds} s)")
 
     def _fence_now(self, why: str) -> None:
         if self._fenced or self._stopped:
@@ -358,7 +361,9 @@ class NodeMembership:
         sent = self._now()
         known = self.incarnation
 
-        def register() -> tuple[NodeRecord, list[NodeRecord]]:  # store thread
+        def register() -> tuple[NodeRecord, list[NodeRecord]]:  # lease thread
+            if self._stopped:  # the node stops: no incarnation it would never unregister
+                raise Unavailable(f"node {self.node_id} stops")
             newer = [r.incarnation for r in self.store.nodes()
                      if r.node_id == self.node_id and r.incarnation > known]  # fmt: skip
             if newer:  # another process holds this id now (a second `zlink run --node-id`)
@@ -429,6 +434,9 @@ class NodeMembership:
         done.add_callback(lambda records, error: self._polled(records, error))
 
     def _polled(self, records: Any, error: BaseException | None) -> None:
+        if self._stopped:
+            self._polling = False
+            return
         if error is None:
             self._judge(records)
         if self._suspects and not self._stopped:
