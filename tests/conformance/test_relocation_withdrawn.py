@@ -133,8 +133,41 @@ class Room(zlink.UserSpot):
         return f"{out}@{_node()}"
 
 
+class CloseAfterBlock(zlink.Message, type_name="t.rw.close_after_block"):
+    pass
+
+
+class Session(zlink.InstanceSpot):
+    """An Instance Spot that closes itself from a handler held until ``BLOCK`` is set."""
+
+    def __init__(self, context: zlink.SpotContext) -> None:
+        super().__init__(context)
+        self.seen: dict[str, list[int]] = {}
+        LOG.append(f"activated@{_node_of(context)}")
+
+    @zlink.handler
+    def add(self, msg: Add) -> None:
+        HANDLED.append((_node(), self.context.spot_id, msg.sender, msg.seq))
+
+    @zlink.handler
+    def close_after_block(self, msg: CloseAfterBlock) -> None:
+        BLOCKING.set()
+        assert BLOCK.wait(WAIT)
+        self.context.close()
+
+    def on_closing(self, closing: zlink.SpotClosingContext) -> None:
+        LOG.append(f"on_closing@{_node()}")
+
+
+def _node_of(context: zlink.SpotContext) -> str:
+    return context._rt.node_id  # type: ignore[attr-defined, no-any-return]
+
+
 def build_app() -> zlink.App:
     app = zlink.App("withdrawn")
+    app.instance_spot(
+        "t.rw.session", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
+    )(Session)
     app.user_spot("t.rw.stuck", relocation=zlink.Relocation.preserve_state(FailingRestore))(
         type("Stuck", (Room,), {})
     )
@@ -491,3 +524,34 @@ def test_calls_that_wait_through_many_withdrawn_moves_are_not_refused_as_relayed
         for node in cluster.nodes:
             assert not {k: v for k, v in node.counters().items() if "dropped" in k}
         assert arrived and max(arrived) <= 2, arrived  # node-2 -> node-1, relayed to node-2
+
+
+def test_an_instance_spot_that_closes_itself_while_its_move_waits_closes_and_stays(cluster):
+    """A handler of an Instance Spot closes it (``context.close()``) while a move waits for
+    its barrier behind that handler. The close was dropped: the Spot was sealed, so not
+    "ready", and the move went on, so the Spot lived on on the target with its state and
+    ``on_closing`` never ran. The close wins: the move is withdrawn at its barrier (its
+    caller gets ``Unavailable``; python-api §8: a withdrawn move never happens), the Spot
+    closes on its source, and what was parked during the seal is handled once, in order (by
+    this activation or its next: python-api §11)."""
+    n1, n2, _ = cluster.nodes
+    c1 = n1.client()
+    senders = Senders(cluster, "s")
+    c1.send_to_spot("s", Add(sender="0", seq=0)).instance_spot().wait(WAIT)
+    senders.sent[0] = 1
+    assert "s" in n1._runtime.spots
+    c1.send_to_spot("s", CloseAfterBlock()).instance_spot().submit()
+    assert BLOCKING.wait(WAIT)
+    mover = Mover(n1, "s", "node-2", timeout=10.0)
+    assert mover.sealed.wait(WAIT)
+    for seq in range(1, 6):  # parked at the seal
+        c1.send_to_spot("s", Add(sender="0", seq=seq)).instance_spot().submit()
+    senders.sent[0] = 6
+    BLOCK.set()  # the handler closes the Spot, sealed for the move
+    assert isinstance(mover.result(), zlink.Unavailable)
+    cluster.wait_idle(WAIT)
+    assert "on_closing@node-1" in LOG
+    assert not [e for e in LOG if e.endswith("@node-2")]  # never arrived there
+    assert "s" not in n2._runtime.spots
+    assert n1.counters().get("relocated_out", 0) == 0
+    senders.check_handled_once_in_order_on("node-1")

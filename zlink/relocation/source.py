@@ -357,6 +357,11 @@ class Outbound(RelocatorState):
         act = out.spot
         if self._out.get(out.rid) is not out:  # withdrawn before its barrier: nothing to do
             return None
+        if act.close_asked:  # it closed itself meanwhile: the close wins (``_reopen`` closes)
+            raise Unavailable(
+                f"{act.spot_id!r} closed itself while its move waited for its barrier; the "
+                "move was withdrawn"
+            )
         if out.kind == TargetKind.SPOT and act.shared:
             if set(act.members) != {o.name for o in out.objects if o is not act}:
                 raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
@@ -491,6 +496,10 @@ class Outbound(RelocatorState):
                     self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
         accepted(rooms)
         out.done.set(None, typed_error(error))
+        spot = out.spot
+        if spot.close_asked:  # it closed itself while sealed: it closes now, here
+            spot.close_asked = False
+            self.rt.close_self(spot.spot_id)
         return True
 
     def _put_back(self, out: Outgoing) -> None:

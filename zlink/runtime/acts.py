@@ -129,6 +129,7 @@ class SpotAct(ObjectAct):
 
     __slots__ = (
         "activated",
+        "close_asked",
         "closing_overdue",
         "closing_timer",
         "closing_turn",
@@ -171,6 +172,9 @@ class SpotAct(ObjectAct):
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
         self.closing_overdue = False  # the close's deadline passed: suspensions end at once
         self.closing_timer: DeadlineHandle | None = None  # that deadline, cancelled at the end
+        # an Instance Spot closed itself while sealed for a move that waits for its barrier:
+        # the barrier withdraws the move and the Spot closes (``Closing.close_self``)
+        self.close_asked = False
         # turns of this Spot and its members suspended in a Yield whose continuation has not
         # resumed yet: the all-lane barrier of a move or a close waits until there are none
         # (python-api §11); ``quiet`` runs then (both under the runtime's Yield lock). Both

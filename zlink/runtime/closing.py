@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 from ..timers import TimerJob
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
-from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct, quiet
+from .acts import CLOSING, GONE, PAST_READY, READY, SEALED, SpotAct, quiet
 from .jobs import BatchJob, LifeJob, SendJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
@@ -85,9 +85,24 @@ class Closing:
         return True
 
     def close_self(self, spot_id: str) -> None:
+        """An Instance Spot's ``context.close()`` (idempotent): it closes after the current
+        turn. Sealed for a move that waits for its barrier behind this turn, the close wins:
+        the barrier withdraws the move (``Outbound._capture``) and the Spot closes on its
+        source then (a dropped close let it live on on the target, ``on_closing`` never run).
+        Closing already, or sealed past its barrier (a call from outside its turns), nothing
+        changes."""
         act = self.rt.spots.get(spot_id)
-        if act is not None and act.state == READY:
-            self.close_spot(act, SpotCloseReason.EXPLICIT_CLOSE)
+        if act is None:
+            return
+        with self.rt.directory.lock:  # (the seal and a close take it: one of them wins)
+            if act.state == SEALED:
+                act.close_asked = True
+                return
+            if act.state != READY:
+                return
+            self._hold_calls(act)
+            act.state = CLOSING
+        self._begin_close(act, SpotCloseReason.EXPLICIT_CLOSE)
 
     def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane) at
