@@ -54,6 +54,7 @@ from .messaging.completion import Admitted, expire
 from .messaging.context import Client
 from .relocation.relocator import Relocator
 from .relocation.remote_join import RemoteJoin
+from .runtime.acts import CLOSING, GONE
 from .runtime.routing import MeshRouter
 from .runtime.runtime import Runtime
 from .runtime.type_stats import LATENCY_BOUNDS, SAMPLE_EVERY
@@ -611,10 +612,12 @@ class Node:
                 relocator.wait_move(spot_id, done, left, self.config.request_timeout)
                 return None
             except Unavailable as exc:
+                act = self._rt.spots.get(spot_id)
+                if act is None or act.state in (CLOSING, GONE):  # it closed (itself) meanwhile:
+                    return f"it closed: {exc}"  # no target refused it
                 if target is not None:
                     refusing.add(target)
                 others = [p for p in peers if p not in refusing]
-                act = self._rt.spots.get(spot_id)
                 if target is None or not others or act is None or time.monotonic() >= end:
                     return f"{type(exc).__name__}: {exc}"
                 target = others[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 import pytest
 
@@ -448,3 +449,29 @@ def test_a_stopped_node_is_idle_after_its_next_renewal_falls_due(clock: ManualCl
         clock.advance(1.0)  # its renewal would have fallen due
         assert n1.wait_idle(WAIT)
         cluster.wait_idle(WAIT)
+
+
+def test_a_registration_again_that_a_shutdown_overtakes_is_unregistered(clock: ManualClock) -> None:
+    """Found by review: a node that fenced itself was registering again on its lease thread
+    when its shutdown began; ``leave`` waited for it but, the node being fenced, unregistered
+    nothing, and the new incarnation stayed a live member of the store after the node had
+    stopped (its peers would later take it for a crash)."""
+    with LocalCluster(_app(), nodes=2, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        n1 = cluster.node(0)
+        membership, store = n1._membership, cluster.store
+        assert membership is not None
+        real = store.register_node
+        entered = threading.Event()
+
+        def register_node(node_id: str, *args: Any) -> Any:
+            if node_id == "node-1":
+                entered.set()
+                until(lambda: membership._stopped, "the shutdown to begin")
+            return real(node_id, *args)
+
+        store.register_node = register_node  # type: ignore[method-assign]
+        assert store.unregister_node("node-1", n1.incarnation)
+        clock.advance(1.0)  # the renewal is refused: it fences itself and registers again
+        assert entered.wait(WAIT)
+        n1.shutdown(2 * WAIT)
+        assert [r.node_id for r in store.nodes()] == ["node-2"]

@@ -105,6 +105,26 @@ def test_a_stopped_executor_is_quiet_whatever_falls_due_or_comes_after():
     assert infra.wait_quiet(0.5)
 
 
+def test_a_second_stop_while_the_first_joins_leaves_the_executor_busy_until_it_ends():
+    """Found by review: a second ``stop()`` while the first one's join had timed out (a long
+    task) marked the executor stopped at once, so ``busy`` and ``wait_quiet`` said it held
+    no work while a task still ran and another waited."""
+    infra = ex.InfraExecutor(ManualClock())
+    infra.start()
+    running, release = threading.Event(), threading.Event()
+    infra.submit(lambda: (running.set(), release.wait(WAIT)))
+    assert running.wait(WAIT)
+    infra.submit(lambda: None)
+    try:
+        infra.stop(0.05)  # the join times out behind the running task
+        infra.stop(0.05)
+        assert infra.busy and not infra.wait_quiet(0)
+    finally:
+        release.set()
+    infra.stop(WAIT)
+    assert not infra.alive and not infra.busy and infra.wait_quiet(0)
+
+
 def test_stalled_for_times_the_task_running_not_the_batch():
     """Found by review: two tasks of 2.4 s each, taken in one batch, read as one stall of
     4.8 s, and a node withheld its lease renewals (a stall of one task past a lease is what

@@ -301,11 +301,13 @@ class InfraExecutor:
     def stop(self, timeout: float | None = 5.0) -> None:
         """Run what is ready, drop pending deadlines, and join the thread."""
         with self._cond:
-            if self._state != "running":
+            if self._state in ("new", "stopped"):  # never started, or ended: nothing runs
                 self._state = "stopped"
                 return
-            self._state = "stopping"
-            io = self._rouse()
+            io = None
+            if self._state == "running":  # (stopping already: this call joins it too)
+                self._state = "stopping"
+                io = self._rouse()
         if io is not None:
             io.wake()
         if self._thread is not None and self._thread is not threading.current_thread():

@@ -153,6 +153,9 @@ class NodeMembership:
         self._epoch = 0  # +1 at each fence: answers to calls of an earlier epoch are ignored
         self._valid_until = float("-inf")  # this node's clock: it serves until then
         self._refused: str | None = None  # why the store refused this epoch's lease
+        # an incarnation registered again on the lease thread and not yet taken on (the
+        # infrastructure thread's ``_rejoined``): ``leave`` unregisters it if it never is
+        self._unadopted: int | None = None
         self._fence: DeadlineHandle | None = None
         self._known: dict[str, int] = {}  # the other members, at their incarnations
         self._suspects: dict[str, int | None] = {}  # suspected peers, at the incarnation known
@@ -218,14 +221,21 @@ class NodeMembership:
         return list(self._known)
 
     def leave(self, timeout: float) -> None:
-        """Stop renewing and unregister (the node's shutdown)."""
-        self._stopped = True
+        """Stop renewing and unregister (the node's shutdown): the incarnation it serves as,
+        or one it registered again as and never took on (a registration the stop overtook)."""
+        with self._lock:
+            self._stopped = True
         if self._fence is not None:
             self._fence.cancel()
         self._lease.stop(timeout)  # what it was doing ends first
+        with self._lock:
+            unadopted, self._unadopted = self._unadopted, None
+        incarnations = [unadopted] if unadopted is not None else []
         if self.record is not None and not self._fenced:
+            incarnations.append(self.record.incarnation)
+        for incarnation in dict.fromkeys(incarnations):
             try:
-                self.store.unregister_node(self.node_id, self.record.incarnation)
+                self.store.unregister_node(self.node_id, incarnation)
             except Exception:  # noqa: BLE001 - its lease lapses anyway
                 _log.warning("node %s could not unregister", self.node_id, exc_info=True)
 
@@ -371,13 +381,19 @@ class NodeMembership:
             self.store.join_mesh(self.mesh)  # (a store that lost its data: named again)
             record = self.store.register_node(self.node_id, self.endpoint, self.lease_seconds,
                                               known)  # fmt: skip
+            with self._lock:  # (``leave`` unregisters it unless it is taken on)
+                self._unadopted = record.incarnation
             return record, self.store.nodes()
 
         done = self._on_lease_thread(register)
         done.add_callback(lambda result, error: self._rejoined(epoch, sent, result, error))
 
     def _rejoined(self, epoch: int, sent: float, result: Any, error: BaseException | None) -> None:
-        if self._stopped or epoch != self._epoch:
+        with self._lock:
+            if self._stopped:  # (``leave`` unregisters what it registered)
+                return
+            self._unadopted = None  # taken on below, or registered again (too late)
+        if epoch != self._epoch:
             return
         if isinstance(error, _Superseded):
             self._stopped = True  # no renewal, no registration, no polling from now on

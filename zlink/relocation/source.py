@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from enum import Enum
 from functools import partial
@@ -237,6 +238,20 @@ class Outbound(RelocatorState):
             done.set(None, exc)
             self.rt.relocation_ready_completed(act, RelocationReadyStatus.CONTINUED, exc)
         return True
+
+    def self_close(self, act: SpotAct, close: Callable[[], bool]) -> bool:
+        """``RelocationPort.self_close``: the relocator's lock, then the directory's (the
+        seal's order), so a seal and a close never cross."""
+        from ..runtime.acts import SEALED
+
+        with self._lock:
+            out = self._out_ids.get(act.spot_id)
+            if out is not None and out.spot is act and not out.shipped:
+                with self.rt.directory.lock:
+                    if act.state == SEALED:  # (sealed with the move: under these locks)
+                        act.close_asked = True  # the barrier withdraws the move
+                        return False
+            return close()
 
     def seal(
         self,
@@ -468,7 +483,7 @@ class Outbound(RelocatorState):
         and the caller gets ``error`` (python-api §11). ``False`` (nothing done) once the
         commit is under way (unless ``after_relay``: the store refused it) or the move already
         ended."""
-        from ..runtime.acts import READY
+        from ..runtime.acts import READY, SEALED
 
         # lock order: route -> relocator (redelivery may route a parked call onward)
         with self.router.route_lock, self._lock:
@@ -489,16 +504,19 @@ class Outbound(RelocatorState):
             self._answered_here(kept)
             for env in kept:  # still sealed: these go next, in arrival order
                 self.router.redeliver(env, force=True)
-            for obj in out.objects:
-                obj.state = READY
+            spot = out.spot
+            with self.rt.directory.lock:  # (with ``self_close``: a close asked is seen here)
+                for obj in out.objects:
+                    if obj.state == SEALED:  # (a node's stop may have begun closing it)
+                        obj.state = READY
+                close = spot.close_asked and spot.state == READY
+                spot.close_asked = False
             if out.shipped:
                 with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
                     self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
         accepted(rooms)
         out.done.set(None, typed_error(error))
-        spot = out.spot
-        if spot.close_asked:  # it closed itself while sealed: it closes now, here
-            spot.close_asked = False
+        if close:  # it closed itself while sealed: it closes now, here
             self.rt.close_self(spot.spot_id)
         return True
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 from ..timers import TimerJob
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
-from .acts import CLOSING, GONE, PAST_READY, READY, SEALED, SpotAct, quiet
+from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct, quiet
 from .jobs import BatchJob, LifeJob, SendJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
@@ -87,22 +87,27 @@ class Closing:
     def close_self(self, spot_id: str) -> None:
         """An Instance Spot's ``context.close()`` (idempotent): it closes after the current
         turn. Sealed for a move that waits for its barrier behind this turn, the close wins:
-        the barrier withdraws the move (``Outbound._capture``) and the Spot closes on its
-        source then (a dropped close let it live on on the target, ``on_closing`` never run).
-        Closing already, or sealed past its barrier (a call from outside its turns), nothing
+        the barrier withdraws the move and the Spot closes on its source then
+        (``RelocationPort.self_close``; a close dropped there let the Spot live on on the
+        target, ``on_closing`` never run). Closing already, activating, or sealed otherwise
+        (arriving here, or past its barrier: a call from outside its turns), nothing
         changes."""
         act = self.rt.spots.get(spot_id)
         if act is None:
             return
-        with self.rt.directory.lock:  # (the seal and a close take it: one of them wins)
-            if act.state == SEALED:
-                act.close_asked = True
-                return
+        relocator = self.rt.relocator
+        mark = partial(self._mark_closing, act)
+        if mark() if relocator is None else relocator.self_close(act, mark):
+            self._begin_close(act, SpotCloseReason.EXPLICIT_CLOSE)
+
+    def _mark_closing(self, act: SpotAct) -> bool:
+        """``act`` closes now if it is ready (``True``: its close is to begin)."""
+        with self.rt.directory.lock:
             if act.state != READY:
-                return
+                return False
             self._hold_calls(act)
             act.state = CLOSING
-        self._begin_close(act, SpotCloseReason.EXPLICIT_CLOSE)
+        return True
 
     def close_spot(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """Seal ``act``, send its members home, then run ``on_closing`` (lifecycle lane) at

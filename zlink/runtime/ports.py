@@ -55,6 +55,13 @@ class RelocationPort(Protocol):
         """The Spot reached a ``relocation_ready()`` boundary; ``False`` if no move waits."""
         ...
 
+    def self_close(self, act: SpotAct, close: Callable[[], bool]) -> bool:
+        """An Instance Spot closes itself (any thread, no lock held): sealed for a move
+        leaving this node that has not shipped, the move's barrier withdraws it and the Spot
+        closes then (``False``); else ``close()`` (it takes the directory lock), with the
+        relocator's lock held so that no seal comes between, and what it returns."""
+        ...
+
     def fenced(self) -> None:
         """This node fenced itself: every move it is part of ends here."""
         ...
