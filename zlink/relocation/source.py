@@ -515,9 +515,9 @@ class Outbound(RelocatorState):
                 with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
                     self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
         accepted(rooms)
+        if close:  # it closed itself while sealed: it closes now, here (before the caller
+            self.rt.close_self(spot.spot_id)  # hears of it: a drain then sees it closing)
         out.done.set(None, typed_error(error))
-        if close:  # it closed itself while sealed: it closes now, here
-            self.rt.close_self(spot.spot_id)
         return True
 
     def _put_back(self, out: Outgoing) -> None:
