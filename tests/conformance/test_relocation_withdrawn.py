@@ -142,7 +142,6 @@ class Session(zlink.InstanceSpot):
 
     def __init__(self, context: zlink.SpotContext) -> None:
         super().__init__(context)
-        self.seen: dict[str, list[int]] = {}
         LOG.append(f"activated@{_node_of(context)}")
 
     @zlink.handler

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 import zlink
-from tests.conformance.test_relocation_withdrawn import Mover
+from tests.conformance.test_relocation_withdrawn import Mover, _node_of
 from tests.conftest import WAIT, until
 from zlink.testing import LocalCluster, ManualClock
 
@@ -27,10 +27,6 @@ class Where(zlink.Request[str], type_name="t.scm.where"):
 
 class CloseAfterBlock(zlink.Message, type_name="t.scm.close_after_block"):
     pass
-
-
-def _node_of(context: zlink.SpotContext) -> str:
-    return context._rt.node_id  # type: ignore[attr-defined, no-any-return]
 
 
 class Session(zlink.InstanceSpot):
