@@ -18,12 +18,10 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-import pytest
-
 import zlink
 from tests.conftest import WAIT, fill, until
 from zlink.mesh import wire
-from zlink.testing import LocalCluster
+from zlink.testing import LocalCluster, ManualClock
 
 
 class Add(zlink.Message, type_name="t.rb.add"):
@@ -545,16 +543,16 @@ def test_a_targets_own_calls_back_through_a_third_node_stay_ahead_of_its_later_o
         assert [seq for _n, _s, seq in HANDLED] == list(range(10))
 
 
-@pytest.mark.xfail(strict=True, reason="known gap (README 'Failure, known gaps'): a route fence "
-                   "lost to a pause; a strict xfail, so a fix must remove this mark")  # fmt: skip
 def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_through():
     """Seen in 4 of 53 runs of a stress probe, and made deterministic here. The room moved
     node-2 -> node-1 -> node-3; node-3 still routed it by node-2, so its own route fence for
     the arrival went through node-2 (held there for a moment, as a busy node would). node-2's
     calls, first relayed and then sent straight to node-3, wait for the room to open there;
-    past the backlog limit node-3 pauses node-2's DATA. The fence node-2 then relays back
-    waits behind that pause, and the room opens only once the fence's deadline passes
-    (``route_fences_lost``; per-sender order may break then)."""
+    past the backlog limit node-3 pauses node-2's DATA. Before, the fence node-2 then relayed
+    back waited behind that pause, and the room opened only once the fence's deadline passed
+    (``route_fences_lost``; per-sender order could break then). A fence is infrastructure
+    traffic (python-api §9): node-2 announces it on COMPLETION, and node-3 takes node-2's
+    DATA up to it."""
     _reset()
     with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4, peer_backlog_items=8,
                       request_timeout=30.0) as cluster:  # fmt: skip
@@ -579,3 +577,167 @@ def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_thro
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(120))
         mover.join(WAIT)
         assert moved == [None] and not n3.counters().get("route_fences_lost")
+        assert n3.counters().get("pauses_lifted_for_fences") == 1
+
+
+def test_an_arrivals_fence_kept_behind_another_nodes_fence_for_it_is_not_held_by_its_pause():
+    """Found by review, one node further than the test above: the room moved node-1 ->
+    node-2 -> node-3 -> node-4; node-4 still routed it by node-1, so its own fence went
+    there (held for a moment). node-2, told the new route, sends straight to node-4, where
+    its calls wait for the room to open; node-4 pauses node-2. node-1 then learns a better
+    route too, and its own fence for the room goes node-1 -> node-2 -> node-4, behind that
+    pause: node-4's fence, let go at node-1, waits behind node-1's. node-4 waits for a fence
+    for a Spot arriving on it, so it takes node-2's DATA up to it (python-api §9)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=4, workers=2, app_lane_items=4, peer_backlog_items=8,
+                      request_timeout=30.0) as cluster:  # fmt: skip
+        n1, n2, n3, n4 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        n4.client().send_to_spot("room", Add(sender="n4", seq=0)).wait(WAIT)  # by node-1
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        n1.relocate_spot("room", "node-2", timeout=WAIT)  # node-1: a pointer to node-2
+        n2.relocate_spot("room", "node-3", timeout=WAIT)  # node-2: a pointer to node-3
+        at, go = _fence_held_at(n1, "node-4")
+        mover, moved = _moving(n3, "room", "node-4")
+        assert at.wait(WAIT)  # node-4's own fence is at node-1
+        until(lambda: _committed_on(n4, "room"), "the move to commit")
+        c2 = n2.client()
+        sent = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(3)]
+        until(lambda: n2._runtime.router._routes.get("room") is not None, "node-2 to learn")
+        sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(3, 40)]
+        until(lambda: "node-2" in n4.status().paused_peers, "node-4 to pause node-2")
+        router1 = n1._runtime.router
+        sent.append(n1.client().send_to_spot("room", Add(sender="n1", seq=0)).future())
+        until(lambda: n1.counters().get("route_fences", 0) >= 1, "node-1 to switch")
+        until(lambda: "room" not in router1._switching, "node-1's fence back", timeout=3.0)
+        go()  # node-4's fence goes on from node-1
+        until(lambda: len(HANDLED) == 42, "every call handled", timeout=3.0)
+        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(40))
+        mover.join(WAIT)
+        assert moved == [None]
+        assert not any(n.counters().get("route_fences_lost") for n in cluster.nodes)
+        assert n4.counters().get("pauses_lifted_for_fences") == 1
+
+
+def _pause_over_blocked(cluster: LocalCluster) -> tuple[list[Any], int, int]:
+    """node-2 sends 20 calls to "other" on node-1, which a blocked turn holds: past its
+    backlog limit node-1 pauses node-2's DATA; then 10 more, which the pause holds. Returns
+    their futures, node-1's backlog of node-2's calls (what got in before the pause), and
+    how many the pause holds (the 10, and any of the 20 that came after it)."""
+    n1, n2 = cluster.nodes
+    n1.client().spots.get_or_create("other", "t.rb.room").wait(WAIT)
+    n1.client().send_to_spot("other", Block()).wait(WAIT)
+    assert BLOCKING.wait(WAIT)
+    c2 = n2.client()
+    sent = [c2.send_to_spot("other", Add(sender="n2", seq=s)).future() for s in range(20)]
+    until(lambda: "node-2" in n1.status().paused_peers, "node-1 to pause node-2")
+    _sync(n1)
+    backlog = n1._runtime.router.backlog()["node-2"]
+    sent += [c2.send_to_spot("other", Add(sender="n2", seq=s)).future() for s in range(20, 30)]
+    _sync(n2)
+    _sync(n1)
+    assert cluster.transport.paused("node-1", "node-2")
+    assert n1._runtime.router.backlog()["node-2"] == backlog, "DATA was taken past the pause"
+    held = len(cluster.transport._flows[("node-2", "node-1")].held)
+    assert held >= 10
+    return sent, backlog, held
+
+
+def test_a_pause_lifted_for_a_fence_holds_again_once_the_fence_is_in():
+    """The bound of python-api §9 stays: a paused peer's DATA is taken only up to the route
+    fence it announced. The room moves node-2 -> node-1; node-1's own fence for it (node-1
+    routed it by node-2) is held at node-2 for a moment, while node-1 pauses node-2 over
+    calls a blocked Spot holds. node-2 then relays the fence back, behind 10 calls the pause
+    holds: node-1 takes them and the fence, opens the room, and the pause holds again: what
+    node-2 sends next waits at the pause, not in node-1's backlog."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n2.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        n1.client().send_to_spot("room", Add(sender="n1", seq=0)).wait(WAIT)  # route: node-2
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        at, go = _fence_held_at(n2, "node-1")
+        mover, moved = _moving(n2, "room", "node-1")
+        assert at.wait(WAIT)  # node-1's own fence is at node-2
+        until(lambda: _committed_on(n1, "room"), "the move to commit")
+        sent, before, held = _pause_over_blocked(cluster)
+        go()  # node-2 relays the fence to node-1, behind the calls the pause holds
+        relocator1 = n1._runtime.relocator
+        until(lambda: "room" not in relocator1._in_ids, "node-1 to open the room")
+        _sync(n1)
+        router1 = n1._runtime.router
+        assert router1.backlog()["node-2"] == before + held  # every call before the fence
+        assert cluster.transport.paused("node-1", "node-2"), "the pause did not hold again"
+        c2 = n2.client()
+        sent += [c2.send_to_spot("other", Add(sender="n2", seq=s)).future() for s in (30, 31)]
+        _sync(n2)
+        _sync(n1)
+        assert router1.backlog()["node-2"] == before + held, "DATA after the fence was taken"
+        assert n1.counters().get("pauses_lifted_for_fences") == 1
+        assert not router1._marks and not router1._lifting
+        BLOCK.set()
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 33, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(32))
+        mover.join(WAIT)
+        assert moved == [None] and not n1.counters().get("route_fences_lost")
+        until(lambda: not n1.status().paused_peers, "node-1 to resume node-2")
+
+
+def test_a_fence_that_comes_before_its_notice_lifts_nothing_and_leaves_nothing():
+    """The notice travels on COMPLETION, the fence on DATA: either may come first. A fence
+    first needs nothing lifted (it is in); its notice then only pairs with it, and neither
+    leaves a deadline behind (an idle node's ``infrastructure_deadlines`` at its baseline)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, _n2 = cluster.nodes
+        sent, before, _held = _pause_over_blocked(cluster)
+        router1 = n1._runtime.router
+        deadlines = n1.status().infrastructure_deadlines
+        n1._infra.submit(router1._fence_crossing, "node-2", 77, True)
+        _sync(n1)
+        assert n1.status().infrastructure_deadlines == deadlines + 1  # (the fence's half)
+        n1._infra.submit(router1._fence_crossing, "node-2", 77, False, True)
+        _sync(n1)
+        assert cluster.transport.paused("node-1", "node-2")
+        assert router1.backlog()["node-2"] == before
+        assert not router1._marks and not router1._lifting
+        assert n1.status().infrastructure_deadlines == deadlines
+        assert not n1.counters().get("pauses_lifted_for_fences")
+        BLOCK.set()
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 30, "every call handled")
+
+
+def test_a_fence_notice_whose_fence_never_comes_lifts_a_pause_for_a_request_timeout_only():
+    """A notice (``FenceAheadEnvelope``) whose fence is lost (with its connection's session)
+    must not lift a pause for good, or the peer's DATA would flow past every bound: a half
+    whose other half does not come within a request timeout is dropped
+    (``fence_notices_expired``), and the pause holds again (python-api §9)."""
+    _reset()
+    clock = ManualClock()
+    with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, app_lane_items=4,
+                      peer_backlog_items=8, request_timeout=5.0) as cluster:  # fmt: skip
+        n1, _n2 = cluster.nodes
+        sent, before, held = _pause_over_blocked(cluster)
+        router1 = n1._runtime.router
+        n1._infra.submit(router1._fence_crossing, "node-2", 12345, False, True)
+        _sync(n1)
+        assert not cluster.transport.paused("node-1", "node-2"), "the notice lifted nothing"
+        until(lambda: router1.backlog().get("node-2") == before + held, "node-1 to take them")
+        clock.advance(4.9)
+        _sync(n1)
+        assert not cluster.transport.paused("node-1", "node-2")
+        clock.advance(0.2)
+        until(lambda: n1.counters().get("fence_notices_expired") == 1, "the notice to expire")
+        assert cluster.transport.paused("node-1", "node-2")
+        assert not router1._marks and not router1._lifting
+        BLOCK.set()
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 30, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(30))

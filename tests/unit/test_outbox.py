@@ -219,3 +219,52 @@ def test_a_fail_fast_put_is_held_only_behind_calls_for_its_own_target() -> None:
     assert not outbox.put_if_room("b", _send(7), False, "room-3")
     assert outbox.cancel_wait("b", withdrawn)
     assert outbox.put_if_room("b", _send(8), False, "room-3") and other == []
+
+
+def _fence(origin: str, mark: int = 0) -> wire.FenceEnvelope:
+    return wire.FenceEnvelope("room-1", origin, "a", 1, mark)
+
+
+def test_every_fence_put_is_announced_with_a_mark_of_its_own() -> None:
+    """python-api §9 (``MeshRouter._fence_crossing``): a route fence put on DATA gets a new
+    mark for this hop (one from an earlier hop is replaced) and a ``FenceAheadEnvelope``
+    with it on COMPLETION, which a paused DATA flow does not hold."""
+    outbox, ours, theirs, receiver, _failures = _outbox(limit=1 << 20)
+    outbox._transport.pause("b", "a")  # (the receiver holds what comes on DATA)
+    outbox.put("b", _fence("b"))
+    outbox.put("b", _fence("c", mark=5))  # relayed on, marked before
+    ours.run()
+    theirs.run()
+    notices = [wire.decode(f) for f in receiver.frames]
+    assert [type(n) for n in notices] == [wire.FenceAheadEnvelope] * 2  # DATA held, not these
+    first, second = notices
+    assert isinstance(first, wire.FenceAheadEnvelope) and (first.via, first.first_origin) == (
+        "a",
+        "b",
+    )
+    assert isinstance(second, wire.FenceAheadEnvelope) and second.first_origin == "c"
+    assert second.mark == first.mark + 1 and first.mark > 0
+    outbox._transport.resume("b", "a")
+    theirs.run()
+    fences = [wire.decode(f) for f in receiver.frames[2:]]
+    assert [f.mark for f in fences if isinstance(f, wire.FenceEnvelope)] == [
+        first.mark,
+        second.mark,
+    ]
+
+
+def test_a_fence_behind_callers_waiting_for_room_is_announced_as_it_is_put() -> None:
+    """A fence that waits in the line of callers waiting for room goes, and is announced,
+    once they are let go: the calls before it are queued ahead of it (per-sender order)."""
+    one = estimated_size(_send(1))
+    outbox, ours, theirs, receiver, _failures = _outbox(limit=one)
+    assert outbox.put_if_room("b", _send(1))
+    went: list[str] = []
+    assert not outbox.wait_room("b", lambda: went.append("waiter") or outbox.put("b", _send(2)))
+    outbox.put_behind_waiters("b", _fence("a"))
+    assert outbox.waiting("b") == 2  # the caller, then the fence
+    ours.run()
+    theirs.run()
+    kinds = [type(wire.decode(f)).__name__ for f in receiver.frames]
+    assert went == ["waiter"]
+    assert kinds == ["SendEnvelope", "SendEnvelope", "FenceEnvelope", "FenceAheadEnvelope"]

@@ -22,6 +22,7 @@ from zlink.mesh.wire import (
     EncodedValue,
     Envelope,
     EnvelopeKind,
+    FenceAheadEnvelope,
     FencedEnvelope,
     FenceEnvelope,
     JoinAnswer,
@@ -112,8 +113,10 @@ SAMPLES: dict[str, Envelope] = {
         hops=0,
     ),
     "fence": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2),
+    "fence-marked": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2, mark=9),
     "fenced-owner": FencedEnvelope(target="room-1", owner_node="n3"),
     "fenced-gone": FencedEnvelope(target="room-1", owner_node=None),
+    "fence_ahead": FenceAheadEnvelope(target="room-1", first_origin="n1", via="n2", mark=2**40 + 7),
     "create": CreateEnvelope(
         target="room-9", spot_type="t.w.room", origin_node="n1", correlation=5, hops=0
     ),
@@ -202,7 +205,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 4
+    assert frame["version"] == WIRE_VERSION == 5
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -315,7 +318,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 3, 5, "4", 4.0, True, None, [4]])
+@pytest.mark.parametrize("version", [0, 1, 4, 6, "5", 5.0, True, None, [5]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

@@ -20,6 +20,13 @@ Guarantees / assumes:
   spare, while waiting callers stop early, which lets this node's infrastructure thread,
   which drains this queue, run (under the GIL a sender runs whole switch intervals).
   Infrastructure traffic (replies, fences, relocation, relays) is never refused.
+* A route fence goes on DATA, behind what was queued for its peer before it (the router's
+  per-sender order), and is announced there at once, on COMPLETION (``FenceAheadEnvelope``,
+  paired with it by its ``mark``): if the peer paused this node and waits for that fence
+  (``MeshRouter._fence_crossing``), it takes this node's DATA up to it, since what waits
+  there may wait for that very fence. What it takes so is what this queue held for it when
+  the fence came (its calls at most ``submit_limit`` bytes; relays, which are never
+  refused, as many as came) and the transport's window.
 * An envelope that cannot be encoded (``WireError``) or sent (``Unavailable``) is handed to
   ``failed`` with the error, on the infrastructure thread: the router completes the call it
   carried, if any, and counts it. Nothing is dropped silently.
@@ -27,10 +34,13 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import itertools
 import logging
+import random
 import threading
 from collections import deque
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..errors import Unavailable, ZLinkError
 from . import wire
@@ -45,8 +55,10 @@ _log = logging.getLogger("zlink.mesh")
 _COMPLETION = (
     wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope, wire.DroppedEnvelope,
     wire.RelocDoneEnvelope, wire.RelocOpenedEnvelope, wire.RelocCommitEnvelope,
+    wire.FenceAheadEnvelope,
 )  # fmt: skip
 
+_FENCE = wire.FenceEnvelope
 Failed = Callable[[str, wire.Envelope, ZLinkError], None]
 Go = Callable[[], object]
 """A caller waiting for room: called (infrastructure thread) when it may put."""
@@ -121,28 +133,50 @@ class Outbox:
         # target: a fail-fast caller is refused only behind a call for its own target
         self._targets: dict[tuple[str, str], int] = {}
         self._target_of: dict[Go, str] = {}
+        # the marks of announced route fences (under _lock): from a random start, so a
+        # later incarnation of this node does not repeat an earlier one's
+        self._marks = itertools.count(random.getrandbits(48) + 1)
 
     # -- the put side (any thread, any lock held) -----------------------------------------------
     def put(self, peer: str, envelope: wire.Envelope) -> None:
         """Queue ``envelope`` for ``peer``. Never blocks, never refuses."""
+        if type(envelope) is _FENCE:
+            self._put_fence(peer, envelope)
+            return
         size = estimated_size(envelope) if channel_of(envelope) is Channel.DATA else 0
         with self._lock:
             schedule = self._append(peer, envelope, size)
         if schedule:
             self._submit(self._flush)
 
-    def put_behind_waiters(self, peer: str, envelope: wire.Envelope) -> None:
-        """``put`` ``envelope`` for ``peer`` once every caller waiting for room to ``peer`` now
-        has been let go (at once when none waits): it waits in their line, and never refuses.
-        For a route fence: it must not pass the calls made before it, and a caller waiting
-        here has made its call (per-sender FIFO, ``zlink.runtime.routing``)."""
+    def put_behind_waiters(self, peer: str, fence: wire.FenceEnvelope) -> None:
+        """``put`` a route fence for ``peer`` once every caller waiting for room to ``peer``
+        now has been let go (at once when none waits): it waits in their line, and never
+        refuses. It must not pass the calls made before it, and a caller waiting here has
+        made its call (per-sender FIFO, ``zlink.runtime.routing``)."""
         with self._lock:
             if self._waiters.get(peer) or self._going.get(peer):
-                self._waiters.setdefault(peer, deque()).append(lambda: self.put(peer, envelope))
+                self._waiters.setdefault(peer, deque()).append(lambda: self._put_fence(peer, fence))
                 return
-            schedule = self._append(peer, envelope, estimated_size(envelope))
+            schedule = self._append_fence(peer, fence)
         if schedule:
             self._submit(self._flush)
+
+    def _put_fence(self, peer: str, fence: wire.FenceEnvelope) -> None:
+        with self._lock:
+            schedule = self._append_fence(peer, fence)
+        if schedule:
+            self._submit(self._flush)
+
+    def _append_fence(self, peer: str, fence: wire.FenceEnvelope) -> bool:
+        """(Under ``_lock``.) ``_append`` a route fence with a new mark for this hop, and
+        tell ``peer`` at once (see the module docstring)."""
+        fence = replace(fence, mark=next(self._marks))
+        schedule = self._append(peer, fence, estimated_size(fence))
+        notice = wire.FenceAheadEnvelope(fence.target, fence.first_origin, self._node_id,
+                                         fence.mark)  # fmt: skip
+        self._append(peer, notice, 0)  # (a flush is scheduled: the fence's)
+        return schedule
 
     def put_if_room(
         self, peer: str, envelope: wire.Envelope, can_wait: bool = True, target: str = ""

@@ -5,11 +5,11 @@ What crosses the boundary
     (:class:`EnvelopeKind`), encoded as one JSON object (``zlink.messaging.codec``: orjson
     where it is installed, else the standard ``json``). Calls (``send``/``request``, and a
     ``batch`` of sends) and their ``reply``; the notice of a send that could not be delivered
-    (``dropped``); route hints (``route``) and route fences (``fence``/``fenced``); forwarded
-    creates (``create``); the relocation protocol (``reloc_chunk``, ``reloc``, ``reloc_done``,
-    ``reloc_commit``, ``reloc_opened``, ``reloc_abort``) with its nested records
-    (:class:`RelocObject`, :class:`RelocMessageJob`, :class:`RelocTickJob`,
-    :class:`RelocTimer`); and the cross-node
+    (``dropped``); route hints (``route``) and route fences (``fence``/``fenced``, and the
+    ``fence_ahead`` that announces one); forwarded creates (``create``); the relocation
+    protocol (``reloc_chunk``, ``reloc``, ``reloc_done``, ``reloc_commit``,
+    ``reloc_opened``, ``reloc_abort``) with its nested records (:class:`RelocObject`,
+    :class:`RelocMessageJob`, :class:`RelocTickJob`, :class:`RelocTimer`); and the cross-node
     Join question (``join_ask``), whose answer rides in a ``reply`` as a :class:`JoinAnswer`.
     Application payloads stay opaque here: a message is its wire type name and the JSON text
     ``zlink.messaging.message.to_wire`` produces; a reply value is JSON text. They are
@@ -54,9 +54,12 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 4
+WIRE_VERSION: Final = 5
 """The version every envelope carries; a node decodes its own version only.
 
+5: ``fence_ahead`` and ``FenceEnvelope.mark`` (each hop of a route fence on DATA is
+announced on COMPLETION: a receiver that paused its sender and waits for that fence takes
+that DATA up to it).
 4: ``RelocDoneEnvelope.refused`` (a target that drains or stops takes no move: the source
 tries another node).
 3: ``RelocObject.topics`` (a moving Spot's Logical Multicast subscriptions go with it).
@@ -84,6 +87,7 @@ class EnvelopeKind(StrEnum):
     ROUTE = "route"
     FENCE = "fence"
     FENCED = "fenced"
+    FENCE_AHEAD = "fence_ahead"
     CREATE = "create"
     RELOC_CHUNK = "reloc_chunk"
     RELOC = "reloc"
@@ -443,6 +447,8 @@ class FenceEnvelope:
     """The node that handed it over last (the sender, or the last relaying node)."""
     hops: int
     """How often it was relayed."""
+    mark: int = 0
+    """The id of this hop's ``fence_ahead`` notice (set by the sending node's outbox)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -455,6 +461,27 @@ class FencedEnvelope:
     """The fenced Spot or Actor id."""
     owner_node: str | None
     """The node that owns it (the new route), ``None`` when it was found nowhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class FenceAheadEnvelope:
+    """A route fence is on its way to this node on DATA, behind what ``via`` queued for it
+    before: if this node paused ``via`` and waits for that fence (it is its own, or for a
+    Spot arriving here), it takes that DATA up to the fence (python-api §9: a fence is
+    infrastructure traffic, and the pause could be waiting for the very Spot the fence
+    keeps from opening). Travels on COMPLETION, so it may come before or after its fence;
+    ``mark`` pairs them."""
+
+    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.FENCE_AHEAD
+
+    target: str
+    """The fence's Spot or Actor id."""
+    first_origin: str
+    """The node that sent the fence (whose switch waits for it)."""
+    via: str
+    """The node that put the fence on DATA to this one."""
+    mark: int
+    """The fence's ``mark``: unique among ``via``'s notices (it starts at a random value)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,6 +630,7 @@ Envelope = (
     | RouteEnvelope
     | FenceEnvelope
     | FencedEnvelope
+    | FenceAheadEnvelope
     | CreateEnvelope
     | RelocChunkEnvelope
     | RelocEnvelope
@@ -1149,6 +1177,7 @@ __all__ = [
     "EncodedValue",
     "Envelope",
     "EnvelopeKind",
+    "FenceAheadEnvelope",
     "FenceEnvelope",
     "FencedEnvelope",
     "JoinAnswer",

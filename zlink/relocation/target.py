@@ -454,6 +454,10 @@ class Inbound(RelocatorState):
         except Unavailable:  # the source is gone: its move ends with it
             self.rt.metrics.add("relocation_answers_undeliverable")
 
+    def arriving(self, target: str) -> bool:
+        """Whether ``target`` is arriving here, not yet open (a dict read: any thread)."""
+        return target in self._in_ids
+
     def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
         """This node's fence for an arriving ``target`` is back: the calls kept behind it
         (``resend``) and then those made since may go in. ``False`` if none is arriving.

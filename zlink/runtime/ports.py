@@ -42,6 +42,10 @@ class RelocationPort(Protocol):
         """Park or relay a call or fence for a target sealed here; ``False`` if none is."""
         ...
 
+    def arriving(self, target: str) -> bool:
+        """Whether ``target`` is arriving on this node by a move, not yet open."""
+        ...
+
     def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
         """This node's fence for an arriving target is back; ``False`` if none is arriving."""
         ...

@@ -21,6 +21,12 @@ Guarantees / assumes:
   the fence keeps. A fence that finds the target elsewhere than the hint said (it came back,
   or went on) leaves the old path as it was: the calls before it are all with the target,
   come that way, and the next ones follow them. Transports need only per-connection order.
+* A fence is infrastructure traffic (python-api §9) though it rides on DATA: each hop is
+  announced on COMPLETION as it is queued (``zlink.mesh.outbox``), and a receiver that paused
+  its sender and waits for that fence (its own, or one for a Spot arriving here) takes that
+  sender's DATA up to it, then pauses again (``_fence_crossing``). Else the pause could wait
+  for the fence: calls that wait for a Spot arriving here, which opens only once this node's
+  own fence is back.
 * Envelopes are typed (``zlink.mesh.wire``) and leave through the node's ``Outbox``: posting
   never blocks and may happen under ``route_lock``; the transport is called only by the
   infrastructure thread. What arrives is decoded there; bytes that do not decode are counted
@@ -54,8 +60,8 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from pydantic_core import to_json
 
@@ -152,6 +158,12 @@ class MeshRouter:
         self._answered = threading.Condition()
         self._unanswered = 0
         self._paused: set[str] = set()  # under _lock
+        # route fences coming from a peer on its DATA (under _lock): peer -> mark -> the
+        # notice (``FenceAheadEnvelope``) or the fence, whichever came first; and peer -> how
+        # many notices of fences this node waits for wait for their fence (a paused peer's
+        # DATA is taken up to them: ``_fence_crossing``)
+        self._marks: dict[str, dict[int, _Mark]] = {}
+        self._lifting: dict[str, int] = {}
         self.backlog_limit = backlog_limit
         self._handlers: dict[type[Any], EnvelopeHandler] = {
             wire.SendEnvelope: self._on_call,
@@ -1040,6 +1052,8 @@ class MeshRouter:
             self._paused.discard(peer)
             awaited = {corr for corr, entry in self._pending.items() if entry[2] == peer}
             self._suspected.setdefault(peer, set()).update(awaited)
+        # (the halves of this node's fences it was to bring stay: a session outlives its
+        # connection, python-api §10; those it never brings are dropped in a request timeout)
         self.rt.metrics.add("peers_suspected")
         held = self.rt.membership_lease
         if held is not None:
@@ -1066,6 +1080,7 @@ class MeshRouter:
             with self._lock:
                 self._backlog.pop(peer, None)
                 self._paused.discard(peer)
+            self._forget_marks(peer)
         with self.route_lock:
             for table in (self._routes, self._moved):
                 for target in [t for t, r in table.items() if r.node == peer]:
@@ -1145,7 +1160,16 @@ class MeshRouter:
                 origin, corr = exc.reply_route
                 self.reply(origin, corr, error=exc)
             return
-        handler = self._handlers.get(type(env))
+        kind = type(env)
+        if kind is wire.FenceEnvelope:  # (counted as it crosses, however it is handled)
+            mark = cast(wire.FenceEnvelope, env).mark
+            if mark:  # (0: not from an outbox, which marks every fence it sends)
+                self._fence_crossing(peer, mark, arrived=True)
+        elif kind is wire.FenceAheadEnvelope:
+            notice = cast(wire.FenceAheadEnvelope, env)
+            self._fence_crossing(peer, notice.mark, False, self._waits_for(notice))
+            return
+        handler = self._handlers.get(kind)
         if handler is None:  # a kind this node has no part for (no mesh relocation)
             self.rt.metrics.add("unhandled_envelopes")
             return
@@ -1312,8 +1336,9 @@ class MeshRouter:
             count = self._backlog[peer] = self._backlog.get(peer, 0) + n
             pause = count >= self.backlog_limit and peer not in self._paused
             if pause:  # stop taking DATA from it; replies still flow (§9, seed §16)
+                took = self._takes_data(peer)
                 self._paused.add(peer)
-                self.transport.pause(self.rt.node_id, peer)
+                self._tell_transport(peer, took)
         if pause:
             self.rt.metrics.add("peers_paused")
 
@@ -1326,8 +1351,117 @@ class MeshRouter:
             else:
                 self._backlog.pop(peer, None)
             if peer in self._paused and count <= self.backlog_limit // 2:
+                took = self._takes_data(peer)
                 self._paused.discard(peer)
-                self.transport.resume(self.rt.node_id, peer)
+                self._tell_transport(peer, took)
+
+    def _takes_data(self, peer: str) -> bool:
+        """(Under ``_lock``.) Whether the transport takes ``peer``'s DATA now: it is not
+        paused, or one of this node's route fences comes back behind it
+        (``_fence_crossing``)."""
+        return peer not in self._paused or peer in self._lifting
+
+    def _tell_transport(self, peer: str, took: bool) -> bool:
+        """(Under ``_lock``: a pause and a resume never cross.) Pause or resume ``peer`` at
+        the transport if whether it takes its DATA changed from ``took``; ``True`` if a
+        pause was lifted."""
+        takes = self._takes_data(peer)
+        if takes == took:
+            return False
+        if takes:
+            self.transport.resume(self.rt.node_id, peer)
+        else:
+            self.transport.pause(self.rt.node_id, peer)
+        return takes
+
+    def _waits_for(self, notice: wire.FenceAheadEnvelope) -> bool:
+        """Whether this node may wait for the fence ``notice`` announces: it is its own (its
+        switch, or an arrival here, waits for it), or it is for a Spot arriving here (whose
+        opening may wait for it: this node's own fence for it may be kept behind it)."""
+        if notice.first_origin == self.rt.node_id:
+            return True
+        relocator = self.rt.relocator
+        return relocator is not None and relocator.arriving(notice.target)
+
+    def _fence_crossing(self, peer: str, mark: int, arrived: bool, lifts: bool = False) -> None:
+        """A route fence is on its way here on ``peer``'s DATA (its notice came, on
+        COMPLETION), or came (``arrived``); ``mark`` pairs the two, in either order. A fence
+        is infrastructure traffic (python-api §9): if this node waits for it (``lifts``,
+        ``_waits_for``), a pause of ``peer`` is lifted from the notice until the fence, and
+        holds again after.
+
+        Before, a node kept the peer its own fence came back through paused over calls that
+        waited for the very Spot that fence kept from opening (an arrival opens once its
+        node's fences are back): nothing moved until the fence's deadline
+        (``route_fences_lost``), and a sender's order could break then (4 of 53 stress runs);
+        and so did one whose own fence was kept, at another node, behind that node's fence
+        for the same Spot, which the pause held. Bounded: what the peer queued for this node
+        before the fence (``zlink.mesh.outbox``) and the transport's window, per fence this
+        node waits for. A notice or fence whose other half does not come within a request
+        timeout (lost with its connection's session) is dropped (``fence_notices_expired``),
+        so a lifted pause holds again."""
+        with self._lock:
+            took = self._takes_data(peer)
+            marks = self._marks.setdefault(peer, {})
+            first = marks.pop(mark, None)
+            if first is not None and first.lifts:
+                self._lift(peer, -1)
+            if first is not None and first.arrived != arrived:  # its other half: done
+                new = None
+            else:  # the first half (or, impossibly, the same half again: the later counts)
+                new = marks[mark] = _Mark(peer, mark, arrived, lifts and not arrived)
+                if new.lifts:
+                    self._lift(peer, 1)
+            if not marks:
+                del self._marks[peer]
+            lifted = self._tell_transport(peer, took)
+        if first is not None and first.stale is not None:
+            first.stale.cancel()
+        if lifted:
+            self.rt.metrics.add("pauses_lifted_for_fences")
+        if new is not None:  # dropped if its other half does not come
+            timer: DeadlineHandle | None = self.rt.infra.call_later(
+                self.rt.request_timeout, self._mark_stale, new
+            )
+            with self._lock:  # (crossings come on this thread only; a peer's end may not)
+                if self._marks.get(peer, {}).get(mark) is new:
+                    new.stale, timer = timer, None
+            if timer is not None:
+                timer.cancel()
+
+    def _lift(self, peer: str, step: int) -> None:
+        """(Under ``_lock``.) One more (or one fewer) notice of ``peer``'s waits for its fence."""
+        left = self._lifting.get(peer, 0) + step
+        if left > 0:
+            self._lifting[peer] = left
+        else:
+            self._lifting.pop(peer, None)
+
+    def _mark_stale(self, half: _Mark) -> None:
+        """(Infrastructure thread.) See ``_fence_crossing``: ``half``'s other half did not
+        come within a request timeout."""
+        peer = half.peer
+        with self._lock:
+            marks = self._marks.get(peer)
+            if marks is None or marks.get(half.mark) is not half:
+                return
+            took = self._takes_data(peer)
+            del marks[half.mark]
+            if not marks:
+                del self._marks[peer]
+            if half.lifts:
+                self._lift(peer, -1)
+            self._tell_transport(peer, took)
+        self.rt.metrics.add("fence_notices_expired")
+
+    def _forget_marks(self, peer: str) -> None:
+        """``peer`` is down for good: the halves of fences it was to bring go with it."""
+        with self._lock:
+            marks = self._marks.pop(peer, None)
+            self._lifting.pop(peer, None)
+        for half in (marks or {}).values():
+            if half.stale is not None:
+                half.stale.cancel()
 
     def paused_peers(self) -> list[str]:
         """The peers whose application DATA this node does not take now (status)."""
@@ -1424,6 +1558,19 @@ class _IntakeError(Unavailable):
     """A call a node failed to take for a fault of its own (counted ``call_intake_errors``);
     its caller sees ``Unavailable``, only when nothing of the call was queued (so trying again
     cannot run it twice)."""
+
+
+@dataclass(eq=False, slots=True)
+class _Mark:
+    """The half of a route fence coming from ``peer`` that came first
+    (``MeshRouter._fence_crossing``): the fence itself (``arrived``: DATA may outrun
+    COMPLETION), or its notice (``lifts``: a pause of ``peer`` is lifted until the fence)."""
+
+    peer: str
+    mark: int
+    arrived: bool
+    lifts: bool
+    stale: DeadlineHandle | None = None  # when it is dropped, if its other half never comes
 
 
 def _drop_reason(error: BaseException) -> str:
