@@ -577,7 +577,7 @@ def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_thro
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(120))
         mover.join(WAIT)
         assert moved == [None] and not n3.counters().get("route_fences_lost")
-        assert n3.counters().get("pauses_lifted_for_fences") == 1
+        assert n3.counters().get("pauses_lifted_for_infrastructure") == 1
 
 
 def test_an_arrivals_fence_kept_behind_another_nodes_fence_for_it_is_not_held_by_its_pause():
@@ -616,7 +616,7 @@ def test_an_arrivals_fence_kept_behind_another_nodes_fence_for_it_is_not_held_by
         mover.join(WAIT)
         assert moved == [None]
         assert not any(n.counters().get("route_fences_lost") for n in cluster.nodes)
-        assert n4.counters().get("pauses_lifted_for_fences") == 1
+        assert n4.counters().get("pauses_lifted_for_infrastructure") == 1
 
 
 def _pause_over_blocked(cluster: LocalCluster) -> tuple[list[Any], int, int]:
@@ -674,7 +674,7 @@ def test_a_pause_lifted_for_a_fence_holds_again_once_the_fence_is_in():
         _sync(n2)
         _sync(n1)
         assert router1.backlog()["node-2"] == before + held, "DATA after the fence was taken"
-        assert n1.counters().get("pauses_lifted_for_fences") == 1
+        assert n1.counters().get("pauses_lifted_for_infrastructure") == 1
         assert not router1._marks and not router1._lifting
         BLOCK.set()
         for future in sent:
@@ -697,16 +697,16 @@ def test_a_fence_that_comes_before_its_notice_lifts_nothing_and_leaves_nothing()
         sent, before, _held = _pause_over_blocked(cluster)
         router1 = n1._runtime.router
         deadlines = n1.status().infrastructure_deadlines
-        n1._infra.submit(router1._fence_crossing, "node-2", 77, True)
+        n1._infra.submit(router1._crossing, "node-2", 77, True)
         _sync(n1)
         assert n1.status().infrastructure_deadlines == deadlines + 1  # (the fence's half)
-        n1._infra.submit(router1._fence_crossing, "node-2", 77, False, True)
+        n1._infra.submit(router1._crossing, "node-2", 77, False, True)
         _sync(n1)
         assert cluster.transport.paused("node-1", "node-2")
         assert router1.backlog()["node-2"] == before
         assert not router1._marks and not router1._lifting
         assert n1.status().infrastructure_deadlines == deadlines
-        assert not n1.counters().get("pauses_lifted_for_fences")
+        assert not n1.counters().get("pauses_lifted_for_infrastructure")
         BLOCK.set()
         for future in sent:
             assert future.result(WAIT) is None
@@ -714,10 +714,10 @@ def test_a_fence_that_comes_before_its_notice_lifts_nothing_and_leaves_nothing()
 
 
 def test_a_fence_notice_whose_fence_never_comes_lifts_a_pause_for_a_request_timeout_only():
-    """A notice (``FenceAheadEnvelope``) whose fence is lost (with its connection's session)
+    """A notice (``DataAheadEnvelope``) whose fence is lost (with its connection's session)
     must not lift a pause for good, or the peer's DATA would flow past every bound: a half
     whose other half does not come within a request timeout is dropped
-    (``fence_notices_expired``), and the pause holds again (python-api §9)."""
+    (``ahead_notices_expired``), and the pause holds again (python-api §9)."""
     _reset()
     clock = ManualClock()
     with LocalCluster(build_app(), nodes=2, clock=clock, workers=2, app_lane_items=4,
@@ -725,7 +725,7 @@ def test_a_fence_notice_whose_fence_never_comes_lifts_a_pause_for_a_request_time
         n1, _n2 = cluster.nodes
         sent, before, held = _pause_over_blocked(cluster)
         router1 = n1._runtime.router
-        n1._infra.submit(router1._fence_crossing, "node-2", 12345, False, True)
+        n1._infra.submit(router1._crossing, "node-2", 12345, False, True)
         _sync(n1)
         assert not cluster.transport.paused("node-1", "node-2"), "the notice lifted nothing"
         until(lambda: router1.backlog().get("node-2") == before + held, "node-1 to take them")
@@ -733,8 +733,37 @@ def test_a_fence_notice_whose_fence_never_comes_lifts_a_pause_for_a_request_time
         _sync(n1)
         assert not cluster.transport.paused("node-1", "node-2")
         clock.advance(0.2)
-        until(lambda: n1.counters().get("fence_notices_expired") == 1, "the notice to expire")
+        until(lambda: n1.counters().get("ahead_notices_expired") == 1, "the notice to expire")
         assert cluster.transport.paused("node-1", "node-2")
+        assert not router1._marks and not router1._lifting
+        BLOCK.set()
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 30, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(30))
+
+
+def test_a_move_to_a_node_that_paused_its_source_goes_through_the_pause():
+    """A move's chunks, payload and abort travel on DATA (behind the calls its source sent
+    before them), so a target that had paused its source (over calls for another Spot
+    there, held by a blocked turn) held the move too, until the pause ended or the move's
+    deadline withdrew it (README "Flow control between nodes, known gaps"). They are
+    infrastructure traffic (python-api §9): announced on COMPLETION, the target takes its
+    source's DATA up to each, and the pause holds again after."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n2.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        sent, before, held = _pause_over_blocked(cluster)
+        mover, moved = _moving(n2, "room", "node-1")
+        mover.join(WAIT / 2)
+        assert moved == [None], "the move waited for the pause"
+        _sync(n1)
+        router1 = n1._runtime.router
+        assert router1.backlog()["node-2"] == before + held  # what came before the move
+        assert cluster.transport.paused("node-1", "node-2"), "the pause did not hold again"
+        assert n1.counters().get("pauses_lifted_for_infrastructure", 0) >= 1
         assert not router1._marks and not router1._lifting
         BLOCK.set()
         for future in sent:

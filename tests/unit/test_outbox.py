@@ -226,8 +226,8 @@ def _fence(origin: str, mark: int = 0) -> wire.FenceEnvelope:
 
 
 def test_every_fence_put_is_announced_with_a_mark_of_its_own() -> None:
-    """python-api §9 (``MeshRouter._fence_crossing``): a route fence put on DATA gets a new
-    mark for this hop (one from an earlier hop is replaced) and a ``FenceAheadEnvelope``
+    """python-api §9 (``MeshRouter._crossing``): a route fence put on DATA gets a new
+    mark for this hop (one from an earlier hop is replaced) and a ``DataAheadEnvelope``
     with it on COMPLETION, which a paused DATA flow does not hold."""
     outbox, ours, theirs, receiver, _failures = _outbox(limit=1 << 20)
     outbox._transport.pause("b", "a")  # (the receiver holds what comes on DATA)
@@ -236,13 +236,13 @@ def test_every_fence_put_is_announced_with_a_mark_of_its_own() -> None:
     ours.run()
     theirs.run()
     notices = [wire.decode(f) for f in receiver.frames]
-    assert [type(n) for n in notices] == [wire.FenceAheadEnvelope] * 2  # DATA held, not these
+    assert [type(n) for n in notices] == [wire.DataAheadEnvelope] * 2  # DATA held, not these
     first, second = notices
-    assert isinstance(first, wire.FenceAheadEnvelope) and (first.via, first.first_origin) == (
+    assert isinstance(first, wire.DataAheadEnvelope) and (first.via, first.first_origin) == (
         "a",
         "b",
     )
-    assert isinstance(second, wire.FenceAheadEnvelope) and second.first_origin == "c"
+    assert isinstance(second, wire.DataAheadEnvelope) and second.first_origin == "c"
     assert second.mark == first.mark + 1 and first.mark > 0
     outbox._transport.resume("b", "a")
     theirs.run()
@@ -267,4 +267,4 @@ def test_a_fence_behind_callers_waiting_for_room_is_announced_as_it_is_put() -> 
     theirs.run()
     kinds = [type(wire.decode(f)).__name__ for f in receiver.frames]
     assert went == ["waiter"]
-    assert kinds == ["SendEnvelope", "SendEnvelope", "FenceEnvelope", "FenceAheadEnvelope"]
+    assert kinds == ["SendEnvelope", "SendEnvelope", "FenceEnvelope", "DataAheadEnvelope"]

@@ -17,12 +17,12 @@ from zlink.mesh.wire import (
     WIRE_VERSION,
     BatchEnvelope,
     CreateEnvelope,
+    DataAheadEnvelope,
     DroppedEnvelope,
     EncodedError,
     EncodedValue,
     Envelope,
     EnvelopeKind,
-    FenceAheadEnvelope,
     FencedEnvelope,
     FenceEnvelope,
     JoinAnswer,
@@ -116,7 +116,19 @@ SAMPLES: dict[str, Envelope] = {
     "fence-marked": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2, mark=9),
     "fenced-owner": FencedEnvelope(target="room-1", owner_node="n3"),
     "fenced-gone": FencedEnvelope(target="room-1", owner_node=None),
-    "fence_ahead": FenceAheadEnvelope(target="room-1", first_origin="n1", via="n2", mark=2**40 + 7),
+    "data_ahead-fence": DataAheadEnvelope(
+        announces=EnvelopeKind.FENCE,
+        target="room-1",
+        first_origin="n1",
+        via="n2",
+        mark=2**40 + 7,
+    ),
+    "data_ahead-reloc": DataAheadEnvelope(
+        announces=EnvelopeKind.RELOC_CHUNK, target="", first_origin="n1", via="n1", mark=3
+    ),
+    "reloc_chunk-marked": RelocChunkEnvelope(
+        source_node="n1", relocation_id=3, index=1, chunk="AAEC", mark=4
+    ),
     "create": CreateEnvelope(
         target="room-9", spot_type="t.w.room", origin_node="n1", correlation=5, hops=0
     ),

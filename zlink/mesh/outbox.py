@@ -20,12 +20,14 @@ Guarantees / assumes:
   spare, while waiting callers stop early, which lets this node's infrastructure thread,
   which drains this queue, run (under the GIL a sender runs whole switch intervals).
   Infrastructure traffic (replies, fences, relocation, relays) is never refused.
-* A route fence goes on DATA, behind what was queued for its peer before it (the router's
-  per-sender order), and is announced there at once, on COMPLETION (``FenceAheadEnvelope``,
-  paired with it by its ``mark``): if the peer paused this node and waits for that fence
-  (``MeshRouter._fence_crossing``), it takes this node's DATA up to it, since what waits
-  there may wait for that very fence. What it takes so is what this queue held for it when
-  the fence came (its calls at most ``submit_limit`` bytes; relays, which are never
+* A route fence, a move's chunk, payload and abort go on DATA, behind what was queued for
+  their peer before them (the per-sender order a fence proves; the calls a move's source
+  relayed before its abort), and each is announced there at once, on COMPLETION
+  (``DataAheadEnvelope``, paired with it by its ``mark``): if the peer paused this node and
+  waits for it (``MeshRouter._crossing``), it takes this node's DATA up to it, since what
+  waits there may wait for it (a Spot arriving there opens once that node's own fences are
+  back; a move arrives with its payload). What it takes so is what this queue held for it
+  when that envelope came (its calls at most ``submit_limit`` bytes; relays, which are never
   refused, as many as came) and the transport's window.
 * An envelope that cannot be encoded (``WireError``) or sent (``Unavailable``) is handed to
   ``failed`` with the error, on the infrastructure thread: the router completes the call it
@@ -38,6 +40,7 @@ import itertools
 import logging
 import random
 import threading
+import typing
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
@@ -55,10 +58,15 @@ _log = logging.getLogger("zlink.mesh")
 _COMPLETION = (
     wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope, wire.DroppedEnvelope,
     wire.RelocDoneEnvelope, wire.RelocOpenedEnvelope, wire.RelocCommitEnvelope,
-    wire.FenceAheadEnvelope,
+    wire.DataAheadEnvelope,
 )  # fmt: skip
 
-_FENCE = wire.FenceEnvelope
+Announced = (
+    wire.FenceEnvelope | wire.RelocChunkEnvelope | wire.RelocEnvelope | wire.RelocAbortEnvelope
+)
+"""What is announced as it is put on DATA (``DataAheadEnvelope``), with a mark of its own."""
+ANNOUNCED: frozenset[type[wire.Envelope]] = frozenset(typing.get_args(Announced))
+_ANNOUNCED = ANNOUNCED
 Failed = Callable[[str, wire.Envelope, ZLinkError], None]
 Go = Callable[[], object]
 """A caller waiting for room: called (infrastructure thread) when it may put."""
@@ -133,19 +141,19 @@ class Outbox:
         # target: a fail-fast caller is refused only behind a call for its own target
         self._targets: dict[tuple[str, str], int] = {}
         self._target_of: dict[Go, str] = {}
-        # the marks of announced route fences (under _lock): from a random start, so a
+        # the marks of what is announced (under _lock): from a random start, so a
         # later incarnation of this node does not repeat an earlier one's
         self._marks = itertools.count(random.getrandbits(48) + 1)
 
     # -- the put side (any thread, any lock held) -----------------------------------------------
     def put(self, peer: str, envelope: wire.Envelope) -> None:
         """Queue ``envelope`` for ``peer``. Never blocks, never refuses."""
-        if type(envelope) is _FENCE:
-            self._put_fence(peer, envelope)
-            return
-        size = estimated_size(envelope) if channel_of(envelope) is Channel.DATA else 0
         with self._lock:
-            schedule = self._append(peer, envelope, size)
+            if type(envelope) in _ANNOUNCED:
+                schedule = self._append_announced(peer, envelope)  # type: ignore[arg-type]
+            else:
+                size = estimated_size(envelope) if channel_of(envelope) is Channel.DATA else 0
+                schedule = self._append(peer, envelope, size)
         if schedule:
             self._submit(self._flush)
 
@@ -156,26 +164,24 @@ class Outbox:
         made its call (per-sender FIFO, ``zlink.runtime.routing``)."""
         with self._lock:
             if self._waiters.get(peer) or self._going.get(peer):
-                self._waiters.setdefault(peer, deque()).append(lambda: self._put_fence(peer, fence))
+                self._waiters.setdefault(peer, deque()).append(lambda: self.put(peer, fence))
                 return
-            schedule = self._append_fence(peer, fence)
+            schedule = self._append_announced(peer, fence)
         if schedule:
             self._submit(self._flush)
 
-    def _put_fence(self, peer: str, fence: wire.FenceEnvelope) -> None:
-        with self._lock:
-            schedule = self._append_fence(peer, fence)
-        if schedule:
-            self._submit(self._flush)
-
-    def _append_fence(self, peer: str, fence: wire.FenceEnvelope) -> bool:
-        """(Under ``_lock``.) ``_append`` a route fence with a new mark for this hop, and
+    def _append_announced(self, peer: str, envelope: Announced) -> bool:
+        """(Under ``_lock``.) ``_append`` a fence or a move's envelope with a new mark, and
         tell ``peer`` at once (see the module docstring)."""
-        fence = replace(fence, mark=next(self._marks))
-        schedule = self._append(peer, fence, estimated_size(fence))
-        notice = wire.FenceAheadEnvelope(fence.target, fence.first_origin, self._node_id,
-                                         fence.mark)  # fmt: skip
-        self._append(peer, notice, 0)  # (a flush is scheduled: the fence's)
+        envelope = replace(envelope, mark=next(self._marks))
+        schedule = self._append(peer, envelope, estimated_size(envelope))
+        if isinstance(envelope, wire.FenceEnvelope):
+            target, origin = envelope.target, envelope.first_origin
+        else:
+            target, origin = "", envelope.source_node
+        notice = wire.DataAheadEnvelope(envelope.KIND, target, origin, self._node_id,
+                                        envelope.mark)  # fmt: skip
+        self._append(peer, notice, 0)  # (a flush is scheduled: the envelope's)
         return schedule
 
     def put_if_room(

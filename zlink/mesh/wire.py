@@ -5,8 +5,9 @@ What crosses the boundary
     (:class:`EnvelopeKind`), encoded as one JSON object (``zlink.messaging.codec``: orjson
     where it is installed, else the standard ``json``). Calls (``send``/``request``, and a
     ``batch`` of sends) and their ``reply``; the notice of a send that could not be delivered
-    (``dropped``); route hints (``route``) and route fences (``fence``/``fenced``, and the
-    ``fence_ahead`` that announces one); forwarded creates (``create``); the relocation
+    (``dropped``); route hints (``route``) and route fences (``fence``/``fenced``);
+    ``data_ahead``, which announces a fence or a move's envelope put on DATA; forwarded
+    creates (``create``); the relocation
     protocol (``reloc_chunk``, ``reloc``, ``reloc_done``, ``reloc_commit``,
     ``reloc_opened``, ``reloc_abort``) with its nested records (:class:`RelocObject`,
     :class:`RelocMessageJob`, :class:`RelocTickJob`, :class:`RelocTimer`); and the cross-node
@@ -57,9 +58,9 @@ from ..timers import OverrunPolicy
 WIRE_VERSION: Final = 5
 """The version every envelope carries; a node decodes its own version only.
 
-5: ``fence_ahead`` and ``FenceEnvelope.mark`` (each hop of a route fence on DATA is
-announced on COMPLETION: a receiver that paused its sender and waits for that fence takes
-that DATA up to it).
+5: ``data_ahead`` and the ``mark`` of ``fence``, ``reloc_chunk``, ``reloc`` and
+``reloc_abort`` (each is announced on COMPLETION as it is put on DATA: a receiver that
+paused its sender and waits for it takes that DATA up to it).
 4: ``RelocDoneEnvelope.refused`` (a target that drains or stops takes no move: the source
 tries another node).
 3: ``RelocObject.topics`` (a moving Spot's Logical Multicast subscriptions go with it).
@@ -87,7 +88,7 @@ class EnvelopeKind(StrEnum):
     ROUTE = "route"
     FENCE = "fence"
     FENCED = "fenced"
-    FENCE_AHEAD = "fence_ahead"
+    DATA_AHEAD = "data_ahead"
     CREATE = "create"
     RELOC_CHUNK = "reloc_chunk"
     RELOC = "reloc"
@@ -448,7 +449,7 @@ class FenceEnvelope:
     hops: int
     """How often it was relayed."""
     mark: int = 0
-    """The id of this hop's ``fence_ahead`` notice (set by the sending node's outbox)."""
+    """The id of this hop's ``data_ahead`` notice (set by the sending node's outbox)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,24 +465,27 @@ class FencedEnvelope:
 
 
 @dataclass(frozen=True, slots=True)
-class FenceAheadEnvelope:
-    """A route fence is on its way to this node on DATA, behind what ``via`` queued for it
-    before: if this node paused ``via`` and waits for that fence (it is its own, or for a
-    Spot arriving here), it takes that DATA up to the fence (python-api §9: a fence is
-    infrastructure traffic, and the pause could be waiting for the very Spot the fence
-    keeps from opening). Travels on COMPLETION, so it may come before or after its fence;
-    ``mark`` pairs them."""
+class DataAheadEnvelope:
+    """An envelope of the mesh's own is on its way to this node on DATA (a route fence, or a
+    move's chunk, payload or abort), behind what ``via`` queued for it before: if this node
+    paused ``via`` and waits for it, it takes that DATA up to it (python-api §9: such
+    envelopes are infrastructure traffic, and the pause could be waiting for them: a Spot
+    arriving here opens only once this node's own fences are back, and a move's payload is
+    what lets it arrive). Travels on COMPLETION, so it may come before or after what it
+    announces; ``mark`` pairs them."""
 
-    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.FENCE_AHEAD
+    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.DATA_AHEAD
 
+    announces: EnvelopeKind
+    """The kind of what it announces: ``fence``, ``reloc_chunk``, ``reloc`` or ``reloc_abort``."""
     target: str
-    """The fence's Spot or Actor id."""
+    """A fence's Spot or Actor id; empty for a move's envelope."""
     first_origin: str
-    """The node that sent the fence (whose switch waits for it)."""
+    """The node that sent the fence (whose switch waits for it), or the move's source."""
     via: str
-    """The node that put the fence on DATA to this one."""
+    """The node that put it on DATA to this one."""
     mark: int
-    """The fence's ``mark``: unique among ``via``'s notices (it starts at a random value)."""
+    """Its ``mark``: unique among ``via``'s notices (they start at a random value)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,6 +520,8 @@ class RelocChunkEnvelope:
     """The chunk's position, from 0."""
     chunk: str
     """A slice of the JSON text of ``{object id: base64 state or null}``."""
+    mark: int = 0
+    """The id of its ``data_ahead`` notice (set by the source's outbox)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,6 +550,8 @@ class RelocEnvelope:
     """``"spot"`` (a Spot, with its SpotWide members) or ``"actor"`` (one Actor)."""
     join: JoinGrant | None
     """Set when the move is a cross-node Join; ``None`` for a plain relocation."""
+    mark: int = 0
+    """The id of its ``data_ahead`` notice (set by the source's outbox)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -601,6 +609,8 @@ class RelocAbortEnvelope:
     """The node the objects stay on (with ``relocation_id``, the move's key)."""
     relocation_id: int
     """The move's id on ``source_node``."""
+    mark: int = 0
+    """The id of its ``data_ahead`` notice (set by the source's outbox)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -630,7 +640,7 @@ Envelope = (
     | RouteEnvelope
     | FenceEnvelope
     | FencedEnvelope
-    | FenceAheadEnvelope
+    | DataAheadEnvelope
     | CreateEnvelope
     | RelocChunkEnvelope
     | RelocEnvelope
@@ -1172,12 +1182,12 @@ __all__ = [
     "WIRE_VERSION",
     "BatchEnvelope",
     "CreateEnvelope",
+    "DataAheadEnvelope",
     "DroppedEnvelope",
     "EncodedError",
     "EncodedValue",
     "Envelope",
     "EnvelopeKind",
-    "FenceAheadEnvelope",
     "FenceEnvelope",
     "FencedEnvelope",
     "JoinAnswer",

@@ -21,12 +21,12 @@ Guarantees / assumes:
   the fence keeps. A fence that finds the target elsewhere than the hint said (it came back,
   or went on) leaves the old path as it was: the calls before it are all with the target,
   come that way, and the next ones follow them. Transports need only per-connection order.
-* A fence is infrastructure traffic (python-api §9) though it rides on DATA: each hop is
-  announced on COMPLETION as it is queued (``zlink.mesh.outbox``), and a receiver that paused
-  its sender and waits for that fence (its own, or one for a Spot arriving here) takes that
-  sender's DATA up to it, then pauses again (``_fence_crossing``). Else the pause could wait
-  for the fence: calls that wait for a Spot arriving here, which opens only once this node's
-  own fence is back.
+* A fence is infrastructure traffic (python-api §9) though it rides on DATA, and so are a
+  move's envelopes: each is announced on COMPLETION as it is queued (``zlink.mesh.outbox``),
+  and a receiver that paused its sender and waits for it (a fence of its own, or one for a
+  Spot arriving here; a move to it) takes that sender's DATA up to it, then pauses again
+  (``_crossing``). Else the pause could wait for the fence: calls that wait for a Spot
+  arriving here, which opens only once this node's own fence is back.
 * Envelopes are typed (``zlink.mesh.wire``) and leave through the node's ``Outbox``: posting
   never blocks and may happen under ``route_lock``; the transport is called only by the
   infrastructure thread. What arrives is decoded there; bytes that do not decode are counted
@@ -77,7 +77,7 @@ from ..executor import Admission, DeadlineHandle, Entries, RoomWaiter, ranked_lo
 from ..lock_order import LockRank
 from ..mesh import wire
 from ..mesh.location import Location, LocationStore, Reservation
-from ..mesh.outbox import Outbox
+from ..mesh.outbox import ANNOUNCED, Announced, Outbox
 from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
 from ..mesh.transport import Channel, Transport
@@ -158,10 +158,10 @@ class MeshRouter:
         self._answered = threading.Condition()
         self._unanswered = 0
         self._paused: set[str] = set()  # under _lock
-        # route fences coming from a peer on its DATA (under _lock): peer -> mark -> the
-        # notice (``FenceAheadEnvelope``) or the fence, whichever came first; and peer -> how
-        # many notices of fences this node waits for wait for their fence (a paused peer's
-        # DATA is taken up to them: ``_fence_crossing``)
+        # route fences and a move's envelopes coming from a peer on its DATA (under _lock):
+        # peer -> mark -> the notice (``DataAheadEnvelope``) or the envelope, whichever came
+        # first; and peer -> how many notices of what this node waits for wait for it (a
+        # paused peer's DATA is taken up to them: ``_crossing``)
         self._marks: dict[str, dict[int, _Mark]] = {}
         self._lifting: dict[str, int] = {}
         self.backlog_limit = backlog_limit
@@ -1161,13 +1161,13 @@ class MeshRouter:
                 self.reply(origin, corr, error=exc)
             return
         kind = type(env)
-        if kind is wire.FenceEnvelope:  # (counted as it crosses, however it is handled)
-            mark = cast(wire.FenceEnvelope, env).mark
-            if mark:  # (0: not from an outbox, which marks every fence it sends)
-                self._fence_crossing(peer, mark, arrived=True)
-        elif kind is wire.FenceAheadEnvelope:
-            notice = cast(wire.FenceAheadEnvelope, env)
-            self._fence_crossing(peer, notice.mark, False, self._waits_for(notice))
+        if kind in ANNOUNCED:  # (counted as it crosses, however it is handled)
+            mark = cast(Announced, env).mark
+            if mark:  # (0: not from an outbox, which marks each one it sends)
+                self._crossing(peer, mark, arrived=True)
+        elif kind is wire.DataAheadEnvelope:
+            notice = cast(wire.DataAheadEnvelope, env)
+            self._crossing(peer, notice.mark, False, self._waits_for(notice))
             return
         handler = self._handlers.get(kind)
         if handler is None:  # a kind this node has no part for (no mesh relocation)
@@ -1357,8 +1357,8 @@ class MeshRouter:
 
     def _takes_data(self, peer: str) -> bool:
         """(Under ``_lock``.) Whether the transport takes ``peer``'s DATA now: it is not
-        paused, or one of this node's route fences comes back behind it
-        (``_fence_crossing``)."""
+        paused, or a fence or move's envelope this node waits for comes behind it
+        (``_crossing``)."""
         return peer not in self._paused or peer in self._lifting
 
     def _tell_transport(self, peer: str, took: bool) -> bool:
@@ -1374,32 +1374,36 @@ class MeshRouter:
             self.transport.pause(self.rt.node_id, peer)
         return takes
 
-    def _waits_for(self, notice: wire.FenceAheadEnvelope) -> bool:
-        """Whether this node may wait for the fence ``notice`` announces: it is its own (its
-        switch, or an arrival here, waits for it), or it is for a Spot arriving here (whose
-        opening may wait for it: this node's own fence for it may be kept behind it)."""
+    def _waits_for(self, notice: wire.DataAheadEnvelope) -> bool:
+        """Whether this node may wait for what ``notice`` announces: a move's envelope (this
+        node is its target), or a fence of its own (its switch, or an arrival here, waits for
+        it) or for a Spot arriving here (whose opening may wait for it: this node's own fence
+        for it may be kept behind it)."""
+        if notice.announces is not wire.EnvelopeKind.FENCE:
+            return True
         if notice.first_origin == self.rt.node_id:
             return True
         relocator = self.rt.relocator
         return relocator is not None and relocator.arriving(notice.target)
 
-    def _fence_crossing(self, peer: str, mark: int, arrived: bool, lifts: bool = False) -> None:
-        """A route fence is on its way here on ``peer``'s DATA (its notice came, on
-        COMPLETION), or came (``arrived``); ``mark`` pairs the two, in either order. A fence
-        is infrastructure traffic (python-api §9): if this node waits for it (``lifts``,
-        ``_waits_for``), a pause of ``peer`` is lifted from the notice until the fence, and
-        holds again after.
+    def _crossing(self, peer: str, mark: int, arrived: bool, lifts: bool = False) -> None:
+        """A route fence or a move's envelope is on its way here on ``peer``'s DATA (its
+        notice came, on COMPLETION), or came (``arrived``); ``mark`` pairs the two, in
+        either order. Those are infrastructure traffic (python-api §9): if this node waits
+        for it (``lifts``, ``_waits_for``), a pause of ``peer`` is lifted from the notice
+        until it is in, and holds again after.
 
         Before, a node kept the peer its own fence came back through paused over calls that
         waited for the very Spot that fence kept from opening (an arrival opens once its
         node's fences are back): nothing moved until the fence's deadline
         (``route_fences_lost``), and a sender's order could break then (4 of 53 stress runs);
         and so did one whose own fence was kept, at another node, behind that node's fence
-        for the same Spot, which the pause held. Bounded: what the peer queued for this node
-        before the fence (``zlink.mesh.outbox``) and the transport's window, per fence this
-        node waits for. A notice or fence whose other half does not come within a request
-        timeout (lost with its connection's session) is dropped (``fence_notices_expired``),
-        so a lifted pause holds again."""
+        for the same Spot, which the pause held. A move to a node that had paused its
+        source waited for the pause to end, or ran out its deadline. Bounded: what the peer
+        queued for this node before it (``zlink.mesh.outbox``) and the transport's window,
+        per envelope this node waits for. A half whose other half does not come within a
+        request timeout (lost with its connection's session) is dropped
+        (``ahead_notices_expired``), so a lifted pause holds again."""
         with self._lock:
             took = self._takes_data(peer)
             marks = self._marks.setdefault(peer, {})
@@ -1418,7 +1422,7 @@ class MeshRouter:
         if first is not None and first.stale is not None:
             first.stale.cancel()
         if lifted:
-            self.rt.metrics.add("pauses_lifted_for_fences")
+            self.rt.metrics.add("pauses_lifted_for_infrastructure")
         if new is not None:  # dropped if its other half does not come
             timer: DeadlineHandle | None = self.rt.infra.call_later(
                 self.rt.request_timeout, self._mark_stale, new
@@ -1430,7 +1434,7 @@ class MeshRouter:
                 timer.cancel()
 
     def _lift(self, peer: str, step: int) -> None:
-        """(Under ``_lock``.) One more (or one fewer) notice of ``peer``'s waits for its fence."""
+        """(Under ``_lock``.) One more (or one fewer) notice that lifts ``peer``'s pause."""
         left = self._lifting.get(peer, 0) + step
         if left > 0:
             self._lifting[peer] = left
@@ -1438,7 +1442,7 @@ class MeshRouter:
             self._lifting.pop(peer, None)
 
     def _mark_stale(self, half: _Mark) -> None:
-        """(Infrastructure thread.) See ``_fence_crossing``: ``half``'s other half did not
+        """(Infrastructure thread.) See ``_crossing``: ``half``'s other half did not
         come within a request timeout."""
         peer = half.peer
         with self._lock:
@@ -1452,7 +1456,7 @@ class MeshRouter:
             if half.lifts:
                 self._lift(peer, -1)
             self._tell_transport(peer, took)
-        self.rt.metrics.add("fence_notices_expired")
+        self.rt.metrics.add("ahead_notices_expired")
 
     def _forget_marks(self, peer: str) -> None:
         """``peer`` is down for good: the halves of fences it was to bring go with it."""
@@ -1562,9 +1566,9 @@ class _IntakeError(Unavailable):
 
 @dataclass(eq=False, slots=True)
 class _Mark:
-    """The half of a route fence coming from ``peer`` that came first
-    (``MeshRouter._fence_crossing``): the fence itself (``arrived``: DATA may outrun
-    COMPLETION), or its notice (``lifts``: a pause of ``peer`` is lifted until the fence)."""
+    """The half of a route fence or a move's envelope coming from ``peer`` that came first
+    (``MeshRouter._crossing``): the envelope itself (``arrived``: DATA may outrun
+    COMPLETION), or its notice (``lifts``: a pause of ``peer`` is lifted until it is in)."""
 
     peer: str
     mark: int
