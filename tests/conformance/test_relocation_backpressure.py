@@ -770,3 +770,32 @@ def test_a_move_to_a_node_that_paused_its_source_goes_through_the_pause():
             assert future.result(WAIT) is None
         until(lambda: len(HANDLED) == 30, "every call handled")
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(30))
+
+
+def test_a_fence_the_receiver_does_not_wait_for_leaves_its_pause_alone():
+    """The bound of python-api §9 is lifted only for what the receiver waits for. node-2
+    changes its route for a Spot that lives on node-1 (nothing arrives there): node-1 does
+    not wait for that fence, so its pause of node-2 holds, and the fence goes on only as
+    the pause ends (a review found no test that would fail if every fence lifted it)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        n2.client().send_to_spot("room", Add(sender="room", seq=0)).wait(WAIT)  # by node-1
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        sent, before, _held = _pause_over_blocked(cluster)
+        router2 = n2._runtime.router
+        with router2.route_lock:
+            assert router2.switch("room")  # node-2's fence, behind what the pause holds
+        _sync(n2)
+        _sync(n1)
+        assert cluster.transport.paused("node-1", "node-2")
+        assert n1._runtime.router.backlog()["node-2"] == before
+        assert not n1.counters().get("pauses_lifted_for_infrastructure")
+        assert "room" in router2._switching
+        BLOCK.set()
+        until(lambda: "room" not in router2._switching, "node-2's fence back")
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 31, "every call handled")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from zlink.errors import ZLinkError
+from zlink.errors import InvalidArgument, ZLinkError
 from zlink.mesh import wire
 from zlink.mesh.outbox import Outbox, estimated_size
 from zlink.mesh.transport import Channel, InProcessTransport
@@ -268,3 +268,25 @@ def test_a_fence_behind_callers_waiting_for_room_is_announced_as_it_is_put() -> 
     kinds = [type(wire.decode(f)).__name__ for f in receiver.frames]
     assert went == ["waiter"]
     assert kinds == ["SendEnvelope", "SendEnvelope", "FenceEnvelope", "DataAheadEnvelope"]
+
+
+def test_an_announced_envelope_that_fails_as_it_leaves_takes_its_notice_with_it() -> None:
+    """Found by review: a fence (or a move's envelope) the transport refused (a frame over
+    the peer's limit) still had its notice sent, which lifted the receiver's pause for a
+    whole request timeout, waiting for what would never come. The failure is counted as
+    before; the notice, right behind it, is not sent."""
+    outbox, ours, theirs, receiver, failures = _outbox(limit=1 << 20)
+    real = outbox._transport.send
+
+    def refuse_data(sender: str, peer: str, channel: Channel, data: bytes) -> bool:
+        if channel is Channel.DATA:
+            raise InvalidArgument("a frame over this peer's limit")
+        return real(sender, peer, channel, data)
+
+    outbox._transport.send = refuse_data  # type: ignore[method-assign]
+    outbox.put("b", _fence("c"))
+    outbox.put("b", wire.RouteEnvelope("room-1", "c", 1, 1))  # (COMPLETION still goes)
+    ours.run()
+    theirs.run()
+    assert [type(wire.decode(f)) for f in receiver.frames] == [wire.RouteEnvelope]
+    assert len(failures) == 1 and outbox.pending() == 0 and not outbox._unsent

@@ -67,6 +67,14 @@ Announced = (
 """What is announced as it is put on DATA (``DataAheadEnvelope``), with a mark of its own."""
 ANNOUNCED: frozenset[type[wire.Envelope]] = frozenset(typing.get_args(Announced))
 _ANNOUNCED = ANNOUNCED
+_AHEAD = wire.DataAheadEnvelope
+
+
+def _mark(envelope: wire.Envelope) -> int:
+    """The mark of an announced envelope or of a notice."""
+    return typing.cast(Announced | wire.DataAheadEnvelope, envelope).mark
+
+
 Failed = Callable[[str, wire.Envelope, ZLinkError], None]
 Go = Callable[[], object]
 """A caller waiting for room: called (infrastructure thread) when it may put."""
@@ -141,6 +149,10 @@ class Outbox:
         # target: a fail-fast caller is refused only behind a call for its own target
         self._targets: dict[tuple[str, str], int] = {}
         self._target_of: dict[Go, str] = {}
+        self._failures = 0  # envelopes failed (infra only)
+        # marks of announced envelopes that failed before they left: their notices, right
+        # behind them, are not sent (infra only)
+        self._unsent: set[int] = set()
         # the marks of what is announced (under _lock): from a random start, so a
         # later incarnation of this node does not repeat an earlier one's
         self._marks = itertools.count(random.getrandbits(48) + 1)
@@ -363,14 +375,22 @@ class Outbox:
             self._serve(peer)
 
     def _send_one(self, peer: str, envelope: wire.Envelope, size: int) -> None:
+        kind = type(envelope)
+        if self._unsent and kind is _AHEAD and _mark(envelope) in self._unsent:
+            self._unsent.discard(_mark(envelope))
+            with self._lock:  # what it announces failed just before it (right ahead of it,
+                self._inside -= 1  # in this flush): it must not lift a pause (review)
+            return
+        failures = self._failures
         data = self._encode(peer, envelope, size)
-        if data is None:
-            return  # (failed, and counted)
-        held = self._held.get(peer) if size else None
-        if held is not None:  # the transport is full for this peer: wait behind the rest
-            held.append((envelope, _compact(data), size))
-        elif not self._hand_over(peer, envelope, data, size):
-            self._held[peer] = deque([(envelope, _compact(data), size)])
+        if data is not None:
+            held = self._held.get(peer) if size else None
+            if held is not None:  # the transport is full for this peer: wait behind the rest
+                held.append((envelope, _compact(data), size))
+            elif not self._hand_over(peer, envelope, data, size):
+                self._held[peer] = deque([(envelope, _compact(data), size)])
+        if self._failures != failures and kind in _ANNOUNCED:  # (failed, and counted): its
+            self._unsent.add(_mark(envelope))  # notice, next in this flush, goes unsent
 
     def _encode(self, peer: str, envelope: wire.Envelope, size: int) -> bytes | None:
         try:
@@ -452,6 +472,7 @@ class Outbox:
             _log.exception("a call waiting for room in the outbox failed")
 
     def _fail(self, peer: str, envelope: wire.Envelope, error: ZLinkError) -> None:
+        self._failures += 1  # (infra only)
         with self._lock:
             self._inside -= 1
         try:

@@ -54,8 +54,8 @@ Every fault and every discard is counted once, under a name that says what it wa
   ``handshakes_failed`` (this node's own handshake with a peer failed: keys on one side only);
 * flow control between nodes (python-api §9), not losses: ``peers_paused`` (this node
   stopped taking a peer's DATA), ``pauses_lifted_for_infrastructure`` (it took that DATA up to a
-  route fence it waits for, behind it), ``ahead_notices_expired`` (a fence's notice,
-  or the fence, whose other half never came within a request timeout: dropped).
+  route fence or a move's envelope it waits for, behind it), ``ahead_notices_expired`` (the
+  notice of one, or the one, whose other half never came within a request timeout: dropped).
 """
 
 from __future__ import annotations
