@@ -493,6 +493,22 @@ def _fence_held_at(node: zlink.Node, origin: str) -> tuple[threading.Event, Any]
     return at, go
 
 
+def _hints_held_at(node: zlink.Node) -> Any:
+    """``node`` holds the route hints that reach it; returns a call that lets them go on,
+    as they came."""
+    router = node._runtime.router
+    handle = router._handlers[wire.RouteEnvelope]
+    held: list[Any] = []
+    router._handlers[wire.RouteEnvelope] = held.append
+
+    def go() -> None:
+        router._handlers[wire.RouteEnvelope] = handle
+        for env in held:
+            node._infra.submit(handle, env)
+
+    return go
+
+
 def _committed_on(node: zlink.Node, spot: str) -> bool:
     relocator = node._runtime.relocator
     with relocator._lock:
@@ -567,13 +583,15 @@ def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_thro
         assert at.wait(WAIT)  # node-3's own fence is at node-2
         until(lambda: _committed_on(n3, "room"), "the move to commit")
         relocator = n3._runtime.relocator
+        hints_go = _hints_held_at(n2)  # (all 60 relayed first, however loaded the machine)
         sent = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(60)]
         until(lambda: len(relocator._in_ids["room"].kept) == 60, "node-3 to keep the relayed")
+        hints_go()
         until(lambda: n2._runtime.router._routes.get("room") is not None, "node-2 to learn")
         sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(60, 120)]
         until(lambda: "node-2" in n3.status().paused_peers, "node-3 to pause node-2")
         go()  # node-2 relays the fence to node-3, behind the pause
-        until(lambda: len(HANDLED) == 121, "every call handled", timeout=3.0)
+        until(lambda: len(HANDLED) == 121, "every call handled", timeout=8.0)
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(120))
         mover.join(WAIT)
         assert moved == [None] and not n3.counters().get("route_fences_lost")
@@ -609,9 +627,9 @@ def test_an_arrivals_fence_kept_behind_another_nodes_fence_for_it_is_not_held_by
         router1 = n1._runtime.router
         sent.append(n1.client().send_to_spot("room", Add(sender="n1", seq=0)).future())
         until(lambda: n1.counters().get("route_fences", 0) >= 1, "node-1 to switch")
-        until(lambda: "room" not in router1._switching, "node-1's fence back", timeout=3.0)
+        until(lambda: "room" not in router1._switching, "node-1's fence back", timeout=8.0)
         go()  # node-4's fence goes on from node-1
-        until(lambda: len(HANDLED) == 42, "every call handled", timeout=3.0)
+        until(lambda: len(HANDLED) == 42, "every call handled", timeout=8.0)
         assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(40))
         mover.join(WAIT)
         assert moved == [None]
