@@ -661,6 +661,16 @@ def _pause_over_blocked(cluster: LocalCluster) -> tuple[list[Any], int, int]:
     return sent, backlog, held
 
 
+def _unblocked_all_handled(sent: list[Any], count: int, from_node_2: int) -> None:
+    """The blocked turn ends: every call is handled (``count`` in all), node-2's
+    (``from_node_2``) in the order it sent them."""
+    BLOCK.set()
+    for future in sent:
+        assert future.result(WAIT) is None
+    until(lambda: len(HANDLED) == count, "every call handled")
+    assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(from_node_2))
+
+
 def test_a_pause_lifted_for_a_fence_holds_again_once_the_fence_is_in():
     """The bound of python-api §9 stays: a paused peer's DATA is taken only up to the route
     fence it announced. The room moves node-2 -> node-1; node-1's own fence for it (node-1
@@ -694,11 +704,7 @@ def test_a_pause_lifted_for_a_fence_holds_again_once_the_fence_is_in():
         assert router1.backlog()["node-2"] == before + held, "DATA after the fence was taken"
         assert n1.counters().get("pauses_lifted_for_infrastructure") == 1
         assert not router1._marks and not router1._lifting
-        BLOCK.set()
-        for future in sent:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 33, "every call handled")
-        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(32))
+        _unblocked_all_handled(sent, 33, 32)
         mover.join(WAIT)
         assert moved == [None] and not n1.counters().get("route_fences_lost")
         until(lambda: not n1.status().paused_peers, "node-1 to resume node-2")
@@ -725,10 +731,7 @@ def test_a_fence_that_comes_before_its_notice_lifts_nothing_and_leaves_nothing()
         assert not router1._marks and not router1._lifting
         assert n1.status().infrastructure_deadlines == deadlines
         assert not n1.counters().get("pauses_lifted_for_infrastructure")
-        BLOCK.set()
-        for future in sent:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 30, "every call handled")
+        _unblocked_all_handled(sent, 30, 30)
 
 
 def test_a_fence_notice_whose_fence_never_comes_lifts_a_pause_for_a_request_timeout_only():
@@ -754,11 +757,7 @@ def test_a_fence_notice_whose_fence_never_comes_lifts_a_pause_for_a_request_time
         until(lambda: n1.counters().get("ahead_notices_expired") == 1, "the notice to expire")
         assert cluster.transport.paused("node-1", "node-2")
         assert not router1._marks and not router1._lifting
-        BLOCK.set()
-        for future in sent:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 30, "every call handled")
-        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(30))
+        _unblocked_all_handled(sent, 30, 30)
 
 
 def test_a_move_to_a_node_that_paused_its_source_goes_through_the_pause():
@@ -783,11 +782,7 @@ def test_a_move_to_a_node_that_paused_its_source_goes_through_the_pause():
         assert cluster.transport.paused("node-1", "node-2"), "the pause did not hold again"
         assert n1.counters().get("pauses_lifted_for_infrastructure", 0) >= 1
         assert not router1._marks and not router1._lifting
-        BLOCK.set()
-        for future in sent:
-            assert future.result(WAIT) is None
-        until(lambda: len(HANDLED) == 30, "every call handled")
-        assert [seq for _n, s, seq in HANDLED if s == "n2"] == list(range(30))
+        _unblocked_all_handled(sent, 30, 30)
 
 
 def test_a_fence_the_receiver_does_not_wait_for_leaves_its_pause_alone():
