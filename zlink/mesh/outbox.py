@@ -66,7 +66,6 @@ Announced = (
 )
 """What is announced as it is put on DATA (``DataAheadEnvelope``), with a mark of its own."""
 ANNOUNCED: frozenset[type[wire.Envelope]] = frozenset(typing.get_args(Announced))
-_ANNOUNCED = ANNOUNCED
 _AHEAD = wire.DataAheadEnvelope
 
 
@@ -161,7 +160,7 @@ class Outbox:
     def put(self, peer: str, envelope: wire.Envelope) -> None:
         """Queue ``envelope`` for ``peer``. Never blocks, never refuses."""
         with self._lock:
-            if type(envelope) in _ANNOUNCED:
+            if type(envelope) in ANNOUNCED:
                 schedule = self._append_announced(peer, envelope)  # type: ignore[arg-type]
             else:
                 size = estimated_size(envelope) if channel_of(envelope) is Channel.DATA else 0
@@ -389,7 +388,7 @@ class Outbox:
                 held.append((envelope, _compact(data), size))
             elif not self._hand_over(peer, envelope, data, size):
                 self._held[peer] = deque([(envelope, _compact(data), size)])
-        if self._failures != failures and kind in _ANNOUNCED:  # (failed, and counted): its
+        if self._failures != failures and kind in ANNOUNCED:  # (failed, and counted): its
             self._unsent.add(_mark(envelope))  # notice, next in this flush, goes unsent
 
     def _encode(self, peer: str, envelope: wire.Envelope, size: int) -> bytes | None:

@@ -1459,7 +1459,7 @@ class MeshRouter:
         self.rt.metrics.add("ahead_notices_expired")
 
     def _forget_marks(self, peer: str) -> None:
-        """``peer`` is down for good: the halves of fences it was to bring go with it."""
+        """``peer`` is down for good: the halves of what it was to bring go with it."""
         with self._lock:
             marks = self._marks.pop(peer, None)
             self._lifting.pop(peer, None)
