@@ -469,44 +469,41 @@ def test_a_commit_reaches_a_target_that_paused_its_source():
         assert [seq for _n, _s, seq in HANDLED] == list(range(21))
 
 
-def _fence_held_at(node: zlink.Node, origin: str) -> tuple[threading.Event, Any]:
-    """``node`` holds the route fences of ``origin`` that reach it (and only those); returns
-    an event set as the first is held, and a call that lets them go on, as they came."""
+def _held_at(
+    node: zlink.Node, kind: type[Any], holds: Any = lambda env: True
+) -> tuple[threading.Event, Any]:
+    """``node`` holds the envelopes of class ``kind`` that reach it and ``holds`` picks (the
+    rest go on); returns an event set as the first is held, and a call that lets them go
+    on, as they came."""
     router = node._runtime.router
-    handle = router._handlers[wire.FenceEnvelope]
+    handle = router._handlers[kind]
     held: list[Any] = []
     at = threading.Event()
 
     def hold(env: Any) -> None:
-        if env.first_origin != origin:
+        if not holds(env):
             handle(env)
             return
         held.append(env)
         at.set()
 
     def go() -> None:
-        router._handlers[wire.FenceEnvelope] = handle
+        router._handlers[kind] = handle
         for env in held:
             node._infra.submit(handle, env)
 
-    router._handlers[wire.FenceEnvelope] = hold
+    router._handlers[kind] = hold
     return at, go
 
 
+def _fence_held_at(node: zlink.Node, origin: str) -> tuple[threading.Event, Any]:
+    """``node`` holds the route fences of ``origin`` that reach it (``_held_at``)."""
+    return _held_at(node, wire.FenceEnvelope, lambda env: env.first_origin == origin)
+
+
 def _hints_held_at(node: zlink.Node) -> Any:
-    """``node`` holds the route hints that reach it; returns a call that lets them go on,
-    as they came."""
-    router = node._runtime.router
-    handle = router._handlers[wire.RouteEnvelope]
-    held: list[Any] = []
-    router._handlers[wire.RouteEnvelope] = held.append
-
-    def go() -> None:
-        router._handlers[wire.RouteEnvelope] = handle
-        for env in held:
-            node._infra.submit(handle, env)
-
-    return go
+    """``node`` holds the route hints that reach it; returns the call that lets them go on."""
+    return _held_at(node, wire.RouteEnvelope)[1]
 
 
 def _committed_on(node: zlink.Node, spot: str) -> bool:

@@ -376,7 +376,7 @@ class Outbox:
     def _send_one(self, peer: str, envelope: wire.Envelope, size: int) -> None:
         kind = type(envelope)
         if self._unsent and kind is _AHEAD and _mark(envelope) in self._unsent:
-            self._unsent.discard(_mark(envelope))
+            self._unsent.remove(_mark(envelope))
             with self._lock:  # what it announces failed just before it (right ahead of it,
                 self._inside -= 1  # in this flush): it must not lift a pause (review)
             return

@@ -7,10 +7,10 @@ What crosses the boundary
     ``batch`` of sends) and their ``reply``; the notice of a send that could not be delivered
     (``dropped``); route hints (``route``) and route fences (``fence``/``fenced``);
     ``data_ahead``, which announces a fence or a move's envelope put on DATA; forwarded
-    creates (``create``); the relocation
-    protocol (``reloc_chunk``, ``reloc``, ``reloc_done``, ``reloc_commit``,
-    ``reloc_opened``, ``reloc_abort``) with its nested records (:class:`RelocObject`,
-    :class:`RelocMessageJob`, :class:`RelocTickJob`, :class:`RelocTimer`); and the cross-node
+    creates (``create``); the relocation protocol (``reloc_chunk``, ``reloc``,
+    ``reloc_done``, ``reloc_commit``, ``reloc_opened``, ``reloc_abort``) with its nested
+    records (:class:`RelocObject`, :class:`RelocMessageJob`, :class:`RelocTickJob`,
+    :class:`RelocTimer`); and the cross-node
     Join question (``join_ask``), whose answer rides in a ``reply`` as a :class:`JoinAnswer`.
     Application payloads stay opaque here: a message is its wire type name and the JSON text
     ``zlink.messaging.message.to_wire`` produces; a reply value is JSON text. They are
