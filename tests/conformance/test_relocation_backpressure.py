@@ -21,6 +21,7 @@ from typing import Any
 import zlink
 from tests.conftest import WAIT, fill, until
 from zlink.mesh import wire
+from zlink.mesh.transport import Channel
 from zlink.testing import LocalCluster, ManualClock
 
 
@@ -809,3 +810,37 @@ def test_a_fence_the_receiver_does_not_wait_for_leaves_its_pause_alone():
         for future in sent:
             assert future.result(WAIT) is None
         until(lambda: len(HANDLED) == 31, "every call handled")
+
+
+def test_a_fence_notice_that_came_before_its_spot_started_arriving_lifts_once_it_does():
+    """Found reading the last change: whether a node waits for a fence is decided as its
+    notice comes, and notices travel on COMPLETION, so they outrun DATA. A move's source that
+    this node paused sends the payload, then a fence of another node parked for the move
+    behind it: the fence's notice can come before the payload, when nothing here arrives
+    yet. That fence may keep this node's own fence for the Spot behind it (at the node that
+    sent it), and the arrival opens only once its own fences are back (execution-model §6):
+    so a Spot that starts arriving looks again at the notices that came for its fences, and
+    the pause of their peer is lifted up to each (python-api §9), then holds again."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      peer_backlog_items=8) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n2.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        sent, _before, _held = _pause_over_blocked(cluster)
+        router1 = n1._runtime.router
+        notice = wire.DataAheadEnvelope(wire.EnvelopeKind.FENCE, "room", "node-3", "node-2", 4242)
+        n1._infra.submit(router1.received, "node-2", Channel.COMPLETION, wire.encode(notice))
+        _sync(n1)
+        assert cluster.transport.paused("node-1", "node-2"), "nothing arrives on node-1 yet"
+        mover, moved = _moving(n2, "room", "node-1")
+        mover.join(WAIT / 2)
+        assert moved == [None]
+        _sync(n1)
+        assert not cluster.transport.paused("node-1", "node-2"), "the arrival did not look again"
+        lifted = n1.counters().get("pauses_lifted_for_infrastructure", 0)
+        n1._infra.submit(router1._crossing, "node-2", 4242, True)  # the fence itself is in
+        _sync(n1)
+        assert cluster.transport.paused("node-1", "node-2"), "the pause did not hold again"
+        assert not router1._marks and not router1._lifting
+        assert lifted >= 2  # (the move's payload lifted it once, and the fence's notice)
+        _unblocked_all_handled(sent, 30, 30)

@@ -462,6 +462,7 @@ class MeshRouter:
             waiting = self._locating.pop(target, None)
             if waiting is not None:  # asked before it arrived: they go first, and find it here
                 self._answer(waiting, None, None)
+            self._arriving_now(target)  # a notice for it that came first lifts now
 
     def send_call(
         self, call: MessageCall, reply: Completion | None, hops: int,
@@ -1167,7 +1168,9 @@ class MeshRouter:
                 self._crossing(peer, mark, arrived=True)
         elif kind is wire.DataAheadEnvelope:
             notice = cast(wire.DataAheadEnvelope, env)
-            self._crossing(peer, notice.mark, False, self._waits_for(notice))
+            lifts = self._waits_for(notice)
+            fence_for = notice.target if notice.announces is wire.EnvelopeKind.FENCE else None
+            self._crossing(peer, notice.mark, False, lifts, None if lifts else fence_for)
             return
         handler = self._handlers.get(kind)
         if handler is None:  # a kind this node has no part for (no mesh relocation)
@@ -1386,7 +1389,8 @@ class MeshRouter:
         relocator = self.rt.relocator
         return relocator is not None and relocator.arriving(notice.target)
 
-    def _crossing(self, peer: str, mark: int, arrived: bool, lifts: bool = False) -> None:
+    def _crossing(self, peer: str, mark: int, arrived: bool, lifts: bool = False,
+                  fence_for: str | None = None) -> None:  # fmt: skip
         """A route fence or a move's envelope is on its way here on ``peer``'s DATA (its
         notice came, on COMPLETION), or came (``arrived``); ``mark`` pairs the two, in
         either order. Those are infrastructure traffic (python-api §9): if this node waits
@@ -1403,7 +1407,9 @@ class MeshRouter:
         queued for this node before it (``zlink.mesh.outbox``) and the transport's window,
         per envelope this node waits for. A half whose other half does not come within a
         request timeout (lost with its connection's session) is dropped
-        (``ahead_notices_expired``), so a lifted pause holds again."""
+        (``ahead_notices_expired``), so a lifted pause holds again. The notice of a fence this
+        node does not wait for yet keeps its target (``fence_for``): a Spot that starts
+        arriving here later waits for it too (``_arriving_now``)."""
         with self._lock:
             took = self._takes_data(peer)
             marks = self._marks.setdefault(peer, {})
@@ -1413,7 +1419,8 @@ class MeshRouter:
             if first is not None and first.arrived != arrived:  # its other half: done
                 new = None
             else:  # the first half (or, impossibly, the same half again: the later counts)
-                new = marks[mark] = _Mark(peer, mark, arrived, lifts and not arrived)
+                new = marks[mark] = _Mark(peer, mark, arrived, lifts and not arrived,
+                                          None if arrived else fence_for)  # fmt: skip
                 if new.lifts:
                     self._lift(peer, 1)
             if not marks:
@@ -1432,6 +1439,26 @@ class MeshRouter:
                     new.stale, timer = timer, None
             if timer is not None:
                 timer.cancel()
+
+    def _arriving_now(self, target: str) -> None:
+        """(``route_lock`` held.) ``target`` starts arriving here: the notices of fences for
+        it that came before, when this node did not wait for them, lift their peer's pause
+        now (``_crossing``). Notices travel on COMPLETION and outrun DATA: a paused source
+        sends a move's payload and then a fence of another node parked for the move, and the
+        fence's notice can come before the payload. This node's own fence for the Spot may
+        be kept behind that fence (where its origin switches), and the arrival opens only
+        once its own fences are back (execution-model §6)."""
+        lifted = 0
+        with self._lock:
+            for peer, marks in self._marks.items():
+                took = self._takes_data(peer)
+                for half in marks.values():
+                    if half.fence_for == target:
+                        half.fence_for, half.lifts = None, True
+                        self._lift(peer, 1)
+                lifted += self._tell_transport(peer, took)
+        if lifted:
+            self.rt.metrics.add("pauses_lifted_for_infrastructure", lifted)
 
     def _lift(self, peer: str, step: int) -> None:
         """(Under ``_lock``.) One more (or one fewer) notice that lifts ``peer``'s pause."""
@@ -1574,6 +1601,7 @@ class _Mark:
     mark: int
     arrived: bool
     lifts: bool
+    fence_for: str | None = None  # a notice of a fence that lifts nothing: for which target
     stale: DeadlineHandle | None = None  # when it is dropped, if its other half never comes
 
 
