@@ -833,7 +833,7 @@ def test_a_fence_notice_that_came_before_its_spot_started_arriving_lifts_once_it
         _sync(n1)
         assert cluster.transport.paused("node-1", "node-2"), "nothing arrives on node-1 yet"
         mover, moved = _moving(n2, "room", "node-1")
-        mover.join(WAIT / 2)
+        mover.join(2 * WAIT)
         assert moved == [None]
         _sync(n1)
         assert not cluster.transport.paused("node-1", "node-2"), "the arrival did not look again"
