@@ -458,29 +458,37 @@ class Inbound(RelocatorState):
         """Whether ``target`` is arriving here, not yet open (a dict read: any thread)."""
         return target in self._in_ids
 
-    def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
+    def fence_back(self, target: str, resend: Callable[[bool], None]) -> bool:
         """This node's fence for an arriving ``target`` is back: the calls kept behind it
         (``resend``) and then those made since may go in. ``False`` if none is arriving.
 
-        What came from peers before the fence came back goes first, and the waits of such
-        calls with it: this node's own earlier calls may be among them, come back another way
-        (a node they went through was changing its own route, kept them behind its fence,
-        and then sent them straight here), and they are older than what the router kept
-        behind this node's fence. Before, those went behind it: a review's test handled a
-        sender's calls as [0, 7, 8, 9, 1, ...] (per-sender order, python-api §9)."""
+        Per sender, in the order each was made (per-sender order, python-api §9):
+
+        1. What the router kept of its peers' calls (and fences): they came before the Spot
+           started arriving, so before any call of the same peer the arrival kept. Before,
+           those went behind the arrival's: an audit's test handled a peer's calls as
+           [0, 5, 6, 7, 8, 1, 2, 3, 4].
+        2. What came from peers while it arrived, and the waits of such calls: this node's
+           own earlier calls may be among them, come back another way (a node they went
+           through was changing its own route, kept them behind its fence, and then sent
+           them straight here), and they are older than what the router kept of this node's
+           own calls behind its fence. Before, those went behind it: a review's test handled
+           a sender's calls as [0, 7, 8, 9, 1, ...].
+        3. What the router kept of this node's own calls, made after its fence left.
+        4. The calls made here since the target arrived, then those that wait for room behind
+           them (a bound they count against would have put 1-3 behind both: ``divert``).
+        """
         with self._lock:
             inc = self._in_ids.get(target)
             if inc is None or target not in inc.fences:
                 return False
             later, inc.local = inc.local, []
-            inc.local.extend(held for held in later if held[2])  # (hops: from a peer)
-            rooms = self._take_peer_waits(inc)
-            # older than anything made here since the target arrived: ahead of the calls made
-            # here (``later``) and of those that wait for room behind them (a bound they count
-            # against would have put these behind both: ``divert``)
-            inc.resending = True
+            inc.resending = True  # taken in whatever they count (bounded where they were kept)
             try:
-                resend()
+                resend(False)
+                inc.local.extend(held for held in later if held[2])  # (hops: from a peer)
+                rooms = self._take_peer_waits(inc)
+                resend(True)
             finally:
                 inc.resending = False
             inc.local.extend(held for held in later if not held[2])

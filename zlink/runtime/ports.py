@@ -46,8 +46,10 @@ class RelocationPort(Protocol):
         """Whether ``target`` is arriving on this node by a move, not yet open."""
         ...
 
-    def fence_back(self, target: str, resend: Callable[[], None]) -> bool:
-        """This node's fence for an arriving target is back; ``False`` if none is arriving."""
+    def fence_back(self, target: str, resend: Callable[[bool], None]) -> bool:
+        """This node's fence for an arriving target is back; ``False`` if none is arriving.
+        ``resend(mine)`` routes again what the router kept behind the fence: the calls (and
+        fences) first sent from this node (``mine``), or those of its peers."""
         ...
 
     def after_move(self, target: str, then: Callable[[], None]) -> None:

@@ -926,13 +926,17 @@ class MeshRouter:
             # let later calls go straight to where the Spot moved next while the earlier ones
             # were still relayed there (per-sender order, python-api §9).
 
-            def resend() -> None:  # re-routed from here, as if they had just arrived
-                for item in kept:
-                    self.redeliver(item)
+            me = self.rt.node_id
+
+            def resend(mine: bool) -> None:  # re-routed from here, as if they had just come
+                for item in kept:  # (in their order: those of one sender never part)
+                    if (item.first_origin == me) is mine:
+                        self.redeliver(item)
 
             relocator = self.rt.relocator
             if relocator is None or not relocator.fence_back(target, resend):
-                resend()
+                for item in kept:
+                    self.redeliver(item)
         accepted(rooms)
 
     def _old_path_works(self, target: str) -> bool:
