@@ -18,10 +18,13 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 import zlink
 from tests.conftest import WAIT, fill, until
 from zlink.mesh import wire
 from zlink.mesh.transport import Channel
+from zlink.runtime import routing
 from zlink.testing import LocalCluster, ManualClock
 
 
@@ -507,6 +510,11 @@ def _hints_held_at(node: zlink.Node) -> Any:
     return _held_at(node, wire.RouteEnvelope)[1]
 
 
+def _ready_on(node: zlink.Node, spot: str) -> bool:
+    act = node._runtime.spots.get(spot)
+    return act is not None and act.state.value == "ready"
+
+
 def _committed_on(node: zlink.Node, spot: str) -> bool:
     relocator = node._runtime.relocator
     with relocator._lock:
@@ -608,6 +616,57 @@ def test_a_peers_calls_a_node_kept_behind_its_fence_stay_ahead_of_those_kept_as_
         until(lambda: len(HANDLED) == 9, "every call handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(9))
         assert not any(n.counters().get("route_fences_lost") for n in cluster.nodes)
+
+
+@pytest.mark.parametrize("sender", ["node-2", "node-1"])
+def test_a_call_that_waited_for_the_store_stays_ahead_of_later_ones_a_route_change_kept(
+    sender: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by review of the test above. node-1 has no path for the room (its pointer
+    dropped), so call 1 (node-2's, relayed, or node-1's own) waits for the store. Two route
+    hints come meanwhile: the first gives node-1 a path, the second changed it, with a fence
+    along a path nothing went by; call 2 met that fence and was kept behind it. The room
+    then arrived on node-1, which answered the store question (call 1 kept by the arrival)
+    and put call 2 ahead of it once its fence was back: [0, 2, 1, 3]. Calls made while a
+    store question is open wait behind it; a path changed then fences nothing, so no fence
+    goes and no call is kept behind one (per-sender order, python-api §9)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
+                      request_timeout=30.0) as cluster:  # fmt: skip
+        n1, n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        client = (n2 if sender == "node-2" else n1).client()
+        n2.client().send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # by node-1
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        monkeypatch.setattr(routing, "MAX_POINTERS", 0)  # node-1's pointer dropped at once
+        n1.relocate_spot("room", "node-3", timeout=WAIT)
+        monkeypatch.undo()
+        router1 = n1._runtime.router
+        assert router1._known("room") is None
+        answers: list[Any] = []  # node-1's store answers, held (a slow store)
+        monkeypatch.setattr(router1, "_located", lambda *args: answers.append(args))
+        sent = [client.send_to_spot("room", Add(sender="s", seq=1)).future()]
+        until(lambda: "room" in router1._locating, "call 1 to wait for the store")
+        act = n3._runtime.spots["room"]
+        generation, authority = act.ref.object_generation, act.authority
+        _at, go = _fence_held_at(n3, "node-1")  # a fence node-1 sends is held there
+        for newer in (authority - 1, authority):
+            hint = wire.RouteEnvelope("room", "node-3", generation, newer)
+            n1._infra.submit(router1._on_route, hint)
+        _sync(n1)
+        sent.append(client.send_to_spot("room", Add(sender="s", seq=2)).future())
+        _sync(n1)
+        mover, moved = _moving(n3, "room", "node-1")
+        until(lambda: _committed_on(n1, "room") or _ready_on(n1, "room"), "the move to commit")
+        sent.append(client.send_to_spot("room", Add(sender="s", seq=3)).future())
+        _sync(n1)
+        go()
+        mover.join(2 * WAIT)
+        assert moved == [None]
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 4, "every call handled")
+        assert [seq for _n, s, seq in HANDLED if s == "s"] == [1, 2, 3]
 
 
 def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_through():

@@ -478,28 +478,34 @@ class Inbound(RelocatorState):
         4. The calls made here since the target arrived, then those that wait for room behind
            them (a bound they count against would have put 1-3 behind both: ``divert``).
         """
-        with self._lock:
-            inc = self._in_ids.get(target)
-            if inc is None or target not in inc.fences:
-                return False
-            later, inc.local = inc.local, []
-            inc.resending = True  # taken in whatever they count (bounded where they were kept)
-            try:
-                resend(False)
-                inc.local.extend(held for held in later if held[2])  # (hops: from a peer)
-                rooms = self._take_peer_waits(inc)
-                resend(True)
-            finally:
-                inc.resending = False
-            inc.local.extend(held for held in later if not held[2])
-            inc.fences.discard(target)
-            if not inc.fences:
-                held, inc.local = inc.local, []
-                for item in held:
-                    self._take_in(inc, item)
-                if inc.committed:
-                    self._open(inc)
-        accepted(rooms)  # (the locks of a caller of this are reentrant)
+        rooms: list[tuple[Admitted, BaseException | None]] = []
+        try:
+            with self._lock:
+                inc = self._in_ids.get(target)
+                if inc is None or target not in inc.fences:
+                    return False
+                later, inc.local = inc.local, []
+                peers = [held for held in later if held[2]]  # (hops: come from a peer)
+                inc.resending = True  # taken in whatever they count (bounded where kept)
+                try:
+                    resend(False)
+                    inc.local.extend(peers)
+                    peers = []
+                    rooms = self._take_peer_waits(inc)
+                    resend(True)
+                finally:  # (a fault in a resend loses nothing accepted; the arrival opens)
+                    inc.resending = False
+                    inc.local.extend(peers)
+                    inc.local.extend(held for held in later if not held[2])
+                    inc.fences.discard(target)
+                    if not inc.fences:
+                        held, inc.local = inc.local, []
+                        for item in held:
+                            self._take_in(inc, item)
+                        if inc.committed:
+                            self._open(inc)
+        finally:
+            accepted(rooms)  # (the locks of a caller of this are reentrant)
         return True
 
     def _take_peer_waits(self, inc: Arriving) -> list[tuple[Admitted, BaseException | None]]:

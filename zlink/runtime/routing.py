@@ -767,12 +767,16 @@ class MeshRouter:
         """Start changing ``target``'s path: a fence goes along the old one, and calls wait.
 
         The caller holds ``route_lock``. ``False`` if there is no old path to fence (nothing
-        can be overtaken); ``fenced`` ends the switch when the fence is back.
+        can be overtaken); ``fenced`` ends the switch when the fence is back. Nor is there
+        while a store question for ``target`` is open: every call made since waits behind
+        it (``send_call``), and the path known meanwhile (a route hint) carried none. A fence
+        then kept the calls made after it, and the Spot arriving here answered the question
+        ahead of the fence: a sender's calls ran as [0, 2, 1, 3] (python-api §9).
         """
         if target in self._switching:
             return True
         route = self._known(target)
-        if route is None or route.node == self.rt.node_id:
+        if route is None or route.node == self.rt.node_id or target in self._locating:
             return False
         me = self.rt.node_id
         try:
