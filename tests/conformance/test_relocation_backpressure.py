@@ -669,6 +669,37 @@ def test_a_call_that_waited_for_the_store_stays_ahead_of_later_ones_a_route_chan
         assert [seq for _n, s, seq in HANDLED if s == "s"] == [1, 2, 3]
 
 
+def test_sends_accepted_while_the_store_is_asked_wait_for_an_arrival_not_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by review: plain ``submit()`` sends made while node-1 asks the store where the
+    room is are accepted (they wait behind the question). The room then arrived on node-1,
+    which answered the question into the arrival: past what the arrival keeps (a lane's
+    worth), the accepted sends were refused and counted (``sends_dropped_lane_full``). What
+    was accepted waits for room, as it does in the outbox (python-api §9)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
+                      request_timeout=30.0) as cluster:  # fmt: skip
+        n1, _n2, n3 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        monkeypatch.setattr(routing, "MAX_POINTERS", 0)  # node-1's pointer dropped at once
+        n1.relocate_spot("room", "node-3", timeout=WAIT)
+        monkeypatch.undo()
+        router1 = n1._runtime.router
+        answers: list[Any] = []  # node-1's store answers, held (a slow store)
+        monkeypatch.setattr(router1, "_located", lambda *args: answers.append(args))
+        c1 = n1.client()
+        for seq in range(12):
+            c1.send_to_spot("room", Add(sender="s", seq=seq)).submit()
+        assert len(router1._locating["room"]) == 12
+        mover, moved = _moving(n3, "room", "node-1")
+        mover.join(2 * WAIT)
+        assert moved == [None]
+        until(lambda: len(HANDLED) == 12, "every accepted send handled")
+        assert [seq for _n, _s, seq in HANDLED] == list(range(12))
+        assert not any(k.startswith("sends_dropped") for k in n1.counters())
+
+
 def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_through():
     """Seen in 4 of 53 runs of a stress probe, and made deterministic here. The room moved
     node-2 -> node-1 -> node-3; node-3 still routed it by node-2, so its own route fence for

@@ -740,6 +740,8 @@ class MeshRouter:
                 return
             if self.rt.has_live(target, call.kind) or (error is None and call.instance):
                 recorded = self._recorded.pop(target, None) if call.instance else None
+                if room is None and reply is None:  # a plain submit(), accepted already:
+                    room = self._accepted_room(call)  # it waits for room, as in the outbox
                 self.rt.submit(call, reply, NO_WAIT, hops, room=room,
                                recorded=recorded)  # here, or activated  # fmt: skip
                 return
@@ -763,20 +765,31 @@ class MeshRouter:
         reason = "store_failed" if store_failed else _drop_reason(fault)
         self._count_drop(target, call.msg.zlink_type_name, call.origin, reason)
 
+    def _accepted_room(self, call: MessageCall) -> Admitted:
+        """A room for a one-way ``call`` accepted before it could be queued (it waited for
+        the store), that meets a full lane or arrival here: it waits, however long that
+        takes, and a refusal after that (a close) is counted as a drop with its reason.
+        Before, one made with ``submit()`` while the store was asked was refused once the
+        Spot arrived here past what the arrival keeps (``sends_dropped_lane_full``)."""
+        room = Admitted(peer=call.via or self.rt.node_id)  # (a peer's: no timer, it waits)
+
+        def refused(_value: object, error: BaseException | None) -> None:
+            if error is not None:
+                self.count_dropped(call, error)
+
+        room.add_callback(refused)
+        return room
+
     def switch(self, target: str) -> bool:
         """Start changing ``target``'s path: a fence goes along the old one, and calls wait.
 
         The caller holds ``route_lock``. ``False`` if there is no old path to fence (nothing
-        can be overtaken); ``fenced`` ends the switch when the fence is back. Nor is there
-        while a store question for ``target`` is open: every call made since waits behind
-        it (``send_call``), and the path known meanwhile (a route hint) carried none. A fence
-        then kept the calls made after it, and the Spot arriving here answered the question
-        ahead of the fence: a sender's calls ran as [0, 2, 1, 3] (python-api §9).
+        can be overtaken); ``fenced`` ends the switch when the fence is back.
         """
         if target in self._switching:
             return True
         route = self._known(target)
-        if route is None or route.node == self.rt.node_id or target in self._locating:
+        if route is None or route.node == self.rt.node_id:
             return False
         me = self.rt.node_id
         try:
@@ -815,7 +828,11 @@ class MeshRouter:
                 return
             if learned.node == self.rt.node_id:  # it is arriving here: its own fence decides
                 return
-            if self.switch(target):
+            # while the store is asked, every call made waits behind the question
+            # (``send_call``): the path known meanwhile carried none, and a fence along it
+            # only kept the calls made after it; if the Spot then arrived here, the answered
+            # question went in behind them: [0, 2, 1, 3] (python-api §9)
+            if target not in self._locating and self.switch(target):
                 self._learned[target] = learned  # where the calls go once the fence is back
             else:
                 self._remember(target, learned)
