@@ -24,8 +24,10 @@ import zlink
 from tests.conftest import WAIT, fill, until
 from zlink.mesh import wire
 from zlink.mesh.transport import Channel
+from zlink.messaging.calls import SendCall
 from zlink.runtime import routing
 from zlink.testing import LocalCluster, ManualClock
+from zlink.types import TargetKind
 
 
 class Add(zlink.Message, type_name="t.rb.add"):
@@ -695,9 +697,31 @@ def test_sends_accepted_while_the_store_is_asked_wait_for_an_arrival_not_refused
         mover, moved = _moving(n3, "room", "node-1")
         mover.join(2 * WAIT)
         assert moved == [None]
+        _sync(n1)
+        assert not any(k.startswith("sends_dropped") for k in n1.counters())
         until(lambda: len(HANDLED) == 12, "every accepted send handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(12))
         assert not any(k.startswith("sends_dropped") for k in n1.counters())
+
+
+def test_an_accepted_send_that_meets_a_full_outbox_waits_with_no_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Found by review: a send accepted already (it waited for the store, or an arrival
+    that was then forgotten routes it on) waits for outbox room as long as it takes; before,
+    its room, given, got an admission deadline, and past it the send was dropped
+    (python-api §9: nothing accepted is lost)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
+        n1, _n2 = cluster.nodes
+        router = n1._runtime.router
+        call = SendCall(n1._runtime, TargetKind.SPOT, "room", Add(sender="s", seq=0))
+        room = router._accepted_room(call)
+        monkeypatch.setattr(router.outbox, "has_room", lambda *args: False)  # full, and
+        monkeypatch.setattr(router.outbox, "wait_room", lambda *args: False)  # it waits
+        assert router._outbox_room(call, None, room, "node-2", True) is False
+        assert room.timer is None, "an accepted send got an admission deadline"
+        room.set(None, None)
 
 
 def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_through():

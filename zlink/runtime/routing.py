@@ -609,7 +609,7 @@ class MeshRouter:
                 f"the outbound queue to node {peer!r} is full ({outbox.submit_limit:,} bytes), "
                 f"or calls for {call.target!r} wait for room in it; nothing was queued"
             )
-        timed = room is not None
+        timed = room is not None and room.peer is None  # (a peer's, or accepted: it waits)
         if room is None:
             room = self._room_for(call, reply)
 
