@@ -725,6 +725,8 @@ class Node:
         # that the abandoned call resumes and that fails on it must find its caller answered
         # already (Unavailable, not the HandlerError of a turn cut short by the shutdown).
         error = self._rt.at_stop(f"node {self.node_id} shut down")
+        if self._relocator is not None:  # what it kept for Spots that never open here
+            self._relocator.stopped(error)
         pending = self._infra.take_pending()
         with self._rt.workers_idle:
             of_workers = {run.completion for run in self._rt.worker_runs}

@@ -724,6 +724,31 @@ def test_an_accepted_send_that_meets_a_full_outbox_waits_with_no_deadline(
         room.set(None, None)
 
 
+def test_calls_kept_for_an_arrival_when_its_node_stops_are_counted_not_lost_silently():
+    """Found by review: a node that stops while a Spot is still arriving (committed, its
+    own route fence not back) never opens it, and the sends it had accepted and kept for
+    it were lost with no count (python-api §9: every drop is counted with its reason)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      request_timeout=30.0) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n2.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c1 = n1.client()
+        c1.send_to_spot("room", Add(sender="n1", seq=0)).wait(WAIT)  # node-1's route: node-2
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        at, go = _fence_held_at(n2, "node-1")
+        mover, _moved = _moving(n2, "room", "node-1")
+        assert at.wait(WAIT)  # node-1's own fence is at node-2: the room stays unopened
+        until(lambda: _committed_on(n1, "room"), "the move to commit")
+        sent = [c1.send_to_spot("room", Add(sender="n1", seq=s)).future() for s in (1, 2, 3)]
+        until(lambda: _kept_by_arrival(n1, "room") == 3, "node-1's arrival to keep them")
+        assert all(future.result(WAIT) is None for future in sent)  # accepted
+        n1.shutdown(3.0)
+        assert n1.counters().get("sends_dropped_unavailable") == 3
+        go()
+        mover.join(2 * WAIT)
+
+
 def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_through():
     """Seen in 4 of 53 runs of a stress probe, and made deterministic here. The room moved
     node-2 -> node-1 -> node-3; node-3 still routed it by node-2, so its own route fence for

@@ -248,6 +248,32 @@ class Inbound(RelocatorState):
         with self._arrived:
             return self._arrived.wait_for(lambda: not self._in, seconds)
 
+    def stopped(self, error: ZLinkError) -> None:
+        """(The node's shutdown, admission stopped.) The moves still arriving never open
+        here: what was kept for them, accepted, fails with ``error``, each counted once (a
+        one-way message as dropped, at both ends, python-api §9; a request hears it, counted
+        ``calls_failed_at_shutdown``), and what waited for room behind them hears it too.
+        Before, a node that stopped mid-arrival lost the sends it had kept, uncounted."""
+        with self.router.route_lock, self._lock:
+            kept: list[Held] = []
+            waits: list[KeptWait[Held]] = []
+            for inc in self._in.values():
+                kept += inc.kept
+                kept += inc.local
+                inc.kept, inc.local = [], []
+                waits += inc.waiting.take()
+        for call, reply, _hops in kept:
+            if reply is not None:
+                self.rt.metrics.add("calls_failed_at_shutdown")
+                reply.set(None, error)
+            else:
+                self.router.count_dropped(call, error)
+        for wait in waits:
+            if wait.room is not None:
+                wait.room.set(None, error)
+            if wait.reply is not None:
+                wait.reply.set(None, error)
+
     def _arrival_ended(self, inc: Arriving) -> None:
         """(Relocator lock held.) ``inc`` is no longer arriving: who waits for that hears
         (``wait_arrivals``; what ``after_move`` holds, on the infrastructure thread)."""
