@@ -749,6 +749,40 @@ def test_calls_kept_for_an_arrival_when_its_node_stops_are_counted_not_lost_sile
         mover.join(2 * WAIT)
 
 
+def test_a_peers_send_for_an_arrival_after_its_node_stopped_it_is_refused_and_counted():
+    """Found by review of the test above: a stopping node still takes calls relayed to it
+    (a move's committed source relays at once) until its transport goes; one kept for the
+    arrival after it failed what it kept was lost, counted nowhere. It is refused now,
+    counted at both ends (python-api §9)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
+                      request_timeout=30.0) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n2.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        c1, c2 = n1.client(), n2.client()
+        c1.send_to_spot("room", Add(sender="n1", seq=0)).wait(WAIT)  # node-1's route: node-2
+        until(lambda: len(HANDLED) == 1, "the first call handled")
+        at, go = _fence_held_at(n2, "node-1")
+        mover, _moved = _moving(n2, "room", "node-1")
+        assert at.wait(WAIT)  # node-1's own fence is at node-2: the room stays unopened
+        until(lambda: _committed_on(n1, "room"), "the move to commit")
+        relocator = n1._runtime.relocator
+        stopped = relocator.stopped
+        late: list[Any] = []
+
+        def then_a_send(error: zlink.ZLinkError) -> None:
+            stopped(error)  # node-2, the committed source, relays its client's send now
+            late.append(c2.send_to_spot("room", Add(sender="n2", seq=1)).wait(WAIT))
+            until(lambda: n2.counters().get("remote_sends_dropped_unavailable"), "its count")
+
+        relocator.stopped = then_a_send
+        n1.shutdown(3.0)
+        assert late == [None]  # accepted at node-2
+        assert n1.counters().get("sends_dropped_unavailable") == 1
+        go()
+        mover.join(2 * WAIT)
+
+
 def test_an_arrivals_own_fence_is_not_held_by_its_pause_of_the_peer_it_went_through():
     """Seen in 4 of 53 runs of a stress probe, and made deterministic here. The room moved
     node-2 -> node-1 -> node-3; node-3 still routed it by node-2, so its own route fence for

@@ -201,6 +201,8 @@ class Relocator(Outbound, Inbound):
             inc = self._in_ids.get(target)
             if inc is None:
                 return False
+            if self.stopped_as is not None:  # it will never open here (``Inbound.stopped``)
+                raise Unavailable(self.stopped_as)
             held: Held = (call, reply, hops)
             relayed = bool(hops) and call.via == inc.key[0]  # bounded by the source's park
             # (one this node kept behind its fence, sent again now: bounded where it was kept,
@@ -232,6 +234,8 @@ class Relocator(Outbound, Inbound):
             inc = self._in_ids.get(target)
             if inc is None:
                 return False
+            if self.stopped_as is not None:  # it will never open here (``Inbound.stopped``)
+                raise Unavailable(self.stopped_as)
             helds: list[Held] = [
                 (SendCall(self.rt, call.kind, target, msg), None, 0) for msg in call.msgs
             ]

@@ -253,8 +253,12 @@ class Inbound(RelocatorState):
         here: what was kept for them, accepted, fails with ``error``, each counted once (a
         one-way message as dropped, at both ends, python-api §9; a request hears it, counted
         ``calls_failed_at_shutdown``), and what waited for room behind them hears it too.
-        Before, a node that stopped mid-arrival lost the sends it had kept, uncounted."""
+        Before, a node that stopped mid-arrival lost the sends it had kept, uncounted. From
+        now on a call for an arriving object is refused (``Unavailable``, counted where it
+        came from): a stopping node still takes calls relayed to it until its transport goes.
+        """
         with self.router.route_lock, self._lock:
+            self.stopped_as = str(error)
             kept: list[Held] = []
             waits: list[KeptWait[Held]] = []
             for inc in self._in.values():
