@@ -517,6 +517,16 @@ def _ready_on(node: zlink.Node, spot: str) -> bool:
     return act is not None and act.state.value == "ready"
 
 
+def _room_routed(owner: zlink.Node, sender: zlink.Node, label: str) -> Any:
+    """The room, made on ``owner``; ``sender``'s first call to it (``label``'s seq 0) is
+    handled there, so ``sender`` routes it by ``owner`` from now on. Returns its client."""
+    owner.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+    client = sender.client()
+    client.send_to_spot("room", Add(sender=label, seq=0)).wait(WAIT)
+    until(lambda: len(HANDLED) == 1, "the first call handled")
+    return client
+
+
 def _committed_on(node: zlink.Node, spot: str) -> bool:
     relocator = node._runtime.relocator
     with relocator._lock:
@@ -537,10 +547,7 @@ def test_a_targets_own_calls_back_through_a_third_node_stay_ahead_of_its_later_o
     with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
                       request_timeout=30.0) as cluster:  # fmt: skip
         n1, n2, n3 = cluster.nodes
-        n3.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c2 = n2.client()
-        c2.send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # node-2's route: node-3
-        until(lambda: len(HANDLED) == 1, "the first call handled")
+        c2 = _room_routed(n3, n2, "n2")  # node-2's route: node-3
         n3.relocate_spot("room", "node-1", timeout=WAIT)  # node-3 keeps a pointer to node-1
         fence_at, fence_go = _fence_held_at(n1, "node-3")
         router3 = n3._runtime.router
@@ -594,10 +601,7 @@ def test_a_peers_calls_a_node_kept_behind_its_fence_stay_ahead_of_those_kept_as_
     with LocalCluster(build_app(), nodes=3, workers=2, app_lane_items=4,
                       request_timeout=30.0) as cluster:  # fmt: skip
         n1, n2, n3 = cluster.nodes
-        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c2 = n2.client()
-        c2.send_to_spot("room", Add(sender="n2", seq=0)).wait(WAIT)  # node-2's route: node-1
-        until(lambda: len(HANDLED) == 1, "the first call handled")
+        c2 = _room_routed(n1, n2, "n2")  # node-2's route: node-1
         n1.relocate_spot("room", "node-3", timeout=WAIT)  # node-1: a pointer to node-3
         at, go = _fence_held_at(n3, "node-1")
         router1 = n1._runtime.router
@@ -732,10 +736,7 @@ def test_calls_kept_for_an_arrival_when_its_node_stops_are_counted_not_lost_sile
     with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
                       request_timeout=30.0) as cluster:  # fmt: skip
         n1, n2 = cluster.nodes
-        n2.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c1 = n1.client()
-        c1.send_to_spot("room", Add(sender="n1", seq=0)).wait(WAIT)  # node-1's route: node-2
-        until(lambda: len(HANDLED) == 1, "the first call handled")
+        c1 = _room_routed(n2, n1, "n1")  # node-1's route: node-2
         at, go = _fence_held_at(n2, "node-1")
         mover, _moved = _moving(n2, "room", "node-1")
         assert at.wait(WAIT)  # node-1's own fence is at node-2: the room stays unopened
@@ -758,10 +759,8 @@ def test_a_peers_send_for_an_arrival_after_its_node_stopped_it_is_refused_and_co
     with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4,
                       request_timeout=30.0) as cluster:  # fmt: skip
         n1, n2 = cluster.nodes
-        n2.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
-        c1, c2 = n1.client(), n2.client()
-        c1.send_to_spot("room", Add(sender="n1", seq=0)).wait(WAIT)  # node-1's route: node-2
-        until(lambda: len(HANDLED) == 1, "the first call handled")
+        _room_routed(n2, n1, "n1")  # node-1's route: node-2
+        c2 = n2.client()
         at, go = _fence_held_at(n2, "node-1")
         mover, _moved = _moving(n2, "room", "node-1")
         assert at.wait(WAIT)  # node-1's own fence is at node-2: the room stays unopened
