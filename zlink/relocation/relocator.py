@@ -198,11 +198,9 @@ class Relocator(Outbound, Inbound):
                 if not self._park_takes(out, [env], lanes):
                     return self._wait_for_move(out.waiting, [env], call, reply, room)
                 return self.divert_envelope(target, env)
-            inc = self._in_ids.get(target)
+            inc = self._keeping(target)
             if inc is None:
                 return False
-            if self.stopped_as is not None:  # it will never open here (``Inbound.stopped``)
-                raise Unavailable(self.stopped_as)
             held: Held = (call, reply, hops)
             relayed = bool(hops) and call.via == inc.key[0]  # bounded by the source's park
             # (one this node kept behind its fence, sent again now: bounded where it was kept,
@@ -231,11 +229,9 @@ class Relocator(Outbound, Inbound):
                 for env in envs:
                     self.divert_envelope(target, env)
                 return True
-            inc = self._in_ids.get(target)
+            inc = self._keeping(target)
             if inc is None:
                 return False
-            if self.stopped_as is not None:  # it will never open here (``Inbound.stopped``)
-                raise Unavailable(self.stopped_as)
             helds: list[Held] = [
                 (SendCall(self.rt, call.kind, target, msg), None, 0) for msg in call.msgs
             ]
@@ -244,6 +240,15 @@ class Relocator(Outbound, Inbound):
             for held in helds:
                 self._keep(inc, held, relayed=False)
             return True
+
+    def _keeping(self, target: str) -> Arriving | None:
+        """(Relocator lock held.) The arrival that keeps calls for ``target``, if it is
+        arriving here; ``Unavailable`` once the node stopped (``Inbound.stopped``): it will
+        never open here."""
+        inc = self._in_ids.get(target)
+        if inc is not None and self.stopped_as is not None:
+            raise Unavailable(self.stopped_as)
+        return inc
 
     def _keep(self, inc: Arriving, held: Held, relayed: bool) -> None:
         """(Relocator lock held.) Keep a call for an arriving object, counted already.
