@@ -185,12 +185,18 @@ def test_credit_for_data_taken_while_the_receiver_connects_back_is_not_lost(node
     b.infra.run_until(lambda: bool(b.link.seen("writable", "a")), "b may send again")
 
 
-def test_replies_handed_over_before_goodbye_arrive_before_it(nodes):
+def test_replies_handed_over_before_goodbye_arrive_before_it(nodes, caplog):
     """Replies (COMPLETION) handed over before ``detach`` leave in the same flush as its BYE,
     on the same pipe: they must arrive first. Sent after it, the peer has already taken the
-    node down and drops them: its callers fail with ``Unavailable`` though the answers came."""
-    a = nodes("a").attach()
-    b = nodes("b").attach()
+    node down and drops them: its callers fail with ``Unavailable`` though the answers came.
+
+    (Failed once under CI's load on 3.13t, b seeing only ``down``; the counters and the
+    transports' INFO log, which says why a peer went down, are kept for the next time.)"""
+    caplog.set_level(logging.INFO, logger="zlink.mesh.zmq")
+    a_counted, a_count = _counter()
+    b_counted, b_count = _counter()
+    a = nodes("a", count=a_count).attach()
+    b = nodes("b", count=b_count).attach()
     _meshed(a, b)
     flush = a.transport._flush
     entered, release = threading.Event(), threading.Event()
@@ -220,7 +226,7 @@ def test_replies_handed_over_before_goodbye_arrive_before_it(nodes):
     assert not stopper.is_alive()
     b.infra.run_until(lambda: bool(b.link.seen("down", "a")), "b sees a go")
     kinds = [k for k, _, _ in b.link.events if k in ("completion", "down")]
-    assert kinds == ["completion"] * 10 + ["down"]
+    assert kinds == ["completion"] * 10 + ["down"], (a_counted, b_counted, b.link.events)
 
 
 class _WatchedLock:
@@ -892,14 +898,16 @@ class _Blackhole:
         return getattr(self._sock, name)
 
 
-def test_a_session_ended_on_one_side_only_starts_over_on_both(nodes, monkeypatch):
+def test_a_session_ended_on_one_side_only_starts_over_on_both(nodes, monkeypatch, caplog):
     """b takes a down and hears nothing from a for _SESSION_LINGER (a frozen, or a one-way
     outage): b ends its session with a#1. a's session with b#1 lives on (taken = 3). When b
     meets a#1 again it numbers from 1: a drops b's next replies and DATA as duplicates."""
     monkeypatch.setattr(zmq_transport, "_SESSION_LINGER", 0.3)
-    counted, count = _counter()
+    caplog.set_level(logging.INFO, logger="zlink.mesh.zmq")  # (why a peer went down: it
+    counted, count = _counter()  # failed once in the full suite, its text lost)
+    b_counted, b_count = _counter()
     a = nodes("a", count=count).attach()
-    b = nodes("b").attach()
+    b = nodes("b", count=b_count).attach()
     _meshed(a, b)
     for i in range(3):
         assert b.transport.send("b", "a", Channel.DATA, b"d%d" % i)
@@ -935,7 +943,7 @@ def test_a_session_ended_on_one_side_only_starts_over_on_both(nodes, monkeypatch
         ),
         "a takes both: b's new session is numbered from 1 again at a too",
     )
-    assert counted.get("sessions_started_over") == 1
+    assert counted.get("sessions_started_over") == 1, (counted, b_counted)
 
 
 def test_what_was_handed_over_for_a_record_that_went_down_goes_before_later_sends(nodes):
