@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -45,6 +46,41 @@ def fill(submit: Callable[[int], object], most: int = 1000) -> int:
         except zlink.ResourceExhausted:
             return n
     raise AssertionError(f"{most} went in, and none was refused")
+
+
+def infra_sync(node: zlink.Node, rounds: int = 2) -> None:
+    """Until what ``node``'s infrastructure thread had queued has run (``rounds`` over)."""
+    for _ in range(rounds):
+        passed = threading.Event()
+        node._infra.submit(passed.set)
+        assert passed.wait(WAIT)
+
+
+def held_at(
+    node: zlink.Node, kind: type[Any], holds: Callable[[Any], bool] = lambda env: True
+) -> tuple[threading.Event, Callable[[], None]]:
+    """``node`` holds the envelopes of class ``kind`` that reach it and ``holds`` picks (the
+    rest go on); returns an event set as the first is held, and a call that lets them go
+    on, as they came."""
+    router = node._runtime.router
+    handle = router._handlers[kind]
+    held: list[Any] = []
+    at = threading.Event()
+
+    def hold(env: Any) -> None:
+        if not holds(env):
+            handle(env)
+            return
+        held.append(env)
+        at.set()
+
+    def go() -> None:
+        router._handlers[kind] = handle
+        for env in held:
+            node._infra.submit(handle, env)
+
+    router._handlers[kind] = hold
+    return at, go
 
 
 def refuse_renewals(store: Any, node_id: str) -> None:

@@ -13,16 +13,9 @@ import pytest
 
 import zlink
 from tests.conformance.test_membership import Ping, _app, _wait_counter
-from tests.conftest import WAIT
+from tests.conftest import WAIT, infra_sync
 from zlink.errors import Unavailable
 from zlink.testing import LocalCluster, ManualClock
-
-
-def _sync(node: zlink.Node) -> None:
-    for _ in range(3):
-        passed = threading.Event()
-        node._infra.submit(passed.set)
-        assert passed.wait(WAIT)
 
 
 def test_a_claim_answered_after_the_fence_is_not_activated(
@@ -70,7 +63,7 @@ def test_a_claim_answered_after_the_fence_is_not_activated(
         # later node-1 fences itself (its lease still holds in the store until 3.0)
         for _ in range(10):
             clock.advance(0.25)
-            _sync(n1)
+            infra_sync(n1, 3)
             if n1.counters().get("self_fenced"):
                 break
         assert n1.counters().get("self_fenced") == 1, (clock.now(), n1.counters())
@@ -80,7 +73,7 @@ def test_a_claim_answered_after_the_fence_is_not_activated(
         assert n1.incarnation > old
         with contextlib.suppress(Exception):  # whatever the creator was told
             made.result(WAIT)
-        _sync(n1)
+        infra_sync(n1, 3)
         store.renew_node = real_renew  # type: ignore[method-assign]
         while clock.now() <= lease_end:  # the lease of (node-1, old) ends in the store
             clock.advance(0.25)
@@ -137,7 +130,7 @@ def test_a_registration_confirmed_too_late_never_lets_a_fenced_node_serve(
         assert second.wait(WAIT)
         try:
             for _ in range(5):
-                _sync(n1)
+                infra_sync(n1, 3)
             membership = n1._membership
             assert membership is not None and membership.fenced
             try:

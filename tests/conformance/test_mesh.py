@@ -37,6 +37,13 @@ class Opaque(zlink.Request[Any], type_name="t.ms.opaque"):
     pass
 
 
+class Note(zlink.Message, type_name="t.ms.note"):
+    n: int
+
+
+NOTES: list[int] = []
+
+
 class IntReply(zlink.Request[int], type_name="t.ms.intreply"):
     how: str
 
@@ -130,12 +137,17 @@ def build_app() -> zlink.App:
         def where(self, req: Where) -> str:
             return self.context.spot_id
 
+        @zlink.handler
+        def note(self, msg: Note) -> None:
+            NOTES.append(msg.n)
+
     return app
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
     CREATED.clear()
+    NOTES.clear()
     GATE.clear()
     STALLED.clear()
 
@@ -223,6 +235,44 @@ def test_an_id_that_changed_kind_is_found_through_a_stale_route(cluster):
         + n2.counters().get("sends_dropped_not_found", 0)
         == 1
     )
+
+
+def test_calls_for_an_id_that_changed_kind_wait_behind_one_store_question_in_order(cluster):
+    """node-2's path for Spot ``x`` outlived it; ``x`` now names an Actor. Calls naming the
+    Actor meet that path and wait, in order, behind one store question (python-api §9: the
+    path of the Spot stays until the store says the id changed kind; then it goes); a caller
+    that gives up meanwhile withdraws its send, nothing queued."""
+    n1, n2, _ = cluster.nodes
+    ref = n1.client().spots.get_or_create("x", "t.ms.room").wait(WAIT).spot_ref
+    assert n2.client().request_to_spot("x", Total()).wait(WAIT) == 0  # node-2 caches a route
+    assert n1.client().spots.close(ref)
+    cluster.wait_idle(WAIT)
+    assert n1.client().actors.create("t.ms.player", actor_id="x").wait(WAIT).created
+    asked, answer, questions = threading.Event(), threading.Event(), []
+    lookup = cluster.store.lookup
+
+    def slow_lookup(target: str) -> Any:
+        questions.append(target)
+        asked.set()
+        assert answer.wait(WAIT)
+        return lookup(target)
+
+    cluster.store.lookup = slow_lookup  # type: ignore[method-assign]
+    client = n2.client()
+    sent = [client.send_to_actor("x", Note(n=0)).future()]
+    assert asked.wait(WAIT)
+    with pytest.raises(zlink.DeadlineExceeded, match=r"within 0\.2 s"):
+        client.send_to_actor("x", Note(n=-1)).wait(0.2)  # given up: withdrawn
+    sent += [client.send_to_actor("x", Note(n=n)).future() for n in (1, 2, 3)]
+    where = client.request_to_actor("x", Where()).future()
+    answer.set()
+    for future in sent:
+        assert future.result(WAIT) is None
+    assert where.result(WAIT) == "t.ms.lobby@node-1"
+    cluster.wait_idle(WAIT)
+    assert NOTES == [0, 1, 2, 3]
+    assert questions[0] == "x" and n2._runtime.router._known("x").kind == "actor"
+    assert n1.client().request_to_actor("x", Where()).wait(WAIT) == "t.ms.lobby@node-1"
 
 
 def _one_id_space(client: zlink.Client, pid: str) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conftest import WAIT, fill, until
+from tests.conftest import WAIT, fill, held_at, infra_sync, until
 from zlink.mesh import wire
 from zlink.mesh.transport import Channel
 from zlink.messaging.calls import SendCall
@@ -37,6 +37,10 @@ class Add(zlink.Message, type_name="t.rb.add"):
 
 
 class Block(zlink.Message, type_name="t.rb.block"):
+    pass
+
+
+class Count(zlink.Request[int], type_name="t.rb.count"):
     pass
 
 
@@ -174,14 +178,6 @@ def test_what_a_node_keeps_behind_a_route_fence_is_bounded():
         assert [seq for _n, _s, seq in HANDLED] == list(range(8))
 
 
-def _sync(node: zlink.Node) -> None:
-    """Until what the node's infrastructure thread had queued has run (twice over)."""
-    for _ in range(2):
-        passed = threading.Event()
-        node._infra.submit(passed.set)
-        assert passed.wait(WAIT)
-
-
 def _fence_behind_waiters(n1: zlink.Node, n2: zlink.Node) -> tuple[Any, Any, int, list[Any]]:
     """The room on node-1, its gate held and its lane full (``filled`` sends of node-1's);
     four calls of node-2's waiting for room there (``before``); then node-2 changes the
@@ -215,8 +211,8 @@ def test_a_fence_goes_back_only_once_the_calls_before_it_are_queued():
         n1, n2 = cluster.nodes
         c2, router, filled, before = _fence_behind_waiters(n1, n2)
         after = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (4, 5)]
-        _sync(n1)  # the fence is at node-1 now, behind node-2's four calls
-        _sync(n2)
+        infra_sync(n1)  # the fence is at node-1 now, behind node-2's four calls
+        infra_sync(n2)
         assert "room" in router._switching, "the fence came back past the calls before it"
         BLOCK.set()
         for future in before + after:
@@ -279,7 +275,7 @@ def test_a_batch_too_large_for_a_frame_waits_whole_behind_a_fence():
     with LocalCluster(build_app(), nodes=2, workers=2, app_lane_items=4) as cluster:
         n1, n2 = cluster.nodes
         c2, router, filled, before = _fence_behind_waiters(n1, n2)
-        _sync(n1)
+        infra_sync(n1)
         assert "room" in router._switching
         batch = [Add(sender="big", seq=i, pad="x" * 1_000_000) for i in range(52)]
         waited = c2.send_many_to_spot("room", batch).future()  # 52 MB: past 48 of a frame
@@ -475,41 +471,14 @@ def test_a_commit_reaches_a_target_that_paused_its_source():
         assert [seq for _n, _s, seq in HANDLED] == list(range(21))
 
 
-def _held_at(
-    node: zlink.Node, kind: type[Any], holds: Any = lambda env: True
-) -> tuple[threading.Event, Any]:
-    """``node`` holds the envelopes of class ``kind`` that reach it and ``holds`` picks (the
-    rest go on); returns an event set as the first is held, and a call that lets them go
-    on, as they came."""
-    router = node._runtime.router
-    handle = router._handlers[kind]
-    held: list[Any] = []
-    at = threading.Event()
-
-    def hold(env: Any) -> None:
-        if not holds(env):
-            handle(env)
-            return
-        held.append(env)
-        at.set()
-
-    def go() -> None:
-        router._handlers[kind] = handle
-        for env in held:
-            node._infra.submit(handle, env)
-
-    router._handlers[kind] = hold
-    return at, go
-
-
 def _fence_held_at(node: zlink.Node, origin: str) -> tuple[threading.Event, Any]:
-    """``node`` holds the route fences of ``origin`` that reach it (``_held_at``)."""
-    return _held_at(node, wire.FenceEnvelope, lambda env: env.first_origin == origin)
+    """``node`` holds the route fences of ``origin`` that reach it (``held_at``)."""
+    return held_at(node, wire.FenceEnvelope, lambda env: env.first_origin == origin)
 
 
 def _hints_held_at(node: zlink.Node) -> Any:
     """``node`` holds the route hints that reach it; returns the call that lets them go on."""
-    return _held_at(node, wire.RouteEnvelope)[1]
+    return held_at(node, wire.RouteEnvelope)[1]
 
 
 def _ready_on(node: zlink.Node, spot: str) -> bool:
@@ -555,15 +524,15 @@ def test_a_targets_own_calls_back_through_a_third_node_stay_ahead_of_its_later_o
             assert router3.switch("room")  # node-3's own fence, held at node-1
         assert fence_at.wait(WAIT)
         sent = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in range(1, 7)]
-        _sync(n2)
-        _sync(n3)
+        infra_sync(n2)
+        infra_sync(n3)
         router2 = n2._runtime.router
         with router2.route_lock:
             assert router2.switch("room")  # node-2's own fence, behind 1-6 at node-3
-        _sync(n2)
-        _sync(n3)
+        infra_sync(n2)
+        infra_sync(n3)
         sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (7, 8, 9)]
-        _sync(n2)
+        infra_sync(n2)
         mover, moved = _moving(n1, "room", "node-2")
         until(lambda: _committed_on(n2, "room"), "the commit to reach node-2")
         act = n2._runtime.spots["room"]  # node-3 learns where the room is now (a route hint)
@@ -659,13 +628,13 @@ def test_a_call_that_waited_for_the_store_stays_ahead_of_later_ones_a_route_chan
         for newer in (authority - 1, authority):
             hint = wire.RouteEnvelope("room", "node-3", generation, newer)
             n1._infra.submit(router1._on_route, hint)
-        _sync(n1)
+        infra_sync(n1)
         sent.append(client.send_to_spot("room", Add(sender="s", seq=2)).future())
-        _sync(n1)
+        infra_sync(n1)
         mover, moved = _moving(n3, "room", "node-1")
         until(lambda: _committed_on(n1, "room") or _ready_on(n1, "room"), "the move to commit")
         sent.append(client.send_to_spot("room", Add(sender="s", seq=3)).future())
-        _sync(n1)
+        infra_sync(n1)
         go()
         mover.join(2 * WAIT)
         assert moved == [None]
@@ -701,7 +670,7 @@ def test_sends_accepted_while_the_store_is_asked_wait_for_an_arrival_not_refused
         mover, moved = _moving(n3, "room", "node-1")
         mover.join(2 * WAIT)
         assert moved == [None]
-        _sync(n1)
+        infra_sync(n1)
         assert not any(k.startswith("sends_dropped") for k in n1.counters())
         until(lambda: len(HANDLED) == 12, "every accepted send handled")
         assert [seq for _n, _s, seq in HANDLED] == list(range(12))
@@ -872,11 +841,11 @@ def _pause_over_blocked(cluster: LocalCluster) -> tuple[list[Any], int, int]:
     c2 = n2.client()
     sent = [c2.send_to_spot("other", Add(sender="n2", seq=s)).future() for s in range(20)]
     until(lambda: "node-2" in n1.status().paused_peers, "node-1 to pause node-2")
-    _sync(n1)
+    infra_sync(n1)
     backlog = n1._runtime.router.backlog()["node-2"]
     sent += [c2.send_to_spot("other", Add(sender="n2", seq=s)).future() for s in range(20, 30)]
-    _sync(n2)
-    _sync(n1)
+    infra_sync(n2)
+    infra_sync(n1)
     assert cluster.transport.paused("node-1", "node-2")
     assert n1._runtime.router.backlog()["node-2"] == backlog, "DATA was taken past the pause"
     held = len(cluster.transport._flows[("node-2", "node-1")].held)
@@ -916,14 +885,14 @@ def test_a_pause_lifted_for_a_fence_holds_again_once_the_fence_is_in():
         go()  # node-2 relays the fence to node-1, behind the calls the pause holds
         relocator1 = n1._runtime.relocator
         until(lambda: "room" not in relocator1._in_ids, "node-1 to open the room")
-        _sync(n1)
+        infra_sync(n1)
         router1 = n1._runtime.router
         assert router1.backlog()["node-2"] == before + held  # every call before the fence
         assert cluster.transport.paused("node-1", "node-2"), "the pause did not hold again"
         c2 = n2.client()
         sent += [c2.send_to_spot("other", Add(sender="n2", seq=s)).future() for s in (30, 31)]
-        _sync(n2)
-        _sync(n1)
+        infra_sync(n2)
+        infra_sync(n1)
         assert router1.backlog()["node-2"] == before + held, "DATA after the fence was taken"
         assert n1.counters().get("pauses_lifted_for_infrastructure") == 1
         assert not router1._marks and not router1._lifting
@@ -945,10 +914,10 @@ def test_a_fence_that_comes_before_its_notice_lifts_nothing_and_leaves_nothing()
         router1 = n1._runtime.router
         deadlines = n1.status().infrastructure_deadlines
         n1._infra.submit(router1._crossing, "node-2", 77, True)
-        _sync(n1)
+        infra_sync(n1)
         assert n1.status().infrastructure_deadlines == deadlines + 1  # (the fence's half)
         n1._infra.submit(router1._crossing, "node-2", 77, False, True)
-        _sync(n1)
+        infra_sync(n1)
         assert cluster.transport.paused("node-1", "node-2")
         assert router1.backlog()["node-2"] == before
         assert not router1._marks and not router1._lifting
@@ -970,11 +939,11 @@ def test_a_fence_notice_whose_fence_never_comes_lifts_a_pause_for_a_request_time
         sent, before, held = _pause_over_blocked(cluster)
         router1 = n1._runtime.router
         n1._infra.submit(router1._crossing, "node-2", 12345, False, True)
-        _sync(n1)
+        infra_sync(n1)
         assert not cluster.transport.paused("node-1", "node-2"), "the notice lifted nothing"
         until(lambda: router1.backlog().get("node-2") == before + held, "node-1 to take them")
         clock.advance(4.9)
-        _sync(n1)
+        infra_sync(n1)
         assert not cluster.transport.paused("node-1", "node-2")
         clock.advance(0.2)
         until(lambda: n1.counters().get("ahead_notices_expired") == 1, "the notice to expire")
@@ -999,7 +968,7 @@ def test_a_move_to_a_node_that_paused_its_source_goes_through_the_pause():
         mover, moved = _moving(n2, "room", "node-1")
         mover.join(WAIT / 2)
         assert moved == [None], "the move waited for the pause"
-        _sync(n1)
+        infra_sync(n1)
         router1 = n1._runtime.router
         assert router1.backlog()["node-2"] == before + held  # what came before the move
         assert cluster.transport.paused("node-1", "node-2"), "the pause did not hold again"
@@ -1024,8 +993,8 @@ def test_a_fence_the_receiver_does_not_wait_for_leaves_its_pause_alone():
         router2 = n2._runtime.router
         with router2.route_lock:
             assert router2.switch("room")  # node-2's fence, behind what the pause holds
-        _sync(n2)
-        _sync(n1)
+        infra_sync(n2)
+        infra_sync(n1)
         assert cluster.transport.paused("node-1", "node-2")
         assert n1._runtime.router.backlog()["node-2"] == before
         assert not n1.counters().get("pauses_lifted_for_infrastructure")
@@ -1055,17 +1024,50 @@ def test_a_fence_notice_that_came_before_its_spot_started_arriving_lifts_once_it
         router1 = n1._runtime.router
         notice = wire.DataAheadEnvelope(wire.EnvelopeKind.FENCE, "room", "node-3", "node-2", 4242)
         n1._infra.submit(router1.received, "node-2", Channel.COMPLETION, wire.encode(notice))
-        _sync(n1)
+        infra_sync(n1)
         assert cluster.transport.paused("node-1", "node-2"), "nothing arrives on node-1 yet"
         mover, moved = _moving(n2, "room", "node-1")
         mover.join(2 * WAIT)
         assert moved == [None]
-        _sync(n1)
+        infra_sync(n1)
         assert not cluster.transport.paused("node-1", "node-2"), "the arrival did not look again"
         lifted = n1.counters().get("pauses_lifted_for_infrastructure", 0)
         n1._infra.submit(router1._crossing, "node-2", 4242, True)  # the fence itself is in
-        _sync(n1)
+        infra_sync(n1)
         assert cluster.transport.paused("node-1", "node-2"), "the pause did not hold again"
         assert not router1._marks and not router1._lifting
         assert lifted >= 2  # (the move's payload lifted it once, and the fence's notice)
         _unblocked_all_handled(sent, 30, 30)
+
+
+def test_a_call_of_the_other_kind_leaves_a_spots_path_to_the_calls_on_it():
+    """README's known gap, reproduced: a call naming the room's id as an Actor's met node-2's
+    route for the Spot, which node-2 dropped to ask the store. Calls 1-3 were still on that
+    path (node-1 relays them: it moved the room to node-3); 4-6, made next, found no route,
+    asked the store and went straight to node-3, ahead of them: [0, 4, 5, 6, 1, 2, 3]. A
+    Spot and an Actor under one id are two objects (one id space, python-api §5): the call of
+    the other kind gets a store question of its own (``NotFound`` here), and the Spot's path
+    stays with the calls on it (per-sender order, python-api §9)."""
+    _reset()
+    with LocalCluster(build_app(), nodes=3, workers=2, request_timeout=30.0) as cluster:
+        n1, n2, _n3 = cluster.nodes
+        c2 = _room_routed(n1, n2, "n2")  # node-2's route: node-1
+        n1.relocate_spot("room", "node-3", timeout=WAIT)  # node-1: a pointer to node-3
+        at, go = held_at(n1, wire.SendEnvelope, lambda env: env.first_origin == "node-2")
+        sent = [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (1, 2, 3)]
+        assert at.wait(WAIT)  # node-1 holds them for now (a busy relay)
+        with pytest.raises(zlink.NotFound, match="actor 'room'"):
+            c2.request_to_actor("room", Count()).wait(WAIT)
+        with pytest.raises(zlink.NotFound, match="actor 'room'"):
+            c2.send_to_actor("room", Add(sender="n2", seq=-2)).wait(WAIT)
+        c2.send_to_actor("room", Add(sender="n2", seq=-3)).submit()  # dropped, counted
+        sent += [c2.send_to_spot("room", Add(sender="n2", seq=s)).future() for s in (4, 5, 6)]
+        infra_sync(n2)
+        infra_sync(n1)
+        go()
+        for future in sent:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == 7, "every call handled")
+        assert [seq for _n, _s, seq in HANDLED] == list(range(7))
+        until(lambda: n2.counters().get("sends_dropped_not_found") == 1, "the drop counted")
+        assert n2._runtime.router._known("room") is not None  # the Spot's path stayed

@@ -21,6 +21,9 @@ Guarantees / assumes:
   the fence keeps. A fence that finds the target elsewhere than the hint said (it came back,
   or went on) leaves the old path as it was: the calls before it are all with the target,
   come that way, and the next ones follow them. Transports need only per-connection order.
+  A path leads to one kind of object: a call that names its target as the other kind (a
+  Spot's id called as an Actor's) asks the store what the id names in a question of its
+  own, and the path stays with the calls on it unless the id changed kind (``_ask_kind``).
 * A fence is infrastructure traffic (python-api §9) though it rides on DATA, and so are a
   move's envelopes: each is announced on COMPLETION as it is queued (``zlink.mesh.outbox``),
   and a receiver that paused its sender and waits for it (a fence of its own, or one for a
@@ -113,6 +116,7 @@ or the store's error."""
 
 _log = logging.getLogger("zlink.mesh")
 _TARGET_KINDS: dict[str, TargetKind] = {str(kind): kind for kind in TargetKind}
+_ROUTED_KINDS = (str(TargetKind.SPOT), str(TargetKind.ACTOR))  # (what a path may lead to)
 _new_send = wire.maker(wire.SendEnvelope)  # (no frozen __setattr__ per field: a send is hot)
 _new_request = wire.maker(wire.RequestEnvelope)
 
@@ -147,6 +151,9 @@ class MeshRouter:
         self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
+        # (target, kind) -> calls naming it as the other kind than its path (``_ask_kind``)
+        self._kind_questions: dict[tuple[str, str], list[tuple[MessageCall, Admitted | None,
+                                                               Located]]] = {}  # fmt: skip
         self._fence_via: dict[str, str] = {}  # target -> the node its running fence went to
         self._fence_timers: dict[str, DeadlineHandle] = {}  # target -> its fence's deadline
         self._suspected: dict[str, set[int]] = {}  # peer -> calls awaited when it dropped
@@ -226,8 +233,9 @@ class MeshRouter:
         if len(routes) <= MAX_ROUTES:
             return
         idle = 2 * max(self.rt.request_timeout, self.rt.admission_timeout)
-        busy: tuple[dict[str, Any], ...] = (
-            self._switching, self._locating, self._learned, self._fence_via,
+        asked = {target for target, _kind in self._kind_questions}  # (rarely any)
+        busy: tuple[dict[str, Any] | set[str], ...] = (
+            self._switching, self._locating, self._learned, self._fence_via, asked,
         )  # fmt: skip
         excess = len(routes) - MAX_ROUTES
         oldest = list(itertools.islice(routes, excess + sum(len(t) for t in busy) + 1))
@@ -459,6 +467,10 @@ class MeshRouter:
         with self.route_lock:
             self._moved.pop(target, None)
             self._routes.pop(target, None)
+            for kind in _ROUTED_KINDS:  # calls that wait for a kind question came before
+                asked = self._kind_questions.pop((target, kind), None)  # any that waits for
+                if asked is not None:  # the store (they would have joined it): first
+                    self._answer([then for _call, _room, then in asked], None, None)
             waiting = self._locating.pop(target, None)
             if waiting is not None:  # asked before it arrived: they go first, and find it here
                 self._answer(waiting, None, None)
@@ -487,10 +499,15 @@ class MeshRouter:
             else:
                 self._keep(target, kept, [self.envelope(call, reply, hops)], call, reply, room)
             return
+        if self._kind_questions and (target, str(call.kind)) in self._kind_questions:
+            self._ask_kind(call, reply, hops, room, admitted)  # behind the open question,
+            return  # whatever the path is now (it may have gone meanwhile)
         route = self._known(target)
-        if route is not None and route.kind not in (None, call.kind):  # a route for the
-            self._routes.pop(target, None)  # other kind: stale, or not; the store says
-            route = None
+        if route is not None and route.kind not in (None, call.kind):  # a path for the
+            if target not in self._locating:  # other kind's object: it stays with the
+                self._ask_kind(call, reply, hops, room, admitted)  # calls on it; the store
+                return  # says what this call names
+            route = None  # (the open question answers it, behind the calls before it)
         if route is not None and route.node != self.rt.node_id and target not in self._locating:
             if not hops:
                 self._check_peer_takes(call, route.node)
@@ -504,14 +521,102 @@ class MeshRouter:
                 self._post_call(call, reply, hops, route)
             return
         waiter = functools.partial(self._send_located, call, reply, hops, room)
-        if room is not None and not room.done:  # its caller waits until it is really queued
+        self._locate_for(call, waiter, room, reply)
+
+    def _arm(self, call: MessageCall, reply: Completion | None, room: Admitted | None) -> None:
+        """(``route_lock`` held, its ``withdraw`` set.) A caller waiting until ``call`` is
+        really queued (``room``) waits for the store with a deadline of its own, unless it is
+        a request (its deadline is the request's) or a peer's call (that just waits)."""
+        if room is not None and not room.done and room.peer is None and reply is None:
+            self.rt.arm_room(room, f"a route to {call.target!r}")
+
+    def _locate_for(
+        self, call: MessageCall, waiter: Located, room: Admitted | None,
+        reply: Completion | None = None, arm: bool = True,
+    ) -> None:  # fmt: skip
+        """(``route_lock`` held.) ``locate`` ``call``'s target for ``waiter`` (``arm``: its
+        caller's wait gets its deadline now): an Instance Spot's first call reserves it (cold
+        activation)."""
+        target = call.target
+        if room is not None and not room.done:  # its caller may withdraw it meanwhile
             room.withdraw = functools.partial(self._cancel_locate, target, waiter)
-            if room.peer is None and reply is None:  # a request has its own deadline; a call
-                self.rt.arm_room(room, f"a route to {target!r}")  # from a peer just waits
+            if arm:  # (before it is asked: the answer may come on this very thread)
+                self._arm(call, reply, room)
         if call.instance:
             self.locate(target, waiter, self.rt.instance_spec(call), call.msg)
         else:
             self.locate(target, waiter)
+
+    def _ask_kind(
+        self, call: MessageCall, reply: Completion | None, hops: int, room: Admitted | None,
+        admitted: bool,
+    ) -> None:  # fmt: skip
+        """(``route_lock`` held.) ``call`` names its target as the other kind of object than
+        this node's path for it leads to (a Spot's id called as an Actor's, or the reverse).
+        Under one id they are two objects (one id space, python-api §5): the path stays with
+        the calls on it, and the store is asked what the id names now, in a question of its
+        own, which the calls of that kind made meanwhile wait behind, in order. Before, the
+        path was dropped: calls made next went by the store, past those still on it
+        (per-sender order, python-api §9)."""
+        key = (call.target, str(call.kind))
+        waiter = functools.partial(self._send_located, call, reply, hops, room)
+        if room is not None and not room.done:
+            room.withdraw = functools.partial(self._cancel_kind_question, key, waiter)
+        self._arm(call, reply, room)
+        waiting = self._kind_questions.get(key)
+        if waiting is not None:
+            waiting.append((call, room, waiter))
+            return
+        waiting = self._kind_questions[key] = [(call, room, waiter)]
+        asked = self.store_worker.call(self.store.lookup, call.target)
+        asked.add_callback(functools.partial(self._kind_answered, key, waiting))
+
+    def _cancel_kind_question(self, key: tuple[str, str], waiter: Located) -> bool:
+        """Withdraw a call waiting for its kind's question, or, once that was answered, for
+        the store's (its caller gave up): ``True`` if it was still waiting."""
+        with self.route_lock:
+            for at, (_call, _room, then) in enumerate(self._kind_questions.get(key, ())):
+                if then is waiter:
+                    del self._kind_questions[key][at]
+                    return True
+            return self._cancel_locate(key[0], waiter)  # answered: located now, maybe
+
+    def _kind_answered(
+        self, key: tuple[str, str], waiting: list[tuple[MessageCall, Admitted | None, Located]],
+        found: Any, error: BaseException | None,
+    ) -> None:  # fmt: skip
+        """The store answered a question of ``_ask_kind`` (infrastructure thread). The id
+        still names the other kind: each call waiting is ``NotFound`` (``_send_located``
+        checks the kind), the path unchanged. It names nothing, and the path leads to a
+        Spot: the path stays (an Instance Spot that closed itself is activated again by the
+        next call along it), and the calls, an Actor's, are ``NotFound``. Else (it names this
+        kind, or nothing and the path led to an Actor, which never comes back) the object the
+        path led to is gone, so is the path, and the calls are located as any call with no
+        path, in order (an Instance Spot's first call activates it)."""
+        target, kind = key
+        with self.route_lock:
+            if self._kind_questions.get(key) is not waiting:
+                return
+            del self._kind_questions[key]
+            thens = [then for _call, _room, then in waiting]
+            location = found if isinstance(found, Location) else None
+            if error is not None or (location is not None and location.kind != kind):
+                route = None if location is None else Route.at(location)
+                self._answer(thens, route, error)
+                return
+            known = self._known(target)
+            if location is None and known is not None and known.kind == str(TargetKind.SPOT):
+                self._answer(thens, None, None)  # (nothing here of their kind: NotFound)
+                return
+            if known is not None and known.kind not in (None, kind):  # the other kind's
+                self._moved.pop(target, None)  # object is gone: so is its path
+                self._routes.pop(target, None)
+            for call, room, then in waiting:
+                try:
+                    self._locate_for(call, then, room, arm=False)  # (armed as it came)
+                except Exception:  # noqa: BLE001 - one waiter's fault must not strand the rest
+                    self.rt.metrics.add("locate_waiter_errors")
+                    _log.exception("a call waiting for the location store failed")
 
     def _keep(
         self, target: str, kept: list[Relayable], envs: list[Relayable],
@@ -568,16 +673,20 @@ class MeshRouter:
             if size > wire.MAX_FRAME_BYTES * 3 // 4:
                 return False  # each fits, not all in one frame: one by one
             route = self._known(target)
-            settled = kept is None and target not in self._locating
-            if not settled or route is None or route.node == self.rt.node_id:
-                if admitted:  # it waited in the outbox: its messages go on, in order
-                    for msg in call.msgs:
+            settled = (
+                kept is None and target not in self._locating
+                and (target, str(call.kind)) not in self._kind_questions
+            )  # fmt: skip
+            if (
+                not settled or route is None or route.node == self.rt.node_id
+                or route.kind not in (None, call.kind)  # (the other kind's path: each of
+            ):  # its messages asks the store what the id names, ``_ask_kind``)  # fmt: skip
+                if admitted:  # it waited in the outbox: its messages go on, in order (an
+                    for msg in call.msgs:  # admitted batch is never left: it was accepted)
                         self.send_call(SendCall(self.rt, call.kind, target, msg), None, 0,
                                        admitted=True)  # fmt: skip
                     return True
                 return False
-            if route.kind not in (None, call.kind):  # the other kind: message by message,
-                return False  # which asks the store (``send_call``)
             if self._tracking:
                 self._touch(target)
             if not admitted and not self._outbox_room(call, None, room, route.node):
@@ -1666,8 +1775,9 @@ __all__ = ["MAX_HOPS", "MAX_POINTERS", "MAX_ROUTES", "MeshRouter", "Route"]
 def _check_kind(call: MessageCall | BatchSendCall, route: Route) -> None:
     """``NotFound`` for a call whose target id the store holds for the other kind (a Spot's
     id called as an Actor's, or the reverse): Spots and Actors share the store's one id space,
-    and a call names the kind it means (python-api §5). Nothing is sent. (A cached route of
-    the other kind is dropped first, and the store asked: the id may have changed kind.)"""
+    and a call names the kind it means (python-api §5). Nothing is sent. (A call that meets
+    this node's path for the other kind asks the store first, ``_ask_kind``: the id may have
+    changed kind; the path stays unless it did.)"""
     if route.kind is not None and route.kind != call.kind:
         raise NotFound(f"no {call.kind} {call.target!r}")
 
