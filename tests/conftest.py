@@ -61,7 +61,11 @@ def held_at(
 ) -> tuple[threading.Event, Callable[[], None]]:
     """``node`` holds the envelopes of class ``kind`` that reach it and ``holds`` picks (the
     rest go on); returns an event set as the first is held, and a call that lets them go
-    on, as they came."""
+    on, as they came, ahead of any that came after.
+
+    The release runs on the node's infrastructure thread, where envelopes are dispatched:
+    done from the test's thread, an envelope already handed to that thread but not yet
+    dispatched met the restored handler and went ahead of the held ones (a test's [2, 1])."""
     router = node._runtime.router
     handle = router._handlers[kind]
     held: list[Any] = []
@@ -74,10 +78,13 @@ def held_at(
         held.append(env)
         at.set()
 
-    def go() -> None:
+    def release() -> None:
         router._handlers[kind] = handle
         for env in held:
-            node._infra.submit(handle, env)
+            handle(env)
+
+    def go() -> None:
+        node._infra.submit(release)
 
     router._handlers[kind] = hold
     return at, go
