@@ -944,9 +944,9 @@ def test_an_accepted_send_let_go_onto_a_full_lane_here_waits_and_is_never_lost(c
         cluster.transport.pause("node-1", "node-2")
         router = n2._runtime.router
         outbox = router.outbox
-        outbox.limit = outbox.submit_limit = 1
         for n in range(3):  # accepted while the store is asked; then 0 and 1 go, 2 waits
             c2.send_to_spot("hot", Bump(sender=2, n=n)).submit()
+        outbox.limit = outbox.submit_limit = 1  # (set before, it bounds them there too)
         answer.set()
         assert n2.wait_idle(WAIT) and outbox.waiting("node-1") == 1
         with outbox._lock:

@@ -1071,3 +1071,52 @@ def test_a_call_of_the_other_kind_leaves_a_spots_path_to_the_calls_on_it():
         assert [seq for _n, _s, seq in HANDLED] == list(range(7))
         until(lambda: n2.counters().get("sends_dropped_not_found") == 1, "the drop counted")
         assert n2._runtime.router._known("room") is not None  # the Spot's path stayed
+
+
+def _store_held(cluster: LocalCluster) -> tuple[threading.Event, threading.Event]:
+    """The store's lookups wait (on the asking node's store thread) for the second event; the
+    first is set as one starts waiting (a slow, or unreachable, store)."""
+    at, go = threading.Event(), threading.Event()
+    real = cluster.store.lookup
+
+    def lookup(target: str) -> Any:
+        at.set()
+        assert go.wait(WAIT)
+        return real(target)
+
+    cluster.store.lookup = lookup  # type: ignore[method-assign]
+    return at, go
+
+
+def test_sends_waiting_for_the_store_are_bounded_as_the_outbox_bounds_them():
+    """Found reading the last change's gaps: calls made while the store is asked where their
+    target is wait behind that question, and nothing bounded the plain ``submit()`` ones (a
+    caller that waits has its deadline): a producer's ``submit()`` loop against a slow store
+    grew the queue as long as it ran. They count against ``peer_outbound_submit_bytes`` as
+    in the outbox they go to next (python-api §9): past it a ``submit()`` is
+    ``ResourceExhausted``, nothing queued, counted (``rejected_admissions``); callers that
+    wait are still taken, and everything accepted is handled, in order."""
+    _reset()
+    with LocalCluster(build_app(), nodes=2, workers=2, peer_outbound_bytes=1024,
+                      peer_outbound_submit_bytes=4096) as cluster:  # fmt: skip
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "t.rb.room").wait(WAIT)
+        at, go = _store_held(cluster)
+        client = n2.client()
+        accepted = 0
+        with pytest.raises(zlink.ResourceExhausted, match="wait for the location store"):
+            for seq in range(100):
+                client.send_to_spot("room", Add(sender="n2", seq=seq)).submit()
+                accepted += 1
+        assert at.wait(WAIT)
+        assert 4 <= accepted < 20  # (4096 bytes: each counts its payload and 256)
+        assert n2.counters().get("rejected_admissions") == 1
+        waiting = [
+            client.send_to_spot("room", Add(sender="n2", seq=s)).future()
+            for s in range(accepted, accepted + 4)
+        ]
+        go.set()
+        for future in waiting:
+            assert future.result(WAIT) is None
+        until(lambda: len(HANDLED) == accepted + 4, "every accepted call handled")
+        assert [seq for _n, _s, seq in HANDLED] == list(range(accepted + 4))

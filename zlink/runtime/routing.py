@@ -151,6 +151,8 @@ class MeshRouter:
         self._ahead: dict[str, int] = {}  # target -> calls put ahead in its kept list (below)
         self._learned: dict[str, Route] = {}  # target -> the route a running switch goes to
         self._locating: dict[str, list[Located]] = {}  # target -> waiting for the store
+        # target (or (target, kind)) -> bytes of plain sends waiting for its store question
+        self._waiting_bytes: dict[str | tuple[str, str], int] = {}  # (``_check_room_to_wait``)
         # (target, kind) -> calls naming it as the other kind than its path (``_ask_kind``)
         self._kind_questions: dict[tuple[str, str], list[tuple[MessageCall, Admitted | None,
                                                                Located]]] = {}  # fmt: skip
@@ -358,6 +360,7 @@ class MeshRouter:
                         self.store_worker.call(self.store.release, target, me,
                                                self.rt.incarnation,
                                                location.authority_generation)  # fmt: skip
+            self._waiting_bytes.pop(target, None)
             self._answer(waiting, route, error)
 
     def _instance_type(self, location: Location) -> TypeSpec | None:
@@ -470,7 +473,9 @@ class MeshRouter:
             for kind in _ROUTED_KINDS:  # calls that wait for a kind question came before
                 asked = self._kind_questions.pop((target, kind), None)  # any that waits for
                 if asked is not None:  # the store (they would have joined it): first
+                    self._waiting_bytes.pop((target, kind), None)
                     self._answer([then for _call, _room, then in asked], None, None)
+            self._waiting_bytes.pop(target, None)
             waiting = self._locating.pop(target, None)
             if waiting is not None:  # asked before it arrived: they go first, and find it here
                 self._answer(waiting, None, None)
@@ -520,8 +525,37 @@ class MeshRouter:
             elif self._outbox_room(call, reply, room, route.node):
                 self._post_call(call, reply, hops, route)
             return
+        if not hops and not admitted:
+            self._check_room_to_wait(call, reply, room, target, target in self._locating)
         waiter = functools.partial(self._send_located, call, reply, hops, room)
         self._locate_for(call, waiter, room, reply)
+
+    def _check_room_to_wait(
+        self, call: MessageCall, reply: Completion | None, room: Admitted | None,
+        key: str | tuple[str, str], waiting: bool,
+    ) -> None:  # fmt: skip
+        """(``route_lock`` held.) A plain ``submit()`` made here that is to wait behind a
+        store question (``key``: its target's, or its kind's, ``_ask_kind``; ``waiting``: one
+        is open) counts its bytes against that question; past the outbox's ``submit_limit``
+        (``peer_outbound_submit_bytes``) it is ``ResourceExhausted``, nothing queued, counted
+        (``rejected_admissions``), as the outbox refuses it (python-api §9). Before, nothing
+        bounded them: a ``submit()`` loop against a slow store grew the queue as long as it
+        ran. Callers that wait (a request, a send's ``wait()``) are bounded by their deadlines,
+        as in the outbox; a peer's calls by its backlog (it is paused)."""
+        if reply is not None or room is not None:
+            return
+        size = self.rt.limits.app_retained_per_item + (
+            len(call.wire[1]) if call.wire is not None else 0
+        )
+        held = self._waiting_bytes.get(key, 0) if waiting else 0
+        if held and held + size > self.outbox.submit_limit:
+            self.rt.metrics.add("rejected_admissions")
+            raise ResourceExhausted(
+                f"{held:,} bytes of sends for {call.kind} {call.target!r} wait for the location "
+                f"store already (peer_outbound_submit_bytes: {self.outbox.submit_limit:,}); "
+                "nothing was queued"
+            )
+        self._waiting_bytes[key] = held + size
 
     def _arm(self, call: MessageCall, reply: Completion | None, room: Admitted | None) -> None:
         """(``route_lock`` held, its ``withdraw`` set.) A caller waiting until ``call`` is
@@ -559,6 +593,8 @@ class MeshRouter:
         path was dropped: calls made next went by the store, past those still on it
         (per-sender order, python-api §9)."""
         key = (call.target, str(call.kind))
+        if not hops and not admitted:
+            self._check_room_to_wait(call, reply, room, key, key in self._kind_questions)
         waiter = functools.partial(self._send_located, call, reply, hops, room)
         if room is not None and not room.done:
             room.withdraw = functools.partial(self._cancel_kind_question, key, waiter)
@@ -598,6 +634,7 @@ class MeshRouter:
             if self._kind_questions.get(key) is not waiting:
                 return
             del self._kind_questions[key]
+            self._waiting_bytes.pop(key, None)
             thens = [then for _call, _room, then in waiting]
             location = found if isinstance(found, Location) else None
             if error is not None or (location is not None and location.kind != kind):
