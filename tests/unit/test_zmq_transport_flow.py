@@ -229,6 +229,74 @@ def test_replies_handed_over_before_goodbye_arrive_before_it(nodes, caplog):
     assert kinds == ["completion"] * 10 + ["down"], (a_counted, b_counted, b.link.events)
 
 
+def test_replies_still_on_one_pipe_arrive_before_down_when_the_other_pipes_goodbye_came_first(
+    nodes,
+):
+    """The goodbye goes on each pipe, after what was sent on it; the pipes are two
+    connections, read in either order. ``b`` had read ``a``'s goodbye on DATA, not yet the
+    replies and the goodbye on COMPLETION, when a ping of its own found no pipe to ``a`` (it
+    had closed its sockets): ``b`` took ``a`` down then, and the replies came after it (met
+    again, as from a peer that never said goodbye), so a caller could be failed though its
+    answer came. (How the goodbye test above failed once under CI's load, b seeing only
+    ``down``.) A peer whose goodbye came on one pipe is down once it comes on the other, or a
+    moment after a send to it found no pipe, not at once."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    tb = b.transport
+    read, gate = tb._read_peer, threading.Event()
+
+    def held_read(channel: Channel, sock: Any) -> None:
+        if channel is Channel.COMPLETION and not gate.is_set():
+            return  # (b reads COMPLETION later: the other connection lags)
+        read(channel, sock)
+
+    tb._read_peer = held_read  # type: ignore[method-assign]
+    for i in range(10):
+        assert a.transport.send("a", "b", Channel.COMPLETION, b"reply %d" % i)
+    a.stop()  # replies, then the goodbye on each pipe; then its sockets close
+    end = time.monotonic() + WAIT
+    peer = tb._peers["a"]
+    while Channel.DATA not in peer.byes and time.monotonic() < end:
+        _on_thread(tb, lambda: None)
+    assert peer.byes == {Channel.DATA}
+    tried = threading.Event()
+    real_send = tb._send
+
+    def watched_send(*args: Any) -> bool:
+        sent = real_send(*args)
+        if not sent:
+            tried.set()
+        return sent
+
+    tb._send = watched_send  # type: ignore[method-assign]
+    while not tried.is_set() and time.monotonic() < end:
+        _on_thread(tb, tb._ping)  # until a ping of b's finds no pipe to a
+    assert tried.is_set()
+    gate.set()
+    tb._wake()
+    b.infra.run_until(lambda: bool(b.link.seen("down", "a")), "b sees a go")
+    b.infra.run_until(lambda: len(b.link.seen("completion", "a")) == 10, "every reply")
+    kinds = [k for k, _, _ in b.link.events if k in ("completion", "down", "up")]
+    assert kinds == ["up"] + ["completion"] * 10 + ["down"]
+
+
+def test_a_peer_whose_goodbye_never_comes_on_its_other_pipe_is_down_a_moment_later(nodes):
+    """The test above, with ``a``'s goodbye on COMPLETION never read: once a send found no
+    pipe to ``a``, ``b`` waits ``_leave_grace`` for it (five pings), then takes ``a`` down."""
+    a = nodes("a").attach()
+    b = nodes("b").attach()
+    _meshed(a, b)
+    tb = b.transport
+    read = tb._read_peer
+    tb._read_peer = lambda channel, sock: (  # type: ignore[method-assign]
+        None if channel is Channel.COMPLETION else read(channel, sock)
+    )
+    a.stop()
+    b.infra.run_until(lambda: bool(b.link.seen("down", "a")), "b takes a down")
+    assert tb._peers.get("a") is None
+
+
 class _WatchedLock:
     """A lock that says when someone had to wait for it."""
 

@@ -293,6 +293,7 @@ class _Peer:
     held: deque[bytes] = field(default_factory=deque)  # its DATA that arrived while paused
     left: bool = False  # it said goodbye (what it sends after is not a reason to meet again)
     byes: set[Channel] = field(default_factory=set)  # the pipes its goodbye came on
+    leaving: float | None = None  # monotonic: a send found no pipe after one goodbye came
     out: _Outgoing = field(default_factory=_Outgoing)  # its incarnation's, across connections
     max_frame: int = 0  # the largest frame it takes, as its HELLO said (0: not said yet)
     inc: _Incoming = field(default_factory=_Incoming)  # the same, for what it sends here
@@ -332,6 +333,10 @@ class ZmqTransport:
         self._credit_step_bytes = max(1, data_bytes // 4)
         self._max_frame = max_frame_bytes
         self._ping_interval = ping_interval
+        # how long a peer whose goodbye came on one pipe, and which a send then found gone,
+        # has for its other pipe's goodbye (what it sent there is in flight: the ZMTP
+        # heartbeat timeout, five pings, is how long a live connection may stay silent)
+        self._leave_grace = 5 * ping_interval
         self._connect_timeout = connect_timeout
         self._client_backlog_limit = client_backlog
         self._count: Callable[..., None] = count or (lambda name, n=1: None)
@@ -1139,7 +1144,7 @@ class ZmqTransport:
         except zmq.ZMQError as exc:
             if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 raise
-            self._down(peer, f"no connection ({exc.strerror})")
+            self._down(peer, f"no connection ({exc.strerror})", lost_pipe=True)
             return False
 
     def _keep(
@@ -1296,12 +1301,16 @@ class ZmqTransport:
 
     def _sweep(self, now: float) -> None:
         """Drop, and count, what senders that never said HELLO sent, and the sessions
-        of peers down for ``_SESSION_LINGER`` and not met again."""
+        of peers down for ``_SESSION_LINGER`` and not met again; take down a peer that said
+        goodbye on one pipe only, and is gone, ``_leave_grace`` after it was found gone."""
         for ident, (since, kept) in list(self._strangers.items()):
             if now - since > self._connect_timeout:
                 del self._strangers[ident]
                 self._unlisted.discard(ident)
                 self._count("frames_from_strangers", len(kept))
+        for peer in list(self._peers.values()):
+            if peer.leaving is not None and now - peer.leaving > self._leave_grace:
+                self._down(peer, "it said goodbye on one pipe only, and is gone")
         for (node_id, incarnation), out in list(self._outgoing.items()):
             if out.down_since is not None and now - out.down_since > _SESSION_LINGER:
                 self._end_sessions(node_id, incarnation + 1)
@@ -1345,7 +1354,7 @@ class ZmqTransport:
             if exc.errno not in (zmq.EHOSTUNREACH, zmq.EAGAIN):
                 raise
             if peer.state is _State.UP:
-                self._down(peer, "no connection")
+                self._down(peer, "no connection", lost_pipe=True)
             return False
 
     def _greet(self) -> None:
@@ -1388,7 +1397,16 @@ class ZmqTransport:
         self._submit(link.peer_up, peer.node_id)
         self._flush()
 
-    def _down(self, peer: _Peer, why: str) -> None:
+    def _down(self, peer: _Peer, why: str, lost_pipe: bool = False) -> None:
+        """Take ``peer`` down (``why``: logged). ``lost_pipe``: a send to it found no pipe;
+        if its goodbye came on one pipe already, it is down only once it comes on the other
+        (what it sent on that pipe before comes first: the two are separate connections,
+        read in either order, and a caller would be failed though its reply came), or
+        ``_leave_grace`` later (``_sweep``)."""
+        if lost_pipe and peer.byes and peer.state is _State.UP:
+            if peer.leaving is None:
+                peer.leaving = time.monotonic()
+            return
         with self._lock:
             if peer.state is _State.DOWN:
                 return
