@@ -987,12 +987,23 @@ def test_a_session_ended_on_one_side_only_starts_over_on_both(nodes, monkeypatch
     ta, tb = a.transport, b.transport
     holes = {}
 
-    def blackhole() -> None:
+    def marked_then_blackhole() -> None:
+        """(a's thread.) A last frame on each pipe, then nothing more reaches b: once b has
+        read both, it has read all a sent. (Without them, a ping a sent just before, read by
+        b after it took a down, made b meet a again at once: its session never ended, and
+        the test failed once in the full suite under load.)"""
+        assert ta.send("a", "b", Channel.DATA, b"last")
+        assert ta.send("a", "b", Channel.COMPLETION, b"last")
+        ta._flush()
         for ch, sock in list(ta._outs.items()):
             holes[ch] = _Blackhole(sock, ta._peers["b"].ident)
             ta._outs[ch] = holes[ch]
 
-    _on_thread(ta, blackhole)
+    _on_thread(ta, marked_then_blackhole)
+    b.infra.run_until(
+        lambda: b"last" in b.link.seen("data", "a") and b"last" in b.link.seen("completion", "a"),
+        "b reads the last of what a sent",
+    )
     _on_thread(tb, lambda: tb._down(tb._peers["a"], "test: a froze"))
     end = time.monotonic() + WAIT
     while ("a", 1) in tb._outgoing and time.monotonic() < end:
