@@ -128,7 +128,8 @@ def test_a_room_moved_50_times_across_processes_under_4_senders(tmp_path: Path) 
 def test_a_room_s_subscriptions_move_with_it_between_processes(tmp_path: Path) -> None:
     """A Spot's Logical Multicast subscriptions cross in its relocation envelope (wire
     ``RelocObject.topics``; test_relocation_subscriptions.py): after a move to another process,
-    events published in that process reach it, and the source lists it no more."""
+    events published in that process reach it, and the source lists it no more; an event
+    published in the source's process reaches it too, once (test_mesh_multicast.py)."""
     with mesh(tmp_path, ["n1", "n2"]) as nodes:
         _meshed(nodes)
         nodes["n1"].ask("create", spot="room", type="mp.room")
@@ -143,6 +144,12 @@ def test_a_room_s_subscriptions_move_with_it_between_processes(tmp_path: Path) -
             lambda: nodes["n2"].ask("heard", spot="room") == ["n1:news:before", "n2:news:after"],
             "the event published on n2 heard there",
         )
+        nodes["n1"].ask("publish", topic="news", text="across")  # Logical Multicast crosses
+        _until(
+            lambda: nodes["n2"].ask("heard", spot="room")[-1:] == ["n2:news:across"],
+            "the event published on n1 heard on n2",
+        )
+        assert len(nodes["n2"].ask("heard", spot="room")) == 3
 
 
 def test_a_reply_arrives_over_completion_while_data_from_that_peer_is_paused(

@@ -142,7 +142,7 @@ def _run(node: zlink.Node, cmd: dict[str, Any]) -> Any:
         return None
     if op == "follow":  # the room subscribes to a topic, here or where it lives
         return client.request_to_spot(cmd["spot"], Follow(topic=cmd["topic"])).wait(15)
-    if op == "publish":  # reaches the subscribers in this process only
+    if op == "publish":  # reaches the subscribers on every node
         client.publish(cmd["topic"], News(text=cmd["text"])).wait(15)
         return None
     if op == "heard":

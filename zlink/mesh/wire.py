@@ -76,6 +76,7 @@ VERSION_KEY: Final = "version"
 KIND_KEY: Final = "kind"  # also the tag of a nested job record (RelocMessageJob/RelocTickJob)
 
 TARGET_KINDS: Final = frozenset({"spot", "actor", "channel"})
+SEND_KINDS: Final = TARGET_KINDS | {"topic"}  # a one-way message, or a Logical Multicast event
 RELOC_UNITS: Final = frozenset({"spot", "actor"})
 
 
@@ -292,14 +293,15 @@ class JoinAnswer:
 
 @dataclass(frozen=True, slots=True)
 class SendEnvelope:
-    """A one-way message for a Spot, Actor or Channel on (or relayed by) the receiving node."""
+    """A one-way message for a Spot, Actor or Channel on (or relayed by) the receiving node,
+    or a Logical Multicast event for the receiving node's subscribers (never relayed)."""
 
     KIND: ClassVar[EnvelopeKind] = EnvelopeKind.SEND
 
     target_kind: str
-    """What ``target`` names: ``"spot"``, ``"actor"`` or ``"channel"``."""
+    """What ``target`` names: ``"spot"``, ``"actor"``, ``"channel"`` or ``"topic"``."""
     target: str
-    """The Spot id, Actor id or Channel name."""
+    """The Spot id, Actor id, Channel name or topic."""
     message_type: str
     """The message's wire type name (``to_wire``)."""
     payload: str
@@ -1023,7 +1025,7 @@ for _cls in (EncodedError, EncodedValue, RelocMessageJob, RelocTickJob, RelocTim
              JoinGrant, JoinAnswer):  # fmt: skip
     _add_record(_cls, top_level=False)
 _CHOICES: dict[type[Any], dict[str, frozenset[str]]] = {
-    SendEnvelope: {"target_kind": TARGET_KINDS},
+    SendEnvelope: {"target_kind": SEND_KINDS},
     RequestEnvelope: {"target_kind": TARGET_KINDS},
     BatchEnvelope: {"target_kind": RELOC_UNITS},  # a Spot or an Actor
     RelocEnvelope: {"unit": RELOC_UNITS},

@@ -163,10 +163,12 @@ class RouteClient:
         )
 
     def publish(self, topic: str, event: Message) -> SendCall:
-        """A Logical Multicast event to every Spot subscribed to ``topic`` (no Yield, §16).
+        """A Logical Multicast event to every Spot subscribed to ``topic``, on every node of
+        the mesh (no Yield, §16).
 
-        Each subscriber gets it in its Spot queue; one whose lane is full misses it (counted
-        as ``publish_dropped``), which never fails the publish for the others.
+        Each subscriber gets it in its Spot queue, once; one whose lane is full misses it
+        (counted as ``publish_dropped``; a node whose outbox is full, as
+        ``publish_dropped_outbox_full``), which never fails the publish for the others.
         """
         return WatchedSendCall(self._rt, _TOPIC, check_id("topic", topic), _message(event, False))
 

@@ -38,7 +38,10 @@ Every fault and every discard is counted once, under a name that says what it wa
   ``sends_dropped_intake_error``);
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
-  type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``);
+  type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``); and
+  ``publish_dropped_outbox_full`` / ``_unreachable`` / ``_too_large``: an event made here
+  that another node did not get (its outbox was past ``peer_outbound_submit_bytes``, it went
+  away meanwhile, or it takes smaller frames);
 * the mesh's sessions (``zlink.mesh.zmq_transport``): ``sends_dropped_peer_gone`` /
   ``data_unacknowledged_peer_gone`` (one-way messages a session kept for a peer when it
   ended, never sent / sent and never acknowledged, so maybe handled: the peer restarted,

@@ -119,6 +119,7 @@ _TARGET_KINDS: dict[str, TargetKind] = {str(kind): kind for kind in TargetKind}
 _ROUTED_KINDS = (str(TargetKind.SPOT), str(TargetKind.ACTOR))  # (what a path may lead to)
 _new_send = wire.maker(wire.SendEnvelope)  # (no frozen __setattr__ per field: a send is hot)
 _new_request = wire.maker(wire.RequestEnvelope)
+_TOPIC_KEY = "\x00topic:"  # (the outbox's per-target key of a publish: no id starts so)
 
 
 class MeshRouter:
@@ -1139,6 +1140,46 @@ class MeshRouter:
             return _new_send(*common)
         corr = self.register_pending(reply, reply_type(type(call.msg)), peer)
         return _new_request(*common, corr, float(self.rt.deadline_of(call.deadline)))
+
+    def topic_envelope(self, call: MessageCall) -> wire.SendEnvelope | None:
+        """A publish made on this node, as the other nodes get it (Logical Multicast across
+        the mesh: README), or ``None`` when no other node is reachable. ``InvalidArgument``
+        (nothing delivered anywhere yet) if it cannot cross in one frame, as for a send."""
+        if not self.peers():
+            return None
+        if call.wire is None:
+            call.wire = to_wire(call.msg)
+        type_name, payload = call.wire
+        wire.check_fits(payload, call.meta)
+        me = self.rt.node_id
+        return _new_send(str(TargetKind.TOPIC), call.target, type_name, payload,
+                         call.meta or None, me, me, me, 0, False, None)  # fmt: skip
+
+    def publish_to_peers(self, event: wire.SendEnvelope) -> None:
+        """Send a publish made here (``topic_envelope``) once to every other node reachable
+        now, on DATA; each hands it to its own subscribers and relays it no further. Per
+        publisher, per subscriber, events keep their order (one DATA connection per pair of
+        nodes). A publish never waits (python-api §9): a node whose outbox is past
+        ``peer_outbound_submit_bytes`` misses the event (``publish_dropped_outbox_full``), as
+        a subscriber whose lane is full does (``publish_dropped``); so does one that went
+        away meanwhile (``publish_dropped_unreachable``), or takes smaller frames than this
+        event (``publish_dropped_too_large``). Any thread."""
+        key = _TOPIC_KEY + event.target  # (never a call's target: no call waits under it)
+        for peer in self.peers():
+            frame = self.transport.frame_limit(peer)
+            if frame is not None and frame < wire.MAX_FRAME_BYTES:
+                try:
+                    wire.check_fits(event.payload, event.meta, frame)
+                except InvalidArgument:
+                    self.rt.metrics.add("publish_dropped_too_large")
+                    continue
+            try:
+                self._check_reachable(peer)
+            except Unavailable:
+                self.rt.metrics.add("publish_dropped_unreachable")
+                continue
+            if not self.outbox.put_if_room(peer, event, False, key):
+                self.rt.metrics.add("publish_dropped_outbox_full")
 
     def forward_create(self, call: CreateCall[Any], completion: Completion, at: Location) -> None:
         """``get_or_create`` of a User Spot that another node owns: ask that node."""

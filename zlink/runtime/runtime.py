@@ -331,8 +331,12 @@ class Runtime:
         msg = call.msg
         act: Act | None
         held: OwnerLanes | None = None  # a closing Instance Spot's, for its next activation
-        if call.kind == _TOPIC:
+        if call.kind == _TOPIC:  # (from a peer, ``hops``: its subscribers here only)
+            router = self.router
+            event = router.topic_envelope(call) if router is not None and not hops else None
             self._publish(call, turn)
+            if event is not None:
+                router.publish_to_peers(event)  # type: ignore[union-attr]
             return reply  # type: ignore[return-value]
         if call.kind == _CHANNEL:
             act = self.channels.get(call.target)
