@@ -56,7 +56,24 @@ def check_endpoint(endpoint: object) -> str:
             f"endpoint {endpoint!r} is an IPv6 address: the mesh's sockets speak IPv4 only for "
             "now; give an IPv4 address or a host name"
         )
+    if not _host_name(host.removesuffix("."), underscore=True):  # (ZeroMQ refused some at
+        raise InvalidArgument(  # connect, a raw ZMQError: '-a', '%', '*', 'a@b', 'é', '..')
+            f"an endpoint's host is a host name or an IPv4 address, got {endpoint!r}"
+        )
     return endpoint
+
+
+def _host_name(name: str, underscore: bool = False) -> bool:
+    """Whether ``name`` is a DNS host name (or a dotted IPv4 address, which is one in form):
+    labels of 1..63 ASCII letters, digits and hyphens, none at a label's start or end, at most
+    253 characters; ``underscore``: also within a label (container and service names), never
+    first (ZeroMQ refuses that)."""
+    extra = "-_" if underscore else "-"
+    return 0 < len(name) <= 253 and all(
+        0 < len(label) <= 63 and label.isascii() and label[0].isalnum()
+        and label[-1] != "-" and all(c.isalnum() or c in extra for c in label)
+        for label in name.split(".")
+    )  # fmt: skip
 
 
 def check_advertise(host: object) -> str:
@@ -70,13 +87,7 @@ def check_advertise(host: object) -> str:
     try:
         address = ipaddress.ip_address(bare)
     except ValueError:
-        labels = bare.split(".")
-        if not all(
-            0 < len(label) <= 63 and label.isascii()
-            and all(c.isalnum() or c == "-" for c in label)
-            and not label.startswith("-") and not label.endswith("-")
-            for label in labels
-        ):  # fmt: skip
+        if not _host_name(bare):
             raise InvalidArgument(
                 f"advertise is a host name or an IP address (no scheme, no port), got {host!r}"
             ) from None

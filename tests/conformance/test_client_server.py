@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -30,6 +31,7 @@ import zlink
 from tests.conformance.client_process import Echo, Fail, Hold, News, Note, Seen
 from tests.conftest import WAIT, until
 from zlink.errors import ErrorCode
+from zlink.mesh import client as client_module
 from zlink.mesh import client_wire as cw
 from zlink.mesh.client import _Connection
 from zlink.types import TargetKind
@@ -1020,3 +1022,89 @@ def test_a_client_process_gets_every_reply_once_and_its_sends_in_order(serve):
     assert len(result["seen"]) == 2 * n
     assert result["counters"].get("late_replies", 0) == 0
     assert not any(name.startswith("sends_dropped") for name in result["counters"])
+
+
+# A ``zlink.connect`` client whose connection cannot even be made (python-api §10).
+#
+# Found by a fresh-eyes audit of the client (each test failed first): making a connection's
+# sockets can fail (no file descriptor left is ``EMFILE`` there, not at ``open``; an endpoint
+# ZeroMQ refuses is ``EINVAL`` at ``connect``), and that fault escaped the reconnect loop, whose
+# thread died: the client stayed lost for good, even once its node was back. And ``connect()``
+# let through hosts ZeroMQ refuses, so the caller got a raw ``zmq.ZMQError``: bad input is
+# ``InvalidArgument`` at the call site.
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["tcp://-a:7101", "tcp://%:7101", "tcp://*:7101", "tcp://node\u00e9:7101", "tcp://a@b:7101"],
+)
+def test_connect_to_a_malformed_host_is_a_typed_error(endpoint):
+    """A bad endpoint is ``InvalidArgument`` at the call site, never a raw ``zmq.ZMQError``."""
+    with pytest.raises(zlink.InvalidArgument):
+        zlink.connect(endpoint, timeout=0.2, reconnect=False)
+
+
+def test_a_connection_that_cannot_be_made_does_not_end_reconnecting(serve, monkeypatch):
+    """``connect([good, other])`` succeeds; once the good node goes away and comes back, the
+    client reconnects, though making a connection to the other fails (here: an endpoint
+    ZeroMQ refuses, let through as the check did before this fix). The reconnect thread died
+    of that ``ZMQError`` and never ran again: the client stayed lost for good."""
+    died = threading.Event()
+    old_hook = threading.excepthook
+
+    def hook(args: Any) -> None:
+        if args.thread is not None and args.thread.name == "zlink-client-reconnect":
+            died.set()
+        old_hook(args)
+
+    monkeypatch.setattr(client_module, "check_endpoint", lambda endpoint: endpoint)
+    threading.excepthook = hook
+    try:
+        node = serve(node_id="n-a")
+        address = node.address
+        client = zlink.connect([address, "tcp://-a:7101"], timeout=0.3)
+        try:
+            _room(client)
+            node.shutdown(timeout=WAIT)  # (a goodbye: the other endpoint is tried first)
+            until(lambda: client.counters().get("reconnect_errors", 0) >= 1, "the other tried")
+            serve(node_id="n-a", listen=address)
+            client.wait_connected(WAIT)
+            _room(client)
+            assert client.request_to_spot("r", Echo(text="y")).wait(WAIT) == "y"
+            assert not died.is_set()
+        finally:
+            client.close()
+    finally:
+        threading.excepthook = old_hook
+
+
+def test_running_out_of_file_descriptors_once_does_not_end_reconnecting(serve, monkeypatch):
+    """The reconnect loop survives a fault of one attempt, also where the connection is made:
+    when the file descriptors run out it is ``zmq.Context()`` / ``ctx.socket()`` that raise
+    ``ZMQError(EMFILE)``; that escaped, and the reconnect thread died for good."""
+    node = serve(node_id="n-a")
+    address = node.address
+    client = zlink.connect(address, timeout=0.5)
+    try:
+        _room(client)
+        real = zmq.Context
+        failures = [zmq.ZMQError(errno.EMFILE)]  # the next context made: no fd left, once
+
+        def context(*args, **kwargs):
+            if failures:
+                raise failures.pop()
+            return real(*args, **kwargs)
+
+        class _Zmq:  # the client's view of zmq only (the nodes here make contexts too)
+            Context = staticmethod(context)
+
+            def __getattr__(self, name):
+                return getattr(zmq, name)
+
+        monkeypatch.setattr(client_module, "zmq", _Zmq())
+        node.shutdown(timeout=WAIT)
+        serve(node_id="n-a", listen=address)
+        client.wait_connected(WAIT)  # (before: DeadlineExceeded, nobody reconnected)
+        assert client.counters().get("reconnects") == 1
+    finally:
+        client.close()

@@ -179,7 +179,10 @@ class Failover:
     def _try(self, endpoint: str, timeout: float) -> Connection | str:
         """An open connection to ``endpoint``, or why there is none (a ``close()`` meanwhile
         ends its handshake wait within 50 ms)."""
-        connection = self._make(endpoint, self._lost)
+        try:  # (making its sockets may fail too: no file descriptor left is EMFILE there;
+            connection = self._make(endpoint, self._lost)  # raised, it ended the reconnect
+        except Exception as exc:  # noqa: BLE001 - thread, and the client stayed lost for good)
+            return self._attempt_failed(endpoint, exc)
         try:
             connection.open(timeout, self._closed)
         except Unavailable as exc:
@@ -187,9 +190,7 @@ class Failover:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - one attempt's fault (say, no file
             connection.close()  # descriptor left) is that attempt's, counted
-            self._counted("reconnect_errors")
-            _log.warning("connecting to %s failed: %r", endpoint, exc)
-            return f"{endpoint}: {exc!r}"
+            return self._attempt_failed(endpoint, exc)
         mine, theirs = self._mesh, connection.mesh
         if mine is not None and theirs != mine:  # the client keeps to the mesh it first met
             connection.close()
@@ -198,6 +199,12 @@ class Failover:
                          mine, connection.node_id, endpoint, theirs)  # fmt: skip
             return f"{endpoint}: node {connection.node_id} is of mesh {theirs!r}, not {mine!r}"
         return connection
+
+    def _attempt_failed(self, endpoint: str, exc: Exception) -> str:
+        """One attempt's own fault (counted, ``reconnect_errors``; logged): why it failed."""
+        self._counted("reconnect_errors")
+        _log.warning("connecting to %s failed: %r", endpoint, exc)
+        return f"{endpoint}: {exc!r}"
 
     def _lost(self) -> None:
         """(A connection's own thread, before its callers hear of the loss; or ``open``.)
@@ -232,21 +239,32 @@ class Failover:
             order = (lost.endpoint, *endpoints)
         delay = BACKOFF_FIRST
         while not self._closed.is_set():
-            for endpoint in order:
-                connection = self._try(endpoint, self._attempt_timeout)
-                if isinstance(connection, str):
-                    if self._closed.is_set():
-                        return
-                    continue
-                if self._install(connection):
-                    _log.warning("client reconnected to node %s at %s", connection.node_id,
-                                 endpoint)  # fmt: skip
+            try:  # (the loop outlives any fault: ended, nothing would start another)
+                if self._round(order):
                     return
-                if self._closed.is_set():
-                    return
-                # lost again before it was the current one: this loop goes on
+            except Exception as exc:  # noqa: BLE001 - counted, and the next round goes on
+                self._counted("reconnect_errors")
+                _log.exception("client: reconnecting failed: %r", exc)
             self._closed.wait(delay)
             delay = min(delay * 2, BACKOFF_MOST)
+
+    def _round(self, order: tuple[str, ...]) -> bool:
+        """One try of each endpoint in ``order``; ``True`` once one is installed and up, or
+        the client is closed (the loop is over)."""
+        for endpoint in order:
+            connection = self._try(endpoint, self._attempt_timeout)
+            if isinstance(connection, str):
+                if self._closed.is_set():
+                    return True
+                continue
+            if self._install(connection):
+                _log.warning("client reconnected to node %s at %s", connection.node_id,
+                             endpoint)  # fmt: skip
+                return True
+            if self._closed.is_set():
+                return True
+            # lost again before it was the current one: this loop goes on
+        return False
 
     def _install(self, connection: Connection) -> bool:
         """Make ``connection`` the current one (the lost one's threads end first); ``True``
