@@ -1108,3 +1108,21 @@ def test_running_out_of_file_descriptors_once_does_not_end_reconnecting(serve, m
         assert client.counters().get("reconnects") == 1
     finally:
         client.close()
+
+
+def test_ctrl_c_while_connecting_leaves_no_thread_behind(serve, monkeypatch):
+    """The same audit: a ``KeyboardInterrupt`` in ``connect()`` (Ctrl-C while it waits for the
+    node's answer) left the half-open connection's threads and sockets running; in a REPL
+    they lived until the process ended."""
+    node = serve(node_id="n-a")
+    before = set(threading.enumerate())
+
+    def interrupted(self: Any, timeout: float, cancel: Any = None) -> None:
+        opened(self, timeout, cancel)
+        raise KeyboardInterrupt
+
+    opened = _Connection.open
+    monkeypatch.setattr(_Connection, "open", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        zlink.connect(node.address, timeout=WAIT)
+    until(lambda: not [t for t in threading.enumerate() if t not in before], "no thread left")

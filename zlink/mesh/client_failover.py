@@ -191,6 +191,9 @@ class Failover:
         except Exception as exc:  # noqa: BLE001 - one attempt's fault (say, no file
             connection.close()  # descriptor left) is that attempt's, counted
             return self._attempt_failed(endpoint, exc)
+        except BaseException:  # Ctrl-C while it connects: its threads and sockets end too
+            connection.close()  # (they outlived it, in a REPL until the process ended)
+            raise
         mine, theirs = self._mesh, connection.mesh
         if mine is not None and theirs != mine:  # the client keeps to the mesh it first met
             connection.close()
