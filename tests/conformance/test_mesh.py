@@ -217,16 +217,22 @@ def test_a_call_of_the_wrong_kind_is_not_found_at_once_on_every_node(cluster):
     assert not any(node.counters().get("late_replies") for node in cluster.nodes)
 
 
-def test_an_id_that_changed_kind_is_found_through_a_stale_route(cluster):
-    """A review: a route cached for Spot ``x`` outlived the Spot; once ``x`` named an Actor,
-    a node holding that route refused calls to the Actor with ``NotFound`` without asking the
-    store. A route of the other kind is dropped and the store asked."""
+def _id_changed_kind(cluster: LocalCluster) -> tuple[zlink.Node, zlink.Node]:
+    """node-2's path for Spot ``x`` (on node-1) outlives it: ``x`` then names an Actor there."""
     n1, n2, _ = cluster.nodes
     ref = n1.client().spots.get_or_create("x", "t.ms.room").wait(WAIT).spot_ref
     assert n2.client().request_to_spot("x", Total()).wait(WAIT) == 0  # node-2 caches a route
     assert n1.client().spots.close(ref)
     cluster.wait_idle(WAIT)
     assert n1.client().actors.create("t.ms.player", actor_id="x").wait(WAIT).created
+    return n1, n2
+
+
+def test_an_id_that_changed_kind_is_found_through_a_stale_route(cluster):
+    """A review: a route cached for Spot ``x`` outlived the Spot; once ``x`` named an Actor,
+    a node holding that route refused calls to the Actor with ``NotFound`` without asking the
+    store. The store is asked; the path goes once it says the id changed kind."""
+    _n1, n2 = _id_changed_kind(cluster)
     assert n2.client().request_to_actor("x", Where()).wait(WAIT) == "t.ms.lobby@node-1"
     n2.client().send_many_to_spot("x", [Add(n=1)]).submit()  # a batch: one by one, found not
     cluster.wait_idle(WAIT)
@@ -242,12 +248,7 @@ def test_calls_for_an_id_that_changed_kind_wait_behind_one_store_question_in_ord
     Actor meet that path and wait, in order, behind one store question (python-api §9: the
     path of the Spot stays until the store says the id changed kind; then it goes); a caller
     that gives up meanwhile withdraws its send, nothing queued."""
-    n1, n2, _ = cluster.nodes
-    ref = n1.client().spots.get_or_create("x", "t.ms.room").wait(WAIT).spot_ref
-    assert n2.client().request_to_spot("x", Total()).wait(WAIT) == 0  # node-2 caches a route
-    assert n1.client().spots.close(ref)
-    cluster.wait_idle(WAIT)
-    assert n1.client().actors.create("t.ms.player", actor_id="x").wait(WAIT).created
+    n1, n2 = _id_changed_kind(cluster)
     asked, answer, questions = threading.Event(), threading.Event(), []
     lookup = cluster.store.lookup
 
