@@ -1,8 +1,9 @@
 """Logical Multicast across the mesh: a publish reaches the subscribers on every node.
 
 A publish made on a node is handed to its own subscribers (guide §1: matched payloads go to
-the Spot queue) and sent, once, to every other node reachable then, on DATA, where each hands
-it to its own; none relays it further. A publish never waits: a subscriber whose lane is full,
+the Spot queue) and sent, once, to every other node met then, on DATA, where each hands it to
+its own; none relays it further. (A subscriber that moves while an event is on its way may get
+it twice or miss it: README's known gap.) A publish never waits: a subscriber whose lane is full,
 or a node whose outbox is past ``peer_outbound_submit_bytes``, misses it, counted
 (``publish_dropped``, ``publish_dropped_outbox_full``; python-api §9: every drop counted with
 its reason). Per-publisher order per subscriber holds while the publisher stays on its node.
@@ -140,3 +141,23 @@ def test_a_publish_that_meets_a_full_outbox_misses_that_node_counted_not_the_oth
         until(lambda: _heard(n2, "far") == [2], "node-2 hears the second only")
         assert _heard(n1, "near") == [1, 2]
         assert n1.counters().get("publish_dropped_outbox_full") == 1
+
+
+def test_a_node_met_but_not_yet_up_gets_the_publish_once_it_is(monkeypatch):
+    """Found by review: over ZeroMQ ``peers()`` lists the nodes that are up, while a send also
+    goes to one still connecting (met a moment ago, or again after its connection dropped),
+    kept until it is up; a publish skipped such a node, counted nowhere. It goes to every
+    node met, as a send would. (The in-process transport has no connecting state: its
+    ``peers`` is made to answer as ZeroMQ's would, with node-2 connecting.)"""
+    with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        _listener_on(n2, "far")
+        real = cluster.transport.peers
+
+        def peers(connecting: bool = False) -> list[str]:
+            return real() if connecting else [p for p in real() if p != "node-2"]
+
+        monkeypatch.setattr(cluster.transport, "peers", peers)
+        n1.client().publish("news", News(n=1)).wait(WAIT)
+        monkeypatch.undo()
+        until(lambda: _heard(n2, "far") == [1], "node-2 hears it")

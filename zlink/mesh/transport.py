@@ -128,8 +128,9 @@ class Transport(Protocol):
         (a call larger is refused where it is made); else ``None``."""
         ...
 
-    def peers(self) -> list[str]:
-        """The nodes reachable now, sorted."""
+    def peers(self, connecting: bool = False) -> list[str]:
+        """The nodes reachable now, sorted (``connecting``: also those met and still
+        connecting, which take what is sent to them once they are up)."""
         ...
 
     def pause(self, node_id: str, peer: str) -> None:
@@ -296,8 +297,8 @@ class InProcessTransport:
     def reachable(self, peer: str) -> bool:
         return peer in self._nodes
 
-    def peers(self) -> list[str]:
-        with self._lock:
+    def peers(self, connecting: bool = False) -> list[str]:
+        with self._lock:  # (attached is up: nothing here connects)
             return sorted(self._nodes)
 
     def send(self, sender: str, peer: str, channel: Channel, data: bytes) -> bool:

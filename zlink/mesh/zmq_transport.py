@@ -734,9 +734,11 @@ class ZmqTransport:
         found = self._peers.get(peer)
         return found is not None and found.state is not _State.DOWN
 
-    def peers(self) -> list[str]:
+    def peers(self, connecting: bool = False) -> list[str]:
+        """The peers that are up (``connecting``: also those met and still connecting)."""
+        states = (_State.UP, _State.CONNECTING) if connecting else (_State.UP,)
         with self._lock:
-            return sorted(p.node_id for p in self._peers.values() if p.state is _State.UP)
+            return sorted(p.node_id for p in self._peers.values() if p.state in states)
 
     def client_endpoints(self) -> list[str]:
         """The client endpoints of the peers that are up (``WELCOME`` tells clients)."""

@@ -39,9 +39,10 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
   type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``); and
-  ``publish_dropped_outbox_full`` / ``_unreachable`` / ``_too_large``: an event made here
-  that another node did not get (its outbox was past ``peer_outbound_submit_bytes``, it went
-  away meanwhile, or it takes smaller frames);
+  ``publish_dropped_outbox_full`` / ``_unreachable`` / ``_too_large`` / ``_shutdown`` /
+  ``_does_not_cross``: an event made here that another node did not get (its outbox was past
+  ``peer_outbound_submit_bytes``, it went away, it takes smaller frames, this node stopped
+  with the event still in its outbox, or it could not be encoded);
 * the mesh's sessions (``zlink.mesh.zmq_transport``): ``sends_dropped_peer_gone`` /
   ``data_unacknowledged_peer_gone`` (one-way messages a session kept for a peer when it
   ended, never sent / sent and never acknowledged, so maybe handled: the peer restarted,

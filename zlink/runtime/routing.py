@@ -119,7 +119,7 @@ _TARGET_KINDS: dict[str, TargetKind] = {str(kind): kind for kind in TargetKind}
 _ROUTED_KINDS = (str(TargetKind.SPOT), str(TargetKind.ACTOR))  # (what a path may lead to)
 _new_send = wire.maker(wire.SendEnvelope)  # (no frozen __setattr__ per field: a send is hot)
 _new_request = wire.maker(wire.RequestEnvelope)
-_TOPIC_KEY = "\x00topic:"  # (the outbox's per-target key of a publish: no id starts so)
+_TOPIC_KEY = "\x00" * 256  # (the outbox's per-target key of a publish: longer than any id)
 
 
 class MeshRouter:
@@ -203,9 +203,9 @@ class MeshRouter:
         if not self.transport.reachable(peer):
             raise Unavailable(f"node {peer!r} is not reachable")
 
-    def peers(self) -> list[str]:
-        """The other nodes reachable now."""
-        return [p for p in self.transport.peers() if p != self.rt.node_id]
+    def peers(self, connecting: bool = False) -> list[str]:
+        """The other nodes reachable now (``connecting``: also those still connecting)."""
+        return [p for p in self.transport.peers(connecting) if p != self.rt.node_id]
 
     # -- routes ------------------------------------------------------------------------------
     def _remember(self, target: str, route: Route) -> None:
@@ -1145,7 +1145,7 @@ class MeshRouter:
         """A publish made on this node, as the other nodes get it (Logical Multicast across
         the mesh: README), or ``None`` when no other node is reachable. ``InvalidArgument``
         (nothing delivered anywhere yet) if it cannot cross in one frame, as for a send."""
-        if not self.peers():
+        if not self.peers(connecting=True):
             return None
         if call.wire is None:
             call.wire = to_wire(call.msg)
@@ -1156,8 +1156,10 @@ class MeshRouter:
                          call.meta or None, me, me, me, 0, False, None)  # fmt: skip
 
     def publish_to_peers(self, event: wire.SendEnvelope) -> None:
-        """Send a publish made here (``topic_envelope``) once to every other node reachable
-        now, on DATA; each hands it to its own subscribers and relays it no further. Per
+        """Send a publish made here (``topic_envelope``) once to every other node met now
+        (one still connecting takes it once it is up, as a send), on DATA; each hands it to
+        its own subscribers and relays it no further (a subscriber that moves while it is on
+        its way may get it twice, or miss it: README's known gap). Per
         publisher, per subscriber, events keep their order (one DATA connection per pair of
         nodes). A publish never waits (python-api §9): a node whose outbox is past
         ``peer_outbound_submit_bytes`` misses the event (``publish_dropped_outbox_full``), as
@@ -1165,7 +1167,7 @@ class MeshRouter:
         away meanwhile (``publish_dropped_unreachable``), or takes smaller frames than this
         event (``publish_dropped_too_large``). Any thread."""
         key = _TOPIC_KEY + event.target  # (never a call's target: no call waits under it)
-        for peer in self.peers():
+        for peer in self.peers(connecting=True):  # (one still connecting takes it once up)
             frame = self.transport.frame_limit(peer)
             if frame is not None and frame < wire.MAX_FRAME_BYTES:
                 try:
@@ -1233,7 +1235,10 @@ class MeshRouter:
                 else "does_not_cross" if isinstance(error, InvalidArgument)
                 else "unreachable"
             )  # fmt: skip
-            self.rt.metrics.add(f"sends_dropped_{reason}")
+            publish = env.target_kind == TargetKind.TOPIC  # (counted as a publish's misses)
+            self.rt.metrics.add(
+                f"publish_dropped_{reason}" if publish else f"sends_dropped_{reason}"
+            )
             return
         corr = getattr(env, "correlation", None)
         origin = getattr(env, "origin_node", self.rt.node_id)
