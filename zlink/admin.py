@@ -237,7 +237,10 @@ class AdminServer:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        """Stop serving and close the socket (a server never started: only the close; its
+        ``shutdown`` waited for a serving loop that never ran, for ever)."""
+        if self._thread.is_alive():
+            self._server.shutdown()
         self._server.server_close()
 
 
@@ -269,6 +272,8 @@ class _BoundedServer(ThreadingHTTPServer):
     """A thread per connection, at most ``limit`` at once: one more is closed at once."""
 
     def __init__(self, address: tuple[str, int], handler: Any, limit: int, node: Node) -> None:
+        if ":" in address[0]:  # an IPv6 address (``[::1]:PORT``, which ``parse_address``
+            self.address_family = socket.AF_INET6  # takes): bound IPv4 only, it was refused
         super().__init__(address, handler)
         self._slots = threading.BoundedSemaphore(limit)
         self._node = node

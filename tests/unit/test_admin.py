@@ -341,6 +341,99 @@ def test_status_and_inspect_say_what_is_wrong_with_the_admin_address_in_one_line
         server.server_close()
 
 
+@contextlib.contextmanager
+def _answering(reply: bytes) -> Iterator[str]:
+    """A TCP server on 127.0.0.1 that answers every connection with ``reply`` and closes it;
+    its ``HOST:PORT``."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:  # (its timeout, each 0.2 s: it looks at ``done``)
+                continue
+            with conn, contextlib.suppress(OSError):
+                conn.settimeout(5)
+                conn.recv(65536)
+                conn.sendall(reply)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        done.set()
+        thread.join(5)
+        server.close()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"SSH-2.0-OpenSSH_9.6\r\n",  # a wrong port
+        b'HTTP/1.0 200 OK\r\nContent-Length: 100\r\n\r\n{"node_id":',  # cut off mid-answer
+    ],
+)
+@pytest.mark.parametrize("command", [["status"], ["inspect", "queues"]])
+def test_status_and_inspect_say_in_one_line_when_what_answers_is_not_http(reply, command):
+    """Found by an audit: ``_fetch`` caught ``OSError``, not ``http.client.HTTPException``:
+    something that does not speak HTTP (a wrong port: SSH, Redis) or a node that died
+    mid-answer gave a traceback, where cli.md promises one line and exit status 2."""
+    with _answering(reply) as address:
+        result = CliRunner().invoke(cli, [*command, "--admin", address])
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("interval", ["inf", "1e10"])
+def test_status_watch_refuses_an_interval_it_cannot_wait(interval):
+    """Found by the same audit: ``--interval`` had a lower bound only; ``inf`` passed and the
+    wait then failed with ``OverflowError`` (python-api §9: durations checked where given)."""
+    result = CliRunner().invoke(
+        cli, ["status", "--admin", "127.0.0.1:1", "--watch", "--interval", interval]
+    )
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "--interval" in result.output
+
+
+def test_stop_of_an_admin_server_never_started_returns():
+    """Found by the same audit: ``stop()`` before ``start()`` waited for a serving loop that
+    never ran: for ever (``socketserver.shutdown``)."""
+    node = zlink.Node(zlink.App("a"), zlink.NodeConfig(workers=1))
+    server = AdminServer(node, "127.0.0.1", 0)
+    stopper = threading.Thread(target=server.stop, daemon=True)
+    stopper.start()
+    stopper.join(10)
+    assert not stopper.is_alive(), "stop() without start() blocks for ever"
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_the_admin_endpoint_binds_the_ipv6_loopback_it_accepts(make_node):
+    """Found by the same audit: ``--admin [::1]:PORT`` is taken (``parse_address``,
+    ``is_loopback``), yet the server bound IPv4 only and refused it."""
+    node = make_node(zlink.App("a"))
+    server = AdminServer(node, "::1", 0).start()
+    try:
+        host, port = server.address
+        with socket.create_connection((host, port), timeout=5) as conn:
+            conn.sendall(b"GET /health HTTP/1.0\r\n\r\n")
+            assert conn.recv(64).startswith(b"HTTP/1.0 200")
+    finally:
+        server.stop()
+
+
 def test_health_says_503_draining_from_the_moment_a_drain_begins(make_node):
     """A service probe: ``/health`` said ``{"ok": true}`` for the whole drain of ``zlink
     run``, while the node already refused calls ("node n1 is draining"): a readiness probe

@@ -122,3 +122,45 @@ def test_log_format_json_writes_one_json_object_per_line() -> None:
     records = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
     assert records and all({"time", "level", "logger", "message"} <= set(r) for r in records)
     assert any(r["message"].startswith("node demo started") for r in records)
+
+
+def test_log_format_json_writes_python_warnings_as_json_too(tmp_path) -> None:
+    """Found by an audit: with ``--log-format json`` a Python warning (README: a call never
+    given a terminal warns) went to stderr as two lines of plain text among the JSON ones,
+    which breaks a collector that reads one JSON object per line."""
+    import json
+
+    (tmp_path / "warn_app.py").write_text(
+        "import gc\n"
+        "import zlink\n"
+        "app = zlink.App('warn')\n"
+        "class Ping(zlink.Message, type_name='warn.ping'):\n"
+        "    pass\n"
+        "@app.entry_spot('warn.lobby', actor='warn.player')\n"
+        "class Lobby(zlink.EntrySpot):\n"
+        "    def on_initialize(self) -> None:\n"
+        "        self.context.outbound.send_to_spot(self.context.spot_id, Ping())  # no terminal\n"
+        "        gc.collect()\n"
+        "    @zlink.handler\n"
+        "    def ping(self, msg: Ping) -> None:\n"
+        "        pass\n"
+        "@app.actor('warn.player')\n"
+        "class Player(zlink.Actor):\n"
+        "    pass\n"
+        "def main() -> None:\n"
+        "    with zlink.Node(app, zlink.NodeConfig(workers=1)):\n"
+        "        pass\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "zlink", "run", "warn_app:main", "--log-format", "json"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60,
+        env={**__import__("os").environ, "PYTHONPATH": f"{tmp_path}:{ROOT}"},
+    )  # fmt: skip
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"not JSON: {line!r}\n{done.stderr}") from None
+    assert any("never given a terminal" in r["message"] for r in records), done.stderr

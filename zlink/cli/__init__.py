@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import functools
+import http.client
 import importlib
 import json
 import logging
@@ -85,6 +86,8 @@ def _logging(level: LogLevel, fmt: LogFormat) -> None:
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level.value.upper(), handlers=[handler])
+    if fmt is LogFormat.JSON:  # a Python warning (a call never given a terminal) as a record
+        logging.captureWarnings(True)  # too: as two lines of plain text it broke a collector
 
 
 _log = logging.getLogger("zlink.cli")
@@ -905,6 +908,10 @@ def _fetch(admin: str) -> NodeStatus:
             body = reply.read()
     except OSError as exc:
         raise typer.BadParameter(f"no node answers at {admin}: {exc}") from exc
+    except http.client.HTTPException as exc:  # (a wrong port: SSH, Redis; a node that died
+        raise typer.BadParameter(  # mid-answer: it gave a traceback, found by an audit)
+            f"what answers at {admin} is not a zlink node's admin endpoint: {exc!r}"
+        ) from exc
     try:
         return NodeStatus.model_validate_json(body)
     except pydantic.ValidationError as exc:
@@ -1020,6 +1027,10 @@ def status(
     json_out: Annotated[bool, typer.Option("--json", help="print the status as JSON")] = False,
 ) -> None:
     """Show a node's workers, backlog and counters; --watch refreshes it."""
+    try:  # (an interval it cannot wait, inf say, failed in the wait: OverflowError)
+        check_seconds(interval, "--interval")
+    except InvalidArgument as exc:
+        raise typer.BadParameter(str(exc), param_hint="--interval") from exc
     if json_out:
         typer.echo(_fetch(admin).model_dump_json(indent=2))
         return
