@@ -265,3 +265,45 @@ def test_a_turn_that_outlives_the_shutdown_is_counted_and_logged(
     finally:
         probe.release.set()
         node.shutdown(timeout=WAIT)
+
+
+class Hold(zlink.Message, type_name="t.sd.hold"):
+    pass
+
+
+def test_a_handler_the_stops_close_deadline_cancels_is_no_handler_error(
+    probe: Probe, caplog: pytest.LogCaptureFixture
+):
+    """Found by an audit of ``zlink run``: an Entry Spot's handler suspended on a worker call
+    when the node stops is cancelled by its close's deadline (python-api §11), the stop's own
+    doing; that was logged at ERROR with a traceback and counted as ``handler_errors`` on
+    every rollout (an operator alerting on either got a false alarm). It is counted as
+    ``handlers_cancelled_at_stop`` and said in one WARNING line."""
+    app = zlink.App("shutdown-entry")
+
+    @app.entry_spot("t.sd.lobby", actor="t.sd.player")
+    class Lobby(zlink.EntrySpot):
+        def on_initialize(self) -> None:
+            self.context.outbound.send_to_spot(self.context.spot_id, Hold()).submit()
+
+        @zlink.handler
+        async def hold(self, msg: Hold) -> None:
+            await self.context.workers.io(probe.hold)
+
+    @app.actor("t.sd.player")
+    class Player(zlink.Actor):
+        pass
+
+    caplog.set_level("INFO")
+    node = zlink.Node(app, zlink.NodeConfig(workers=2, closing_timeout=0.2)).start()
+    try:
+        assert probe.started.wait(WAIT)
+        node.shutdown(timeout=2.0)  # (the close's deadline first, then the worker call's end)
+        counters = node.counters()
+        assert not counters.get("handler_errors"), counters
+        assert counters.get("handlers_cancelled_at_stop") == 1, counters
+        assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.records
+        assert not [r for r in caplog.records if r.exc_info], caplog.records
+    finally:
+        probe.release.set()
+        node.shutdown(timeout=WAIT)

@@ -222,6 +222,8 @@ class Closing:
             return
         act.closing_overdue = True
         error = Cancelled(f"the close of {act.spot_id!r} passed its deadline")
+        if self.rt.stopping:  # the stop's own close: what it cancels is not a handler's fault
+            self.rt.stop_errors.add(error)  # (``finish_message``: counted and said once)
         turns = self.rt.suspended_yields(act)
         gates = {act.gate, *(m.owner.gate for m in list(act.members.values()))}
         gates.update(owner.gate for owner in act.timer_owners or ())  # a PER_ACTOR Spot's

@@ -36,6 +36,8 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``call_intake_errors``: a call from another node this node failed to take for a fault of
   its own (its caller gets ``Unavailable`` at once; a one-way one is also counted as
   ``sends_dropped_intake_error``);
+* ``handlers_cancelled_at_stop``: a handler suspended when the node stopped, cancelled by
+  its Spot's close deadline (python-api §11), logged at WARNING (not a handler error);
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
   type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``); and

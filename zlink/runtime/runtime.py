@@ -178,7 +178,9 @@ class Runtime:
         self.stopping = False  # read on the hot path
         # the errors the stop itself fails awaited calls with (``at_stop``): a turn that lets
         # one through ended because the node stopped, counted where the stop failed the call
-        self.stop_errors: tuple[BaseException, ...] = ()
+        # the errors the stop fails or cancels turns with (identity; added from the stopping
+        # thread and the infrastructure thread: a set's add, no read-modify-write to lose)
+        self.stop_errors: set[BaseException] = set()
         self._worker_timed_out = functools.partial(self.metrics.add, "worker_calls_timed_out")
         self.draining = False  # drained: calls made here are refused; relayed calls go on
         self.stopped_admission = threading.Event()  # for those who must wait for it
@@ -841,7 +843,7 @@ class Runtime:
         a late reply (``finish_message``; a probe's stop counted one abandoned worker call
         three times)."""
         error = Unavailable(text)
-        self.stop_errors = (*self.stop_errors, error)
+        self.stop_errors.add(error)
         return error
 
     def _check_wait(self, turn: Turn | None, target: Act, mode: WaitMode) -> None:
@@ -874,7 +876,10 @@ class Runtime:
                 act.yielded = set()
             act.yielded.add(turn)
         if act.closing_overdue:  # a close past its deadline waits for no new suspension
-            turn.cancel(Cancelled(f"the close of {act.spot_id!r} passed its deadline"))
+            error = Cancelled(f"the close of {act.spot_id!r} passed its deadline")
+            if self.stopping:  # the stop's own close: not the handler's fault
+                self.stop_errors.add(error)
+            turn.cancel(error)
         return act, turn
 
     def yield_end(self, token: tuple[SpotAct, Turn] | None) -> None:
@@ -952,6 +957,12 @@ class Runtime:
         if self.stopping and err in self.stop_errors:  # (identity: the stop's own)
             if reply is not None:  # (answered by the stop already, as a rule)
                 reply.set(None, err)
+            if isinstance(err, Cancelled):  # cut short by the stop's close deadline (§11):
+                self.metrics.add("handlers_cancelled_at_stop")  # said, not an error (an
+                _log.warning(  # ERROR with a traceback alarmed operators on every rollout)
+                    "handler %s of %r was cancelled by the stop: %s",
+                    job.handler.fn.__qualname__, job.act.name, err,
+                )  # fmt: skip
             return
         self.metrics.add("handler_errors")
         if reply is not None:
