@@ -27,6 +27,8 @@ from .app import App
 from .config import NodeConfig
 from .durations import check_seconds, check_timeout
 from .errors import (
+    Cancelled,
+    DeadlineExceeded,
     InvalidArgument,
     InvalidOperation,
     NotFound,
@@ -50,7 +52,7 @@ from .mesh.stores import open_store
 from .mesh.transport import Transport
 from .mesh.zmq_transport import ZmqTransport
 from .messaging.calls import outside_only
-from .messaging.completion import Admitted, expire
+from .messaging.completion import Admitted, Completion, expire
 from .messaging.context import Client
 from .relocation.relocator import Relocator
 from .relocation.remote_join import RemoteJoin
@@ -179,6 +181,7 @@ class Node:
         self.clock: Clock = clock or MonotonicClock()
         self._state = "new"
         self._state_lock = threading.Lock()
+        self._start_abandoned = threading.Event()  # (``abandon_start``)
         # set when another process registered this node's id again: this one serves nothing
         # for good (python-api §10 "Failure"; ``not_serving`` says why)
         self.superseded = threading.Event()
@@ -357,8 +360,33 @@ class Node:
             self._membership.announce()
             if self.config.store_retention is not None:
                 self._infra.call_later(self._prune_every(), self._prune_due)
-        for activated in self._rt.start():
-            activated.wait(self.config.request_timeout)
+        for name, activated in self._rt.start():
+            self._await_entry(name, activated)
+
+    def _await_entry(self, name: str, activated: Completion) -> None:
+        """``start``'s wait for an Entry Spot's activation: within ``request_timeout``
+        (``DeadlineExceeded`` naming it), and no longer than until ``abandon_start`` is
+        called (``Cancelled``): a stop asked for while an ``on_initialize`` waits on a
+        dependency was acted on only once the start gave up (30 s), past a supervisor's
+        grace period."""
+        done = threading.Event()
+        activated.add_callback(lambda _value, _error: done.set())
+        end = time.monotonic() + self.config.request_timeout
+        while not done.wait(max(0.0, min(0.05, end - time.monotonic()))):
+            if self._start_abandoned.is_set():
+                raise Cancelled(f"node {self.node_id} was asked to stop while {name!r} started")
+            if time.monotonic() >= end:
+                raise DeadlineExceeded(
+                    f"{name!r} did not finish starting (on_create, on_initialize) within "
+                    f"request_timeout ({self.config.request_timeout:g} s)"
+                )
+        activated.wait(None)  # (done: its outcome, or the error its activation failed with)
+
+    def abandon_start(self) -> None:
+        """(Any thread, a signal handler too.) Make a ``start`` still waiting for an Entry
+        Spot give up (``Cancelled``): it then stops what began, as after any failed start.
+        No effect on a node that started."""
+        self._start_abandoned.set()
 
     @property
     def address(self) -> str | None:

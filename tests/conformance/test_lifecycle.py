@@ -459,3 +459,58 @@ def test_a_start_that_fails_stops_what_it_started(tmp_path, mesh: bool):
         finally:
             opened.close()  # type: ignore[attr-defined]
     node.shutdown()  # (safe: it is stopped)
+
+
+def _hung_start_app(release: threading.Event, entered: threading.Event) -> zlink.App:
+    app = zlink.App("hung-start")
+
+    @app.entry_spot("t.hs.lobby", actor="t.hs.player")
+    class Lobby(zlink.EntrySpot):
+        def on_initialize(self) -> None:  # waits on a dependency that does not answer
+            entered.set()
+            release.wait(WAIT)
+
+    @app.actor("t.hs.player")
+    class Player(zlink.Actor):
+        pass
+
+    return app
+
+
+def test_a_start_waiting_on_an_entry_spot_gives_up_when_abandoned_and_stops_what_began():
+    """Found by an audit of ``zlink run`` (a stop signal during a slow start was acted on only
+    once the start gave up, 30 s): ``abandon_start`` makes a start that waits for an Entry
+    Spot's activation raise ``Cancelled`` at once, and stop what began within its shutdown
+    time; one that runs out its ``request_timeout`` names the Entry Spot."""
+    release, entered = threading.Event(), threading.Event()
+    config = zlink.NodeConfig(workers=1, shutdown_timeout=1.0)
+    node = zlink.Node(_hung_start_app(release, entered), config)
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            node.start()
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            failed.append(exc)
+
+    starter = threading.Thread(target=start)
+    try:
+        starter.start()
+        assert entered.wait(WAIT)  # the Entry Spot is starting
+        node.abandon_start()
+        starter.join(WAIT)
+        assert not starter.is_alive()
+        assert len(failed) == 1 and isinstance(failed[0], zlink.Cancelled), failed
+        assert node.not_serving() is not None
+    finally:
+        release.set()
+        starter.join(WAIT)
+    slow = zlink.Node(
+        _hung_start_app(release := threading.Event(), threading.Event()),
+        zlink.NodeConfig(workers=1, request_timeout=0.2, shutdown_timeout=1.0),
+    )
+    try:
+        with pytest.raises(zlink.DeadlineExceeded, match=r"'t\.hs\.lobby@node-1' did not finish"):
+            slow.start()
+    finally:
+        release.set()

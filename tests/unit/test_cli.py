@@ -114,6 +114,29 @@ def _until(lines: queue.Queue[str], text: str, timeout: float) -> list[str]:
 
 
 @pytest.mark.timeout(60)
+def test_a_stop_signal_during_a_slow_start_stops_the_node_within_its_shutdown_time():
+    """Found by an audit of the service side: an Entry Spot whose ``on_initialize`` waits on a
+    dependency held the start for ``request_timeout`` (30 s), and a SIGTERM meanwhile was acted
+    on only after that, and the stop after it: ~36 s from the signal to the exit, past a
+    Kubernetes grace period, with nothing said. The start gives up at once and the node stops
+    within its shutdown time (10 s here, for the turn that never ends)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.unit.hung_start_app:app", "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        _until(lines, "initializing", 30)
+        began = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # (SIGINT and SIGHUP take the same way)
+        seen = _until(lines, "stopped before", 5)  # said at once, not once the start gave up
+        assert proc.wait(timeout=15) == 0, seen
+        assert time.monotonic() - began < 13
+    finally:
+        _end(proc, reader)
+
+
+@pytest.mark.timeout(60)
 def test_run_stops_gracefully_on_sigint_and_at_once_on_a_second_one():
     proc = subprocess.Popen(
         [sys.executable, "-m", "zlink", "run", "tests.unit.slow_stop_app:app", "--workers", "1"],

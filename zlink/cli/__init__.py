@@ -38,7 +38,7 @@ from ..admin import AdminServer, parse_address
 from ..app import App
 from ..config import NodeConfig
 from ..durations import check_seconds
-from ..errors import InvalidArgument, ZLinkError
+from ..errors import Cancelled, InvalidArgument, ZLinkError
 from ..node import Node
 from ..status import NodeStatus, OwnerStatus, losses
 
@@ -378,7 +378,9 @@ def run(
         server = None
         with _user_errors():  # a port in use, a store that will not open: one line
             where = None if admin is None else parse_address(admin)  # (before the node starts)
-            node = Node(obj, config).start()
+            node = Node(obj, config)
+            if not _started(node, stop, waker):
+                return
             try:
                 if where is not None:
                     host, port = where
@@ -435,6 +437,40 @@ def run(
     if node.superseded.is_set():  # one line, and a status a supervisor sees
         typer.echo(f"Error: {node.not_serving()}", err=True)
         raise typer.Exit(1)
+
+
+def _started(node: Node, stop: threading.Event, waker: _SignalWaker) -> bool:
+    """(Main thread.) Start ``node`` on a thread of its own while this one waits for it or
+    for a stop signal: ``False`` if one came first (said at once; the start gave up and
+    stopped what began, within the node's shutdown time). Before, a signal during a start
+    that waited on an Entry Spot was acted on only once the start gave up (30 s), then the
+    stop: ~36 s, past a supervisor's grace period, with nothing said."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            node.start()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            failed.append(exc)
+        finally:
+            done.set()
+            waker.wake()
+
+    threading.Thread(target=body, name="zlink-start", daemon=True).start()
+    waker.wait_any(done, stop)
+    if not done.is_set():  # a stop signal came first: the start gives up, then stops
+        typer.echo("stopped before the node finished starting: stopping what began "
+                   "(SIGINT or SIGTERM again exits at once)")  # fmt: skip
+        sys.stdout.flush()
+        node.abandon_start()
+        waker.wait(done)
+        return False
+    if failed:
+        if isinstance(failed[0], Cancelled) and stop.is_set():
+            return False  # (a stop that came as the start ended)
+        raise failed[0]
+    return True
 
 
 def _how_it_ended(returncode: int | None) -> str:
@@ -869,7 +905,11 @@ class _SignalWaker:
     def wait(self, event: threading.Event) -> None:
         """(Main thread.) Block until ``event`` is set, by a signal handler or by a thread
         that then calls ``wake``; signal handlers run meanwhile, at once."""
-        while not event.is_set():
+        self.wait_any(event)
+
+    def wait_any(self, *events: threading.Event) -> None:
+        """(Main thread.) ``wait`` until any of ``events`` is set."""
+        while not any(event.is_set() for event in events):
             select.select([self._read], [], [])
             with contextlib.suppress(OSError):
                 self._read.recv(4096)

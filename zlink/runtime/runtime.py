@@ -233,8 +233,9 @@ class Runtime:
         held = self.membership_lease
         return 0 if held is None else held.incarnation
 
-    def start(self) -> list[Completion]:
-        """Make the Channels and Entry Spots; returns the Entry Spots' activations to wait on."""
+    def start(self) -> list[tuple[str, Completion]]:
+        """Make the Channels and Entry Spots; returns the Entry Spots' names and activations to
+        wait on."""
         for spec in self.app.channels.values():
             self.channels[spec.name] = ChannelAct(self, spec)
         waits = []
@@ -246,7 +247,7 @@ class Runtime:
                 assert spec.actor_type is not None
                 self.entries[spec.actor_type] = act  # known as its type's Entry first
                 act.owner.wake()
-                waits.append(activated)
+                waits.append((act.name, activated))
         if self.idle_timeout is not None:
             self.infra.call_later(self.idle_timeout / 4, self.sweep_idle)
         return waits
