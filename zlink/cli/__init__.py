@@ -460,15 +460,14 @@ def _started(node: Node, stop: threading.Event, waker: _SignalWaker) -> bool:
     threading.Thread(target=body, name="zlink-start", daemon=True).start()
     waker.wait_any(done, stop)
     if not done.is_set():  # a stop signal came first: the start gives up, then stops
-        typer.echo("stopped before the node finished starting: stopping what began "
-                   "(SIGINT or SIGTERM again exits at once)")  # fmt: skip
+        typer.echo("stopping while the node starts (SIGINT or SIGTERM again exits at once)")
         sys.stdout.flush()
-        node.abandon_start()
-        waker.wait(done)
-        return False
+        node.abandon_start()  # (no effect once it is past its Entry Spots: it then started,
+        waker.wait(done)  # and stops as any node does, the signal seen)
     if failed:
         if isinstance(failed[0], Cancelled) and stop.is_set():
-            return False  # (a stop that came as the start ended)
+            typer.echo("stopped before the node finished starting")
+            return False
         raise failed[0]
     return True
 
