@@ -96,7 +96,8 @@ class _MeshEvents:
         if rt.relocator is not None:
             rt.relocator.fenced()
         dropped = rt.drop_all(why)
-        _log.warning("node %s dropped %d activations", self._node.node_id, dropped)
+        if dropped:  # (none dropped is no warning: an audit found "dropped 0" at WARNING)
+            _log.warning("node %s dropped %d activations", self._node.node_id, dropped)
 
     def rejoined(self, incarnation: int, records: list[NodeRecord]) -> None:
         """Registered again: the transport meets the members as the new incarnation; then

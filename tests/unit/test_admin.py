@@ -74,7 +74,8 @@ def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
-        assert "drained: 0 Spots moved, 1 stayed" in out  # one node: nowhere to move to
+        # one node: nowhere to move to, and said why (an audit: an operator saw only the count)
+        assert "drained: 0 Spots moved, 1 stayed (1: no other node to move to)" in out
         assert "stopped: 0 Spots moved, 1 stayed; 0 messages discarded" in out
     finally:
         if proc.poll() is None:

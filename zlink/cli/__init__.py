@@ -413,6 +413,7 @@ def run(
                     summary["moved"], summary["stayed"] = len(drained.moved), len(drained.stayed)
                     typer.echo(
                         f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
+                        f"{_why_stayed(drained.stayed)}"
                     )
                 else:  # --no-drain: none moves, so every Spot the node holds stays (and closes)
                     summary["stayed"] = node.status().spots
@@ -470,6 +471,19 @@ def _started(node: Node, stop: threading.Event, waker: _SignalWaker) -> bool:
             return False
         raise failed[0]
     return True
+
+
+def _why_stayed(stayed: Mapping[str, str], most: int = 3) -> str:
+    """Why a drain's Spots stayed, the commonest reasons first, with how many each (an
+    operator saw only "21 stayed": here, Spots registered without a relocation policy)."""
+    if not stayed:
+        return ""
+    counts: dict[str, int] = {}
+    for why in stayed.values():
+        counts[why] = counts.get(why, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    said = "; ".join(f"{n}: {why}" for why, n in ranked[:most])
+    return f" ({said}{'; ...' if len(ranked) > most else ''})"
 
 
 def _how_it_ended(returncode: int | None) -> str:
