@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -446,19 +447,7 @@ def _started(node: Node, stop: threading.Event, waker: _SignalWaker) -> bool:
     stopped what began, within the node's shutdown time). Before, a signal during a start
     that waited on an Entry Spot was acted on only once the start gave up (30 s), then the
     stop: ~36 s, past a supervisor's grace period, with nothing said."""
-    done = threading.Event()
-    failed: list[BaseException] = []
-
-    def body() -> None:
-        try:
-            node.start()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            failed.append(exc)
-        finally:
-            done.set()
-            waker.wake()
-
-    threading.Thread(target=body, name="zlink-start", daemon=True).start()
+    done, failed = waker.spawn(node.start, "zlink-start")
     waker.wait_any(done, stop)
     if not done.is_set():  # a stop signal came first: the start gives up, then stops
         typer.echo("stopping while the node starts (SIGINT or SIGTERM again exits at once)")
@@ -478,10 +467,7 @@ def _why_stayed(stayed: Mapping[str, str], most: int = 3) -> str:
     operator saw only "21 stayed": here, Spots registered without a relocation policy)."""
     if not stayed:
         return ""
-    counts: dict[str, int] = {}
-    for why in stayed.values():
-        counts[why] = counts.get(why, 0) + 1
-    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    ranked = sorted(Counter(stayed.values()).items(), key=lambda item: (-item[1], item[0]))
     said = "; ".join(f"{n}: {why}" for why, n in ranked[:most])
     return f" ({said}{'; ...' if len(ranked) > most else ''})"
 
@@ -927,9 +913,19 @@ class _SignalWaker:
             with contextlib.suppress(OSError):
                 self._read.recv(4096)
 
-    def run(self, fn: Callable[[], None], name: str) -> None:
+    def run(self, fn: Callable[[], object], name: str) -> None:
         """(Main thread.) Run ``fn`` on a daemon thread and wait for it as ``wait`` does;
         what it raises is raised here."""
+        done, failed = self.spawn(fn, name)
+        self.wait(done)
+        if failed:
+            raise failed[0]
+
+    def spawn(
+        self, fn: Callable[[], object], name: str
+    ) -> tuple[threading.Event, list[BaseException]]:
+        """Run ``fn`` on a daemon thread; an event set (and this waker woken) once it ended,
+        and what it raised, if anything."""
         done = threading.Event()
         failed: list[BaseException] = []
 
@@ -943,9 +939,7 @@ class _SignalWaker:
                 self.wake()
 
         threading.Thread(target=body, name=name, daemon=True).start()
-        self.wait(done)
-        if failed:
-            raise failed[0]
+        return done, failed
 
 
 def _fetch(admin: str) -> NodeStatus:

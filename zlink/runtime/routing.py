@@ -62,7 +62,7 @@ import functools
 import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
@@ -444,10 +444,15 @@ class MeshRouter:
 
     def _answer(self, waiting: list[Located], route: Route | None,
                 error: BaseException | None) -> None:  # fmt: skip
-        for then in waiting:
+        self._each(functools.partial(then, route, error) for then in waiting)
+
+    def _each(self, steps: Iterable[Callable[[], object]]) -> None:
+        """Run each waiter's next step, in order: one waiter's fault (counted, logged) must
+        not strand the rest."""
+        for step in steps:
             try:
-                then(route, error)
-            except Exception:  # noqa: BLE001 - one waiter's fault must not strand the rest
+                step()
+            except Exception:  # noqa: BLE001 - counted; the next waiter goes on
                 self.rt.metrics.add("locate_waiter_errors")
                 _log.exception("a call waiting for the location store failed")
 
@@ -649,12 +654,10 @@ class MeshRouter:
             if known is not None and known.kind not in (None, kind):  # the other kind's
                 self._moved.pop(target, None)  # object is gone: so is its path
                 self._routes.pop(target, None)
-            for call, room, then in waiting:
-                try:
-                    self._locate_for(call, then, room, arm=False)  # (armed as it came)
-                except Exception:  # noqa: BLE001 - one waiter's fault must not strand the rest
-                    self.rt.metrics.add("locate_waiter_errors")
-                    _log.exception("a call waiting for the location store failed")
+            self._each(  # (each armed as it came)
+                functools.partial(self._locate_for, call, then, room, arm=False)
+                for call, room, then in waiting
+            )
 
     def _keep(
         self, target: str, kept: list[Relayable], envs: list[Relayable],
