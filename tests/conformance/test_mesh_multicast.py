@@ -2,8 +2,11 @@
 
 A publish made on a node is handed to its own subscribers (guide §1: matched payloads go to
 the Spot queue) and sent, once, to every other node met then, on DATA, where each hands it to
-its own; none relays it further. (A subscriber that moves while an event is on its way may get
-it twice or miss it: README's known gap.) A publish never waits: a subscriber whose lane is full,
+its own; none relays it further. Each node numbers its events per topic, and a subscriber keeps
+(and carries in its moves) the last number it took from each node: a subscriber that moves
+while an event is on its way to its old node and its new one takes it once, and one that misses
+both copies counts the miss when the next event of that node and topic reaches it
+(``publish_missed_moving``). A publish never waits: a subscriber whose lane is full,
 or a node whose outbox is past ``peer_outbound_submit_bytes``, misses it, counted
 (``publish_dropped``, ``publish_dropped_outbox_full``; python-api §9: every drop counted with
 its reason). Per-publisher order per subscriber holds while the publisher stays on its node.
@@ -11,10 +14,13 @@ its reason). Per-publisher order per subscriber holds while the publisher stays 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 import zlink
-from tests.conftest import WAIT, until
+from tests.conftest import WAIT, held_at, until
+from zlink.mesh import wire
 from zlink.testing import LocalCluster
 
 
@@ -40,7 +46,9 @@ class Tell(zlink.Message, type_name="t.mm.tell"):
 def build_app() -> zlink.App:
     app = zlink.App("mesh-multicast")
 
-    @app.user_spot("t.mm.listener")
+    @app.user_spot(
+        "t.mm.listener", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
+    )
     class Listener(zlink.UserSpot):
         def __init__(self, context: zlink.SpotContext) -> None:
             super().__init__(context)
@@ -161,3 +169,162 @@ def test_a_node_met_but_not_yet_up_gets_the_publish_once_it_is(monkeypatch):
         n1.client().publish("news", News(n=1)).wait(WAIT)
         monkeypatch.undo()
         until(lambda: _heard(n2, "far") == [1], "node-2 hears it")
+
+
+def _topic_events(env: wire.SendEnvelope) -> bool:
+    return env.target_kind == "topic"
+
+
+def test_a_subscriber_that_moves_while_an_event_is_on_its_way_takes_it_once():
+    """Found by review: node-1's event reached the subscriber on node-2, which then moved to
+    node-3, where node-1's second copy (another connection, slower) arrived after it: the
+    subscriber had the event twice. Its move carries the last number it took from node-1 on
+    the topic; the second copy is dropped, counted (``publish_duplicates_dropped``)."""
+    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        _listener_on(n2, "mover")
+        at, release = held_at(n3, wire.SendEnvelope, _topic_events)
+        n1.client().publish("news", News(n=1)).wait(WAIT)
+        assert at.wait(WAIT)  # node-3's copy is on its way
+        until(lambda: _heard(n2, "mover") == [1], "the mover hears it on node-2")
+        n2.relocate_spot("mover", "node-3", timeout=WAIT)
+        release()
+        n1.client().publish("news", News(n=2)).wait(WAIT)
+        until(lambda: len(_heard(n3, "mover")) >= 2, "the mover hears the next on node-3")
+        cluster.wait_idle(WAIT)
+        assert _heard(n3, "mover") == [1, 2]
+        assert n3.counters().get("publish_duplicates_dropped") == 1
+        assert not n3.counters().get("publish_missed_moving")
+
+
+def test_a_subscriber_that_moves_past_both_copies_of_an_event_counts_the_miss():
+    """Found by review: node-1's copy for node-3 arrived before the subscriber did, and its
+    copy for node-2 after the subscriber had left: the event was missed, counted nowhere.
+    Node-3 heard it before the subscriber opened there, past the subscriber's last number
+    from node-1: counted as it opens, once (``publish_missed_moving``; python-api §9, every
+    drop counted with its reason), not again when the next event shows the gap."""
+    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        _listener_on(n2, "mover")
+        _listener_on(n3, "stays")
+        n1.client().publish("news", News(n=0)).wait(WAIT)
+        until(lambda: _heard(n2, "mover") == [0] and _heard(n3, "stays") == [0], "both hear 0")
+        at, release = held_at(n2, wire.SendEnvelope, _topic_events)
+        n1.client().publish("news", News(n=1)).wait(WAIT)
+        assert at.wait(WAIT)  # node-2's copy is on its way
+        until(lambda: _heard(n3, "stays") == [0, 1], "node-3 had its copy before the mover came")
+        n2.relocate_spot("mover", "node-3", timeout=WAIT)
+        release()
+        cluster.wait_idle(WAIT)
+        assert n3.counters().get("publish_missed_moving") == 1  # as it opened
+        n1.client().publish("news", News(n=2)).wait(WAIT)
+        until(lambda: _heard(n3, "mover") == [0, 2], "the mover hears the next on node-3")
+        cluster.wait_idle(WAIT)
+        counters = [node.counters() for node in cluster.nodes]
+        assert sum(c.get("publish_missed_moving", 0) for c in counters) == 1
+        assert not any(c.get("publish_missed_sealed") for c in counters)
+
+
+def test_a_subscriber_that_subscribed_after_its_node_heard_the_topic_counts_its_first_miss():
+    """A subscriber starts from what its node had heard on the topic when it subscribed: one
+    that then misses the next event while moving (it was offered none before) counts it."""
+    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        _listener_on(n2, "early")
+        _listener_on(n3, "stays")
+        n1.client().publish("news", News(n=0)).wait(WAIT)
+        until(lambda: _heard(n2, "early") == [0] and _heard(n3, "stays") == [0], "0 heard")
+        _listener_on(n2, "mover")  # after node-2 heard 0
+        at, release = held_at(n2, wire.SendEnvelope, _topic_events)
+        n1.client().publish("news", News(n=1)).wait(WAIT)
+        assert at.wait(WAIT)
+        until(lambda: _heard(n3, "stays") == [0, 1], "node-3 had 1 before the mover came")
+        n2.relocate_spot("mover", "node-3", timeout=WAIT)
+        release()
+        cluster.wait_idle(WAIT)
+        assert _heard(n3, "mover") == []
+        assert n3.counters().get("publish_missed_moving") == 1
+
+
+def test_events_made_while_a_subscriber_is_sealed_for_a_move_that_fails_are_counted():
+    """A move withdrawn at its deadline (python-api §8): events that came to the subscriber's
+    node while it was sealed were not offered to it (a move's other copy may reach it); the
+    move did not happen, so they never will: counted as it serves again."""
+    with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        _listener_on(n2, "mover")
+        n1.client().publish("news", News(n=0)).wait(WAIT)
+        n2.client().publish("news", News(n=10)).wait(WAIT)  # (a number from each node)
+        until(lambda: sorted(_heard(n2, "mover")) == [0, 10], "0 and 10 heard")
+        at, release = held_at(n1, wire.RelocEnvelope)  # the move never reaches node-1
+        moving = threading.Thread(
+            target=lambda: pytest.raises(
+                zlink.DeadlineExceeded, n2.relocate_spot, "mover", "node-1", 1.0
+            )
+        )
+        moving.start()
+        try:
+            assert at.wait(WAIT)  # sealed and shipped
+            n1.client().publish("news", News(n=1)).wait(WAIT)
+            n2.client().publish("news", News(n=2)).wait(WAIT)
+            moving.join(WAIT)
+            assert not moving.is_alive()
+        finally:
+            release()
+        cluster.wait_idle(WAIT)
+        until(lambda: n2.counters().get("publish_missed_moving") == 2, "both counted")
+        n1.client().publish("news", News(n=3)).wait(WAIT)
+        until(lambda: _heard(n2, "mover")[2:] == [3], "the next heard")
+        assert n2.counters().get("publish_missed_moving") == 2
+        assert not n2.counters().get("publish_missed_sealed")
+
+
+def test_a_subscriber_that_moved_back_and_forth_takes_each_event_once():
+    """The last numbers a subscriber took go with it on every move: moved node-2 -> node-3 ->
+    node-2 while node-1's copies for node-3 are held, it takes none of them twice."""
+    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        _listener_on(n2, "mover")
+        at, release = held_at(n3, wire.SendEnvelope, _topic_events)
+        for n in range(3):
+            n1.client().publish("news", News(n=n)).wait(WAIT)
+        assert at.wait(WAIT)
+        until(lambda: _heard(n2, "mover") == [0, 1, 2], "heard on node-2")
+        n2.relocate_spot("mover", "node-3", timeout=WAIT)
+        n3.relocate_spot("mover", "node-2", timeout=WAIT)
+        n2.relocate_spot("mover", "node-3", timeout=WAIT)
+        release()
+        n1.client().publish("news", News(n=3)).wait(WAIT)
+        until(lambda: len(_heard(n3, "mover")) >= 4, "the next heard on node-3")
+        cluster.wait_idle(WAIT)
+        assert _heard(n3, "mover") == [0, 1, 2, 3]
+        assert n3.counters().get("publish_duplicates_dropped") == 3
+
+
+def test_events_published_from_many_threads_at_once_reach_a_subscriber_once_each():
+    """Events are numbered per node and topic in the order they are sent: publishers on four
+    threads at once (a free-threaded node runs them in parallel) never make a subscriber on
+    another node drop one as a copy, or count one as missed."""
+    with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        _listener_on(n2, "far")
+        _listener_on(n1, "near")
+        client = n1.client()
+        start = threading.Barrier(4)
+
+        def publish(first: int) -> None:
+            start.wait(WAIT)
+            for n in range(first, first + 250):
+                client.publish("news", News(n=n)).wait(WAIT)
+
+        threads = [threading.Thread(target=publish, args=(k * 250,)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(WAIT)
+        until(lambda: len(_heard(n2, "far")) >= 1000, "every event heard on node-2")
+        cluster.wait_idle(WAIT)
+        assert sorted(_heard(n2, "far")) == list(range(1000))
+        assert sorted(_heard(n1, "near")) == list(range(1000))
+        for node in cluster.nodes:
+            assert not any(k.startswith("publish_") for k in node.counters())

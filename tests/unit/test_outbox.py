@@ -51,7 +51,7 @@ class _Jobs:
 
 def _send(n: int) -> wire.SendEnvelope:
     return wire.SendEnvelope(
-        "spot", "room-1", "t.o.bump", f'{{"n":{n}}}', None, "a", "a", "a", 0, False, None
+        "spot", "room-1", "t.o.bump", f'{{"n":{n}}}', None, "a", "a", "a", 0, False, None, None
     )
 
 

@@ -23,6 +23,8 @@ from zlink.mesh.wire import (
     EncodedValue,
     Envelope,
     EnvelopeKind,
+    EventMark,
+    EventStamp,
     FencedEnvelope,
     FenceEnvelope,
     JoinAnswer,
@@ -70,8 +72,9 @@ RELOC = RelocEnvelope(
     source_node="n1", relocation_id=3, target="room-1", spot_type="t.w.room",
     object_generation=12, chunk_count=2,
     objects=(
-        RelocObject("room-1", "t.w.room", JOBS, TIMERS, ("topic-a", "news/é 🎲")),
-        RelocObject("actor-1", "t.w.player", (), (), ()),
+        RelocObject("room-1", "t.w.room", JOBS, TIMERS, ("topic-a", "news/é 🎲"),
+                    (EventMark("n2", "topic-a", 7, 2, 41),)),
+        RelocObject("actor-1", "t.w.player", (), (), (), ()),
     ),
     signaled=True, unit="spot", join=None,
 )  # fmt: skip
@@ -89,6 +92,21 @@ SAMPLES: dict[str, Envelope] = {
         hops=0,
         instance=False,
         instance_type=None,
+        event=None,
+    ),
+    "event": SendEnvelope(
+        target_kind="topic",
+        target="news",
+        message_type="t.w.news",
+        payload='{"n":1}',
+        meta=None,
+        origin_node="n1",
+        first_origin="n1",
+        via="n1",
+        hops=0,
+        instance=False,
+        instance_type=None,
+        event=EventStamp(incarnation=3, epoch=1, number=12),
     ),
     "request": REQUEST,
     "reply-value": ReplyEnvelope(correlation=17, value='{"ok":true}', error=None),
@@ -217,7 +235,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 5
+    assert frame["version"] == WIRE_VERSION == 6
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -330,7 +348,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 4, 6, "5", 5.0, True, None, [5]])
+@pytest.mark.parametrize("version", [0, 1, 5, 7, "6", 6.0, True, None, [6]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

@@ -10,7 +10,8 @@ What crosses the boundary
     creates (``create``); the relocation protocol (``reloc_chunk``, ``reloc``,
     ``reloc_done``, ``reloc_commit``, ``reloc_opened``, ``reloc_abort``) with its nested
     records (:class:`RelocObject`, :class:`RelocMessageJob`, :class:`RelocTickJob`,
-    :class:`RelocTimer`); and the cross-node
+    :class:`RelocTimer`, :class:`EventMark`); a Logical Multicast event's
+    :class:`EventStamp`; and the cross-node
     Join question (``join_ask``), whose answer rides in a ``reply`` as a :class:`JoinAnswer`.
     Application payloads stay opaque here: a message is its wire type name and the JSON text
     ``zlink.messaging.message.to_wire`` produces; a reply value is JSON text. They are
@@ -55,9 +56,11 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 5
+WIRE_VERSION: Final = 6
 """The version every envelope carries; a node decodes its own version only.
 
+6: ``SendEnvelope.event`` (a Logical Multicast event's number on its node) and
+``RelocObject.marks`` (the last number a moving subscriber took from each node on each topic).
 5: ``data_ahead`` and the ``mark`` of ``fence``, ``reloc_chunk``, ``reloc`` and
 ``reloc_abort`` (each is announced on COMPLETION as it is put on DATA: a receiver that
 paused its sender and waits for it takes that DATA up to it).
@@ -246,6 +249,39 @@ class RelocTimer:
 
 
 @dataclass(frozen=True, slots=True)
+class EventStamp:
+    """A Logical Multicast event's number on the node that made it (``send.event``), so that a
+    subscriber that moves while the event is on its way to two nodes takes it once
+    (``zlink.runtime.events``). Stamps of one node and topic are ordered by
+    ``(incarnation, epoch, number)``, in the order the node sent them."""
+
+    incarnation: int
+    """The node's incarnation when it began this numbering of the topic."""
+    epoch: int
+    """Which numbering of the topic on the node (a node that forgot a topic's count begins a
+    new one, with a greater epoch)."""
+    number: int
+    """1, 2, 3, ... per numbering."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventMark:
+    """In a move: the last Logical Multicast event a subscriber took from one node on one
+    topic (its :class:`EventStamp`)."""
+
+    origin: str
+    """The node that made the event."""
+    topic: str
+    """Its topic."""
+    incarnation: int
+    """``EventStamp.incarnation``."""
+    epoch: int
+    """``EventStamp.epoch``."""
+    number: int
+    """``EventStamp.number``."""
+
+
+@dataclass(frozen=True, slots=True)
 class RelocObject:
     """One object (the Spot or one Actor) of a relocation unit: identity, queue, timers and
     subscriptions."""
@@ -261,6 +297,8 @@ class RelocObject:
     topics: tuple[str, ...]
     """The Logical Multicast topics it is subscribed to; the target subscribes it to them
     again (a Spot, a PER_ACTOR shell too; always empty for an Actor, which cannot subscribe)."""
+    marks: tuple[EventMark, ...]
+    """The last event it took from each node on each of its topics (empty for an Actor)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +358,8 @@ class SendEnvelope:
     """Whether it addresses an Instance Spot (activated on its first message)."""
     instance_type: str | None
     """The Instance Spot's stable type, when ``instance`` names one."""
+    event: EventStamp | None
+    """A Logical Multicast event's number on ``origin_node``; ``None`` for any other send."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1021,8 +1061,8 @@ def _add_record(
 
 
 # in dependency order: the records a record holds come first
-for _cls in (EncodedError, EncodedValue, RelocMessageJob, RelocTickJob, RelocTimer, RelocObject,
-             JoinGrant, JoinAnswer):  # fmt: skip
+for _cls in (EncodedError, EncodedValue, RelocMessageJob, RelocTickJob, RelocTimer, EventMark,
+             RelocObject, JoinGrant, JoinAnswer, EventStamp):  # fmt: skip
     _add_record(_cls, top_level=False)
 _CHOICES: dict[type[Any], dict[str, frozenset[str]]] = {
     SendEnvelope: {"target_kind": SEND_KINDS},
@@ -1190,6 +1230,8 @@ __all__ = [
     "EncodedValue",
     "Envelope",
     "EnvelopeKind",
+    "EventMark",
+    "EventStamp",
     "FenceEnvelope",
     "FencedEnvelope",
     "JoinAnswer",

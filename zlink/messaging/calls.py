@@ -244,6 +244,7 @@ class MessageCall(_Call):
     origin: str | None = None  # the node a relayed call started on (mesh routing)
     via: str | None = None  # the node that handed it over last (mesh routing)
     wire: tuple[str, str] | None = None  # the message's wire form, once made (mesh routing)
+    event: Any = None  # a Logical Multicast event's number from a peer (a mesh.wire.EventStamp)
 
     def __init__(self, rt: Runtime, kind: TargetKind, target: str, msg: Message) -> None:
         self._rt = rt  # _Call.__init__ inlined: this runs once per message

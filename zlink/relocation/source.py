@@ -44,6 +44,7 @@ from ..mesh.location import Location
 from ..messaging import codec
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, reply_type, to_wire
+from ..runtime import events
 from ..runtime.routing import Route
 from ..timers import TimerJob
 from ..types import (
@@ -420,9 +421,12 @@ class Outbound(RelocatorState):
             # the Spot's subscriptions go with it (sealed, it changes them no more here); the
             # commit drops them here, a move that does not happen leaves them as they are
             topics = tuple(sorted(self.rt.directory.subscribed.get(act.spot_id, ())))
+            with self.rt.publish_lock:  # (sealed: every event it was offered is marked)
+                marks = events.to_wire(act.event_marks, topics)
             objects = tuple(
                 wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(out, obj),
-                                 timers[obj.name], topics if obj is act else ())
+                                 timers[obj.name], topics if obj is act else (),
+                                 marks if obj is act else ())
                 for obj in out.objects
             )  # fmt: skip
             blob = codec.dumps(states).decode()
@@ -511,6 +515,8 @@ class Outbound(RelocatorState):
                         obj.state = READY
                 close = spot.close_asked and spot.state == READY
                 spot.close_asked = False
+            if out.kind == TargetKind.SPOT and spot.state == READY:  # the events it missed
+                self.rt.events_caught_up(spot)  # while sealed: counted
             if out.shipped:
                 with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
                     self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))

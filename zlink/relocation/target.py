@@ -40,6 +40,7 @@ from ..types import RelocationReadyStatus, TargetKind
 if TYPE_CHECKING:
     from ..runtime.acts import ActorAct, SpotAct
 
+from ..runtime import events
 from ..runtime.waits import KeptWait, WaitLine, accepted, take_waiting
 from .state import (
     RESTORE_ATTEMPTS,
@@ -104,7 +105,8 @@ class Inbound(RelocatorState):
                 fences = {o.object_id for o in objects if self.router.switch(o.object_id)}
                 if shell is None:
                     act = SpotAct(rt, spec, env.target, env.object_generation)
-                    act.state = SEALED
+                    act.event_marks = events.from_wire(objects[0].marks)  # (no event is
+                    act.state = SEALED  # offered to it before it opens: sealed)
                     act.activated = None  # activated at its source: a get_or_create that
                     arriving: list[SpotAct | ActorAct] = [act]  # finds it here is answered
                 else:
@@ -303,6 +305,8 @@ class Inbound(RelocatorState):
                 if self._in_ids.get(obj.name) is inc:
                     del self._in_ids[obj.name]
                 obj.state = READY
+            if inc.kind == TargetKind.SPOT:  # the events it missed on its way: counted
+                self.rt.events_caught_up(inc.spot)
         accepted(rooms)  # (the locks of a caller of this are reentrant)
         act = inc.spot
         self.rt.metrics.add("relocated_in")  # counted before anything it held back runs

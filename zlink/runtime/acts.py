@@ -31,6 +31,7 @@ from ..types import SpotKind, SpotRef
 
 if TYPE_CHECKING:
     from ..app import TypeSpec
+    from .events import Mark
 
 
 _log = logging.getLogger("zlink.runtime")
@@ -134,6 +135,7 @@ class SpotAct(ObjectAct):
         "closing_timer",
         "closing_turn",
         "context",
+        "event_marks",
         "gate",
         "held",
         "instance",
@@ -181,6 +183,9 @@ class SpotAct(ObjectAct):
         # are made on first use and dropped when empty: an idle Spot keeps neither (216 + 56
         # bytes).
         self.yielded: set[Turn] | None = None
+        # per (origin node, topic), the last Logical Multicast event it was offered
+        # (``zlink.runtime.events``; publish lock): made on its first event from a mesh
+        self.event_marks: dict[tuple[str, str], Mark] | None = None
         self.timer_owners: list[Owner] | None = None  # a PerActor Spot's timers' own gates
         self.quiet: list[Callable[[], None]] | None = None
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)

@@ -40,7 +40,12 @@ Every fault and every discard is counted once, under a name that says what it wa
   its Spot's close deadline (python-api §11), logged at WARNING (not a handler error);
 * ``publish_dropped`` / ``publish_unhandled`` / ``publish_missed_<state>``: a Logical
   Multicast event a subscriber did not get: its lane was full, it has no handler for the
-  type, or it was past READY (``sealed`` for a move, ``closing``, ``gone``); and
+  type, or it was past READY (``closing``, ``gone``; ``sealed`` off a mesh only: in a mesh a
+  subscriber sealed for a move is counted by ``publish_missed_moving``);
+  ``publish_missed_moving``: events a subscriber missed while sealed for a move or on its
+  way (neither its old node's copy nor its new node's reached it), counted as it opens
+  (``zlink.runtime.events``); ``publish_duplicates_dropped`` (not a loss): a second copy of
+  an event a subscriber had, met after a move; and
   ``publish_dropped_outbox_full`` / ``_unreachable`` / ``_too_large`` / ``_shutdown`` /
   ``_does_not_cross``: an event made here that another node did not get (its outbox was past
   ``peer_outbound_submit_bytes``, it went away, it takes smaller frames, this node stopped

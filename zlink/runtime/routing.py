@@ -1140,35 +1140,37 @@ class MeshRouter:
             hops, bool(call.instance), call.instance_type if call.instance else None,
         )  # fmt: skip
         if reply is None:
-            return _new_send(*common)
+            return _new_send(*common, None)
         corr = self.register_pending(reply, reply_type(type(call.msg)), peer)
         return _new_request(*common, corr, float(self.rt.deadline_of(call.deadline)))
 
-    def topic_envelope(self, call: MessageCall) -> wire.SendEnvelope | None:
-        """A publish made on this node, as the other nodes get it (Logical Multicast across
-        the mesh: README), or ``None`` when no other node is reachable. ``InvalidArgument``
-        (nothing delivered anywhere yet) if it cannot cross in one frame, as for a send."""
+    def topic_fits(self, call: MessageCall) -> bool:
+        """Whether a publish made on this node goes to other nodes (Logical Multicast across
+        the mesh: README): ``False`` when no other node is met. ``InvalidArgument`` (nothing
+        delivered anywhere yet) if it cannot cross in one frame, as for a send."""
         if not self.peers(connecting=True):
-            return None
+            return False
         if call.wire is None:
             call.wire = to_wire(call.msg)
-        type_name, payload = call.wire
-        wire.check_fits(payload, call.meta)
-        me = self.rt.node_id
-        return _new_send(str(TargetKind.TOPIC), call.target, type_name, payload,
-                         call.meta or None, me, me, me, 0, False, None)  # fmt: skip
+        wire.check_fits(call.wire[1], call.meta)
+        return True
 
-    def publish_to_peers(self, event: wire.SendEnvelope) -> None:
-        """Send a publish made here (``topic_envelope``) once to every other node met now
-        (one still connecting takes it once it is up, as a send), on DATA; each hands it to
-        its own subscribers and relays it no further (a subscriber that moves while it is on
-        its way may get it twice, or miss it: README's known gap). Per
-        publisher, per subscriber, events keep their order (one DATA connection per pair of
-        nodes). A publish never waits (python-api §9): a node whose outbox is past
-        ``peer_outbound_submit_bytes`` misses the event (``publish_dropped_outbox_full``), as
-        a subscriber whose lane is full does (``publish_dropped``); so does one that went
-        away meanwhile (``publish_dropped_unreachable``), or takes smaller frames than this
-        event (``publish_dropped_too_large``). Any thread."""
+    def publish_to_peers(self, call: MessageCall, stamp: wire.EventStamp) -> None:
+        """(The runtime's publish lock held.) Send a publish made here (``topic_fits``), with
+        its number ``stamp``, once to every other node met now (one still connecting takes it
+        once it is up, as a send), on DATA; each hands it to its own subscribers and relays it
+        no further (``zlink.runtime.events``: a subscriber that moves while it is on its way
+        takes it once). Per publisher, per subscriber, events keep their order (one DATA
+        connection per pair of nodes). A publish never waits (python-api §9): a node whose
+        outbox is past ``peer_outbound_submit_bytes`` misses the event
+        (``publish_dropped_outbox_full``), as a subscriber whose lane is full does
+        (``publish_dropped``); so does one that went away meanwhile
+        (``publish_dropped_unreachable``), or takes smaller frames than this event
+        (``publish_dropped_too_large``). Any thread."""
+        type_name, payload = call.wire or to_wire(call.msg)
+        me = self.rt.node_id
+        event = _new_send(str(TargetKind.TOPIC), call.target, type_name, payload,
+                          call.meta or None, me, me, me, 0, False, None, stamp)  # fmt: skip
         key = _TOPIC_KEY + event.target  # (never a call's target: no call waits under it)
         for peer in self.peers(connecting=True):  # (one still connecting takes it once up)
             frame = self.transport.frame_limit(peer)
@@ -1437,6 +1439,8 @@ class MeshRouter:
         call.via = env.via
         call.instance, call.instance_type = env.instance, env.instance_type
         call.wire = (env.message_type, env.payload)  # a relay sends it on as it came
+        if not request and cast(wire.SendEnvelope, env).event is not None:  # a Logical
+            call.event = cast(wire.SendEnvelope, env).event  # Multicast event's number
         if isinstance(env, wire.RequestEnvelope):
             call.deadline = env.deadline
         peer = env.via
@@ -1521,7 +1525,7 @@ class MeshRouter:
             for message_type, payload in zip(env.message_types, env.payloads, strict=True):
                 self._on_call(wire.SendEnvelope(
                     env.target_kind, env.target, message_type, payload, None, env.origin_node,
-                    env.first_origin, env.via, env.hops, False, None,
+                    env.first_origin, env.via, env.hops, False, None, None,
                 ))  # fmt: skip
             return
         peer = env.via

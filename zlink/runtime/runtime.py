@@ -97,6 +97,7 @@ from .acts import (
 from .closing import Closing
 from .creation import Creation
 from .directory import Directory
+from .events import EventLedger, forget_topic, mark, missed_before
 from .jobs import BatchJob, MessageJob, RecordedJob, SendJob, handler_error, not_serving
 from .membership import Membership
 from .metrics import Metrics
@@ -174,6 +175,9 @@ class Runtime:
         self.remote_join: RemoteJoinPort | None = None
         self.membership_lease: LeaseHolder | None = None  # set by the node in a mesh
         self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
+        # Logical Multicast across a mesh: event numbers and subscribers' marks (``events``)
+        self.publish_lock = ranked_lock("runtime.publish", LockRank.PUBLISH)
+        self.events = EventLedger()
         self.fenced = False  # self-fenced: its lease may have lapsed, it serves nothing
         self.stopping = False  # read on the hot path
         # the errors the stop itself fails awaited calls with (``at_stop``): a turn that lets
@@ -334,12 +338,20 @@ class Runtime:
         msg = call.msg
         act: Act | None
         held: OwnerLanes | None = None  # a closing Instance Spot's, for its next activation
-        if call.kind == _TOPIC:  # (from a peer, ``hops``: its subscribers here only)
+        if call.kind == _TOPIC:
             router = self.router
-            event = router.topic_envelope(call) if router is not None and not hops else None
-            self._publish(call, turn)
-            if event is not None:
-                router.publish_to_peers(event)  # type: ignore[union-attr]
+            if router is None:  # no other node: nothing to number
+                self._publish(call, turn, None, None)
+            elif hops:  # from a peer: its subscribers here only, in its numbers' order
+                with self.publish_lock:
+                    self._publish(call, turn, call.origin, call.event)
+            else:  # made here: refused before anyone has it if it cannot cross
+                fits = router.topic_fits(call)
+                with self.publish_lock:  # (numbered in the order it is handed on: ``events``)
+                    stamp = self.events.next(call.target, self.incarnation)
+                    self._publish(call, turn, self.node_id, stamp)
+                    if fits:
+                        router.publish_to_peers(call, stamp)
             return reply  # type: ignore[return-value]
         if call.kind == _CHANNEL:
             act = self.channels.get(call.target)
@@ -746,29 +758,80 @@ class Runtime:
                     raise Unavailable(f"spot {spot_id!r} no longer lives on node {self.node_id}")
                 return
             self.directory.subscribe(spot_id, topic, on)
+        if act is None or self.router is None:  # (off a mesh no event is numbered)
+            return
+        with self.publish_lock:  # (its marks on the topic: ``events``)
+            if on:
+                marks = act.event_marks
+                if marks is None:
+                    marks = act.event_marks = {}
+                self.events.subscribed(marks, topic)
+            else:
+                forget_topic(act.event_marks, topic)
 
-    def _publish(self, call: MessageCall, turn: Turn | None) -> None:
-        """Fan a Logical Multicast event out to every subscribed Spot's queue."""
+    def events_caught_up(self, act: SpotAct) -> None:
+        """``act`` opens after a move (arrived here, or back from one that did not happen):
+        the Logical Multicast events it missed while sealed or away are counted now
+        (``publish_missed_moving``; ``zlink.runtime.events``). No lock of rank PUBLISH or
+        above held."""
+        topics = self.directory.subscribed.get(act.spot_id)
+        if not topics or self.router is None:
+            return
+        with self.publish_lock:
+            marks = act.event_marks
+            if marks is None:
+                marks = act.event_marks = {}
+            missed = self.events.catch_up(marks, topics)
+        if missed:
+            self.metrics.add("publish_missed_moving", missed)
+
+    def _publish(
+        self, call: MessageCall, turn: Turn | None, origin: str | None,
+        stamp: wire.EventStamp | None,
+    ) -> None:  # fmt: skip
+        """Fan a Logical Multicast event out to every subscribed Spot's queue. ``stamp``: its
+        number on ``origin`` (publish lock held), so a subscriber that moved takes it once
+        and counts what it missed (``zlink.runtime.events``); ``None`` off a mesh."""
         msg = call.msg
+        topic = call.target
         size = lane_size(msg)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
-        for spot_id in self.topics.get(call.target, ()):
+        if stamp is not None:
+            self.events.hear(origin, topic, stamp)  # type: ignore[arg-type]
+        for spot_id in self.topics.get(topic, ()):
             act = self.spots.get(spot_id)
             state = GONE if act is None else act.state  # read once: a move's commit may open it
             if act is None or state in PAST_READY:  # closing, sealed for a move, gone
-                self.metrics.add(f"publish_missed_{state.value}")
+                if stamp is None or state is not SEALED:  # (sealed: its other copy may
+                    self.metrics.add(f"publish_missed_{state.value}")  # reach it: ``events``)
                 continue
+            missed = 0
+            if stamp is not None:
+                missed = missed_before(act.event_marks, origin, topic, stamp)  # type: ignore[arg-type]
+                if missed < 0:
+                    self.metrics.add("publish_duplicates_dropped")
+                    continue
             handler = act.spec.subscriptions.get(type(msg))
             if handler is None:
                 self.metrics.add("publish_unhandled")
-                continue
-            job = MessageJob(act, handler, msg, None, call.meta, sender, size, call.target)
-            verdict = act.owner.put_app(job)
-            if verdict == ADMISSION_CLOSED:  # sealed or closing since its state was read
-                now = act.state
-                self.metrics.add(f"publish_missed_{(now if now in PAST_READY else SEALED).value}")
-            elif verdict != ADMITTED:  # its lane is full
-                self.metrics.add("publish_dropped")
+            else:
+                job = MessageJob(act, handler, msg, None, call.meta, sender, size, topic)
+                verdict = act.owner.put_app(job)
+                if verdict == ADMISSION_CLOSED:  # sealed or closing since its state was read
+                    now = act.state
+                    if stamp is None or now is not SEALED:  # (a move: as above)
+                        why = now if now in PAST_READY else SEALED
+                        self.metrics.add(f"publish_missed_{why.value}")
+                    continue
+                if verdict != ADMITTED:  # its lane is full
+                    self.metrics.add("publish_dropped")
+            if stamp is not None:  # offered and accounted for
+                if missed:
+                    self.metrics.add("publish_missed_moving", missed)
+                marks = act.event_marks
+                if marks is None:
+                    marks = act.event_marks = {}
+                mark(marks, origin, topic, stamp)  # type: ignore[arg-type]
 
     def submit_worker(self, call: WorkerCall[Any]) -> Completion:
         """Run ``call.fn`` on its bounded pool; the completion carries its result or error."""
