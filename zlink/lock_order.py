@@ -5,15 +5,16 @@ under the test suite). Locks not in the table are leaves: nothing is taken while
 
     ROUTE (router.route_lock)              which path a remote target's calls take
       -> RELOCATION (relocator._lock)      moves leaving and arriving, parked calls
-        -> PUBLISH (runtime.publish_lock)  Logical Multicast event numbers and marks
+        -> PUBLISH (runtime.events' stripes) Logical Multicast events of one node and topic
         -> DIRECTORY (runtime._lock)       activation and removal of live objects
           -> YIELD (runtime._yield_lock)   Yields in flight per Spot
           -> PENDING (router._lock)        correlation ids of remote calls awaiting replies
           -> STORE (in-memory store lock)  the Location Store's table
 
 Why this order: a call for a remote target is routed under ROUTE; when it meets a move it is
-diverted under RELOCATION; a leaving move reads its subscriber's event marks under PUBLISH; an
-arriving move registers its objects under DIRECTORY. Every
+diverted under RELOCATION; a leaving move passes through the PUBLISH stripes (one at a time:
+two are never held) before it reads its subscriber's event marks; an arriving move registers
+its objects under DIRECTORY. Every
 path that needs two of them goes down this list, never up it (python-api §10, issue
 "The runtime, composed").
 """

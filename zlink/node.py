@@ -88,8 +88,9 @@ class _MeshEvents:
     def fenced(self, why: str) -> None:
         """Stop serving: refuse what comes, drop every activation, forget every route."""
         rt = self._node._rt
+        if not rt.fenced:  # (fenced again before it served: what it did before stays)
+            self._was_draining = rt.draining
         rt.fenced = True
-        self._was_draining = rt.draining
         rt.draining = True  # (the send fast path reads only this flag: it refuses too)
         if rt.router is not None:
             rt.router.forget_routes()

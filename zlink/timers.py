@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from .durations import check_seconds
 from .errors import InvalidArgument, InvalidOperation
@@ -28,6 +28,7 @@ _log = logging.getLogger("zlink.timers")
 F = TypeVar("F", bound=Callable[..., Any])
 _MARK = "__zlink_timer__"
 _MAX_CATCH_UP = 2**31 - 1
+MAX_CATCH_UP: Final = _MAX_CATCH_UP
 
 
 class OverrunPolicy(Enum):
@@ -45,8 +46,10 @@ class OverrunPolicy(Enum):
 class TimerOptions:
     """Timer options; defaults are the seed's: SKIP_LATE_TICKS, max_catch_up_ticks 1.
 
-    ``max_catch_up_ticks`` is validated to 1..2**31-1 only under ``CATCH_UP_BOUNDED`` and not
-    used otherwise. ``keeps_alive``: whether ticks count as activity for idle eviction.
+    ``max_catch_up_ticks`` is an ``int`` (a ``bool`` is not), validated to 1..2**31-1 only
+    under ``CATCH_UP_BOUNDED`` and not used otherwise (kotlin-spot-interface; python-api §8):
+    a value that is no int at all could not cross between nodes with its Spot's move.
+    ``keeps_alive``: whether ticks count as activity for idle eviction.
     """
 
     overrun_policy: OverrunPolicy = OverrunPolicy.SKIP_LATE_TICKS
@@ -60,12 +63,11 @@ class TimerOptions:
             raise InvalidArgument(
                 f"overrun_policy must be an OverrunPolicy: {self.overrun_policy!r}"
             )
-        if self.overrun_policy is OverrunPolicy.CATCH_UP_BOUNDED:
-            n = self.max_catch_up_ticks
-            if type(n) is not int or not 1 <= n <= _MAX_CATCH_UP:
-                raise InvalidArgument(
-                    f"max_catch_up_ticks is 1..2**31-1 under CATCH_UP_BOUNDED: {n!r}"
-                )
+        n = self.max_catch_up_ticks
+        if type(n) is not int:
+            raise InvalidArgument(f"max_catch_up_ticks is an int, got {n!r}")
+        if self.overrun_policy is OverrunPolicy.CATCH_UP_BOUNDED and not 1 <= n <= _MAX_CATCH_UP:
+            raise InvalidArgument(f"max_catch_up_ticks is 1..2**31-1 under CATCH_UP_BOUNDED: {n!r}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,10 +96,15 @@ def _utf8_size(text: str) -> int:
         return -1
 
 
-def timer_handler(name: str) -> Callable[[F], F]:
-    """Mark a method as the callback of the timer ``name``: ``def on_x(self, tick: TimerTick)``."""
+def _check_name(name: object) -> None:
+    """``InvalidArgument`` unless ``name`` is a timer name: 1..255 bytes of valid UTF-8."""
     if not isinstance(name, str) or not 0 < _utf8_size(name) <= 255:
         raise InvalidArgument(f"a timer name is 1..255 bytes of valid UTF-8, got {name!r}")
+
+
+def timer_handler(name: str) -> Callable[[F], F]:
+    """Mark a method as the callback of the timer ``name``: ``def on_x(self, tick: TimerTick)``."""
+    _check_name(name)
 
     def mark(fn: F) -> F:
         if not inspect.isfunction(fn):
@@ -153,12 +160,13 @@ class TimerJob(Job):
     def finish(self, turn: Turn) -> None:
         self.timer.tick_done()
         rt = self.timer.host.rt
-        rt.close_scope(turn, turn.error is None)
-        if turn.error is not None:
-            rt.metrics.add("handler_errors")
-            _log.error(
-                "timer %r of %r failed", self.timer.name, self.timer.host.name, exc_info=turn.error
-            )
+        error = turn.error
+        rt.close_scope(turn, error is None)
+        if error is not None:
+            what = f"timer {self.timer.name!r} of {self.timer.host.name!r}"
+            if not rt.ended_by_stop(error, what):  # (the stop's own: no handler error)
+                rt.metrics.add("handler_errors")
+                _log.error("%s failed", what, exc_info=error)
         turn.barriers = CLOSED
 
     def discard(self, error: BaseException) -> None:
@@ -190,6 +198,8 @@ class TimerRuntime(Protocol):
 
     def close_scope(self, turn: Turn, ok: bool) -> None: ...
 
+    def ended_by_stop(self, err: BaseException, what: str) -> bool: ...
+
 
 class TimerHost(Protocol):
     """The Spot or Actor activation a timer belongs to (``zlink.runtime.acts``)."""
@@ -212,7 +222,7 @@ class TimerHost(Protocol):
         self, name: str, interval: float, options: TimerOptions, first_delay: float | None
     ) -> Timer: ...
 
-    def cancel_timer(self, name: str) -> bool: ...
+    def cancel_timer(self, name: str, registration: object | None = None) -> bool: ...
 
 
 class Timer:
@@ -245,6 +255,7 @@ class Timer:
         "options",
         "owner",
         "queued",
+        "registration",
         "sequence",
         "undelivered",
     )  # fmt: skip
@@ -258,8 +269,11 @@ class Timer:
         owner: Owner,
         fn: Callable[..., Any],
         first_due: float,
+        registration: object | None = None,
     ) -> None:
         self.name = name
+        # which ``register`` made it: its handle's, kept by a move that did not happen
+        self.registration = object() if registration is None else registration
         self.interval = interval
         self.options = options
         self.host = host
@@ -395,12 +409,19 @@ class Timer:
 
 
 class TimerHandle:
-    """What ``timers.register`` returns: the timer's name and a way to cancel it."""
+    """What ``timers.register`` returns: the timer's name and a way to cancel it. It belongs
+    to that registration, not to the name: once the timer is cancelled, a timer registered
+    again under the name is not this handle's (it neither cancels it nor reads it active)."""
 
     __slots__ = ("_timer",)
 
     def __init__(self, timer: Timer) -> None:
         self._timer = timer
+
+    def _current(self) -> Timer | None:
+        """The timer of this registration now (a move that did not happen made it anew)."""
+        now = self._timer.host.timers.get(self._timer.name)
+        return now if now is not None and now.registration is self._timer.registration else None
 
     @property
     def name(self) -> str:
@@ -409,16 +430,17 @@ class TimerHandle:
     @property
     def active(self) -> bool:
         """Whether the timer is still registered."""
-        return not self._timer.cancelled
+        now = self._current()
+        return now is not None and not now.cancelled
 
     @property
     def late_ticks(self) -> int:
         """Due periods skipped so far, never delivered (python-api §11)."""
-        return self._timer.late_ticks
+        return (self._current() or self._timer).late_ticks
 
     def cancel(self) -> bool:
         """Cancel the timer; ``False`` if it was already cancelled."""
-        return self._timer.host.cancel_timer(self._timer.name)
+        return self._timer.host.cancel_timer(self._timer.name, self._timer.registration)
 
 
 class TimerManager:
@@ -441,6 +463,7 @@ class TimerManager:
 
         The first tick comes ``first_delay`` seconds from now (default: one interval).
         """
+        _check_name(name)
         interval = check_seconds(interval, "a timer interval")
         if first_delay is not None:
             first_delay = check_seconds(first_delay, "first_delay", zero_ok=True)
@@ -453,6 +476,7 @@ class TimerManager:
 
     def cancel(self, name: str) -> bool:
         """Cancel the timer ``name``; ``False`` if no such timer is registered."""
+        _check_name(name)
         return self._host.cancel_timer(name)
 
     def names(self) -> list[str]:

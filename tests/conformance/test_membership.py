@@ -475,3 +475,23 @@ def test_a_registration_again_that_a_shutdown_overtakes_is_unregistered(clock: M
         assert entered.wait(WAIT)
         n1.shutdown(2 * WAIT)
         assert [r.node_id for r in store.nodes()] == ["node-2"]
+
+
+@pytest.mark.parametrize("draining", [False, True])
+def test_a_node_fenced_twice_before_it_serves_again_serves_as_it_did_before(
+    make_node: Any, draining: bool
+) -> None:
+    """Found by an audit: a node fences itself by draining (it refuses calls), keeping whether
+    it drained before, to restore once it registers again. Fenced a second time before it
+    served again (a rejoin too slow, or refused), it kept "draining" as what it did before,
+    and so stayed draining for good: it refused every call, its timers never fired again."""
+    from zlink.node import _MeshEvents
+
+    node = make_node(_app())
+    rt = node._runtime
+    rt.draining = draining
+    events = _MeshEvents(node)
+    events.fenced("the first lease lapsed")
+    events.fenced("the second registration came too late")  # before it served again
+    events.rejoined(3, [])  # (no transport, no membership here: it serves at once)
+    assert (rt.fenced, rt.draining) == (False, draining)

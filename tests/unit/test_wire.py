@@ -61,12 +61,12 @@ REQUEST = RequestEnvelope(
 )  # fmt: skip
 JOBS = (
     RelocMessageJob("t.w.move", '{"x":2}', None, "sender-1", 9, None),
-    RelocTickJob("heartbeat", 4, 10.0, 10.25, 2),
+    RelocTickJob("heartbeat", 4, 0.5, 0.25, 2),
     RelocMessageJob("t.w.news", '{"n":1}', {"k": "v"}, None, None, "topic-a"),
 )
 TIMERS = (
-    RelocTimer("heartbeat", 0.5, OverrunPolicy.CATCH_UP_BOUNDED, 3, True, 11.0, 4),
-    RelocTimer("slow", 60.0, OverrunPolicy.SKIP_LATE_TICKS, 1, False, 70.0, 0),
+    RelocTimer("heartbeat", 0.5, OverrunPolicy.CATCH_UP_BOUNDED, 3, True, 0.3, 4),
+    RelocTimer("slow", 60.0, OverrunPolicy.SKIP_LATE_TICKS, 1, False, -1.5, 0),
 )
 RELOC = RelocEnvelope(
     source_node="n1", relocation_id=3, target="room-1", spot_type="t.w.room",
@@ -558,11 +558,11 @@ def test_a_non_finite_float_does_not_encode(deadline: float) -> None:
 
 
 def test_a_non_finite_nested_float_does_not_encode() -> None:
-    timer = dataclasses.replace(TIMERS[0], next_due=float("inf"))
+    timer = dataclasses.replace(TIMERS[0], due_in=float("inf"))
     spot = dataclasses.replace(RELOC.objects[0], timers=(timer,))
     with pytest.raises(WireError) as caught:
         encode(dataclasses.replace(RELOC, objects=(spot,)))
-    assert caught.value.field == "objects[0].timers[0].next_due"
+    assert caught.value.field == "objects[0].timers[0].due_in"
 
 
 def test_only_envelopes_encode() -> None:

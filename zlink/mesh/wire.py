@@ -60,7 +60,9 @@ WIRE_VERSION: Final = 6
 """The version every envelope carries; a node decodes its own version only.
 
 6: ``SendEnvelope.event`` (a Logical Multicast event's number on its node) and
-``RelocObject.marks`` (the last number a moving subscriber took from each node on each topic).
+``RelocObject.marks`` (the last number a moving subscriber took from each node on each topic);
+a moving timer's times as spans (``RelocTimer.due_in``, ``RelocTickJob.due_ago`` and
+``queued_ago``): each node's clock counts from an origin of its own.
 5: ``data_ahead`` and the ``mark`` of ``fence``, ``reloc_chunk``, ``reloc`` and
 ``reloc_abort`` (each is announced on COMPLETION as it is put on DATA: a receiver that
 paused its sender and waits for it takes that DATA up to it).
@@ -216,10 +218,11 @@ class RelocTickJob:
     """The timer's name."""
     sequence: int
     """The tick's sequence number."""
-    scheduled_at: float
-    """When the tick was due (node clock, seconds)."""
-    fired_at: float
-    """When it fired (node clock, seconds)."""
+    due_ago: float
+    """How long before the move left the tick was due (seconds: each node's clock counts
+    from an origin of its own, so a time crosses as a span)."""
+    queued_ago: float
+    """How long before the move left it was queued (seconds)."""
     late_ticks: int
     """Due ticks skipped just before this one."""
 
@@ -242,8 +245,9 @@ class RelocTimer:
     """The catch-up bound under ``CATCH_UP_BOUNDED``."""
     keeps_alive: bool
     """Whether its ticks count as activity for idle eviction."""
-    next_due: float
-    """When it is next due (node clock, seconds)."""
+    due_in: float
+    """How long after the move left it is next due (seconds; negative when overdue): a span,
+    as each node's clock counts from an origin of its own."""
     sequence: int
     """The sequence number of its last tick."""
 

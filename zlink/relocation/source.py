@@ -22,6 +22,7 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -65,9 +66,10 @@ from .state import (
     STORE_RETRY,
     Outgoing,
     RelocatorState,
+    TakenTimers,
     capture_one,
     restore_timers,
-    timers_of,
+    take_timers,
     typed_error,
 )
 
@@ -383,6 +385,14 @@ class Outbound(RelocatorState):
                 raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
             if not self.rt.when_quiet(act, partial(self._barrier_again, out)):
                 return None  # a continuation is still suspended: again once none is
+        if out.kind == TargetKind.SPOT and act.timer_owners:  # a PER_ACTOR Spot's timer
+            # callbacks run on gates of their own: its timers stop (none starts a turn from
+            # now on; they do not move, and come back if the move does not happen), and the
+            # barrier waits for a callback still running or suspended, as a close does (§11)
+            if act.spot_id not in out.timers:
+                out.timers[act.spot_id] = take_timers(act, self.rt.clock.now())
+            if not self.rt.timers_quiet(act, partial(self._barrier_again, out)):
+                return None
         if out.kind == TargetKind.ACTOR and out.unit.spot is not act:  # type: ignore[union-attr]
             raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
@@ -411,20 +421,21 @@ class Outbound(RelocatorState):
                 return
             out.shipped = True
             timers = {}
-            for obj in out.objects:  # stopped first: a tick that still slips in is a no-op here
-                out.timers[obj.name] = timers_of(list(obj.timers.values()))
+            now = self.rt.clock.now()
+            for obj in out.objects:
+                if obj.name not in out.timers:  # (a PER_ACTOR shell's: taken at its barrier)
+                    out.timers[obj.name] = take_timers(obj, now)
                 # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
                 # is recreated and registers what it needs
                 keep = obj is not out.spot or act.shared or act.kind is not SpotKind.USER
-                timers[obj.name] = out.timers[obj.name] if keep else ()
-                obj.cancel_timers()
+                timers[obj.name] = _rebased(out.timers[obj.name], now) if keep else ()
             # the Spot's subscriptions go with it (sealed, it changes them no more here); the
             # commit drops them here, a move that does not happen leaves them as they are
             topics = tuple(sorted(self.rt.directory.subscribed.get(act.spot_id, ())))
-            with self.rt.publish_lock:  # (sealed: every event it was offered is marked)
-                marks = events.to_wire(act.event_marks, topics)
+            self.rt.events.barrier()  # (sealed: every event it was offered is marked now)
+            marks = events.to_wire(act.event_marks, topics)
             objects = tuple(
-                wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(out, obj),
+                wire.RelocObject(obj.name, obj.spec.name, self._take_jobs(out, obj, now),
                                  timers[obj.name], topics if obj is act else (),
                                  marks if obj is act else ())
                 for obj in out.objects
@@ -446,9 +457,12 @@ class Outbound(RelocatorState):
         _log.error("relocation of %r to %s could not start: %s", act.spot_id, out.target, failed)
         self._reopen(out, failed)
 
-    def _take_jobs(self, out: Outgoing, obj: SpotAct | ActorAct) -> tuple[wire.RelocJob, ...]:
-        """Everything queued behind the barrier, in order, as it will be queued on the target;
-        the items themselves are kept in ``out.taken`` (see :meth:`_put_back`)."""
+    def _take_jobs(
+        self, out: Outgoing, obj: SpotAct | ActorAct, now: float
+    ) -> tuple[wire.RelocJob, ...]:
+        """Everything queued behind the barrier, in order, as it will be queued on the target
+        (a tick's times as spans before ``now``); the items themselves are kept in
+        ``out.taken`` (see :meth:`_put_back`)."""
         from ..runtime.jobs import BatchJob, RecordedJob, SendJob
 
         jobs: list[wire.RelocJob] = []
@@ -469,8 +483,8 @@ class Outbound(RelocatorState):
                 jobs += [_message_job(msg, None, item.sender) for msg in item.msgs]
             elif isinstance(item, TimerJob):  # a place on the lane: the target decides its
                 t = item.timer.pending_tick(item.at)  # tick when it runs (python-api §11)
-                jobs.append(wire.RelocTickJob(t.name, t.sequence, t.scheduled_at, t.fired_at,
-                                              t.late_ticks))  # fmt: skip
+                jobs.append(wire.RelocTickJob(t.name, t.sequence, now - t.scheduled_at,
+                                              now - t.fired_at, t.late_ticks))  # fmt: skip
                 item.timer.withdraw()
             else:
                 continue
@@ -487,7 +501,7 @@ class Outbound(RelocatorState):
         and the caller gets ``error`` (python-api §11). ``False`` (nothing done) once the
         commit is under way (unless ``after_relay``: the store refused it) or the move already
         ended."""
-        from ..runtime.acts import READY, SEALED
+        from ..runtime.acts import GONE, READY, SEALED
 
         # lock order: route -> relocator (redelivery may route a parked call onward)
         with self.router.route_lock, self._lock:
@@ -498,8 +512,7 @@ class Outbound(RelocatorState):
                 self.rt.relocation_ready_completed(
                     out.spot, RelocationReadyStatus.CONTINUED, typed_error(error)
                 )
-            if out.shipped:
-                self._put_back(out)
+            self._put_back(out)  # (what was taken: nothing if nothing left, or timers)
             for obj in out.objects:
                 obj.owner.lanes.set_closed(False)
             rooms = self._admit_waiting(out)
@@ -515,8 +528,8 @@ class Outbound(RelocatorState):
                         obj.state = READY
                 close = spot.close_asked and spot.state == READY
                 spot.close_asked = False
-            if out.kind == TargetKind.SPOT and spot.state == READY:  # the events it missed
-                self.rt.events_caught_up(spot)  # while sealed: counted
+            if out.kind == TargetKind.SPOT and spot.state != GONE:  # the events it missed
+                self.rt.events_caught_up(spot)  # while sealed: counted (a stop closing it too)
             if out.shipped:
                 with contextlib.suppress(Unavailable):  # gone: nothing of it is left there
                     self.router.post(out.target, wire.RelocAbortEnvelope(self.rt.node_id, out.rid))
@@ -526,25 +539,44 @@ class Outbound(RelocatorState):
         out.done.set(None, typed_error(error))
         return True
 
+    def not_sent(self, rid: int, error: ZLinkError) -> None:
+        """(Infrastructure thread.) What move ``rid`` sent its target could not be sent (it
+        does not encode, or the target went away): the move is withdrawn now, the Spot
+        serving here with its queue (python-api §8), not left to its deadline."""
+        out = self._out.get(rid)
+        if out is None or out.committed or out.relaying:
+            return
+        if isinstance(error, InvalidArgument):  # (a frame that does not encode)
+            error = StateIncompatible(f"the move of {out.spot.spot_id!r} does not cross: {error}")
+        _log.error("relocation of %r to %s could not be sent: %s", out.spot.spot_id, out.target,
+                   error)  # fmt: skip
+        self._reopen(out, error)
+
     def _put_back(self, out: Outgoing) -> None:
         """(Relocator lock held.) What left for the target is queued here again, as it was:
         each object's queue in its order (reserved again: it was admitted here once, §7), its
-        timers with the same sequence and next due time; queued requests are answered here."""
+        timers with the same sequence and next due time (each handle still its timer's);
+        queued requests are answered here. Timers taken before anything left (a PER_ACTOR
+        Spot's, at its barrier) come back too."""
         for corr in out.corrs:  # their callers wait for this node's turns again
             self.router.forget_pending(corr)
-        for obj, items in out.taken:
-            lanes = obj.owner.lanes
-            timers = {t.name: t for t in restore_timers(obj, out.timers.get(obj.name, ()))}
-            for item in items:
+        objects = {obj.name: obj for obj in out.objects}
+        queues = {obj.name: items for obj, items in out.taken}
+        for name, taken in out.timers.items():
+            obj = objects[name]
+            restored = restore_timers(obj, taken.records, taken.at, taken.registrations)
+            timers = {t.name: t for t in restored}  # (its own clock then: due as it was)
+            for item in queues.pop(name, ()):
                 if isinstance(item, TimerJob):
                     timer = timers.get(item.timer.name)
                     if timer is not None:  # a tick that was pending goes on as it was
                         timer.moved_in()
-                        lanes.put_app_moved(TimerJob(timer, item.at), 0)
+                        obj.owner.lanes.put_app_moved(TimerJob(timer, item.at), 0)
                 else:
-                    lanes.put_app_moved(item, item.size, item.count)
-            for timer in timers.values():
+                    obj.owner.lanes.put_app_moved(item, item.size, item.count)
+            for timer in restored:
                 timer.arm()
+        out.timers.clear()
         out.taken.clear()
         out.corrs.clear()
 
@@ -849,6 +881,14 @@ def _settles(done: Completion, seconds: float) -> bool:
     with contextlib.suppress(Exception):  # its outcome is read by the caller
         done.wait(seconds)
     return done.done
+
+
+def _rebased(taken: TakenTimers, now: float) -> tuple[wire.RelocTimer, ...]:
+    """``taken``'s records with their spans from ``now`` (they were taken earlier)."""
+    if taken.at == now:
+        return taken.records
+    shift = taken.at - now
+    return tuple(dataclasses.replace(r, due_in=r.due_in + shift) for r in taken.records)
 
 
 def _message_job(

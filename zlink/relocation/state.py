@@ -19,7 +19,7 @@ from ..messaging.calls import NO_WAIT
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, from_wire, to_wire
 from ..runtime.waits import WaitLine
-from ..timers import Timer, TimerOptions
+from ..timers import MAX_CATCH_UP, OverrunPolicy, Timer, TimerOptions
 from ..types import TargetKind
 
 if TYPE_CHECKING:
@@ -73,7 +73,9 @@ class Outgoing:
     # and the correlation ids its queued requests await the target's replies under.
     shipped: bool = False
     taken: list[tuple[SpotAct | ActorAct, list[Any]]] = field(default_factory=list)
-    timers: dict[str, tuple[wire.RelocTimer, ...]] = field(default_factory=dict)
+    # per object: its timers as taken (each one's record, the node's clock then, and each
+    # one's registration, which a put back keeps: ``TimerHandle``)
+    timers: dict[str, TakenTimers] = field(default_factory=dict)
     corrs: list[int] = field(default_factory=list)
 
     @property
@@ -186,26 +188,64 @@ def capture_one(obj: ObjectAct) -> str | None:
     return base64.b64encode(bytes(data)).decode()  # the runtime's own copy
 
 
-def timers_of(timers: list[Timer]) -> tuple[wire.RelocTimer, ...]:
-    """The logical timers as they move: schedule, policy, last sequence and next due time."""
+@dataclass(frozen=True, slots=True)
+class TakenTimers:
+    """An object's timers as a move took them (:func:`take_timers`)."""
+
+    records: tuple[wire.RelocTimer, ...]
+    at: float  # the node's clock when they were taken
+    registrations: dict[str, object]
+
+
+def take_timers(obj: ObjectAct, now: float) -> TakenTimers:
+    """Take ``obj``'s timers for a move (none registers from then on; ``give_timers``
+    reopens), stopped, as records whose times are spans from ``now``."""
+    with obj.rt.directory.lock:
+        taken = obj.take_timers()
+    for timer in taken:  # stopped: a tick that still slips in is a no-op here
+        timer.cancel()
+    return TakenTimers(timers_of(taken, now), now, {t.name: t.registration for t in taken})
+
+
+def timers_of(timers: list[Timer], now: float) -> tuple[wire.RelocTimer, ...]:
+    """The logical timers as they move: schedule, policy, last sequence, and when each is
+    next due as a span from ``now`` (the node's clock as they leave): each node's clock
+    counts from an origin of its own (a machine's boot), so a time crosses as a span."""
     return tuple(
-        wire.RelocTimer(t.name, t.interval, t.options.overrun_policy, t.options.max_catch_up_ticks,
-                        t.options.keeps_alive, t.next_due, t.sequence)
+        wire.RelocTimer(t.name, t.interval, t.options.overrun_policy, _catch_up(t.options),
+                        t.options.keeps_alive, t.next_due - now, t.sequence)
         for t in timers
     )  # fmt: skip
 
 
-def restore_timers(obj: ObjectAct, timers: tuple[wire.RelocTimer, ...]) -> list[Timer]:
-    """The logical timers go on: same sequence, same next due time; the app registers none.
-    They are armed by the caller, once the pending ticks are queued."""
+def _catch_up(options: TimerOptions) -> int:
+    """``max_catch_up_ticks`` as it crosses: as given where it is used (CATCH_UP_BOUNDED:
+    1..2**31-1), else 1 when it is out of that range (not used, and not validated:
+    kotlin-spot-interface; 2**64 would not encode)."""
+    n = options.max_catch_up_ticks
+    if options.overrun_policy is OverrunPolicy.CATCH_UP_BOUNDED or 1 <= n <= MAX_CATCH_UP:
+        return n
+    return 1
+
+
+def restore_timers(
+    obj: ObjectAct, timers: tuple[wire.RelocTimer, ...], now: float,
+    registrations: dict[str, object] | None = None,
+) -> list[Timer]:  # fmt: skip
+    """The logical timers go on: same sequence, next due the same span after ``now`` (this
+    node's clock as they are restored) as it was after they left; the app registers none.
+    ``registrations``: the timers' own (a move that did not happen: their handles stay
+    theirs). They are armed by the caller, once the pending ticks are queued."""
     out = []
     for t in timers:
         options = TimerOptions(t.overrun_policy, t.max_catch_up_ticks, t.keeps_alive)
         fn = obj.spec.timer_handlers[t.name]
-        timer = Timer(t.name, t.interval, options, obj, obj.timer_owner(t.name), fn, t.next_due)
-        timer.sequence = t.sequence
-        obj.timers[timer.name] = timer
-        out.append(timer)
+        kept = None if registrations is None else registrations.get(t.name)
+        out.append(Timer(t.name, t.interval, options, obj, obj.timer_owner(t.name), fn,
+                         now + t.due_in, kept))  # fmt: skip
+        out[-1].sequence = t.sequence
+    with obj.rt.directory.lock:
+        obj.give_timers(out)
     return out
 
 

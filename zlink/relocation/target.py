@@ -190,8 +190,9 @@ class Inbound(RelocatorState):
             if inc.forgotten:  # withdrawn by the source meanwhile (see on_abort)
                 self._discard(inc)
                 return
+            now = self.rt.clock.now()
             for obj, moved in zip(inc.objects, env.objects, strict=True):
-                timers = restore_timers(obj, moved.timers)
+                timers = restore_timers(obj, moved.timers, now)  # (spans from the move's start)
                 self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
                 for timer in timers:
                     timer.arm()
@@ -210,7 +211,7 @@ class Inbound(RelocatorState):
                 timer = obj.timers.get(job.name)
                 if timer is not None:  # its tick is decided when it runs (python-api §11)
                     timer.moved_in()
-                    over |= obj.owner.lanes.put_app_moved(TimerJob(timer, job.fired_at), 0)
+                    over |= obj.owner.lanes.put_app_moved(TimerJob(timer, now - job.queued_ago), 0)
                 continue
             msg = from_wire(job.message_type, job.payload)
             handler = (obj.spec.subscriptions if job.topic else obj.spec.handlers)[type(msg)]

@@ -51,6 +51,7 @@ class ActState(Enum):
 ACTIVATING, READY, SEALED = ActState.ACTIVATING, ActState.READY, ActState.SEALED
 CLOSING, GONE = ActState.CLOSING, ActState.GONE
 PAST_READY = frozenset({SEALED, CLOSING, GONE})  # admits nothing new
+_NO_TIMERS = frozenset({CLOSING, GONE})  # registers no timer (sealed: until they are taken)
 
 
 class Discarded(Exception):
@@ -63,7 +64,7 @@ class Discarded(Exception):
 class ObjectAct:
     """What Spot and Actor activations share: timers and the last time they did work."""
 
-    __slots__ = ("activity", "authority", "idle_since", "seen_activity", "timers")
+    __slots__ = ("activity", "authority", "idle_since", "seen_activity", "timers", "timers_closed")
     stats_kind = ""  # how ``/metrics`` and ``node.status()`` name its kind (type_stats)
     rt: Runtime
     instance: Any
@@ -74,6 +75,7 @@ class ObjectAct:
 
     def _init_object(self) -> None:
         self.timers: dict[str, Timer] = {}
+        self.timers_closed = False  # its timers were taken (a move, a close): none registers
         self.authority = 1  # AuthorityOwnerGeneration in the Location Store (fencing only)
         self.activity = self.seen_activity = 0  # handled messages; idle eviction compares them
         self.idle_since = self.rt.clock.now()
@@ -96,31 +98,63 @@ class ObjectAct:
     def add_timer(
         self, name: str, interval: float, options: TimerOptions, first_delay: float | None
     ) -> Timer:
+        """Register the timer ``name`` (``context.timers.register``). Checked and made under
+        the directory lock, one step with the state changes after which the timers are taken
+        (a close, a fence, a failed activation, a move's shipping: each takes them under it):
+        a timer registered just before is taken with the rest, one registered after is
+        refused; and one name is one timer, also across a PER_ACTOR Spot's gates. A Spot
+        sealed for a move registers until its timers are taken to ship: a continuation that
+        finishes its turn here first (python-api §11) may register one, and it moves."""
         fn = self.spec.timer_handlers.get(name)
         if fn is None:
             raise InvalidArgument(f"{self.spec.name!r} has no @timer_handler({name!r})")
-        if name in self.timers:
-            raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
-        if self.state in PAST_READY or self.rt.stopping:
-            raise Unavailable(f"{self.name!r} is sealed, closing or closed")
         delay = interval if first_delay is None else first_delay
-        timer = Timer(
-            name, interval, options, self, self.timer_owner(name), fn, self.rt.clock.now() + delay
-        )
-        self.timers[name] = timer
-        timer.arm()
+        with self.rt.directory.lock:
+            if name in self.timers:
+                raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
+            if self.timers_closed or self.state in _NO_TIMERS or self.rt.stopping:
+                raise Unavailable(f"{self.name!r} is closing, closed or leaving this node")
+            timer = Timer(name, interval, options, self, self.timer_owner(name), fn,
+                          self.rt.clock.now() + delay)  # fmt: skip
+            self.timers[name] = timer
+        timer.arm()  # (cancelled meanwhile: its first firing does nothing)
         return timer
 
-    def cancel_timer(self, name: str) -> bool:
-        timer = self.timers.pop(name, None)
-        if timer is None:
-            return False
+    def cancel_timer(self, name: str, registration: object | None = None) -> bool:
+        """Cancel the timer ``name`` (only if it is of ``registration``, when given: a handle
+        cancels its own timer only); ``False`` if there is none."""
+        with self.rt.directory.lock:
+            timer = self.timers.get(name)
+            if timer is None or (
+                registration is not None and timer.registration is not registration
+            ):
+                return False
+            del self.timers[name]
         timer.cancel()
         return True
 
+    def take_timers(self) -> list[Timer]:
+        """(Directory lock held.) Every timer, taken (their caller cancels them), and no more
+        registered from now on: a move ships them, a close or a fence ends them. A move that
+        does not happen gives them back (``give_timers``)."""
+        self.timers_closed = True
+        taken = list(self.timers.values())
+        self.timers.clear()
+        return taken
+
+    def give_timers(self, timers: list[Timer]) -> None:
+        """(Directory lock held.) ``timers`` are this object's (restored: arrived with a move,
+        or back from one that did not happen); it registers again."""
+        self.timers_closed = False
+        for timer in timers:
+            self.timers[timer.name] = timer
+
     def cancel_timers(self) -> None:
-        for name in list(self.timers):
-            self.cancel_timer(name)
+        """Its timers stop, and none registers from now on (no lock held)."""
+        with self.rt.directory.lock:
+            taken = self.take_timers()
+        for timer in taken:
+            timer.cancel()
 
 
 class SpotAct(ObjectAct):

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from .runtime import Runtime
 from ..timers import TimerJob
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
-from .acts import CLOSING, GONE, PAST_READY, READY, SpotAct, quiet
+from .acts import CLOSING, GONE, PAST_READY, READY, SEALED, SpotAct, quiet
 from .jobs import BatchJob, LifeJob, SendJob, discard_jobs
 
 _log = logging.getLogger("zlink.runtime")
@@ -180,7 +180,7 @@ class Closing:
 
         def run() -> Any:
             again = partial(self._on_closing, act, closing, True, True)
-            if not timers_checked and not self._timers_quiet(act, again):
+            if not timers_checked and not self.timers_quiet(act, again):
                 return None  # a timer callback on a gate of its own must finish first
             if not self.rt.when_quiet(act, partial(self._on_closing, act, closing, True,
                                                    timers_checked)):  # fmt: skip
@@ -201,7 +201,7 @@ class Closing:
         else:
             act.owner.put_unreserved(job)
 
-    def _timers_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
+    def timers_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
         """Whether no timer callback of ``act`` runs, waits or is suspended on a timer's own
         gate (a PER_ACTOR Spot, §2); else ``then()`` runs once each such gate has let its
         current turn go (a turn queued behind it on its own lanes says so)."""
@@ -413,7 +413,9 @@ class Closing:
             with self.rt.directory.lock:
                 if act.state in (CLOSING, GONE):
                     continue
-                act.state = CLOSING
+                sealed, act.state = act.state is SEALED, CLOSING
+            if sealed:  # (its move ends here: the events it missed meanwhile are counted)
+                self.rt.events_caught_up(act)
             act.cancel_timers()
             self.queue_closing(act, SpotCloseReason.HOST_SHUTDOWN, budget)
 

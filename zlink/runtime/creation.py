@@ -184,6 +184,7 @@ class Creation:
         with self.rt.directory.lock:
             self.rt.directory.forget(act)
             act.state = GONE  # (under the lock, once forgotten: see ``Runtime._not_ready``)
+        act.cancel_timers()  # (one its activation registered before it failed never ticks)
         act.owner.lanes.end_waits()
         if act.activated is not None:
             act.activated.set(None, error)
@@ -431,6 +432,7 @@ class Creation:
             with self.rt.directory.lock:
                 self.rt.directory.forget(act)
                 act.state = GONE  # (under the lock, once forgotten: ``Runtime._not_ready``)
+            act.cancel_timers()  # (one its constructor registered never ticks)
             act.owner.lanes.end_waits()
             if act.activated is not None:
                 act.activated.set(None, error)

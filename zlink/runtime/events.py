@@ -6,43 +6,51 @@ that moves from one node to another while an event is on its way to both could m
 copies (its old node's before the move, its new node's after) or neither (its new node's came
 before it did, its old node's after it left).
 
-* **Numbers.** Each node numbers the events it makes, per topic (:class:`EventLedger`), under
-  the runtime's publish lock, which it holds while it hands the event to its own subscribers
-  and to every other node's outbox: so one node's events on one topic reach every node, and
-  every subscriber there, in the order of their numbers (one DATA connection per pair of
-  nodes, read in order on the receiving node's infrastructure thread). Each node also keeps
-  the last number it heard from every node on every topic.
+* **Numbers.** Each node numbers the events it makes, per topic (:class:`EventLedger`), and
+  holds the lock of that (node, topic) while it hands the event to its own subscribers and to
+  every other node's outbox: so one node's events on one topic reach every node, and every
+  subscriber there, in the order of their numbers (one DATA connection per pair of nodes,
+  read in order on the receiving node's infrastructure thread, which offers them under the
+  same lock). Each node also keeps the last number it heard from every node on every topic.
 * **Marks.** A subscriber keeps, per (origin node, topic), the stamp of the last event it was
   offered and accounted for (taken, or refused and counted: a full lane, no handler), and its
-  move carries them (``RelocObject.marks``). It starts, when it subscribes, from what its
+  move carries them (``RelocObject.marks``). When it subscribes its marks come up to what its
   node had heard on the topic. An event whose stamp is not past its mark is a copy it had:
-  dropped, counted ``publish_duplicates_dropped``.
+  dropped, counted ``publish_duplicates_dropped``. When it leaves a topic it keeps only the
+  marks still ahead of what its node heard (copies of those may still come).
 * **Misses.** A subscriber sealed for a move is not offered an event at all (neither marked
-  nor counted): its copy on the other node may still reach it. When the subscriber opens
-  (on its new node, or back on its old one after a move that did not happen), what that node
-  heard on its topics past its marks never reached it (the other copy came while it was
-  sealed there, or after it left): counted at once, ``publish_missed_moving``, and marked; an
-  event whose number is past its mark by more than one counts the ones between the same way.
-  A subscriber with no mark for a node and topic (its node had heard nothing from that node
-  on it when it subscribed, and it was offered nothing since) counts from the first event it
-  is offered.
-* **Why a lock.** Offers write marks under the publish lock, and a move reads them under it
-  after its seal (admission closed): an event is either marked before the move reads the marks
-  or refused by the seal, never admitted and then forgotten by the move.
-
-Lock: the runtime's publish lock (``LockRank.PUBLISH``) guards :class:`EventLedger` and every
-subscriber's marks; nothing else is taken under it but the leaf locks of lanes and outboxes.
+  nor counted): its copy on the other node may still reach it. When the subscriber opens (on
+  its new node, or back on its old one after a move that did not happen, also when that one
+  then closes it), what that node heard on its topics past its marks never reached it (the
+  other copy came while it was sealed there, or after it left): counted at once,
+  ``publish_missed_moving``, and marked. An event the node itself never heard (dropped on its
+  way: counted where it was dropped) is not counted again by its subscribers. A subscriber with
+  no mark for a node and topic (its node had heard nothing from that node on it when it
+  subscribed, and it was offered nothing since) misses that node's events on its way
+  uncounted; so it does across a new numbering (a restarted node, a count forgotten).
+* **Locks.** One lock per stripe of (origin, topic) pairs (:data:`STRIPES`, all
+  ``LockRank.PUBLISH``, never two held at once): offers of one pair are serialized, in number
+  order, and a node's infrastructure thread waits for another thread's publish only when the
+  two pairs share a stripe. A move reads the marks after its seal, once it has passed through
+  every stripe (:meth:`EventLedger.barrier`): an offer made before the seal has marked by then,
+  one made after it is refused by the seal. ``_shape`` (a leaf) guards the tables' shape.
 """
 
 from __future__ import annotations
 
-from typing import Final
+import threading
+from typing import Any, Final
 
+from ..executor import ranked_lock
+from ..lock_order import LockRank
 from ..mesh import wire
 
 MAX_TOPICS: Final = 100_000
 """The topics a node keeps an event count, and what it heard, for; past it the oldest goes
 (the topic's next event made here begins a new numbering, with a greater epoch)."""
+
+STRIPES: Final = 64
+"""Locks over (origin, topic) pairs: one pair's offers are serialized, most pairs' are not."""
 
 Mark = tuple[int, int, int]
 """A stamp as a subscriber keeps it: ``(incarnation, epoch, number)``, ordered as sent."""
@@ -51,49 +59,95 @@ Marks = dict[tuple[str, str], Mark]
 """A subscriber's marks: per (origin node, topic), the last event it was offered."""
 
 
-class EventLedger:
-    """(Publish lock held, every method.) This node's numbers for the events it makes, and the
-    last event it heard from each node (itself too) on each topic."""
+def _mark(stamp: wire.EventStamp) -> Mark:
+    return (stamp.incarnation, stamp.epoch, stamp.number)
 
-    __slots__ = ("_counts", "_epochs", "_heard")
+
+class EventLedger:
+    """This node's numbers for the events it makes, and the last event it heard from each
+    node (itself too) on each topic. Methods that take an ``(origin, topic)`` pair are called
+    with :meth:`lock` of that pair held; the rest take the locks they need."""
+
+    __slots__ = ("_counts", "_epochs", "_heard", "_shape", "_stripes")
 
     def __init__(self) -> None:
+        self._stripes = tuple(
+            ranked_lock("runtime.publish", LockRank.PUBLISH) for _ in range(STRIPES)
+        )
+        self._shape = threading.Lock()  # (a leaf: adding and evicting topics)
         self._counts: dict[str, Mark] = {}
         self._epochs = 0
         self._heard: dict[str, dict[str, Mark]] = {}
 
+    def lock(self, origin: str, topic: str) -> Any:
+        """The lock of ``origin``'s events on ``topic``."""
+        return self._stripes[hash((origin, topic)) % STRIPES]
+
+    def barrier(self) -> None:
+        """Pass through every stripe, one at a time: every offer under way when this began
+        has ended (a move reads its sealed subscriber's marks after this)."""
+        for lock in self._stripes:
+            with lock:
+                pass
+
     def next(self, topic: str, incarnation: int) -> wire.EventStamp:
-        """The stamp of the next event made here on ``topic`` (``incarnation``: this node's
-        now, which a new numbering records)."""
-        counts = self._counts
-        count = counts.get(topic)
-        if count is None:
-            if len(counts) >= MAX_TOPICS:
-                del counts[next(iter(counts))]  # (the oldest numbering)
-            self._epochs += 1
-            count = (incarnation, self._epochs, 1)
-        else:
-            count = (count[0], count[1], count[2] + 1)
-        counts[topic] = count
+        """(The lock of this node and ``topic`` held.) The stamp of the next event made here
+        on ``topic`` (``incarnation``: this node's now, which a new numbering records)."""
+        with self._shape:  # (an eviction iterates the table: nothing may change its size)
+            count = self._counts.get(topic)
+            if count is None:
+                if len(self._counts) >= MAX_TOPICS:
+                    del self._counts[next(iter(self._counts))]  # (the oldest numbering)
+                self._epochs += 1
+                count = (incarnation, self._epochs, 1)
+            else:
+                count = (count[0], count[1], count[2] + 1)
+            self._counts[topic] = count
         return wire.EventStamp(*count)
 
-    def hear(self, origin: str, topic: str, stamp: wire.EventStamp) -> None:
-        """This node had ``origin``'s event ``stamp`` on ``topic`` (offered to its subscribers
-        there are, or to none): the last of that node and topic so far."""
-        heard = self._heard
-        nodes = heard.get(topic)
-        if nodes is None:
-            if len(heard) >= MAX_TOPICS:
-                del heard[next(iter(heard))]
-            nodes = heard[topic] = {}
-        nodes[origin] = (stamp.incarnation, stamp.epoch, stamp.number)
+    def hear(self, origin: str, topic: str, stamp: wire.EventStamp) -> Mark | None:
+        """(The pair's lock held.) This node had ``origin``'s event ``stamp`` on ``topic``
+        (offered to the subscribers there are, or to none); the one it had before, if any."""
+        nodes = self._heard.get(topic)
+        if nodes is None:  # (topics come and go under ``_shape`` only)
+            with self._shape:
+                nodes = self._heard.get(topic)
+                if nodes is None:
+                    if len(self._heard) >= MAX_TOPICS:
+                        del self._heard[next(iter(self._heard))]
+                    nodes = self._heard[topic] = {}
+        before = nodes.get(origin)
+        nodes[origin] = _mark(stamp)
+        return before
+
+    def _origins(self, topic: str) -> list[str]:
+        nodes = self._heard.get(topic)
+        return [] if nodes is None else list(nodes)
+
+    def _heard_of(self, origin: str, topic: str) -> Mark | None:
+        nodes = self._heard.get(topic)
+        return None if nodes is None else nodes.get(origin)
 
     def subscribed(self, marks: Marks, topic: str) -> None:
         """A subscriber with ``marks`` joined ``topic`` here: what this node heard on it so
-        far is before its time (a later gap in the numbers is a miss; without such a mark it
-        counts from the first event it is offered). A mark it has already stays."""
-        for origin, last in self._heard.get(topic, {}).items():
-            marks.setdefault((origin, topic), last)
+        far is before its time (its marks come up to it; one ahead of it stays)."""
+        for origin in self._origins(topic):
+            with self.lock(origin, topic):
+                last = self._heard_of(origin, topic)
+                had = marks.get((origin, topic))
+                if last is not None and (had is None or had < last):
+                    marks[(origin, topic)] = last
+
+    def unsubscribed(self, marks: Marks, topic: str) -> None:
+        """A subscriber with ``marks`` left ``topic``: the marks its node has caught up with
+        go (subscribed again, it starts from what the node heard); those ahead of it stay,
+        as copies of what they mark may still come."""
+        for origin, _topic in [k for k in marks if k[1] == topic]:
+            with self.lock(origin, topic):
+                last = self._heard_of(origin, topic)
+                had = marks.get((origin, topic))
+                if had is not None and last is not None and had <= last:
+                    del marks[(origin, topic)]
 
     def catch_up(self, marks: Marks, topics: frozenset[str] | set[str]) -> int:
         """A subscriber with ``marks`` opens here after a move (arrived, or back from one that
@@ -102,54 +156,61 @@ class EventLedger:
         there, or after it left). Counted now (the number returned), and marked."""
         missed = 0
         for topic in topics:
-            for origin, last in self._heard.get(topic, {}).items():
-                key = (origin, topic)
-                had = marks.get(key)
-                if had is not None and last <= had:
-                    continue
-                if had is not None and had[:2] == last[:2]:
-                    missed += last[2] - had[2]
-                marks[key] = last
+            for origin in self._origins(topic):
+                with self.lock(origin, topic):
+                    last = self._heard_of(origin, topic)
+                    key = (origin, topic)
+                    had = marks.get(key)
+                    if last is None or (had is not None and last <= had):
+                        continue
+                    if had is not None and had[:2] == last[:2]:
+                        missed += last[2] - had[2]
+                    marks[key] = last
         return missed
 
+    def forget_node(self, origin: str) -> None:
+        """``origin`` is gone for good (declared down, or left): what was heard from it goes
+        (a later incarnation of it numbers anew)."""
+        with self._shape:
+            tables = list(self._heard.values())
+        for nodes in tables:
+            nodes.pop(origin, None)
 
-def missed_before(marks: Marks | None, origin: str, topic: str,
-                  stamp: wire.EventStamp) -> int:  # fmt: skip
-    """(Publish lock held.) How many events of ``origin`` on ``topic`` a subscriber with
-    ``marks`` never got before the one ``stamp`` numbers; ``-1`` if it had that one already
-    (or a later one of the same node and topic)."""
+
+def offered(marks: Marks | None, origin: str, topic: str, stamp: wire.EventStamp,
+            before: Mark | None) -> int:  # fmt: skip
+    """(The pair's lock held.) An event ``stamp`` of ``origin`` on ``topic`` is offered to a
+    subscriber with ``marks``; ``before``: the one this node heard before it. ``-1``: a copy
+    it had (or older than one it had); else how many events this node heard that never
+    reached it (sealed, or away), past its mark and before this one."""
     if not marks:
         return 0
-    last = marks.get((origin, topic))
-    if last is None:
+    had = marks.get((origin, topic))
+    if had is None:
         return 0
-    now = (stamp.incarnation, stamp.epoch, stamp.number)
-    if now <= last:
+    if _mark(stamp) <= had:
         return -1
-    if now[:2] != last[:2]:
-        return 0  # a new numbering: what came before it cannot be counted
-    return stamp.number - last[2] - 1
+    if before is None or before <= had or before[:2] != had[:2]:
+        return 0  # (a gap this node did not hear was counted where it was dropped)
+    return before[2] - had[2]
 
 
-def mark(marks: Marks, origin: str, topic: str,
-         stamp: wire.EventStamp) -> None:  # fmt: skip
-    """(Publish lock held.) The subscriber has been offered ``stamp``'s event, and it is
+def mark(marks: Marks, origin: str, topic: str, stamp: wire.EventStamp) -> None:
+    """(The pair's lock held.) The subscriber has been offered ``stamp``'s event, and it is
     accounted for (taken, or refused and counted)."""
-    marks[(origin, topic)] = (stamp.incarnation, stamp.epoch, stamp.number)
+    marks[(origin, topic)] = _mark(stamp)
 
 
-def forget_topic(marks: Marks | None, topic: str) -> None:
-    """(Publish lock held.) The subscriber left ``topic``: its marks on it go (subscribed
-    again, it takes the next event as it comes)."""
+def forget_node(marks: Marks | None, origin: str) -> None:
+    """``origin`` is gone for good: a subscriber's marks of it go."""
     if marks:
-        for key in [k for k in marks if k[1] == topic]:
-            del marks[key]
+        for key in [k for k in marks if k[0] == origin]:
+            marks.pop(key, None)
 
 
-def to_wire(marks: Marks | None, topics: tuple[str, ...]
-            ) -> tuple[wire.EventMark, ...]:  # fmt: skip
-    """(Publish lock held.) The marks a moving subscriber takes along: those of ``topics``,
-    the topics it is subscribed to."""
+def to_wire(marks: Marks | None, topics: tuple[str, ...]) -> tuple[wire.EventMark, ...]:
+    """The marks a moving (sealed, past :meth:`EventLedger.barrier`) subscriber takes along:
+    those of ``topics``, the topics it is subscribed to."""
     if not marks:
         return ()
     kept = set(topics)
@@ -169,12 +230,13 @@ def from_wire(marks: tuple[wire.EventMark, ...]) -> Marks | None:
 
 __all__ = [
     "MAX_TOPICS",
+    "STRIPES",
     "EventLedger",
     "Mark",
     "Marks",
-    "forget_topic",
+    "forget_node",
     "from_wire",
     "mark",
-    "missed_before",
+    "offered",
     "to_wire",
 ]

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from ..errors import ZLinkError
     from ..executor import OwnerLanes
     from ..messaging.calls import BatchSendCall, MessageCall
     from ..messaging.completion import Admitted, Completion
@@ -66,6 +67,10 @@ class RelocationPort(Protocol):
         leaving this node that has not shipped, the move's barrier withdraws it and the Spot
         closes then (``False``); else ``close()`` (it takes the directory lock), with the
         relocator's lock held so that no seal comes between, and what it returns."""
+        ...
+
+    def not_sent(self, rid: int, error: ZLinkError) -> None:
+        """What move ``rid`` sent its target could not be sent: withdrawn now."""
         ...
 
     def fenced(self) -> None:

@@ -1245,6 +1245,11 @@ class MeshRouter:
                 f"publish_dropped_{reason}" if publish else f"sends_dropped_{reason}"
             )
             return
+        if isinstance(env, (wire.RelocEnvelope, wire.RelocChunkEnvelope)):  # a move's own
+            relocator = self.rt.relocator  # state: the move is withdrawn now, not at its
+            if relocator is not None and env.source_node == self.rt.node_id:  # deadline
+                relocator.not_sent(env.relocation_id, error)
+            return
         corr = getattr(env, "correlation", None)
         origin = getattr(env, "origin_node", self.rt.node_id)
         if corr is None:
@@ -1304,6 +1309,7 @@ class MeshRouter:
                 self._backlog.pop(peer, None)
                 self._paused.discard(peer)
             self._forget_marks(peer)
+            self.rt.events_node_gone(peer)  # (Logical Multicast: what was heard from it)
         with self.route_lock:
             for table in (self._routes, self._moved):
                 for target in [t for t, r in table.items() if r.node == peer]:

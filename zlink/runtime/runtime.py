@@ -97,7 +97,7 @@ from .acts import (
 from .closing import Closing
 from .creation import Creation
 from .directory import Directory
-from .events import EventLedger, forget_topic, mark, missed_before
+from .events import EventLedger, forget_node, mark, offered
 from .jobs import BatchJob, MessageJob, RecordedJob, SendJob, handler_error, not_serving
 from .membership import Membership
 from .metrics import Metrics
@@ -175,8 +175,7 @@ class Runtime:
         self.remote_join: RemoteJoinPort | None = None
         self.membership_lease: LeaseHolder | None = None  # set by the node in a mesh
         self._yield_lock = ranked_lock("runtime.yield", LockRank.YIELD)
-        # Logical Multicast across a mesh: event numbers and subscribers' marks (``events``)
-        self.publish_lock = ranked_lock("runtime.publish", LockRank.PUBLISH)
+        # Logical Multicast across a mesh: event numbers, and their locks (``events``)
         self.events = EventLedger()
         self.fenced = False  # self-fenced: its lease may have lapsed, it serves nothing
         self.stopping = False  # read on the hot path
@@ -212,6 +211,7 @@ class Runtime:
         self.close_ref = closing.close_ref
         self.close_self = closing.close_self
         self.close_spot = closing.close_spot
+        self.timers_quiet = closing.timers_quiet
         self.queue_closing = closing.queue_closing
         self.sweep_idle = closing.sweep_idle
         self.close_all = closing.close_all
@@ -340,16 +340,18 @@ class Runtime:
         held: OwnerLanes | None = None  # a closing Instance Spot's, for its next activation
         if call.kind == _TOPIC:
             router = self.router
-            if router is None:  # no other node: nothing to number
-                self._publish(call, turn, None, None)
+            origin, stamp = call.origin, call.event
+            if router is None or (hops and (origin is None or stamp is None)):
+                self._publish(call, turn, None, None)  # (nothing to number)
             elif hops:  # from a peer: its subscribers here only, in its numbers' order
-                with self.publish_lock:
-                    self._publish(call, turn, call.origin, call.event)
+                with self.events.lock(origin, call.target):  # type: ignore[arg-type]
+                    self._publish(call, turn, origin, stamp)
             else:  # made here: refused before anyone has it if it cannot cross
                 fits = router.topic_fits(call)
-                with self.publish_lock:  # (numbered in the order it is handed on: ``events``)
+                me = self.node_id
+                with self.events.lock(me, call.target):  # (in number order: ``events``)
                     stamp = self.events.next(call.target, self.incarnation)
-                    self._publish(call, turn, self.node_id, stamp)
+                    self._publish(call, turn, me, stamp)
                     if fits:
                         router.publish_to_peers(call, stamp)
             return reply  # type: ignore[return-value]
@@ -760,44 +762,48 @@ class Runtime:
             self.directory.subscribe(spot_id, topic, on)
         if act is None or self.router is None:  # (off a mesh no event is numbered)
             return
-        with self.publish_lock:  # (its marks on the topic: ``events``)
-            if on:
-                marks = act.event_marks
-                if marks is None:
-                    marks = act.event_marks = {}
-                self.events.subscribed(marks, topic)
-            else:
-                forget_topic(act.event_marks, topic)
-
-    def events_caught_up(self, act: SpotAct) -> None:
-        """``act`` opens after a move (arrived here, or back from one that did not happen):
-        the Logical Multicast events it missed while sealed or away are counted now
-        (``publish_missed_moving``; ``zlink.runtime.events``). No lock of rank PUBLISH or
-        above held."""
-        topics = self.directory.subscribed.get(act.spot_id)
-        if not topics or self.router is None:
-            return
-        with self.publish_lock:
+        if on:  # (its marks on the topic: ``events``)
             marks = act.event_marks
             if marks is None:
                 marks = act.event_marks = {}
-            missed = self.events.catch_up(marks, topics)
+            self.events.subscribed(marks, topic)
+        elif act.event_marks:
+            self.events.unsubscribed(act.event_marks, topic)
+
+    def events_caught_up(self, act: SpotAct) -> None:
+        """``act`` opens after a move (arrived here, or back from one that did not happen,
+        and maybe closing since): the Logical Multicast events it missed while sealed or away
+        are counted now (``publish_missed_moving``; ``zlink.runtime.events``). No lock of
+        rank PUBLISH or above held."""
+        topics = self.directory.subscribed.get(act.spot_id)
+        if not topics or self.router is None:
+            return
+        marks = act.event_marks
+        if marks is None:
+            marks = act.event_marks = {}
+        missed = self.events.catch_up(marks, topics)
         if missed:
             self.metrics.add("publish_missed_moving", missed)
+
+    def events_node_gone(self, node: str) -> None:
+        """``node`` is gone for good (declared down, no later incarnation of it met): what
+        was heard from it and every subscriber's marks of it go (``events``)."""
+        self.events.forget_node(node)
+        for act in list(self.spots.values()):
+            forget_node(act.event_marks, node)
 
     def _publish(
         self, call: MessageCall, turn: Turn | None, origin: str | None,
         stamp: wire.EventStamp | None,
     ) -> None:  # fmt: skip
         """Fan a Logical Multicast event out to every subscribed Spot's queue. ``stamp``: its
-        number on ``origin`` (publish lock held), so a subscriber that moved takes it once
-        and counts what it missed (``zlink.runtime.events``); ``None`` off a mesh."""
+        number on ``origin`` (that pair's lock held), so a subscriber that moved takes it
+        once and counts what it missed (``zlink.runtime.events``); ``None`` off a mesh."""
         msg = call.msg
         topic = call.target
         size = lane_size(msg)
         sender = turn.owner.name if turn is not None and turn.owner is not None else None
-        if stamp is not None:
-            self.events.hear(origin, topic, stamp)  # type: ignore[arg-type]
+        before = None if stamp is None else self.events.hear(origin, topic, stamp)  # type: ignore[arg-type]
         for spot_id in self.topics.get(topic, ()):
             act = self.spots.get(spot_id)
             state = GONE if act is None else act.state  # read once: a move's commit may open it
@@ -807,7 +813,7 @@ class Runtime:
                 continue
             missed = 0
             if stamp is not None:
-                missed = missed_before(act.event_marks, origin, topic, stamp)  # type: ignore[arg-type]
+                missed = offered(act.event_marks, origin, topic, stamp, before)  # type: ignore[arg-type]
                 if missed < 0:
                     self.metrics.add("publish_duplicates_dropped")
                     continue
@@ -1018,15 +1024,9 @@ class Runtime:
             if reply is not None:
                 reply.set(None, Unavailable(f"node {self.node_id} shut down before it ran"))
             return
-        if self.stopping and err in self.stop_errors:  # (identity: the stop's own)
+        if self.ended_by_stop(err, f"handler {job.handler.fn.__qualname__} of {job.act.name!r}"):
             if reply is not None:  # (answered by the stop already, as a rule)
                 reply.set(None, err)
-            if isinstance(err, Cancelled):  # cut short by the stop's close deadline (§11):
-                self.metrics.add("handlers_cancelled_at_stop")  # said, not an error (an
-                _log.warning(  # ERROR with a traceback alarmed operators on every rollout)
-                    "handler %s of %r was cancelled by the stop: %s",
-                    job.handler.fn.__qualname__, job.act.name, err,
-                )  # fmt: skip
             return
         self.metrics.add("handler_errors")
         if reply is not None:
@@ -1036,6 +1036,19 @@ class Runtime:
             _log.error(
                 "handler %s of %r failed", job.handler.fn.__qualname__, job.act.name, exc_info=err
             )
+
+    def ended_by_stop(self, err: BaseException, what: str) -> bool:
+        """Whether ``err``, which ended the turn of ``what`` (a handler, a timer), is the
+        node's stop's own (identity): then it is no handler error. Cut short by the stop's
+        close deadline (python-api §11), it is counted ``handlers_cancelled_at_stop`` and said
+        at WARNING (an ERROR with a traceback alarmed operators on every rollout); any other
+        (an abandoned worker call) was counted where the stop failed it."""
+        if not (self.stopping and err in self.stop_errors):
+            return False
+        if isinstance(err, Cancelled):
+            self.metrics.add("handlers_cancelled_at_stop")
+            _log.warning("%s was cancelled by the stop: %s", what, err)
+        return True
 
     # -- status ------------------------------------------------------------------------------------
     def type_statuses(self) -> list[TypeStatus]:
