@@ -14,6 +14,7 @@ its reason). Per-publisher order per subscriber holds while the publisher stays 
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
@@ -487,3 +488,63 @@ def test_a_peers_event_does_not_wait_for_a_publish_to_another_topic_on_its_node(
         finally:
             done.set()
             worker.join(WAIT)
+
+
+class PausingMarks(dict):
+    """A subscriber's marks: a plain dict, whose iteration by the infrastructure thread pauses
+    once after its first key (where a thread switch can come inside the list comprehension
+    of ``events.forget_node``, which holds no lock)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.armed, self.inside, self.go = False, threading.Event(), threading.Event()
+
+    def __iter__(self):
+        first = True
+        for key in dict.__iter__(self):
+            yield key
+            if first and self.armed and threading.current_thread().name.startswith("zlink-infra"):
+                first = self.armed = False
+                self.inside.set()
+                assert self.go.wait(WAIT)
+
+
+def test_a_fault_forgetting_a_gone_nodes_events_does_not_stop_its_declaration(caplog):
+    """Found by review: forgetting a gone node's Logical Multicast marks iterated each
+    subscriber's marks on the infrastructure thread with no stripe held, while a local
+    publish on another stripe added a key: ``RuntimeError`` (the dict changed size) escaped
+    ``MeshRouter.declared_down`` before it dropped the routes, ended the moves and failed the
+    calls awaiting the gone node (python-api §10 "Failure"). The marks are read as a
+    snapshot taken in one step, and a fault there no longer stops the declaration."""
+    app = build_app()
+    with LocalCluster(app, nodes=2, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        _listener_on(n2, "far")  # marks: (node-1, news) after the next publish
+        _listener_on(n2, "far", topic="other")  # no mark yet for (node-2, other)
+        n1.client().publish("news", News(n=0)).wait(WAIT)
+        until(lambda: _heard(n2, "far") == [0], "0 heard")
+        tmp = zlink.Node(
+            app,
+            zlink.NodeConfig(node_id="tmp", workers=1),
+            store=cluster.store,
+            transport=cluster.transport,
+        ).start()
+        tmp.client().publish("news", News(n=1)).wait(WAIT)
+        until(lambda: _heard(n2, "far") == [0, 1], "1 heard")
+        rt2 = n2._runtime
+        act = rt2.spots["far"]
+        marks = act.event_marks = PausingMarks(act.event_marks)
+        marks.armed = True
+        tmp.shutdown(WAIT)  # node-2 declares it down: events_node_gone -> forget_node(marks)
+        assert marks.inside.wait(WAIT)
+        n2.client().publish("other", News(n=2)).wait(WAIT)  # a local publish meanwhile
+        until(lambda: ("node-2", "other") in dict(marks), "the publish marked the subscriber")
+        caplog.set_level(logging.ERROR)
+        before = n2.counters().get("peers_declared_down", 0)
+        marks.go.set()
+        cluster.wait_idle(WAIT)
+        counted = n2.counters().get("peers_declared_down", 0) - before
+        # the declaration went through: routes, moves and awaited calls of the node ended
+        # (a snapshot in one step is how the marks are read now; this dict's own iteration,
+        # made to pause, still fails, and is said, not in the way)
+        assert counted == 1

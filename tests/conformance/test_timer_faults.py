@@ -789,3 +789,236 @@ def test_a_per_actor_spots_timers_go_on_after_a_move_that_did_not_happen():
         cluster.wait_idle()
         assert ticks == [1, 2]
         assert n1._runtime.spots["room"].context.timers.names() == ["beat"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by a review of the fixes above
+
+
+class CancelR(zlink.Request[bool], type_name="audr.cancel"):
+    pass
+
+
+class NamesR(zlink.Request[list], type_name="audr.names"):
+    pass
+
+
+class HoldR(zlink.Request[str], type_name="audr.hold"):
+    pass
+
+
+class StartR(zlink.Message, type_name="audr.start"):
+    pass
+
+
+class GoR5(zlink.Message, type_name="audr5.go"):
+    pass
+
+
+class LateR5(zlink.Request[list], type_name="audr5.late"):
+    pass
+
+
+@pytest.mark.parametrize("again", ["as_it_was", "another_interval"])
+def test_a_recreated_spot_that_registers_its_timer_as_it_restores_has_one_timer(again: str):
+    """Found by review: a recreate() Spot whose on_initialize registers its timer registered
+    it again on the node it moved to, where the move then put the moved one over it: two
+    timers under one name, one out of reach of cancel and close (it ticked after on_closing).
+    The moved timer is the Spot's as it arrives (kotlin-spot-interface: the move restores
+    it, the app does not register it again): registering it again as it was gets it; another
+    interval is a second timer, refused, and the move does not happen."""
+    ticks: list[int] = []
+    app = zlink.App(f"audr1{again}")
+    interval = 1.0 if again == "as_it_was" else 2.0
+
+    @app.user_spot(f"audr1{again}.room", relocation=zlink.Relocation.recreate())
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        def on_initialize(self) -> None:
+            moved = "beat" in self.context.timers.names()
+            self.context.timers.register("beat", 1.0 if not moved else interval)
+
+        @zlink.handler
+        def cancel(self, req: CancelR) -> bool:
+            return self.context.timers.cancel("beat")
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            ticks.append(tick.sequence)
+
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", f"audr1{again}.room").wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1]
+        if again == "another_interval":
+            with pytest.raises(zlink.StateIncompatible, match="restored as it was"):
+                n1.relocate_spot("room", "node-2", timeout=WAIT)
+            home = n1  # (it serves where it was, its timer going on)
+        else:
+            n1.relocate_spot("room", "node-2", timeout=WAIT)
+            home = n2
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1, 2]  # one timer, its sequence going on
+        assert home.client().request_to_spot("room", CancelR()).wait(WAIT) is True
+        assert home.client().spots.close(home._runtime.spots["room"].ref)
+        cluster.wait_idle()
+        for _ in range(2):
+            clock.advance(1.0)
+            cluster.wait_idle()
+        assert ticks == [1, 2]
+
+
+def _suspending_per_actor_app(name: str, hold: threading.Event, holding: threading.Event,
+                              events: list[Any], cancel_after: bool) -> zlink.App:  # fmt: skip
+    app = zlink.App(name)
+
+    @app.user_spot(f"{name}.room", mode=zlink.ExecutionMode.PER_ACTOR)
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        @zlink.handler
+        def start(self, msg: StartR) -> None:
+            self.context.timers.register("beat", 1.0)
+
+        @zlink.handler
+        def names(self, req: NamesR) -> list:
+            try:
+                self.context.timers.register("other", 5.0)
+                ok = "ok"
+            except zlink.ZLinkError as exc:
+                ok = type(exc).__name__
+            return [self.context.timers.names(), ok]
+
+        @zlink.timer_handler("beat")
+        async def on_beat(self, tick: zlink.TimerTick) -> None:
+            events.append(("tick", tick.sequence))
+            if tick.sequence == 1:
+                await self.context.outbound.request(f"{name}.api", HoldR())
+                if cancel_after:
+                    events.append(("cancel", self.context.timers.cancel("beat")))
+
+        @zlink.timer_handler("other")
+        def on_other(self, tick: zlink.TimerTick) -> None:
+            pass
+
+    @app.channel(f"{name}.api")
+    class Api:
+        def __init__(self, context):
+            self.context = context
+
+        @zlink.handler
+        def hold(self, req: HoldR) -> str:
+            holding.set()
+            assert hold.wait(WAIT)
+            return "held"
+
+    return app
+
+
+@pytest.mark.parametrize("cancel_after", [False, True])
+def test_a_per_actor_move_withdrawn_at_its_barrier_leaves_its_timers_as_they_were(
+    cancel_after: bool,
+):
+    """Found by review: a PER_ACTOR Spot's move took its timers at the barrier, then waited
+    for a suspended timer callback: withdrawn in between, the timers never came back (none
+    could register again), and a callback that cancelled its timer meanwhile found nothing
+    (the move that did not happen then brought it back). The barrier now holds the timer
+    gates, once their callbacks end, and takes nothing: a move withdrawn meanwhile leaves
+    the timers as the callbacks left them (python-api §8)."""
+    hold, holding = threading.Event(), threading.Event()
+    events: list[Any] = []
+    name = f"audr2{int(cancel_after)}"
+    app = _suspending_per_actor_app(name, hold, holding, events, cancel_after)
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=3) as cluster:
+        n1, n2 = cluster.nodes
+        c = n1.client()
+        c.spots.get_or_create("room", f"{name}.room").wait(WAIT)
+        c.send_to_spot("room", StartR()).wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(1.0)
+        assert holding.wait(WAIT)  # tick 1's callback is suspended on its own gate
+        rt = n1._runtime
+        at, release = held_at(n2, wire.RelocEnvelope)  # shipped (if it gets so far), no more
+        try:
+            moving = rt.relocator.start(rt.spots["room"], "node-2")  # its barrier waits
+            hold.set()  # the callback resumes (and cancels its timer), then the gate is held
+            if cancel_after:
+                assert at.wait(WAIT)  # shipped
+            assert rt.relocator.withdraw("room", moving, zlink.Unavailable("withdrawn"))
+        finally:
+            release()
+        cluster.wait_idle()
+        for _ in range(2):
+            clock.advance(1.0)
+            cluster.wait_idle()
+        names, registered = c.request_to_spot("room", NamesR()).wait(WAIT)
+        assert registered == "ok"
+        if cancel_after:
+            assert events == [("tick", 1), ("cancel", True)]
+            assert names == ["other"]
+        else:
+            assert events == [("tick", 1), ("tick", 2), ("tick", 3)]
+            assert names == ["beat", "other"]
+
+
+def test_a_handles_late_ticks_survive_a_move_that_did_not_happen():
+    """Found by review: a handle stays its timer's across a move that did not happen (README)
+    and ``late_ticks`` counts the periods skipped so far; the put back made the timer anew
+    with none (the move's record carries no count)."""
+    app = zlink.App("audr5")
+
+    class Nothing(zlink.JsonStateAdapter):
+        def capture(self, instance) -> bytes:
+            return b""
+
+        def restore(self, instance, data: bytes) -> None:
+            pass
+
+    @app.user_spot("audr5.room", relocation=zlink.Relocation.preserve_state(Nothing))
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+            self.handle = None
+
+        @zlink.handler
+        def go(self, msg: GoR5) -> None:
+            self.handle = self.context.timers.register("beat", 1.0)
+
+        @zlink.handler
+        def late(self, req: LateR5) -> list:
+            return [self.handle.active, self.handle.late_ticks]
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            pass
+
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        c = n1.client()
+        c.spots.get_or_create("room", "audr5.room").wait(WAIT)
+        c.send_to_spot("room", GoR5()).wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(3.5)  # one tick, 2 periods skipped
+        cluster.wait_idle()
+        assert c.request_to_spot("room", LateR5()).wait(WAIT) == [True, 2]
+        rt = n1._runtime
+        at, release = held_at(n2, wire.RelocEnvelope)
+        try:
+            moving = rt.relocator.start(rt.spots["room"], "node-2")
+            assert at.wait(WAIT)
+            assert rt.relocator.withdraw("room", moving, zlink.Unavailable("withdrawn"))
+        finally:
+            release()
+        cluster.wait_idle()
+        assert c.request_to_spot("room", LateR5()).wait(WAIT) == [True, 2]  # now: [True, 0]

@@ -39,13 +39,14 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..executor import Job, Lane, Turn
+from ..executor import CallJob, Job, Lane, Owner, Turn
 from ..mesh import wire
 from ..mesh.location import Location
 from ..messaging import codec
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import Message, reply_type, to_wire
 from ..runtime import events
+from ..runtime.closing import countdown
 from ..runtime.routing import Route
 from ..timers import TimerJob
 from ..types import (
@@ -362,6 +363,31 @@ class Outbound(RelocatorState):
         if self._out.get(out.rid) is out and not out.shipped:
             self._barrier(out, first=True)
 
+    def _timer_gates_held(self, out: Outgoing, act: SpotAct) -> bool:
+        """(The barrier turn.) A PER_ACTOR Spot runs its timer callbacks on gates of their own
+        (§2), beside its handlers: the barrier holds each of them, once the callback it runs,
+        or keeps across an await, has ended (as a close waits for them; python-api §11: no
+        continuation runs here after the commit), so none starts or resumes until the move
+        ends. ``True`` once all are held; else the barrier comes again when they are."""
+        gates = [o for o in act.timer_owners or () if o not in out.timer_gates]
+        if not gates:
+            return True
+        again = countdown(len(gates), partial(self._barrier_again, out))
+        for owner in gates:  # (ahead of its queued ticks: they wait for the move's end)
+            owner.put_first(CallJob(partial(self._hold_timer_gate, out, owner, again),
+                                    Lane.UNRESERVED))  # fmt: skip
+        return False
+
+    def _hold_timer_gate(self, out: Outgoing, owner: Owner, then: Callable[[], None]) -> None:
+        """(On that timer gate.) Hold it for the move (``then`` once held), unless the move
+        ended meanwhile (a move that ends lets the gates it held go, under this lock)."""
+        with self._lock:
+            if self._out.get(out.rid) is out:
+                out.timer_gates.append(owner)
+                owner.hold(after=then)
+                return
+        then()  # (the barrier it would come back to is no more: a no-op)
+
     def _capture(self, out: Outgoing) -> dict[str, str | None] | None:
         """Inside the barrier turn: capture every object, or ``None`` for nothing to ship
         (withdrawn, or the barrier is not reached yet). A SpotWide Spot with a handler
@@ -385,14 +411,8 @@ class Outbound(RelocatorState):
                 raise Unavailable(f"{act.spot_id!r}: its members changed while sealing")
             if not self.rt.when_quiet(act, partial(self._barrier_again, out)):
                 return None  # a continuation is still suspended: again once none is
-        if out.kind == TargetKind.SPOT and act.timer_owners:  # a PER_ACTOR Spot's timer
-            # callbacks run on gates of their own: its timers stop (none starts a turn from
-            # now on; they do not move, and come back if the move does not happen), and the
-            # barrier waits for a callback still running or suspended, as a close does (§11)
-            if act.spot_id not in out.timers:
-                out.timers[act.spot_id] = take_timers(act, self.rt.clock.now())
-            if not self.rt.timers_quiet(act, partial(self._barrier_again, out)):
-                return None
+        if out.kind == TargetKind.SPOT and not self._timer_gates_held(out, act):
+            return None  # a timer callback still runs, or is suspended: again once none is
         if out.kind == TargetKind.ACTOR and out.unit.spot is not act:  # type: ignore[union-attr]
             raise Unavailable(f"{out.unit.name!r} left {act.spot_id!r} while sealing")
         for obj in out.objects:
@@ -423,8 +443,7 @@ class Outbound(RelocatorState):
             timers = {}
             now = self.rt.clock.now()
             for obj in out.objects:
-                if obj.name not in out.timers:  # (a PER_ACTOR shell's: taken at its barrier)
-                    out.timers[obj.name] = take_timers(obj, now)
+                out.timers[obj.name] = take_timers(obj, now)
                 # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
                 # is recreated and registers what it needs
                 keep = obj is not out.spot or act.shared or act.kind is not SpotKind.USER
@@ -512,9 +531,12 @@ class Outbound(RelocatorState):
                 self.rt.relocation_ready_completed(
                     out.spot, RelocationReadyStatus.CONTINUED, typed_error(error)
                 )
-            self._put_back(out)  # (what was taken: nothing if nothing left, or timers)
+            self._put_back(out)  # (what was taken: nothing if nothing left)
             for obj in out.objects:
                 obj.owner.lanes.set_closed(False)
+            for gate in out.timer_gates:  # a PER_ACTOR Spot's timer callbacks go on
+                gate.unhold()
+            out.timer_gates.clear()
             rooms = self._admit_waiting(out)
             kept = [*out.relayed, *out.parked]
             out.relayed, out.parked = [], []
@@ -555,16 +577,16 @@ class Outbound(RelocatorState):
     def _put_back(self, out: Outgoing) -> None:
         """(Relocator lock held.) What left for the target is queued here again, as it was:
         each object's queue in its order (reserved again: it was admitted here once, §7), its
-        timers with the same sequence and next due time (each handle still its timer's);
-        queued requests are answered here. Timers taken before anything left (a PER_ACTOR
-        Spot's, at its barrier) come back too."""
+        timers with the same sequence, next due time and counts (each handle still its
+        timer's); queued requests are answered here."""
         for corr in out.corrs:  # their callers wait for this node's turns again
             self.router.forget_pending(corr)
         objects = {obj.name: obj for obj in out.objects}
         queues = {obj.name: items for obj, items in out.taken}
         for name, taken in out.timers.items():
             obj = objects[name]
-            restored = restore_timers(obj, taken.records, taken.at, taken.registrations)
+            restored = restore_timers(obj, taken.records, taken.at, taken.registrations,
+                                      taken.counts)  # fmt: skip
             timers = {t.name: t for t in restored}  # (its own clock then: due as it was)
             for item in queues.pop(name, ()):
                 if isinstance(item, TimerJob):

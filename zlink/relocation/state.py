@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StateIncompatible, ZLinkError
-from ..executor import ranked_lock
+from ..executor import Owner, ranked_lock
 from ..lock_order import LockRank
 from ..mesh import wire
 from ..messaging import codec
@@ -77,6 +77,9 @@ class Outgoing:
     # one's registration, which a put back keeps: ``TimerHandle``)
     timers: dict[str, TakenTimers] = field(default_factory=dict)
     corrs: list[int] = field(default_factory=list)
+    # a PER_ACTOR Spot's timer gates, held by its barrier (none starts or resumes a callback)
+    # until the move ends: a move that does not happen lets them go again
+    timer_gates: list[Owner] = field(default_factory=list)
 
     @property
     def kind(self) -> str:
@@ -115,6 +118,8 @@ class Arriving:
     # forgotten, on the infrastructure thread
     after: list[Callable[[], None]] = field(default_factory=list)
     forgotten: bool = False  # withdrawn or given up: what was made of it is dropped
+    # each object's timers, restored as it arrives and armed once its queue is in
+    timers: dict[str, list[Timer]] = field(default_factory=dict)
 
     @property
     def members(self) -> list[ActorAct]:
@@ -195,6 +200,7 @@ class TakenTimers:
     records: tuple[wire.RelocTimer, ...]
     at: float  # the node's clock when they were taken
     registrations: dict[str, object]
+    counts: dict[str, tuple[int, int]]  # each one's late ticks and delivered ticks
 
 
 def take_timers(obj: ObjectAct, now: float) -> TakenTimers:
@@ -204,7 +210,8 @@ def take_timers(obj: ObjectAct, now: float) -> TakenTimers:
         taken = obj.take_timers()
     for timer in taken:  # stopped: a tick that still slips in is a no-op here
         timer.cancel()
-    return TakenTimers(timers_of(taken, now), now, {t.name: t.registration for t in taken})
+    return TakenTimers(timers_of(taken, now), now, {t.name: t.registration for t in taken},
+                       {t.name: (t.late_ticks, t.delivered) for t in taken})  # fmt: skip
 
 
 def timers_of(timers: list[Timer], now: float) -> tuple[wire.RelocTimer, ...]:
@@ -231,11 +238,13 @@ def _catch_up(options: TimerOptions) -> int:
 def restore_timers(
     obj: ObjectAct, timers: tuple[wire.RelocTimer, ...], now: float,
     registrations: dict[str, object] | None = None,
+    counts: dict[str, tuple[int, int]] | None = None,
 ) -> list[Timer]:  # fmt: skip
     """The logical timers go on: same sequence, next due the same span after ``now`` (this
     node's clock as they are restored) as it was after they left; the app registers none.
-    ``registrations``: the timers' own (a move that did not happen: their handles stay
-    theirs). They are armed by the caller, once the pending ticks are queued."""
+    ``registrations``, ``counts``: the timers' own (a move that did not happen: their
+    handles stay theirs, their late ticks counted on). They are armed by the caller, once the
+    pending ticks are queued."""
     out = []
     for t in timers:
         options = TimerOptions(t.overrun_policy, t.max_catch_up_ticks, t.keeps_alive)
@@ -244,6 +253,8 @@ def restore_timers(
         out.append(Timer(t.name, t.interval, options, obj, obj.timer_owner(t.name), fn,
                          now + t.due_in, kept))  # fmt: skip
         out[-1].sequence = t.sequence
+        if counts is not None and t.name in counts:
+            out[-1].late_ticks, out[-1].delivered = counts[t.name]
     with obj.rt.directory.lock:
         obj.give_timers(out)
     return out

@@ -133,6 +133,12 @@ class Inbound(RelocatorState):
                     rt.directory.subscribe_all(act.spot_id, objects[0].topics)
             for obj in arriving:
                 self.router.arrived(obj.name)
+        # its timers are its own from now on (armed once its queue is in, ``_refill``): the
+        # restore's constructor or on_initialize registering one of them again is refused as
+        # any second registration of a name is (the move restores it: kotlin-spot-interface)
+        now = rt.clock.now()  # (their times crossed as spans from the move's start)
+        for obj, moved in zip(inc.objects, objects, strict=True):
+            inc.timers[obj.name] = restore_timers(obj, moved.timers, now)
         self._restore(env, inc, states, 1)
 
     def _restore(self, env: wire.RelocEnvelope, inc: Arriving, states: dict[str, str | None],
@@ -144,7 +150,10 @@ class Inbound(RelocatorState):
         def run() -> Any:
             if inc.forgotten:  # withdrawn by the source meanwhile: nothing to restore
                 return None
-            for obj in inc.objects:  # a fresh instance for every attempt
+            for obj in inc.objects:  # a fresh instance for every attempt, and what a failed
+                moved = {t.name for t in inc.timers.get(obj.name, ())}  # one registered goes
+                for name in [n for n in obj.timers if n not in moved]:
+                    obj.cancel_timer(name)
                 obj.instance = obj.spec.cls(obj.context)
                 data, adapter = states.get(obj.name), obj.spec.relocation.adapter
                 if data is not None and adapter is not None:
@@ -190,11 +199,9 @@ class Inbound(RelocatorState):
             if inc.forgotten:  # withdrawn by the source meanwhile (see on_abort)
                 self._discard(inc)
                 return
-            now = self.rt.clock.now()
             for obj, moved in zip(inc.objects, env.objects, strict=True):
-                timers = restore_timers(obj, moved.timers, now)  # (spans from the move's start)
                 self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
-                for timer in timers:
+                for timer in inc.timers.get(obj.name, ()):
                     timer.arm()
             inc.restored = True
         self._answer(env, None)

@@ -104,13 +104,26 @@ class ObjectAct:
         a timer registered just before is taken with the rest, one registered after is
         refused; and one name is one timer, also across a PER_ACTOR Spot's gates. A Spot
         sealed for a move registers until its timers are taken to ship: a continuation that
-        finishes its turn here first (python-api §11) may register one, and it moves."""
+        finishes its turn here first (python-api §11) may register one, and it moves. On the
+        node it moves to, a timer it brought is its own as it arrives: its restore
+        registering it again as it was gets it (no second one)."""
         fn = self.spec.timer_handlers.get(name)
         if fn is None:
             raise InvalidArgument(f"{self.spec.name!r} has no @timer_handler({name!r})")
         delay = interval if first_delay is None else first_delay
         with self.rt.directory.lock:
-            if name in self.timers:
+            had = self.timers.get(name)
+            if had is not None and self.state is SEALED and had.handle is None:
+                # arriving with its move, not armed yet: the move restores it, and the app
+                # need not register it again (kotlin-spot-interface); a restore that does, as
+                # it was, gets it (a recreate()'s on_initialize), else it is a second timer
+                if (had.interval, had.options) == (interval, options) and first_delay is None:
+                    return had
+                raise InvalidOperation(
+                    f"timer {name!r} of {self.name!r} moved with it and is restored as it was "
+                    f"(every {had.interval:g} s); register it only when timers.names() lacks it"
+                )
+            if had is not None:
                 raise InvalidOperation(f"timer {name!r} of {self.name!r} is already registered")
             if self.timers_closed or self.state in _NO_TIMERS or self.rt.stopping:
                 raise Unavailable(f"{self.name!r} is closing, closed or leaving this node")

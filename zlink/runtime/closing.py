@@ -141,7 +141,7 @@ class Closing:
         if not members:
             self.queue_closing(act, reason, deadline=deadline)
             return
-        one_left = _countdown(len(members), partial(self.queue_closing, act, reason,
+        one_left = countdown(len(members), partial(self.queue_closing, act, reason,
                                                     deadline=deadline))  # fmt: skip
         for actor_id in members:
             member = act.members.get(actor_id)
@@ -180,7 +180,7 @@ class Closing:
 
         def run() -> Any:
             again = partial(self._on_closing, act, closing, True, True)
-            if not timers_checked and not self.timers_quiet(act, again):
+            if not timers_checked and not self._timers_quiet(act, again):
                 return None  # a timer callback on a gate of its own must finish first
             if not self.rt.when_quiet(act, partial(self._on_closing, act, closing, True,
                                                    timers_checked)):  # fmt: skip
@@ -201,14 +201,14 @@ class Closing:
         else:
             act.owner.put_unreserved(job)
 
-    def timers_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
+    def _timers_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
         """Whether no timer callback of ``act`` runs, waits or is suspended on a timer's own
         gate (a PER_ACTOR Spot, §2); else ``then()`` runs once each such gate has let its
         current turn go (a turn queued behind it on its own lanes says so)."""
         busy = [owner for owner in act.timer_owners or () if not quiet(owner)]
         if not busy:
             return True
-        one_ended = _countdown(len(busy), then)
+        one_ended = countdown(len(busy), then)
         for owner in busy:
             owner.put_unreserved(CallJob(one_ended, Lane.UNRESERVED))
         return False
@@ -515,7 +515,7 @@ def _items(waiters: list[RoomWaiter]) -> list[Any]:
     return out
 
 
-def _countdown(n: int, then: Callable[[], None]) -> Callable[[], None]:
+def countdown(n: int, then: Callable[[], None]) -> Callable[[], None]:
     """A function to call ``n`` times, from any threads: the last call runs ``then()``."""
     left = [n]
     lock = threading.Lock()

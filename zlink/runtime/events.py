@@ -142,7 +142,8 @@ class EventLedger:
         """A subscriber with ``marks`` left ``topic``: the marks its node has caught up with
         go (subscribed again, it starts from what the node heard); those ahead of it stay,
         as copies of what they mark may still come."""
-        for origin, _topic in [k for k in marks if k[1] == topic]:
+        for origin, _topic in [k for k in list(marks) if k[1] == topic]:  # (a snapshot:
+            # ``list`` copies in one step, while offers of other stripes may add keys)
             with self.lock(origin, topic):
                 last = self._heard_of(origin, topic)
                 had = marks.get((origin, topic))
@@ -204,7 +205,7 @@ def mark(marks: Marks, origin: str, topic: str, stamp: wire.EventStamp) -> None:
 def forget_node(marks: Marks | None, origin: str) -> None:
     """``origin`` is gone for good: a subscriber's marks of it go."""
     if marks:
-        for key in [k for k in marks if k[0] == origin]:
+        for key in [k for k in list(marks) if k[0] == origin]:  # (a snapshot, in one step)
             marks.pop(key, None)
 
 

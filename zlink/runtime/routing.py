@@ -1309,7 +1309,10 @@ class MeshRouter:
                 self._backlog.pop(peer, None)
                 self._paused.discard(peer)
             self._forget_marks(peer)
-            self.rt.events_node_gone(peer)  # (Logical Multicast: what was heard from it)
+            try:  # (Logical Multicast: what was heard from it; never in the way of the rest)
+                self.rt.events_node_gone(peer)
+            except Exception:  # noqa: BLE001 - the calls awaited from it still fail below
+                _log.exception("forgetting the events of node %s failed", peer)
         with self.route_lock:
             for table in (self._routes, self._moved):
                 for target in [t for t, r in table.items() if r.node == peer]:

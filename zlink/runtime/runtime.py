@@ -211,7 +211,6 @@ class Runtime:
         self.close_ref = closing.close_ref
         self.close_self = closing.close_self
         self.close_spot = closing.close_spot
-        self.timers_quiet = closing.timers_quiet
         self.queue_closing = closing.queue_closing
         self.sweep_idle = closing.sweep_idle
         self.close_all = closing.close_all
