@@ -1022,3 +1022,199 @@ def test_a_handles_late_ticks_survive_a_move_that_did_not_happen():
             release()
         cluster.wait_idle()
         assert c.request_to_spot("room", LateR5()).wait(WAIT) == [True, 2]  # now: [True, 0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Found by a second review of the fixes
+
+
+class StartX(zlink.Message, type_name="audx.start"):
+    pass
+
+
+def test_a_move_withdrawn_as_its_barrier_holds_a_timer_gate_leaves_the_gate_working(
+    monkeypatch,
+):
+    """Found by review: the move let a held timer gate go from the withdrawing thread while
+    that gate was still ending the turn that held it: the gate released its flag twice
+    (``RuntimeError``) and never ran again (the timer stopped, a later close waited for it
+    for good). A gate is the move's only once quiescent; one held after the move ended lets
+    itself go (python-api §8: a move that did not happen leaves the Spot as it was)."""
+    from zlink.relocation.source import Outbound
+
+    ticks: list[int] = []
+    app = zlink.App("audx1")
+
+    @app.user_spot("audx1.room", mode=zlink.ExecutionMode.PER_ACTOR)
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        @zlink.handler
+        def start(self, msg: StartX) -> None:
+            self.context.timers.register("beat", 1.0)
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            ticks.append(tick.sequence)
+
+    inside, go = threading.Event(), threading.Event()
+    original = Outbound._hold_timer_gate
+
+    def paused(self: Any, out: Any, owner: Any, then: Any) -> None:
+        original(self, out, owner, then)  # held; its turn not ended yet
+        inside.set()
+        assert go.wait(WAIT)
+
+    monkeypatch.setattr(Outbound, "_hold_timer_gate", paused)
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=3) as cluster:
+        n1 = cluster.nodes[0]
+        c = n1.client()
+        c.spots.get_or_create("room", "audx1.room").wait(WAIT)
+        c.send_to_spot("room", StartX()).wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1]
+        rt = n1._runtime
+        moving = rt.relocator.start(rt.spots["room"], "node-2")
+        assert inside.wait(WAIT)
+        assert rt.relocator.withdraw("room", moving, zlink.Unavailable("withdrawn"))
+        go.set()
+        cluster.wait_idle()
+        for _ in range(2):
+            clock.advance(1.0)
+            cluster.wait_idle()
+        assert ticks == [1, 2, 3]
+        assert rt.spots["room"].ref  # and it closes: no gate waits for good
+        assert c.spots.close(rt.spots["room"].ref)
+        until(lambda: "room" not in rt.spots, "closed")
+
+
+def test_a_per_actor_spots_restore_registered_timer_ticks_only_once_it_opens_there():
+    """Found by review: a PER_ACTOR ``recreate()`` Spot whose ``on_initialize`` registers a
+    timer, restored on the node it moves to, ran its callback there (on a timer gate of its
+    own) before the move committed, and so on a copy that never became the Spot when the
+    move was withdrawn (kotlin-spot-interface: nothing of the target runs before it is
+    Ready). Such a gate is born held, and let go as the Spot opens there."""
+    ticks: list[str] = []
+    app = zlink.App("audx2")
+
+    @app.user_spot("audx2.room", mode=zlink.ExecutionMode.PER_ACTOR,
+                   relocation=zlink.Relocation.recreate())  # fmt: skip
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        def on_initialize(self) -> None:
+            self.context.timers.register("beat", 1.0)
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            ticks.append(_node_id())
+
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=3) as cluster:
+        n1, _n2 = cluster.nodes
+        n1.client().spots.get_or_create("room", "audx2.room").wait(WAIT)
+        cluster.wait_idle()
+        rt = n1._runtime
+        at, release = held_at(n1, wire.RelocDoneEnvelope)  # restored on node-2, no commit
+        try:
+            moving = rt.relocator.start(rt.spots["room"], "node-2")
+            assert at.wait(WAIT)
+            cluster.wait_idle()
+            clock.advance(1.0)
+            cluster.wait_idle()
+            assert ticks == []  # neither the held source nor the unopened target
+            assert rt.relocator.withdraw("room", moving, zlink.Unavailable("withdrawn"))
+        finally:
+            release()
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert set(ticks) == {"node-1"}  # the source's timer goes on; nothing on node-2
+        n1.relocate_spot("room", "node-2", timeout=WAIT)
+        ticks.clear()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == ["node-2"]  # opened there: its timer ticks there
+
+
+def test_a_restore_that_registers_a_moved_timer_with_a_first_delay_still_moves():
+    """Found by review: registering the moved timer again "as it was" (same interval and
+    options) with a ``first_delay`` was refused on every restore attempt: the Spot could
+    never move. Its schedule is the moved one; the first delay has nothing to say."""
+    ticks: list[int] = []
+    app = zlink.App("audx3")
+
+    @app.user_spot("audx3.room", relocation=zlink.Relocation.recreate())
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        def on_initialize(self) -> None:
+            self.context.timers.register("beat", 1.0, first_delay=0.5)
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            ticks.append(tick.sequence)
+
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=2) as cluster:
+        n1 = cluster.nodes[0]
+        n1.client().spots.get_or_create("room", "audx3.room").wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(0.5)
+        cluster.wait_idle()
+        assert ticks == [1]
+        n1.relocate_spot("room", "node-2", timeout=WAIT)
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1, 2]
+
+
+def test_each_restore_attempt_starts_from_the_moved_timers():
+    """Found by review: a restore attempt that failed after cancelling a moved timer left it
+    cancelled for the next attempt (or, registered anew, restarted at sequence 1): the move
+    restores "the last completed tick sequence" (kotlin-spot-interface) whatever a failed
+    attempt did."""
+    ticks: list[int] = []
+    attempts: list[int] = []
+    app = zlink.App("audx4")
+
+    @app.user_spot("audx4.room", relocation=zlink.Relocation.recreate())
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        def on_initialize(self) -> None:
+            if "beat" not in self.context.timers.names():
+                self.context.timers.register("beat", 1.0)
+            elif _node_id() == "node-2":
+                attempts.append(1)
+                if len(attempts) == 1:  # the first attempt there fails, its timer cancelled
+                    self.context.timers.cancel("beat")
+                    self.context.timers.register("beat", 1.0)  # (anew: sequence 1)
+                    raise RuntimeError("the first restore fails")
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            ticks.append(tick.sequence)
+
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=2) as cluster:
+        n1 = cluster.nodes[0]
+        n1.client().spots.get_or_create("room", "audx4.room").wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1]
+        n1.relocate_spot("room", "node-2", timeout=WAIT)
+        cluster.wait_idle()
+        assert len(attempts) == 2
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1, 2]

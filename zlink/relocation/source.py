@@ -379,14 +379,26 @@ class Outbound(RelocatorState):
         return False
 
     def _hold_timer_gate(self, out: Outgoing, owner: Owner, then: Callable[[], None]) -> None:
-        """(On that timer gate.) Hold it for the move (``then`` once held), unless the move
-        ended meanwhile (a move that ends lets the gates it held go, under this lock)."""
+        """(On that timer gate.) Hold it for the move, unless the move ended meanwhile; it is
+        the move's once quiescent (``_timer_gate_held``): only then may another thread let it
+        go (``Owner.unhold``), never while its gate still runs this turn."""
         with self._lock:
-            if self._out.get(out.rid) is out:
+            current = self._out.get(out.rid) is out
+        if current:
+            owner.hold(after=partial(self._timer_gate_held, out, owner, then))
+        else:
+            then()  # (the barrier it would come back to is no more: a no-op)
+
+    def _timer_gate_held(self, out: Outgoing, owner: Owner, then: Callable[[], None]) -> None:
+        """(Its gate, the owner quiescent and held.) The move keeps it, or, ended meanwhile
+        (its ``_reopen`` did not know of it), lets it go at once."""
+        with self._lock:
+            current = self._out.get(out.rid) is out
+            if current:
                 out.timer_gates.append(owner)
-                owner.hold(after=then)
-                return
-        then()  # (the barrier it would come back to is no more: a no-op)
+        if not current:
+            owner.unhold()
+        then()
 
     def _capture(self, out: Outgoing) -> dict[str, str | None] | None:
         """Inside the barrier turn: capture every object, or ``None`` for nothing to ship

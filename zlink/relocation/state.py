@@ -118,8 +118,10 @@ class Arriving:
     # forgotten, on the infrastructure thread
     after: list[Callable[[], None]] = field(default_factory=list)
     forgotten: bool = False  # withdrawn or given up: what was made of it is dropped
-    # each object's timers, restored as it arrives and armed once its queue is in
+    # each object's timers, restored as it arrives (``timers_at``: this node's clock then)
+    # and armed once its queue is in
     timers: dict[str, list[Timer]] = field(default_factory=dict)
+    timers_at: float = 0.0
 
     @property
     def members(self) -> list[ActorAct]:

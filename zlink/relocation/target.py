@@ -136,10 +136,21 @@ class Inbound(RelocatorState):
         # its timers are its own from now on (armed once its queue is in, ``_refill``): the
         # restore's constructor or on_initialize registering one of them again is refused as
         # any second registration of a name is (the move restores it: kotlin-spot-interface)
-        now = rt.clock.now()  # (their times crossed as spans from the move's start)
+        inc.timers_at = rt.clock.now()  # (their times crossed as spans from the move's start)
         for obj, moved in zip(inc.objects, objects, strict=True):
-            inc.timers[obj.name] = restore_timers(obj, moved.timers, now)
+            inc.timers[obj.name] = restore_timers(obj, moved.timers, inc.timers_at)
         self._restore(env, inc, states, 1)
+
+    def _timers_as_moved(self, env: wire.RelocEnvelope, inc: Arriving) -> None:
+        """(A restore attempt after a failed one, on the arriving objects' own lanes.) Their
+        timers are the moved ones again, as they arrived: what the failed attempt registered,
+        cancelled or registered anew goes, and the moved ones are made again."""
+        for obj, moved in zip(inc.objects, env.objects, strict=True):
+            with self.rt.directory.lock:
+                gone = obj.take_timers()
+            for timer in gone:
+                timer.cancel()
+            inc.timers[obj.name] = restore_timers(obj, moved.timers, inc.timers_at)
 
     def _restore(self, env: wire.RelocEnvelope, inc: Arriving, states: dict[str, str | None],
                  attempt: int) -> None:  # fmt: skip
@@ -150,10 +161,9 @@ class Inbound(RelocatorState):
         def run() -> Any:
             if inc.forgotten:  # withdrawn by the source meanwhile: nothing to restore
                 return None
-            for obj in inc.objects:  # a fresh instance for every attempt, and what a failed
-                moved = {t.name for t in inc.timers.get(obj.name, ())}  # one registered goes
-                for name in [n for n in obj.timers if n not in moved]:
-                    obj.cancel_timer(name)
+            if attempt > 1:  # what a failed attempt did to the timers is undone: each
+                self._timers_as_moved(env, inc)  # attempt starts from the moved ones
+            for obj in inc.objects:  # a fresh instance for every attempt
                 obj.instance = obj.spec.cls(obj.context)
                 data, adapter = states.get(obj.name), obj.spec.relocation.adapter
                 if data is not None and adapter is not None:
@@ -328,6 +338,9 @@ class Inbound(RelocatorState):
                 member.owner.unhold(act.gate if act.shared else member.own_gate)
         if inc.kind == TargetKind.SPOT:
             act.owner.unhold()  # queued messages and ticks run now
+            for gate in act.timer_owners or ():  # a PER_ACTOR Spot's timer gates its
+                if gate.held:  # restore made: held until now (``SpotAct.timer_owner``)
+                    gate.unhold()
         with contextlib.suppress(Unavailable):  # the source is gone: nothing waits there
             self.router.post(inc.key[0], wire.RelocOpenedEnvelope(inc.key[1]))
 

@@ -117,8 +117,8 @@ class ObjectAct:
                 # arriving with its move, not armed yet: the move restores it, and the app
                 # need not register it again (kotlin-spot-interface); a restore that does, as
                 # it was, gets it (a recreate()'s on_initialize), else it is a second timer
-                if (had.interval, had.options) == (interval, options) and first_delay is None:
-                    return had
+                if (had.interval, had.options) == (interval, options):  # (its schedule
+                    return had  # is the moved one: a first_delay has nothing to say)
                 raise InvalidOperation(
                     f"timer {name!r} of {self.name!r} moved with it and is restored as it was "
                     f"(every {had.interval:g} s); register it only when timers.names() lacks it"
@@ -257,7 +257,12 @@ class SpotAct(ObjectAct):
         them (those not yet quiet) for its close, whose barrier waits for them too."""
         if self.kind is SpotKind.USER and not self.shared:
             gate = self.rt.new_gate(f"{self.spot_id}/timer:{name}")
-            owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False)
+            # arriving with a move (its restore registers it): held as the Spot is, until it
+            # opens here (no tick runs before: kotlin-spot-interface), or is forgotten
+            relocator = self.rt.relocator
+            held = relocator is not None and relocator.arriving(self.spot_id)
+            owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False,
+                          held=held)  # fmt: skip
             owner.ref = self
             # a live timer's gate stays; a cancelled one's goes once it is quiet
             live = {t.owner for t in self.timers.values()}
