@@ -288,6 +288,20 @@ class Timer:
         self.queued = 0  # ticks admitted and not yet finished (idle eviction ignores these)
         self._lock = threading.Lock()
 
+    def runs_as(self, interval: float, options: TimerOptions) -> bool:
+        """Whether a timer of ``interval`` and ``options`` would run as this one does (its
+        catch-up bound counts only under CATCH_UP_BOUNDED: elsewhere it is not used)."""
+        mine = self.options
+        return (
+            interval == self.interval
+            and options.overrun_policy is mine.overrun_policy
+            and options.keeps_alive == mine.keeps_alive
+            and (
+                mine.overrun_policy is not OverrunPolicy.CATCH_UP_BOUNDED
+                or options.max_catch_up_ticks == mine.max_catch_up_ticks
+            )
+        )
+
     def _bound(self) -> int:
         """Undelivered ticks the lane may hold for this timer (python-api §11)."""
         opts = self.options

@@ -1218,3 +1218,124 @@ def test_each_restore_attempt_starts_from_the_moved_timers():
         clock.advance(1.0)
         cluster.wait_idle()
         assert ticks == [1, 2]
+
+
+@pytest.mark.parametrize("unused", [0, -5, 2**64])
+def test_a_restore_that_registers_a_moved_timer_with_an_unused_catch_up_value_still_moves(
+    unused: int,
+):
+    """Found by review: the moved timer's unused ``max_catch_up_ticks`` crosses as 1 (it must
+    encode), so a restore registering it again as it was, with 0, -5 or 2**64 under
+    SKIP_LATE_TICKS, did not match it and was refused: the Spot could never move. "As it
+    was" compares what the timer uses (its catch-up bound only under CATCH_UP_BOUNDED)."""
+    ticks: list[int] = []
+    app = zlink.App(f"audy1{unused}")
+    options = zlink.TimerOptions(max_catch_up_ticks=unused)
+
+    @app.user_spot(f"audy1{unused}.room", relocation=zlink.Relocation.recreate())
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        def on_initialize(self) -> None:
+            self.context.timers.register("beat", 1.0, options=options)
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            ticks.append(tick.sequence)
+
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=2) as cluster:
+        n1 = cluster.nodes[0]
+        n1.client().spots.get_or_create("room", f"audy1{unused}.room").wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1]
+        n1.relocate_spot("room", "node-2", timeout=WAIT)
+        cluster.wait_idle()
+        clock.advance(1.0)
+        cluster.wait_idle()
+        assert ticks == [1, 2]
+
+
+class BlockY(zlink.Message, type_name="audy2.block"):
+    pass
+
+
+class RegY(zlink.Message, type_name="audy2.reg"):
+    pass
+
+
+def test_a_second_registration_on_a_sealed_source_is_refused_not_handed_the_first(
+    monkeypatch,
+):
+    """Found by review: on a PER_ACTOR Spot sealed for a move, a registration of a name whose
+    first registration (on a timer gate) had not armed its timer yet looked like a moved
+    timer arriving "as it was" and was handed that timer: two handles of one registration,
+    no ``InvalidOperation`` (README: one name is one timer). Only an arriving object's moved
+    timers are matched so."""
+    from zlink import timers as timers_module
+
+    outcome: list[str] = []
+    e1, armed, go = threading.Event(), threading.Event(), threading.Event()
+    app = zlink.App("audy2")
+
+    @app.user_spot("audy2.room", mode=zlink.ExecutionMode.PER_ACTOR)
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        @zlink.handler
+        def start(self, msg: StartX) -> None:
+            self.context.timers.register("a", 1.0)
+
+        @zlink.handler
+        def block(self, msg: BlockY) -> None:
+            assert e1.wait(WAIT)
+
+        @zlink.handler
+        def reg(self, msg: RegY) -> None:
+            try:
+                self.context.timers.register("x", 1.0)
+                outcome.append("ok")
+            except zlink.ZLinkError as exc:
+                outcome.append(type(exc).__name__)
+
+        @zlink.timer_handler("a")
+        def on_a(self, tick: zlink.TimerTick) -> None:
+            if tick.sequence == 1:
+                self.context.timers.register("x", 1.0)
+
+        @zlink.timer_handler("x")
+        def on_x(self, tick: zlink.TimerTick) -> None:
+            pass
+
+    real_arm = timers_module.Timer.arm
+
+    def arm(self: Any) -> None:
+        if self.name == "x" and not armed.is_set():
+            armed.set()
+            assert go.wait(WAIT)
+        real_arm(self)
+
+    monkeypatch.setattr(timers_module.Timer, "arm", arm)
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=3) as cluster:
+        n1 = cluster.nodes[0]
+        c = n1.client()
+        c.spots.get_or_create("room", "audy2.room").wait(WAIT)
+        c.send_to_spot("room", StartX()).wait(WAIT)
+        cluster.wait_idle()
+        c.send_to_spot("room", BlockY()).wait(WAIT)
+        c.send_to_spot("room", RegY()).wait(WAIT)
+        clock.advance(1.0)  # "a" ticks: its callback registers "x", and waits to arm it
+        assert armed.wait(WAIT)
+        rt = n1._runtime
+        moving = rt.relocator.start(rt.spots["room"], "node-2")  # sealed
+        e1.set()  # the Spot's handlers queued before the seal run: RegY registers "x" too
+        until(lambda: outcome, "RegY ran")
+        go.set()
+        rt.relocator.withdraw("room", moving, zlink.Unavailable("withdrawn"))
+        cluster.wait_idle()
+        assert outcome == ["InvalidOperation"]

@@ -208,10 +208,7 @@ class TakenTimers:
 def take_timers(obj: ObjectAct, now: float) -> TakenTimers:
     """Take ``obj``'s timers for a move (none registers from then on; ``give_timers``
     reopens), stopped, as records whose times are spans from ``now``."""
-    with obj.rt.directory.lock:
-        taken = obj.take_timers()
-    for timer in taken:  # stopped: a tick that still slips in is a no-op here
-        timer.cancel()
+    taken = obj.cancel_timers()
     return TakenTimers(timers_of(taken, now), now, {t.name: t.registration for t in taken},
                        {t.name: (t.late_ticks, t.delivered) for t in taken})  # fmt: skip
 

@@ -134,8 +134,8 @@ class Inbound(RelocatorState):
             for obj in arriving:
                 self.router.arrived(obj.name)
         # its timers are its own from now on (armed once its queue is in, ``_refill``): the
-        # restore's constructor or on_initialize registering one of them again is refused as
-        # any second registration of a name is (the move restores it: kotlin-spot-interface)
+        # restore's constructor or on_initialize registering one of them again as it was gets
+        # it, otherwise is refused (the move restores it: kotlin-spot-interface)
         inc.timers_at = rt.clock.now()  # (their times crossed as spans from the move's start)
         for obj, moved in zip(inc.objects, objects, strict=True):
             inc.timers[obj.name] = restore_timers(obj, moved.timers, inc.timers_at)
@@ -146,10 +146,7 @@ class Inbound(RelocatorState):
         timers are the moved ones again, as they arrived: what the failed attempt registered,
         cancelled or registered anew goes, and the moved ones are made again."""
         for obj, moved in zip(inc.objects, env.objects, strict=True):
-            with self.rt.directory.lock:
-                gone = obj.take_timers()
-            for timer in gone:
-                timer.cancel()
+            obj.cancel_timers()
             inc.timers[obj.name] = restore_timers(obj, moved.timers, inc.timers_at)
 
     def _restore(self, env: wire.RelocEnvelope, inc: Arriving, states: dict[str, str | None],

@@ -113,12 +113,12 @@ class ObjectAct:
         delay = interval if first_delay is None else first_delay
         with self.rt.directory.lock:
             had = self.timers.get(name)
-            if had is not None and self.state is SEALED and had.handle is None:
+            if had is not None and had.handle is None and self._arriving():
                 # arriving with its move, not armed yet: the move restores it, and the app
                 # need not register it again (kotlin-spot-interface); a restore that does, as
                 # it was, gets it (a recreate()'s on_initialize), else it is a second timer
-                if (had.interval, had.options) == (interval, options):  # (its schedule
-                    return had  # is the moved one: a first_delay has nothing to say)
+                if had.runs_as(interval, options):  # (its schedule is the moved one: a
+                    return had  # first_delay has nothing to say)
                 raise InvalidOperation(
                     f"timer {name!r} of {self.name!r} moved with it and is restored as it was "
                     f"(every {had.interval:g} s); register it only when timers.names() lacks it"
@@ -132,6 +132,11 @@ class ObjectAct:
             self.timers[name] = timer
         timer.arm()  # (cancelled meanwhile: its first firing does nothing)
         return timer
+
+    def _arriving(self) -> bool:
+        """Whether this object arrives here with a move, not open yet (its restore runs)."""
+        relocator = self.rt.relocator
+        return self.state is SEALED and relocator is not None and relocator.arriving(self.name)
 
     def cancel_timer(self, name: str, registration: object | None = None) -> bool:
         """Cancel the timer ``name`` (only if it is of ``registration``, when given: a handle
@@ -162,12 +167,13 @@ class ObjectAct:
         for timer in timers:
             self.timers[timer.name] = timer
 
-    def cancel_timers(self) -> None:
-        """Its timers stop, and none registers from now on (no lock held)."""
+    def cancel_timers(self) -> list[Timer]:
+        """Its timers stop, and none registers from now on (no lock held); those it stopped."""
         with self.rt.directory.lock:
             taken = self.take_timers()
-        for timer in taken:
+        for timer in taken:  # (a tick that still slips in is a no-op)
             timer.cancel()
+        return taken
 
 
 class SpotAct(ObjectAct):
@@ -259,10 +265,8 @@ class SpotAct(ObjectAct):
             gate = self.rt.new_gate(f"{self.spot_id}/timer:{name}")
             # arriving with a move (its restore registers it): held as the Spot is, until it
             # opens here (no tick runs before: kotlin-spot-interface), or is forgotten
-            relocator = self.rt.relocator
-            held = relocator is not None and relocator.arriving(self.spot_id)
             owner = Owner(OwnerLanes(self.rt.limits), gate, gate.name, claim_on_yield=False,
-                          held=held)  # fmt: skip
+                          held=self._arriving())  # fmt: skip
             owner.ref = self
             # a live timer's gate stays; a cancelled one's goes once it is quiet
             live = {t.owner for t in self.timers.values()}
