@@ -22,7 +22,6 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -67,7 +66,6 @@ from .state import (
     STORE_RETRY,
     Outgoing,
     RelocatorState,
-    TakenTimers,
     capture_one,
     restore_timers,
     take_timers,
@@ -459,7 +457,7 @@ class Outbound(RelocatorState):
                 # a PER_ACTOR Spot's own timers do not move (kotlin-spot-interface): the shell
                 # is recreated and registers what it needs
                 keep = obj is not out.spot or act.shared or act.kind is not SpotKind.USER
-                timers[obj.name] = _rebased(out.timers[obj.name], now) if keep else ()
+                timers[obj.name] = out.timers[obj.name].records if keep else ()
             # the Spot's subscriptions go with it (sealed, it changes them no more here); the
             # commit drops them here, a move that does not happen leaves them as they are
             topics = tuple(sorted(self.rt.directory.subscribed.get(act.spot_id, ())))
@@ -915,14 +913,6 @@ def _settles(done: Completion, seconds: float) -> bool:
     with contextlib.suppress(Exception):  # its outcome is read by the caller
         done.wait(seconds)
     return done.done
-
-
-def _rebased(taken: TakenTimers, now: float) -> tuple[wire.RelocTimer, ...]:
-    """``taken``'s records with their spans from ``now`` (they were taken earlier)."""
-    if taken.at == now:
-        return taken.records
-    shift = taken.at - now
-    return tuple(dataclasses.replace(r, due_in=r.due_in + shift) for r in taken.records)
 
 
 def _message_job(

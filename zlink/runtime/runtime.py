@@ -97,7 +97,7 @@ from .acts import (
 from .closing import Closing
 from .creation import Creation
 from .directory import Directory
-from .events import EventLedger, forget_node, mark, offered
+from .events import EventLedger, Marks, forget_node, mark, offered
 from .jobs import BatchJob, MessageJob, RecordedJob, SendJob, handler_error, not_serving
 from .membership import Membership
 from .metrics import Metrics
@@ -762,10 +762,7 @@ class Runtime:
         if act is None or self.router is None:  # (off a mesh no event is numbered)
             return
         if on:  # (its marks on the topic: ``events``)
-            marks = act.event_marks
-            if marks is None:
-                marks = act.event_marks = {}
-            self.events.subscribed(marks, topic)
+            self.events.subscribed(_marks(act), topic)
         elif act.event_marks:
             self.events.unsubscribed(act.event_marks, topic)
 
@@ -777,10 +774,7 @@ class Runtime:
         topics = self.directory.subscribed.get(act.spot_id)
         if not topics or self.router is None:
             return
-        marks = act.event_marks
-        if marks is None:
-            marks = act.event_marks = {}
-        missed = self.events.catch_up(marks, topics)
+        missed = self.events.catch_up(_marks(act), topics)
         if missed:
             self.metrics.add("publish_missed_moving", missed)
 
@@ -833,10 +827,7 @@ class Runtime:
             if stamp is not None:  # offered and accounted for
                 if missed:
                     self.metrics.add("publish_missed_moving", missed)
-                marks = act.event_marks
-                if marks is None:
-                    marks = act.event_marks = {}
-                mark(marks, origin, topic, stamp)  # type: ignore[arg-type]
+                mark(_marks(act), origin, topic, stamp)  # type: ignore[arg-type]
 
     def submit_worker(self, call: WorkerCall[Any]) -> Completion:
         """Run ``call.fn`` on its bounded pool; the completion carries its result or error."""
@@ -1147,3 +1138,11 @@ class WorkerRun:
             self.completion.set(result, error)  # False once shutdown abandoned it: dropped
         finally:
             rt.worker_done(self)
+
+
+def _marks(act: SpotAct) -> Marks:
+    """``act``'s Logical Multicast marks, made on first use (``events``)."""
+    marks = act.event_marks
+    if marks is None:
+        marks = act.event_marks = {}
+    return marks
