@@ -256,6 +256,63 @@ def test_a_subscriber_that_subscribed_after_its_node_heard_the_topic_counts_its_
         assert n3.counters().get("publish_missed_moving") == 1
 
 
+def test_a_first_event_on_a_topic_missed_while_moving_is_counted():
+    """The last note's gap: a subscriber offered nothing yet from node-1 on its topic (node-2
+    had heard node-1 only on another topic) kept no mark of node-1 there, so node-1's first
+    event on it, missed on both nodes as the subscriber moved, was counted nowhere. It starts
+    from what its node had heard of node-1 at all (python-api §9: every drop counted)."""
+    with LocalCluster(build_app(), nodes=3, workers=2) as cluster:
+        n1, n2, n3 = cluster.nodes
+        _listener_on(n2, "other", topic="weather")
+        n1.client().publish("weather", News(n=0)).wait(WAIT)
+        until(lambda: _heard(n2, "other") == [0], "node-2 heard node-1")
+        _listener_on(n2, "mover")
+        _listener_on(n3, "stays")
+        at, release = held_at(n2, wire.SendEnvelope, _topic_events)
+        n1.client().publish("news", News(n=1)).wait(WAIT)
+        assert at.wait(WAIT)  # node-2's copy is on its way
+        until(lambda: _heard(n3, "stays") == [1], "node-3 had 1 before the mover came")
+        n2.relocate_spot("mover", "node-3", timeout=WAIT)
+        release()
+        cluster.wait_idle(WAIT)
+        assert _heard(n3, "mover") == []
+        assert n3.counters().get("publish_missed_moving") == 1, n3.counters()
+        n1.client().publish("news", News(n=2)).wait(WAIT)
+        until(lambda: _heard(n3, "mover") == [2], "the next heard on node-3")
+        cluster.wait_idle(WAIT)
+        counters = [node.counters() for node in cluster.nodes]
+        assert sum(c.get("publish_missed_moving", 0) for c in counters) == 1
+
+
+def test_an_event_of_the_subscribers_own_node_made_while_it_is_sealed_is_counted():
+    """A subscriber's own node had made no event yet: the first, made while the subscriber
+    was sealed for a move and heard on its new node before it arrived, was counted nowhere.
+    A node knows its own numbers: a subscriber starts from them."""
+    with LocalCluster(build_app(), nodes=2, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        _listener_on(n2, "mover")
+        _listener_on(n1, "stays")
+        at, release = held_at(n1, wire.RelocEnvelope)  # sealed, not yet arrived
+
+        def move() -> None:
+            n2.relocate_spot("mover", "node-1", WAIT)
+
+        moving = threading.Thread(target=move)
+        moving.start()
+        try:
+            assert at.wait(WAIT)
+            n2.client().publish("news", News(n=1)).wait(WAIT)
+            until(lambda: _heard(n1, "stays") == [1], "node-1 had 1 before the mover came")
+        finally:
+            release()
+        moving.join(WAIT)
+        assert not moving.is_alive()
+        cluster.wait_idle(WAIT)
+        assert _heard(n1, "mover") == []
+        assert n1.counters().get("publish_missed_moving") == 1, n1.counters()
+        assert not n2.counters().get("publish_missed_moving")
+
+
 def test_events_made_while_a_subscriber_is_sealed_for_a_move_that_fails_are_counted():
     """A move withdrawn at its deadline (python-api §8): events that came to the subscriber's
     node while it was sealed were not offered to it (a move's other copy may reach it); the

@@ -282,7 +282,9 @@ class EventMark:
     epoch: int
     """``EventStamp.epoch``."""
     number: int
-    """``EventStamp.number``."""
+    """``EventStamp.number``; ``0``: a zero mark (it took nothing of that node on the topic
+    yet; ``epoch`` is the newest numbering its node had heard from that node when it
+    subscribed)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,10 +24,18 @@ before it did, its old node's after it left).
   then closes it), what that node heard on its topics past its marks never reached it (the
   other copy came while it was sealed there, or after it left): counted at once,
   ``publish_missed_moving``, and marked. An event the node itself never heard (dropped on its
-  way: counted where it was dropped) is not counted again by its subscribers. A subscriber with
-  no mark for a node and topic (its node had heard nothing from that node on it when it
-  subscribed, and it was offered nothing since) misses that node's events on its way
-  uncounted; so it does across a new numbering (a restarted node, a count forgotten).
+  way: counted where it was dropped) is not counted again by its subscribers. A numbering
+  newer than a mark (a restarted node, a count forgotten) began after the marked event: all
+  of it that the node heard is counted.
+* **Marks of nothing yet.** A subscriber whose node had heard nothing from a node on its topic
+  when it subscribed starts from a *zero mark* of that node, ``(incarnation, epoch, 0)``: the
+  newest numbering its node had heard from that node on any topic (its own node: whatever it
+  numbered, or ``(incarnation, 0)``). The events of any later numbering reach its node after
+  it subscribed (one connection per pair of nodes, in order), so one missed while moving is
+  counted; those of that numbering or an older one are taken and never counted (its node may
+  have missed the start of them, dropped on the way, before it subscribed). A node its node
+  had heard nothing from at all (met since, or whose every event so far was dropped on the
+  way) has no zero mark: its first events missed while moving are counted nowhere.
 * **Locks.** One lock per stripe of (origin, topic) pairs (:data:`STRIPES`, all
   ``LockRank.PUBLISH``, never two held at once): offers of one pair are serialized, in number
   order, and a node's infrastructure thread waits for another thread's publish only when the
@@ -68,7 +76,7 @@ class EventLedger:
     node (itself too) on each topic. Methods that take an ``(origin, topic)`` pair are called
     with :meth:`lock` of that pair held; the rest take the locks they need."""
 
-    __slots__ = ("_counts", "_epochs", "_heard", "_shape", "_stripes")
+    __slots__ = ("_counts", "_epochs", "_heard", "_latest", "_shape", "_stripes")
 
     def __init__(self) -> None:
         self._stripes = tuple(
@@ -78,6 +86,7 @@ class EventLedger:
         self._counts: dict[str, Mark] = {}
         self._epochs = 0
         self._heard: dict[str, dict[str, Mark]] = {}
+        self._latest: dict[str, tuple[int, int]] = {}  # per node, the newest numbering heard
 
     def lock(self, origin: str, topic: str) -> Any:
         """The lock of ``origin``'s events on ``topic``."""
@@ -117,7 +126,12 @@ class EventLedger:
                         del self._heard[next(iter(self._heard))]
                     nodes = self._heard[topic] = {}
         before = nodes.get(origin)
-        nodes[origin] = _mark(stamp)
+        heard = nodes[origin] = _mark(stamp)
+        if before is None or before[:2] != heard[:2]:  # (a numbering new here: rare)
+            with self._shape:
+                latest = self._latest.get(origin)
+                if latest is None or latest < heard[:2]:
+                    self._latest[origin] = heard[:2]
         return before
 
     def _origins(self, topic: str) -> list[str]:
@@ -128,15 +142,24 @@ class EventLedger:
         nodes = self._heard.get(topic)
         return None if nodes is None else nodes.get(origin)
 
-    def subscribed(self, marks: Marks, topic: str) -> None:
-        """A subscriber with ``marks`` joined ``topic`` here: what this node heard on it so
-        far is before its time (its marks come up to it; one ahead of it stays)."""
-        for origin in self._origins(topic):
+    def subscribed(self, marks: Marks, topic: str, me: str, incarnation: int) -> None:
+        """A subscriber with ``marks`` joined ``topic`` here (this node: ``me`` in its
+        ``incarnation``): what this node heard on it so far is before its time (its marks
+        come up to it; one ahead of it stays); a node it heard nothing from on it gives a
+        zero mark of the newest numbering heard from that node."""
+        with self._shape:
+            latest = dict(self._latest)
+        latest.setdefault(me, (incarnation, 0))
+        for origin in set(latest).union(self._origins(topic)):
+            key = (origin, topic)
             with self.lock(origin, topic):
                 last = self._heard_of(origin, topic)
-                had = marks.get((origin, topic))
-                if last is not None and (had is None or had < last):
-                    marks[(origin, topic)] = last
+                had = marks.get(key)
+                if last is not None:
+                    if had is None or had < last:
+                        marks[key] = last
+                elif had is None and origin in latest:
+                    marks[key] = (*latest[origin], 0)
 
     def unsubscribed(self, marks: Marks, topic: str) -> None:
         """A subscriber with ``marks`` left ``topic``: the marks its node has caught up with
@@ -147,8 +170,8 @@ class EventLedger:
             with self.lock(origin, topic):
                 last = self._heard_of(origin, topic)
                 had = marks.get((origin, topic))
-                if had is not None and last is not None and had <= last:
-                    del marks[(origin, topic)]
+                if had is not None and (had[2] == 0 or (last is not None and had <= last)):
+                    del marks[(origin, topic)]  # (a zero mark marks no event)
 
     def catch_up(self, marks: Marks, topics: frozenset[str] | set[str]) -> int:
         """A subscriber with ``marks`` opens here after a move (arrived, or back from one that
@@ -164,8 +187,8 @@ class EventLedger:
                     had = marks.get(key)
                     if last is None or (had is not None and last <= had):
                         continue
-                    if had is not None and had[:2] == last[:2]:
-                        missed += last[2] - had[2]
+                    if had is not None:
+                        missed += _past(had, last)
                     marks[key] = last
         return missed
 
@@ -174,8 +197,20 @@ class EventLedger:
         (a later incarnation of it numbers anew)."""
         with self._shape:
             tables = list(self._heard.values())
+            self._latest.pop(origin, None)
         for nodes in tables:
             nodes.pop(origin, None)
+
+
+def _past(had: Mark, last: Mark) -> int:
+    """How many events of ``last``'s numbering, up to it, are past the mark ``had`` (``last``
+    after it): of the same numbering, those after the mark; of a newer numbering than the
+    mark's, all of it (it began after the marked event, or after the subscriber subscribed
+    for a zero mark); none of an older one, nor of a zero mark's own numbering (its node may
+    have missed the start of it before the subscriber subscribed)."""
+    if last[:2] == had[:2]:
+        return last[2] - had[2] if had[2] else 0
+    return last[2] if last[:2] > had[:2] else 0
 
 
 def offered(marks: Marks | None, origin: str, topic: str, stamp: wire.EventStamp,
@@ -189,11 +224,12 @@ def offered(marks: Marks | None, origin: str, topic: str, stamp: wire.EventStamp
     had = marks.get((origin, topic))
     if had is None:
         return 0
-    if _mark(stamp) <= had:
-        return -1
-    if before is None or before <= had or before[:2] != had[:2]:
+    this = _mark(stamp)
+    if this <= had:
+        return 0 if had[2] == 0 else -1  # (a zero mark: it took nothing of that node yet)
+    if before is None or before <= had or before[:2] not in (had[:2], this[:2]):
         return 0  # (a gap this node did not hear was counted where it was dropped)
-    return before[2] - had[2]
+    return _past(had, before)
 
 
 def mark(marks: Marks, origin: str, topic: str, stamp: wire.EventStamp) -> None:

@@ -762,7 +762,7 @@ class Runtime:
         if act is None or self.router is None:  # (off a mesh no event is numbered)
             return
         if on:  # (its marks on the topic: ``events``)
-            self.events.subscribed(_marks(act), topic)
+            self.events.subscribed(_marks(act), topic, self.node_id, self.incarnation)
         elif act.event_marks:
             self.events.unsubscribed(act.event_marks, topic)
 
