@@ -1339,3 +1339,46 @@ def test_a_second_registration_on_a_sealed_source_is_refused_not_handed_the_firs
         rt.relocator.withdraw("room", moving, zlink.Unavailable("withdrawn"))
         cluster.wait_idle()
         assert outcome == ["InvalidOperation"]
+
+
+def test_a_moved_timer_keeps_its_late_ticks_as_it_keeps_its_sequence():
+    """The last note's gap: a moved timer went on with its sequence on the target but counted
+    its late ticks from 0 again (the move's record carried no count), so its status row and
+    its handle read as if no period had ever been skipped."""
+    app = zlink.App("audlt")
+
+    @app.user_spot("audlt.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+    class Room(zlink.UserSpot):
+        def __init__(self, context):
+            self.context = context
+
+        @zlink.handler
+        def go(self, msg: GoLT) -> None:
+            self.context.timers.register("beat", 1.0)
+
+        @zlink.timer_handler("beat")
+        def on_beat(self, tick: zlink.TimerTick) -> None:
+            pass
+
+    def beat(node: zlink.Node) -> tuple[int, int]:
+        rows = [t for o in node.status().owners for t in o.timer_details if t.name == "beat"]
+        assert len(rows) == 1
+        return rows[0].sequence, rows[0].late_ticks
+
+    clock = ManualClock()
+    with LocalCluster(app, nodes=2, clock=clock, workers=2) as cluster:
+        n1, n2 = cluster.nodes
+        c = n1.client()
+        c.spots.get_or_create("room", "audlt.room").wait(WAIT)
+        c.send_to_spot("room", GoLT()).wait(WAIT)
+        cluster.wait_idle()
+        clock.advance(3.5)  # one tick, 2 periods skipped
+        cluster.wait_idle()
+        assert beat(n1) == (1, 2)
+        n1.relocate_spot("room", "node-2", timeout=WAIT)
+        cluster.wait_idle()
+        assert beat(n2) == (1, 2)  # was (1, 0)
+
+
+class GoLT(zlink.Message, type_name="audlt.go"):
+    pass

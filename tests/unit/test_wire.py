@@ -65,8 +65,8 @@ JOBS = (
     RelocMessageJob("t.w.news", '{"n":1}', {"k": "v"}, None, None, "topic-a"),
 )
 TIMERS = (
-    RelocTimer("heartbeat", 0.5, OverrunPolicy.CATCH_UP_BOUNDED, 3, True, 0.3, 4),
-    RelocTimer("slow", 60.0, OverrunPolicy.SKIP_LATE_TICKS, 1, False, -1.5, 0),
+    RelocTimer("heartbeat", 0.5, OverrunPolicy.CATCH_UP_BOUNDED, 3, True, 0.3, 4, 2, 2),
+    RelocTimer("slow", 60.0, OverrunPolicy.SKIP_LATE_TICKS, 1, False, -1.5, 0, 0, 0),
 )
 RELOC = RelocEnvelope(
     source_node="n1", relocation_id=3, target="room-1", spot_type="t.w.room",
@@ -235,7 +235,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 6
+    assert frame["version"] == WIRE_VERSION == 7
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -348,7 +348,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 5, 7, "6", 6.0, True, None, [6]])
+@pytest.mark.parametrize("version", [0, 1, 6, 8, "7", 7.0, True, None, [7]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

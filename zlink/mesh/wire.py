@@ -56,7 +56,7 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 6
+WIRE_VERSION: Final = 7
 """The version every envelope carries; a node decodes its own version only.
 
 6: ``SendEnvelope.event`` (a Logical Multicast event's number on its node) and
@@ -250,6 +250,10 @@ class RelocTimer:
     as each node's clock counts from an origin of its own."""
     sequence: int
     """The sequence number of its last tick."""
+    late_ticks: int
+    """Due ticks it skipped so far (``TimerHandle.late_ticks``): it counts on where it goes."""
+    delivered: int
+    """Ticks it delivered so far."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -595,8 +595,7 @@ class Outbound(RelocatorState):
         queues = {obj.name: items for obj, items in out.taken}
         for name, taken in out.timers.items():
             obj = objects[name]
-            restored = restore_timers(obj, taken.records, taken.at, taken.registrations,
-                                      taken.counts)  # fmt: skip
+            restored = restore_timers(obj, taken.records, taken.at, taken.registrations)
             timers = {t.name: t for t in restored}  # (its own clock then: due as it was)
             for item in queues.pop(name, ()):
                 if isinstance(item, TimerJob):

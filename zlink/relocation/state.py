@@ -202,24 +202,23 @@ class TakenTimers:
     records: tuple[wire.RelocTimer, ...]
     at: float  # the node's clock when they were taken
     registrations: dict[str, object]
-    counts: dict[str, tuple[int, int]]  # each one's late ticks and delivered ticks
 
 
 def take_timers(obj: ObjectAct, now: float) -> TakenTimers:
     """Take ``obj``'s timers for a move (none registers from then on; ``give_timers``
     reopens), stopped, as records whose times are spans from ``now``."""
     taken = obj.cancel_timers()
-    return TakenTimers(timers_of(taken, now), now, {t.name: t.registration for t in taken},
-                       {t.name: (t.late_ticks, t.delivered) for t in taken})  # fmt: skip
+    return TakenTimers(timers_of(taken, now), now, {t.name: t.registration for t in taken})
 
 
 def timers_of(timers: list[Timer], now: float) -> tuple[wire.RelocTimer, ...]:
-    """The logical timers as they move: schedule, policy, last sequence, and when each is
-    next due as a span from ``now`` (the node's clock as they leave): each node's clock
+    """The logical timers as they move: schedule, policy, last sequence, counts, and when each
+    is next due as a span from ``now`` (the node's clock as they leave): each node's clock
     counts from an origin of its own (a machine's boot), so a time crosses as a span."""
     return tuple(
         wire.RelocTimer(t.name, t.interval, t.options.overrun_policy, _catch_up(t.options),
-                        t.options.keeps_alive, t.next_due - now, t.sequence)
+                        t.options.keeps_alive, t.next_due - now, t.sequence, t.late_ticks,
+                        t.delivered)
         for t in timers
     )  # fmt: skip
 
@@ -237,13 +236,11 @@ def _catch_up(options: TimerOptions) -> int:
 def restore_timers(
     obj: ObjectAct, timers: tuple[wire.RelocTimer, ...], now: float,
     registrations: dict[str, object] | None = None,
-    counts: dict[str, tuple[int, int]] | None = None,
 ) -> list[Timer]:  # fmt: skip
-    """The logical timers go on: same sequence, next due the same span after ``now`` (this
-    node's clock as they are restored) as it was after they left; the app registers none.
-    ``registrations``, ``counts``: the timers' own (a move that did not happen: their
-    handles stay theirs, their late ticks counted on). They are armed by the caller, once the
-    pending ticks are queued."""
+    """The logical timers go on: same sequence and counts, next due the same span after
+    ``now`` (this node's clock as they are restored) as it was after they left; the app
+    registers none. ``registrations``: the timers' own (a move that did not happen: their
+    handles stay theirs). They are armed by the caller, once the pending ticks are queued."""
     out = []
     for t in timers:
         options = TimerOptions(t.overrun_policy, t.max_catch_up_ticks, t.keeps_alive)
@@ -251,9 +248,11 @@ def restore_timers(
         kept = None if registrations is None else registrations.get(t.name)
         out.append(Timer(t.name, t.interval, options, obj, obj.timer_owner(t.name), fn,
                          now + t.due_in, kept))  # fmt: skip
-        out[-1].sequence = t.sequence
-        if counts is not None and t.name in counts:
-            out[-1].late_ticks, out[-1].delivered = counts[t.name]
+        out[-1].sequence, out[-1].late_ticks, out[-1].delivered = (
+            t.sequence,
+            t.late_ticks,
+            t.delivered,
+        )
     with obj.rt.directory.lock:
         obj.give_timers(out)
     return out
