@@ -40,6 +40,7 @@ from ..errors import (
     InvalidArgument,
     InvalidOperation,
     NotFound,
+    ResourceExhausted,
     Unavailable,
     ZLinkError,
 )
@@ -100,8 +101,11 @@ class RemoteJoin:
     def _answered(
         self, actor: ActorAct, target_id: str, value: Any, error: BaseException | None
     ) -> None:
-        if error is not None:
-            self._fail(actor, target_id, error)
+        from ..runtime.acts import GONE
+
+        if error is not None or actor.state is GONE:  # (dropped at a fence meanwhile: its
+            # completion is skipped, ``complete_join``; it never moves)
+            self._fail(actor, target_id, error or Unavailable(f"{actor.actor_id!r} is gone"))
             return
         try:
             answer = wire.load_record(wire.JoinAnswer, value)
@@ -137,12 +141,17 @@ class RemoteJoin:
         from ..runtime.acts import GONE
         from ..runtime.jobs import LifeJob
 
+        if self.rt.fenced:  # its node dropped it, and its Spot: no lifecycle step runs
+            return  # (``Closing.drop_all``; an audit found the Spot told it left)
         if error is not None and actor.state != GONE:  # it stays here, reopened: it failed
             self._fail(actor, target_id, error)
             return
         # it left: moved, or committed to a node that then went down before it opened it
         # (the Actor belongs to that node, lost with it: nothing more runs on this copy)
-        if source is actor.entry or source.members.pop(actor.actor_id, None) is not None:
+        if source.state is GONE:  # closed meanwhile (a close waits for a moving member:
+            source.members.pop(actor.actor_id, None)  # this is a stop's close, or a fence)
+            self.rt.metrics.add("lifecycle_skipped_on_leave_actor")
+        elif source is actor.entry or source.members.pop(actor.actor_id, None) is not None:
             old = actor.instance  # (its Entry Spot hears it leave too: python-api §3)
             source.owner.put_unreserved(
                 LifeJob(source, "on_leave_actor", lambda: source.instance.on_leave_actor(old),
@@ -166,7 +175,7 @@ class RemoteJoin:
     def on_ask(self, env: wire.JoinAskEnvelope) -> None:
         """On the infrastructure thread: run ``on_actor_join`` as a lifecycle turn of the Spot."""
         from ..runtime.acts import GONE, READY, SEALED
-        from ..runtime.jobs import LifeJob, handler_error
+        from ..runtime.jobs import LifeJob, failure
 
         def answer(value: Any = None, error: BaseException | None = None) -> None:
             self.router.reply(env.origin_node, env.correlation, value, error)
@@ -208,8 +217,8 @@ class RemoteJoin:
 
         def decided(turn: Turn) -> None:
             result = turn.result if turn.result is not None else ActorJoinResult()
-            if turn.error is not None:
-                answer(error=handler_error(turn.error))
+            if turn.error is not None:  # (one discarded unrun keeps its own error: an
+                answer(error=failure(turn))  # audit found it a HandlerError, as on one node)
             elif not isinstance(result, ActorJoinResult):
                 answer(error=InvalidArgument(f"on_actor_join gave {result!r}: not a JoinResult"))
             else:
@@ -225,8 +234,14 @@ class RemoteJoin:
             target, "on_actor_join",
             lambda: target.instance.on_actor_join(env.actor_id, request), decided,
         )  # fmt: skip
-        if target.owner.put_life(job) != Admission.ADMITTED:
-            answer(error=Unavailable(f"{env.target!r} admits no join now"))
+        verdict = target.owner.put_life(job)
+        if verdict != Admission.ADMITTED:  # as on one node (``Membership._join_ask``)
+            refused: ZLinkError = (
+                Unavailable(f"{env.target!r} is sealed or closing")
+                if verdict == Admission.CLOSED
+                else ResourceExhausted(f"the lifecycle lane of {env.target!r} is full")
+            )
+            answer(error=refused)
 
 
 def _nowhere(target: str, error: BaseException | None) -> ZLinkError:

@@ -132,7 +132,10 @@ class Closing:
 
     def _begin_close(self, act: SpotAct, reason: SpotCloseReason) -> None:
         """(``act`` is CLOSING now.) Its timers stop, its members go home, then
-        ``on_closing`` is queued."""
+        ``on_closing`` is queued. A member sealed by a cross-node Join (leaving for a Spot on
+        another node, or arriving from one) goes home once its move ended, if it is still
+        here then (a withdrawn move, an arrival committed): skipped, it was left bound to the
+        closed Spot, or heard leaving it after its ``on_closing`` (found by an audit)."""
         if act.held is None:  # (an Instance Spot's wait on, for its next activation)
             act.owner.lanes.end_waits()  # who waits for room is refused as a new call now is
         act.cancel_timers()
@@ -143,12 +146,26 @@ class Closing:
             return
         one_left = countdown(len(members), partial(self.queue_closing, act, reason,
                                                     deadline=deadline))  # fmt: skip
+        relocator = self.rt.relocator
         for actor_id in members:
             member = act.members.get(actor_id)
-            if member is not None and member.state != READY:  # ending (``disconnect``): it
-                one_left()  # goes by itself; sent home, it would wait behind its own end
+            if member is not None and member.state is SEALED and relocator is not None:
+                relocator.after_move(actor_id, partial(self._send_home, act, actor_id, one_left))
                 continue
+            self._send_home(act, actor_id, one_left)
+
+    def _send_home(self, act: SpotAct, actor_id: str, one_left: Callable[[], None]) -> None:
+        """A member of the closing ``act`` goes back to its Entry Spot (``one_left`` once it
+        left); one that is not its ready member now counts at once: ending (``disconnect``:
+        it goes by itself; sent home, it would wait behind its own end), moved away, gone."""
+        member = act.members.get(actor_id)
+        if member is None or member.state is not READY or member.spot is not act:
+            one_left()
+            return
+        try:
             self.rt.leave(actor_id, act.spot_id, one_left)
+        except ZLinkError:  # (not its member any more, just now)
+            one_left()
 
     def _deadline(self, act: SpotAct, budget: float) -> float:
         """The close's deadline, ``budget`` (or the closing timeout) from now, armed (and

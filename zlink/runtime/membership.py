@@ -219,7 +219,13 @@ class Membership:
             target.members[actor.actor_id] = actor
 
     def complete_join(self, actor: ActorAct, done: ActorJoinCompletion, gate: Gate | None) -> None:
+        """``on_join_completed``, then the Actor's next turn (on ``gate``, when it joined).
+        Not for an Actor its node dropped meanwhile (its fence: no lifecycle step runs on
+        what it dropped, ``Closing.drop_all``; an audit found it run): skipped, counted."""
         actor.joining = False
+        if actor.state is GONE:
+            self.rt.metrics.add("lifecycle_skipped_on_join_completed")
+            return
         actor.owner.lanes.put_unreserved(
             LifeJob(
                 actor,
@@ -242,16 +248,22 @@ class Membership:
             raise InvalidOperation(f"actor {actor_id!r} is not a member of {from_spot!r}")
         if actor.spot.state in (SEALED, GONE):  # closing sends members home itself
             raise Unavailable(f"{actor.spot.spot_id!r} is moving; leave after the move")
-        go = partial(self._leave_go, actor, then)
+        go = partial(self._leave_go, actor, then, None if from_spot is None else actor.spot)
         actor.owner.put_unreserved(
             LifeJob(
                 actor, "leave", lambda: actor.owner.hold(go), None, Lane.UNRESERVED, callback=False
             )
         )
 
-    def _leave_go(self, actor: ActorAct, then: Callable[[], None] | None) -> None:
+    def _leave_go(
+        self, actor: ActorAct, then: Callable[[], None] | None, member_of: SpotAct | None
+    ) -> None:
+        """(The Actor held, quiescent.) It goes home from the Spot it is in; ``member_of``:
+        only from that one (a close sends its own members home: one that joined another
+        Spot since stays there; an audit found it pulled out of the Spot it had just
+        joined)."""
         source, entry = actor.spot, actor.entry
-        if source is entry:
+        if source is entry or (member_of is not None and source is not member_of):
             actor.owner.unhold()
             if then is not None:
                 then()
