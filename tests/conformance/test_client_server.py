@@ -424,7 +424,7 @@ def test_submit_is_refused_at_once_when_the_window_is_full(serve, connect):
     _room(client)
     _fill_lane(client)
     for n in range(2, 6):  # they wait for room at the node: no verdict, the window fills
-        client.send_to_spot("r", Note(n=n)).submit()
+        client.send_to_spot("r", Note(n=n)).future()  # (a submit() would be refused there)
     started = time.monotonic()
     with pytest.raises(zlink.ResourceExhausted):
         client.send_to_spot("r", Note(n=99)).submit()
@@ -439,8 +439,8 @@ def test_wait_and_future_wait_for_room_in_the_window_in_order(serve, connect):
     client = connect(node, window=2)
     _room(client)
     _fill_lane(client)
-    client.send_to_spot("r", Note(n=2)).submit()
-    client.send_to_spot("r", Note(n=3)).submit()  # the window is full now
+    client.send_to_spot("r", Note(n=2)).future()  # they wait for room at the node
+    client.send_to_spot("r", Note(n=3)).future()  # the window is full now
     waiting = client.send_to_spot("r", Note(n=4)).future()
     with pytest.raises(zlink.ResourceExhausted):  # submit() never overtakes a waiter
         client.send_to_spot("r", Note(n=98)).submit()
@@ -708,7 +708,7 @@ def _welcome(router: zmq.Socket[Any], admission_timeout: float = 5.0) -> bytes:
     hello = cw.decode(data)
     assert isinstance(hello, cw.Hello)
     welcome = cw.Welcome(
-        hello.correlation, "fake", "main", 8, 1 << 20, 8, admission_timeout, 5.0, 1 << 20, ()
+        hello.correlation, "fake", "main", 8, 1 << 20, 8, admission_timeout, 5.0, 1 << 20, (), 1.0
     )
     router.send_multipart([ident, cw.encode(welcome)])
     return ident

@@ -14,7 +14,7 @@ from zlink.types import TargetKind
 ERR = EncodedError(ErrorCode.NOT_FOUND, "NotFound", "no spot 'x'")
 FRAMES: list[cw.ClientFrame] = [
     cw.Hello(0, "123@host"),
-    cw.Welcome(0, "n1", "main", 1024, 1 << 24, 4096, 30.0, 2.5, 1 << 26, ()),
+    cw.Welcome(0, "n1", "main", 1024, 1 << 24, 4096, 30.0, 2.5, 1 << 26, (), 1.0),
     cw.Welcome(
         0,
         "n1",
@@ -26,9 +26,11 @@ FRAMES: list[cw.ClientFrame] = [
         2.5,
         1 << 26,
         ("tcp://127.0.0.1:7102", "tcp://[::1]:7103"),
+        0.5,
     ),
     cw.Send(1, TargetKind.SPOT, "r", "t.note", None, False, None, None, b'{"n":1}'),
     cw.Send(2, TargetKind.TOPIC, "news", "t.news", {"k": "v"}, True, "t.i", 0.25, b""),
+    cw.Send(4, TargetKind.SPOT, "r", "t.note", None, False, None, 0.0, b'{"n":2}'),
     cw.Batch(3, TargetKind.ACTOR, "a", ("t.x", "t.y"), None, (b"{}", b'{"z":[1,2]}')),
     cw.Batch(4, TargetKind.SPOT, "r", ("t.x",), 1.5, (b"",)),
     cw.Request(5, TargetKind.CHANNEL, "api", "t.echo", None, False, None, 2.0, b'{"t":"\xc3\xa9"}'),

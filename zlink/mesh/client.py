@@ -50,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import math
 import os
 import socket
 import threading
@@ -74,8 +75,15 @@ from ..errors import (
     NotFound,
     ResourceExhausted,
     Unavailable,
+    ZLinkError,
 )
-from ..executor import InfraExecutor, MonotonicClock, current_turn, in_infrastructure
+from ..executor import (
+    DeadlineHandle,
+    InfraExecutor,
+    MonotonicClock,
+    current_turn,
+    in_infrastructure,
+)
 from ..messaging import codec
 from ..messaging.completion import ON_ITS_WAY, Admitted, Completion, expire, in_progress
 from ..messaging.context import Client
@@ -101,6 +109,7 @@ _log = logging.getLogger("zlink.client")
 
 _RECV_BATCH = 256  # frames read at once before they go to the completion thread
 _CLOSE_LINGER_MS = 1000  # how long close() lets queued frames get out
+_ORPHAN_MARGIN = 1.0  # past a node's reply_grace: how long a call's late answer may travel
 _ATTEMPT_TIMEOUT = 2.0  # seconds a reconnect attempt waits for a node's handshake, at most
 MAX_HEARTBEAT = 2000.0  # seconds: a heartbeat interval connect() takes, at most (ZeroMQ TTL)
 _CANCEL_LOOK = 0.05  # seconds between looks at a handshake's cancel event
@@ -115,6 +124,20 @@ _LOST_EVENTS = (
 _REPLY_TYPES: dict[type, Any] = {}  # request class -> its reply type (reply_type walks the MRO)
 _UNSET = object()
 _MAX_ID = 2**63 - 1
+
+
+def _span(seconds: float) -> float:
+    """The time a waiting send or call has left, as its frame carries it once it goes: to the
+    millisecond, so its JSON is never wider than :func:`_widest` of the span it began as."""
+    return round(max(1e-3, seconds), 3)
+
+
+def _widest(seconds: float) -> float:
+    """A span whose JSON is as wide as any :func:`_span` up to ``seconds`` (at most
+    ``MAX_SECONDS``): what a waiting frame's size is checked with. An audit found the check
+    made with the span itself (``1.0``) and the frame built later with the time left
+    (``0.98765...``), larger than the node takes."""
+    return math.floor(seconds) + 0.111
 
 
 class _State(Enum):
@@ -169,6 +192,7 @@ class _Pending:
 
     completion: Completion
     decode: Callable[[bytes], Any]
+    orphan: DeadlineHandle | None = None  # ended without its reply: when its slot frees
 
 
 @dataclass(slots=True)
@@ -195,6 +219,7 @@ class _Limits:
     admission_timeout: float
     request_timeout: float
     max_frame_bytes: int
+    reply_grace: float  # how long after a call's deadline the node may still count it
 
 
 def _decode_bool(data: bytes) -> bool:
@@ -580,8 +605,9 @@ class _Connection:
         room: Admitted | None,
     ) -> None:
         """Put a send in the window now, or (given ``room``) wait for room there; else
-        ``ResourceExhausted`` with nothing sent."""
-        wait = None if room is None else room.deadline
+        ``ResourceExhausted`` with nothing sent. Without ``room`` (a ``submit()``) its frame
+        says it waits for none at the node either (``wait`` 0: refused at once there too)."""
+        wait = 0.0 if room is None else room.deadline
         with self._lock:
             limits = self._ready()
             if items > limits.window_items or size > limits.window_bytes:
@@ -602,8 +628,8 @@ class _Connection:
                 wake = not self._signalled
                 self._signalled = True
             elif room is not None:
-                self._frame(build(_MAX_ID, wait), limits)  # it will fit when its turn comes
                 limit = wait if wait is not None else limits.admission_timeout
+                self._frame(build(_MAX_ID, _widest(limit)), limits)  # it fits when it goes
                 queued = _Waiting(items, size, room, build, limit, time.monotonic())
                 self._waiting.append(queued)
                 room.withdraw = functools.partial(self._withdraw, queued)
@@ -660,13 +686,18 @@ class _Connection:
             room.timer = self._infra.call_later(limit + ON_ITS_WAY, _no_verdict, room, node, limit)
 
     def _withdraw(self, waiting: _Waiting) -> bool:
-        """Take back a send still waiting for room (its caller gave up): ``True`` if it was."""
+        """Take back a send still waiting for room (its caller gave up): ``True`` if it was.
+        Those behind it that fit now go (an audit found them waiting for the next verdict,
+        and every ``submit()`` refused meanwhile, with room in the window)."""
         with self._lock:
             try:
                 self._waiting.remove(waiting)
             except ValueError:
                 return False
-            return True
+            wake = self._admit_waiting()
+        if wake:
+            self._wake_now()
+        return True
 
     def _call(
         self,
@@ -686,7 +717,7 @@ class _Connection:
                 deadline = limits.request_timeout
             pending = _Pending(completion, decode)
             if len(self._calls) >= limits.calls_in_flight or self._call_waiting:
-                self._frame(build(_MAX_ID, deadline), limits)  # it will fit when its turn comes
+                self._frame(build(_MAX_ID, _widest(deadline)), limits)  # fits when it goes
                 waiting = _CallWaiting(pending, build, deadline, time.monotonic())
                 self._call_waiting.append(waiting)
                 self.counters.add("call_waits")
@@ -737,10 +768,37 @@ class _Connection:
             self._call_waiting.remove(waiting)
 
     def _forget(self, correlation: int, _value: Any, _error: BaseException | None) -> None:
-        """A call ended: its slot goes to the calls that wait for one, in order."""
-        sent: list[tuple[int, Completion]] = []
+        """A call ended. By its reply (taken from ``_calls`` then), its slot goes to the calls
+        that wait for one, in order. Before it (its deadline, a cancel), the node still
+        counts it until it answers, its own deadline ``reply_grace`` later at the latest: its
+        slot stays taken until that answer comes (``_on_reply``), or that time and a moment
+        more has passed (an audit found the next call sent at once, and refused there). (A
+        callback of the call's completion: nothing may escape it, or the callbacks after it,
+        the caller's own, would not run.)"""
         with self._lock:
-            self._calls.pop(correlation, None)
+            pending = self._calls.get(correlation)
+            limits = self._limits
+            if pending is not None and self._state is _State.UP and limits is not None:
+                pending.orphan = self._infra.call_later(
+                    limits.reply_grace + _ORPHAN_MARGIN, self._orphaned, correlation, pending
+                )
+                return
+        self._calls_freed()
+
+    def _orphaned(self, correlation: int, pending: _Pending) -> None:
+        """A call that ended without its reply has not been answered in time: its slot goes."""
+        with self._lock:
+            if self._calls.get(correlation) is not pending:
+                return
+            del self._calls[correlation]
+        self.counters.add("calls_never_answered")
+        self._calls_freed()
+
+    def _calls_freed(self) -> None:
+        """Calls that wait for a slot go, in order, while there are slots."""
+        sent: list[tuple[int, Completion]] = []
+        refused: list[tuple[Completion, ZLinkError]] = []
+        with self._lock:
             limits = self._limits
             if self._state is not _State.UP or limits is None:
                 return
@@ -750,14 +808,20 @@ class _Connection:
                 completion = waiting.pending.completion
                 if completion.done:
                     continue  # (its deadline or a cancel, just now)
-                left = max(0.001, waiting.deadline - (now - waiting.since))
-                sent.append((self._send_call(waiting.pending, waiting.build, left, limits),
-                             completion))  # fmt: skip
+                left = _span(waiting.deadline - (now - waiting.since))
+                try:
+                    number = self._send_call(waiting.pending, waiting.build, left, limits)
+                except ZLinkError as exc:  # (it was checked at its widest: not expected)
+                    refused.append((completion, exc))
+                    continue
+                sent.append((number, completion))
             wake = bool(sent) and not self._signalled
             if wake:
                 self._signalled = True
         for number, completion in sent:
             completion.add_callback(functools.partial(self._forget, number))
+        for completion, error in refused:
+            completion.set(None, error)
         if wake:
             self._wake_now()
 
@@ -838,6 +902,7 @@ class _Connection:
                 max(1e-3, f.admission_timeout),
                 max(1e-3, f.request_timeout),
                 f.max_frame_bytes,
+                min(max(0.0, f.reply_grace), 60.0),  # (a node's word: bounded)
             )
             self._state = _State.UP
         peers: list[str] = []
@@ -853,7 +918,12 @@ class _Connection:
         with self._lock:
             pending = self._calls.pop(f.correlation, None)
         if pending is None:  # completed already (its deadline first): never a second time
+            self.counters.add("late_replies")  # (and its slot went: ``_orphaned``)
+            return
+        if pending.orphan is not None:  # it ended before its reply: its slot goes now
+            pending.orphan.cancel()
             self.counters.add("late_replies")
+            self._calls_freed()
             return
         completion = pending.completion
         if f.error is not None:
@@ -924,11 +994,15 @@ class _Connection:
             self._waiting.popleft()
             if head.room.done:
                 continue
-            left = max(1e-3, head.limit - (now - head.since))
-            self._put(head.items, head.size, head.build(self._next, left), head.room, left)
-            if head.room.timer is not None:
-                head.room.timer.cancel()  # the node's wait is its limit now
-            sent = True
+            left = _span(head.limit - (now - head.since))
+            try:
+                frame = self._frame(head.build(self._next, left), limits)
+            except ZLinkError as exc:  # (it was checked at its widest: not expected; its
+                self._infra.submit(functools.partial(head.room.set, None, exc))  # callbacks
+                continue  # take this lock)
+            self._put(head.items, head.size, frame, head.room, left)  # (its wait for room
+            sent = True  # ends, and the one for the node's verdict begins: an audit found
+            # the latter cancelled here, and a send that never heard a verdict never ended)
         if sent and not self._signalled:
             self._signalled = True
             return True

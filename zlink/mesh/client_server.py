@@ -274,6 +274,7 @@ class ClientServer:
                 s.request_timeout,
                 s.max_frame_bytes,
                 tuple(self._transport.client_endpoints()),
+                s.reply_grace,
             ),
         )
 
@@ -321,7 +322,7 @@ class ClientServer:
             return
         room = None
         try:
-            wait = None if f.wait is None else check_seconds(f.wait, "a send's wait")
+            wait = _wait(f.wait, "a send's wait")
             if f.target_kind not in _ONE_WAY_KINDS:
                 raise InvalidArgument(
                     f"a send goes to a spot, actor, channel or topic, not {f.target_kind}"
@@ -329,13 +330,16 @@ class ClientServer:
             msg = _message(f.message_type, f.payload)
             call = SendCall(self._port, f.target_kind, check_id("target", f.target), msg)
             _options(call, f.meta, f.instance, f.instance_type)
-            room = Admitted(wait)
+            room = None if wait == 0 else Admitted(wait)
             plain = not f.meta and not f.instance  # the runtime's fast path, if it fits
             self._port.submit(call, None, NO_WAIT, 0, False, plain, room)
         except Exception as exc:  # noqa: BLE001 - the client hears it, typed
             self._verdict(conn, f.seq, 1, size, None, _typed(exc))
             return
-        room.add_callback(functools.partial(self._verdict, conn, f.seq, 1, size))
+        if room is None:  # a ``submit()``: admitted now, or refused above
+            self._verdict(conn, f.seq, 1, size, None, None)
+        else:
+            room.add_callback(functools.partial(self._verdict, conn, f.seq, 1, size))
 
     def _on_batch(self, client: bytes, f: cw.Batch) -> None:
         n, size = len(f.payloads), sum(map(len, f.payloads))
@@ -345,19 +349,22 @@ class ClientServer:
             return
         room = None
         try:
-            wait = None if f.wait is None else check_seconds(f.wait, "a batch's wait")
+            wait = _wait(f.wait, "a batch's wait")
             if f.target_kind not in _UNIT_KINDS:
                 raise InvalidArgument(f"a batch goes to a spot or an actor, not {f.target_kind}")
             if n == 0 or len(f.message_types) != n:
                 raise InvalidArgument(f"a batch of {n} payloads and {len(f.message_types)} types")
             msgs = [_message(t, p) for t, p in zip(f.message_types, f.payloads, strict=True)]
             call = BatchSendCall(self._port, f.target_kind, check_id("target", f.target), msgs)
-            room = Admitted(wait)
+            room = None if wait == 0 else Admitted(wait)
             self._port.submit_many(call, room)
         except Exception as exc:  # noqa: BLE001 - the client hears it, typed
             self._verdict(conn, f.seq, max(1, n), size, None, _typed(exc))
             return
-        room.add_callback(functools.partial(self._verdict, conn, f.seq, n, size))
+        if room is None:  # a ``submit()``: admitted now, or refused above
+            self._verdict(conn, f.seq, n, size, None, None)
+        else:
+            room.add_callback(functools.partial(self._verdict, conn, f.seq, n, size))
 
     def _refuse_send(self, client: bytes, seq: int, items: int) -> None:
         """A send past its connection's window: refused at once, counted."""
@@ -503,6 +510,15 @@ class ClientServer:
         else:
             frame = cw.Reply(correlation, encode_error(error), b"")
         self._send(conn.ident, frame)
+
+
+def _wait(wait: float | None, what: str) -> float | None:
+    """A send's wait for room as it came: ``None`` (the admission timeout), ``0`` (none: a
+    ``submit()``, refused at once when there is no room, as ``node.client()``'s is; an audit
+    found it waiting as one of the target's bounded waiters), else checked seconds."""
+    if wait is None or (wait == 0 and type(wait) in (int, float)):
+        return wait
+    return check_seconds(wait, what)
 
 
 def _message(type_name: str, payload: bytes) -> Message:

@@ -44,7 +44,7 @@ from ..messaging import codec
 from ..types import TargetKind
 from .wire import EncodedError
 
-CLIENT_VERSION: Final = 2
+CLIENT_VERSION: Final = 3
 """The version every client frame carries; each side decodes its own version only."""
 
 HEADER: Final = struct.Struct("!BBI")  # version, kind, head length
@@ -147,6 +147,10 @@ class Welcome:
     peers: tuple[str, ...]
     """The client endpoints of the other nodes of its mesh it reaches now: where a client
     may connect again if it loses this one (version 2)."""
+    reply_grace: float
+    """How much later than the client's deadline the node's own deadline for its call is:
+    a call that ended at the client without its reply still counts at the node until it
+    answers, by then at the latest (version 3)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +169,8 @@ class Send:
     instance: bool
     instance_type: str | None
     wait: float | None
-    """Seconds the caller still waits for room; ``None``: the node's admission timeout."""
+    """Seconds the caller still waits for room; ``None``: the node's admission timeout; ``0``:
+    none (a ``submit()``: refused at once if there is no room; version 3)."""
     payload: bytes
     """The message's JSON bytes (the tail)."""
 
@@ -181,6 +186,7 @@ class Batch:
     target: str
     message_types: tuple[str, ...]
     wait: float | None
+    """As ``Send.wait``."""
     payloads: tuple[bytes, ...]
     """Each message's JSON bytes (the tail; the head holds their sizes)."""
 

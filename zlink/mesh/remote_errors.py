@@ -27,11 +27,25 @@ _BY_CODE: dict[ErrorCode, type[ZLinkError]] = {
 
 
 def encode_error(exc: BaseException) -> EncodedError:
-    """``exc`` as it crosses: a ZLinkError keeps its code; anything else is a handler error."""
+    """``exc`` as it crosses: a ZLinkError keeps its code; anything else is a handler error.
+    Its text crosses as valid UTF-8: a lone surrogate (text made from badly decoded bytes, a
+    file name say) would not encode, and the caller heard nothing until its deadline (found
+    by an audit), so it crosses escaped (``\\udc80``)."""
     if isinstance(exc, HandlerError):
-        return EncodedError(exc.code, exc.remote_type, exc.remote_message)
+        return EncodedError(exc.code, _text(exc.remote_type), _text(exc.remote_message))
     code = exc.code if isinstance(exc, ZLinkError) else ErrorCode.HANDLER_ERROR
-    return EncodedError(code, type(exc).__qualname__, str(exc))
+    return EncodedError(code, _text(type(exc).__qualname__), _text(str(exc)))
+
+
+def _text(text: str) -> str:
+    """``text``, with what UTF-8 cannot carry (lone surrogates) escaped."""
+    if text.isascii():
+        return text
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 def decode_error(data: EncodedError) -> ZLinkError:
