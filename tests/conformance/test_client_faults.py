@@ -163,7 +163,7 @@ def test_a_handler_error_whose_text_does_not_encode_reaches_the_remote_caller_ty
 
 
 def test_a_call_within_the_nodes_limit_is_not_refused_after_earlier_calls_timed_out(
-    serve,
+    serve,  # noqa: F811
     connect,  # noqa: F811
 ):
     """python-api §9: a request's wait for room counts inside its own timeout; the client
@@ -245,7 +245,7 @@ def test_a_call_whose_frame_could_outgrow_the_limit_while_it_waits_is_refused_at
 
 
 def test_a_remote_submit_into_a_full_lane_is_refused_not_queued_at_the_node(
-    serve,
+    serve,  # noqa: F811
     connect,  # noqa: F811
 ):
     """python-api §9: ``send.submit()`` into a full lane raises ``ResourceExhausted`` at once,
@@ -314,3 +314,94 @@ def test_a_handler_error_whose_text_does_not_encode_reaches_a_caller_on_another_
         with pytest.raises(zlink.HandlerError, match=r"x\\udc80"):
             n1.client().request_to_spot("r", Boom(text="x")).timeout(2.0).wait(WAIT)
         assert time.monotonic() - started < 1.0
+
+
+# -- found by a review of the fixes -----------------------------------------------------------
+
+
+def test_a_call_whose_await_was_cancelled_keeps_its_slot_while_the_node_still_counts_it():
+    """python-api §9/§10, ``_forget``'s own contract: a call that ended at the client
+    without its reply "still counts at the node until it answers, its own deadline
+    ``reply_grace`` later at the latest", so its slot stays taken until then. A call whose
+    ``await`` is cancelled ends long before its deadline; ``_forget`` frees its slot
+    ``reply_grace + 1`` s after the *cancel*, not after its deadline: with a 30 s call the
+    next call goes out ~1 s later while the node still counts the first (it answers
+    ``ResourceExhausted``: a refusal the client's limit exists to prevent)."""
+    import asyncio
+    import contextlib
+
+    import zmq
+
+    from zlink.mesh import client_wire as cw
+
+    ctx = zmq.Context.instance()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    client = None
+    try:
+        import threading
+
+        result: dict = {}
+        opened = threading.Thread(
+            target=lambda: result.update(
+                client=zlink.connect(f"tcp://127.0.0.1:{port}", heartbeat=60.0)
+            )
+        )
+        opened.start()
+        assert router.poll(WAIT * 1000)
+        ident, data = router.recv_multipart()
+        hello = cw.decode(data)
+        welcome = cw.Welcome(
+            hello.correlation, "fake", "main", 8, 1 << 20, 1, 5.0, 5.0, 1 << 20, (), 0.0
+        )  # calls_in_flight 1, reply_grace 0
+        router.send_multipart([ident, cw.encode(welcome)])
+        opened.join(WAIT)
+        client = result["client"]
+
+        async def cancel_one() -> None:
+            task = asyncio.ensure_future(
+                _awaited(client.request_to_spot("r", Echo(text="a")).timeout(30.0))
+            )
+            loop = asyncio.get_running_loop()
+            (asked,) = await loop.run_in_executor(None, _frames, router, 1)
+            assert isinstance(asked, cw.Request) and asked.deadline > 29
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, zlink.Cancelled):
+                await task
+
+        asyncio.run(cancel_one())
+        # the node counts the first call for ~30 s more: the second must wait for its slot
+        second = client.request_to_spot("r", Echo(text="b")).timeout(30.0).future()
+        went_early = router.poll(2500)
+        if went_early:
+            (early,) = _frames(router, 1)
+            assert not isinstance(early, cw.Request), f"went while the first counts: {early}"
+        second.cancel()
+    finally:
+        router.close(0)
+        if client is not None:
+            client.close()
+
+
+async def _awaited(call):
+    return await call
+
+
+def test_a_call_that_timed_out_is_not_counted_again_as_failed_by_the_close():
+    """A call that ended by its deadline stays in ``_calls`` (an orphan, its slot kept for
+    the node's late answer). ``close()`` (and a lost connection) then fails "every call
+    still pending" and counts ``calls_failed_client_closed`` (``calls_failed_connection_lost``)
+    with ``len(_calls)``: the orphan, which its caller already heard fail with
+    ``DeadlineExceeded``, is counted a second time, as a failure it never had."""
+
+    with _scripted_node() as (client, router, _ident):
+        call = client.request_to_spot("r", Echo(text="a")).timeout(0.1).future()
+        _frames(router, 1)  # sent; the fake node never answers
+        import pytest
+
+        with pytest.raises(zlink.DeadlineExceeded):
+            call.result(WAIT)
+        client.close()
+        counters = client.counters()
+        assert counters.get("calls_failed_client_closed", 0) == 0, counters

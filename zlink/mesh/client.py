@@ -193,6 +193,7 @@ class _Pending:
     completion: Completion
     decode: Callable[[bytes], Any]
     orphan: DeadlineHandle | None = None  # ended without its reply: when its slot frees
+    ends: float = 0.0  # (monotonic) when its deadline, as sent, passes
 
 
 @dataclass(slots=True)
@@ -387,7 +388,8 @@ class _Connection:
 
     def _take_all(self) -> tuple[list[_Pending], list[_InFlight], list[_Waiting]]:
         """(Under ``_lock``.) Empty every table: what a loss or a close fails."""
-        calls, self._calls = list(self._calls.values()), {}
+        calls = [p for p in self._calls.values() if p.orphan is None]  # (an orphan ended:
+        self._calls = {}  # its caller heard so, a review found it counted failed again)
         calls += [waiting.pending for waiting in self._call_waiting]  # (never sent)
         self._call_waiting = deque()
         sends, self._sends = list(self._sends.values()), {}
@@ -749,6 +751,7 @@ class _Connection:
         correlation = self._next
         frame = self._frame(build(correlation, deadline), limits)
         self._next = correlation + 1
+        pending.ends = time.monotonic() + deadline
         self._calls[correlation] = pending
         completion = pending.completion
         if completion.timer is None:
@@ -779,8 +782,12 @@ class _Connection:
             pending = self._calls.get(correlation)
             limits = self._limits
             if pending is not None and self._state is _State.UP and limits is not None:
-                pending.orphan = self._infra.call_later(
-                    limits.reply_grace + _ORPHAN_MARGIN, self._orphaned, correlation, pending
+                left = max(0.0, pending.ends - time.monotonic())  # (a cancel ends it early:
+                pending.orphan = self._infra.call_later(  # the node counts it till then)
+                    left + limits.reply_grace + _ORPHAN_MARGIN,
+                    self._orphaned,
+                    correlation,
+                    pending,
                 )
                 return
         self._calls_freed()

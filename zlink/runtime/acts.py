@@ -185,6 +185,7 @@ class SpotAct(ObjectAct):
         "activated",
         "close_asked",
         "closing_overdue",
+        "closing_start",
         "closing_timer",
         "closing_turn",
         "context",
@@ -227,6 +228,8 @@ class SpotAct(ObjectAct):
         self.closing_turn: Turn | None = None  # a running on_closing, cancelled at its deadline
         self.closing_overdue = False  # the close's deadline passed: suspensions end at once
         self.closing_timer: DeadlineHandle | None = None  # that deadline, cancelled at the end
+        self.closing_start: Callable[[], None] | None = None  # queues on_closing once its
+        # members went home (``Closing._start_closing``: once, by them or by a stop)
         # an Instance Spot closed itself while sealed for a move that waits for its barrier:
         # the barrier withdraws the move and the Spot closes (``Closing.close_self``)
         self.close_asked = False

@@ -144,8 +144,8 @@ class Closing:
         if not members:
             self.queue_closing(act, reason, deadline=deadline)
             return
-        one_left = countdown(len(members), partial(self.queue_closing, act, reason,
-                                                    deadline=deadline))  # fmt: skip
+        act.closing_start = partial(self.queue_closing, act, reason, deadline=deadline)
+        one_left = countdown(len(members), partial(self._start_closing, act))
         relocator = self.rt.relocator
         for actor_id in members:
             member = act.members.get(actor_id)
@@ -154,10 +154,22 @@ class Closing:
                 continue
             self._send_home(act, actor_id, one_left)
 
+    def _start_closing(self, act: SpotAct) -> None:
+        """``act``'s members went home (or a stop goes on without them): its ``on_closing``
+        is queued, once."""
+        with self.rt.directory.lock:
+            start, act.closing_start = act.closing_start, None
+        if start is not None:
+            start()
+
     def _send_home(self, act: SpotAct, actor_id: str, one_left: Callable[[], None]) -> None:
         """A member of the closing ``act`` goes back to its Entry Spot (``one_left`` once it
         left); one that is not its ready member now counts at once: ending (``disconnect``:
-        it goes by itself; sent home, it would wait behind its own end), moved away, gone."""
+        it goes by itself; sent home, it would wait behind its own end), moved away, gone.
+        Nothing, once its node dropped ``act`` (its fence: no step of it runs then, a
+        review found its ``on_closing`` run)."""
+        if self.rt.fenced or act.state is not CLOSING:
+            return
         member = act.members.get(actor_id)
         if member is None or member.state is not READY or member.spot is not act:
             one_left()
@@ -425,12 +437,18 @@ class Closing:
 
     def close_all(self, budget: float) -> None:
         """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)`` (at its barrier, as a close
-        does); members stay put."""
+        does); members stay put. One closing already whose members have not all gone home
+        (one waits for a move that a stop may never end) gets its own ``on_closing`` now (a
+        review found it neither run nor counted)."""
         for act in list(self.rt.spots.values()):
             with self.rt.directory.lock:
-                if act.state in (CLOSING, GONE):
-                    continue
-                sealed, act.state = act.state is SEALED, CLOSING
+                closing = act.state in (CLOSING, GONE)
+                if not closing:
+                    sealed, act.state = act.state is SEALED, CLOSING
+            if closing:
+                if act.closing_start is not None:  # (its members' wait may never end now)
+                    self._start_closing(act)
+                continue
             if sealed:  # (its move ends here: the events it missed meanwhile are counted)
                 self.rt.events_caught_up(act)
             act.cancel_timers()

@@ -35,7 +35,10 @@ before it did, its old node's after it left).
   counted; those of that numbering or an older one are taken and never counted (its node may
   have missed the start of them, dropped on the way, before it subscribed). A node its node
   had heard nothing from at all (met since, or whose every event so far was dropped on the
-  way) has no zero mark: its first events missed while moving are counted nowhere.
+  way) has no zero mark: its first events missed while moving are counted nowhere. One
+  over-count stays (a review's find): a later numbering whose first events were dropped on
+  their way to its node (counted where dropped) *before* it subscribed, then heard on its new
+  node, counts them as missed too.
 * **Locks.** One lock per stripe of (origin, topic) pairs (:data:`STRIPES`, all
   ``LockRank.PUBLISH``, never two held at once): offers of one pair are serialized, in number
   order, and a node's infrastructure thread waits for another thread's publish only when the
