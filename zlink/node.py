@@ -600,21 +600,27 @@ class Node:
         targets: dict[str, str] = {}  # where each move this drain began goes
         stayed: dict[str, str] = {}
         turn = 0
-        for spot_id, act in list(rt.spots.items()):
-            under_way = None if self._relocator is None else self._relocator.under_way(spot_id)
-            if under_way is not None:  # moving already (relocate_spot): waited for below
-                moving[spot_id] = under_way
-                continue
-            if self._relocator is None or not peers:
-                stayed[spot_id] = nowhere
-                continue
-            try:
-                targets[spot_id] = peers[turn % len(peers)]
-                moving[spot_id] = self._relocator.start(act, targets[spot_id], budget)
-                turn += 1
-            except ZLinkError as exc:
-                stayed[spot_id] = str(exc)
-        rt.draining = True  # from here calls made on this node are refused; relays go on
+        for last in (False, True):
+            if last:  # from here calls made on this node are refused; relays go on. A Spot
+                rt.draining = True  # made meanwhile (a create taken as the moves began) is
+                # moved or reported too (an audit found it in neither list, left to the stop)
+            for spot_id, act in list(rt.spots.items()):
+                if spot_id in moving or spot_id in stayed:
+                    continue
+                relocator = self._relocator
+                under_way = None if relocator is None else relocator.under_way(spot_id)
+                if under_way is not None:  # moving already (relocate_spot): waited for below
+                    moving[spot_id] = under_way
+                    continue
+                if relocator is None or not peers:
+                    stayed[spot_id] = nowhere
+                    continue
+                try:
+                    targets[spot_id] = peers[turn % len(peers)]
+                    moving[spot_id] = relocator.start(act, targets[spot_id], budget)
+                    turn += 1
+                except ZLinkError as exc:
+                    stayed[spot_id] = str(exc)
         moved = []
         refusing: set[str] = set()  # nodes that took no move (they drain or went away)
         for spot_id, done in moving.items():
@@ -743,6 +749,7 @@ class Node:
         graceful = end - min(1.0, timeout / 10)  # the rest: for what the forced stop wakes
         if self._relocator is not None:  # a move to a node that stops would be closed here
             self._relocator.refuse_arrivals(f"node {self.node_id} is shutting down")
+            self._end_moves(graceful)
         self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         self._settle(graceful)
@@ -830,6 +837,35 @@ class Node:
 
         self._infra.submit(abandon)
         done.wait(max(0.0, end - time.monotonic()))
+
+    def _end_moves(self, graceful: float) -> None:
+        """(A stop, arrivals refused.) Moves under way end before the stop closes what is
+        here: those leaving are withdrawn (their Spots serve here again, and close with the
+        rest; their callers hear ``Unavailable``), and those arriving are refused as they
+        restore; the ones past their point of no return (a commit under way, an arrival
+        restored) are waited for, half the graceful time at most, and then go where their
+        commit put them. Before, a stop closed a Spot whose commit then gave it to the
+        target, and one that arrived as it stopped (found by an audit)."""
+        relocator = self._relocator
+        assert relocator is not None
+        error = Unavailable(f"node {self.node_id} is shutting down; the move was withdrawn")
+        committing = relocator.withdraw_all(error)
+        until = time.monotonic() + max(0.0, graceful - time.monotonic()) / 2
+        ended = threading.Event()
+        left = [len(committing)]
+        lock = threading.Lock()
+
+        def one_ended(_value: Any, _error: BaseException | None) -> None:
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    ended.set()
+
+        if committing:
+            for done in committing:
+                done.add_callback(one_ended)
+            ended.wait(max(0.0, until - time.monotonic()))
+        relocator.wait_arrivals(max(0.0, until - time.monotonic()))
 
     def _settle(self, until: float) -> None:
         """(Shutdown.) Wait, until ``until`` at most, for no turn to be runnable and no worker

@@ -112,6 +112,10 @@ class Relocator(Outbound, Inbound):
         self.target_down(peer)
         self.source_down(peer)
 
+    def moving(self, spot_id: str) -> bool:
+        """Whether a move of ``spot_id`` arrives here or leaves from here now."""
+        return self.arriving(spot_id) or self.leaving(spot_id)
+
     def fenced(self) -> None:
         """(Infrastructure thread, no lock held.) This node fenced itself (python-api §10
         "Failure"): it may own nothing now, so no move it was part of goes on here. Moves

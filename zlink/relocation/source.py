@@ -224,6 +224,23 @@ class Outbound(RelocatorState):
             return True
         return self._reopen(out, error)
 
+    def withdraw_all(self, error: ZLinkError) -> list[Completion]:
+        """(A stop without a drain.) Every move leaving this node is withdrawn as
+        :meth:`withdraw` does (its Spot serves here again, to be closed by the stop with the
+        rest; its caller hears ``error``), but one whose commit is under way: the store's
+        answer decides it, and what its caller waits on is returned (an audit found the stop
+        run the Spot's ``on_closing`` here while the commit gave it to the target)."""
+        with self._lock:
+            wanted, self._wanted = list(self._wanted.values()), {}
+            outs = list(self._out.values())
+        for _target, done in wanted:
+            done.set(None, error)
+        return [out.done for out in outs if not self._reopen(out, error)]
+
+    def leaving(self, spot_id: str) -> bool:
+        """Whether a move of ``spot_id`` is leaving this node now (a dict read: any thread)."""
+        return spot_id in self._out_ids
+
     def signaled(self, act: SpotAct) -> bool:
         """The Spot reached a ``relocation_ready()`` boundary: start a waiting move now.
 

@@ -202,16 +202,29 @@ class Inbound(RelocatorState):
     def _refill(self, env: wire.RelocEnvelope, inc: Arriving) -> None:
         """The restored objects are held: queue their messages and timers, tell the source.
         (Under the relocator's lock: a withdrawal comes wholly before or wholly after.)"""
-        with self._lock:
+        with self.router.route_lock, self._lock:  # (lock order: route -> relocator)
             if inc.forgotten:  # withdrawn by the source meanwhile (see on_abort)
                 self._discard(inc)
                 return
-            for obj, moved in zip(inc.objects, env.objects, strict=True):
-                self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
-                for timer in inc.timers.get(obj.name, ()):
-                    timer.arm()
-            inc.restored = True
+            refusing = self.refusing
+            if refusing is not None:  # this node began to drain or stop as it restored:
+                self._forget_in(inc)  # it takes no move now (``refuse_arrivals``); the
+            else:  # source serves on (an audit found a stop close a Spot as it arrived)
+                self._refill_queues(env, inc)
+        if refusing is not None:
+            self._discard(inc)
+            self._answer(env, refusing, refused=True)
+            return
         self._answer(env, None)
+
+    def _refill_queues(self, env: wire.RelocEnvelope, inc: Arriving) -> None:
+        """(Route and relocator locks held.) The restored objects' moved messages and ticks
+        are queued, their timers armed."""
+        for obj, moved in zip(inc.objects, env.objects, strict=True):
+            self._queue_jobs(env, obj, moved.jobs)  # pending ticks before any new one
+            for timer in inc.timers.get(obj.name, ()):
+                timer.arm()
+        inc.restored = True
 
     def _queue_jobs(
         self, env: wire.RelocEnvelope, obj: SpotAct | ActorAct, jobs: tuple[wire.RelocJob, ...]

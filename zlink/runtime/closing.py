@@ -232,9 +232,14 @@ class Closing:
 
     def _timers_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
         """Whether no timer callback of ``act`` runs, waits or is suspended on a timer's own
-        gate (a PER_ACTOR Spot, §2); else ``then()`` runs once each such gate has let its
-        current turn go (a turn queued behind it on its own lanes says so)."""
-        busy = [owner for owner in act.timer_owners or () if not quiet(owner)]
+        gate (a PER_ACTOR Spot, §2), nor a turn of a member on its own gate (a PER_ACTOR
+        Spot's members stay put at a stop: an audit found one resume after ``on_closing``);
+        else ``then()`` runs once each such gate has let its current turn go (a turn queued
+        behind it on its own lanes says so)."""
+        owners = list(act.timer_owners or ())
+        if not act.shared:
+            owners += [member.owner for member in list(act.members.values())]
+        busy = [owner for owner in owners if not quiet(owner)]
         if not busy:
             return True
         one_ended = countdown(len(busy), then)
@@ -439,8 +444,14 @@ class Closing:
         """Shutdown: every Spot gets ``on_closing(HOST_SHUTDOWN)`` (at its barrier, as a close
         does); members stay put. One closing already whose members have not all gone home
         (one waits for a move that a stop may never end) gets its own ``on_closing`` now (a
-        review found it neither run nor counted)."""
+        review found it neither run nor counted). One still moving (arriving here, or leaving
+        with its commit under way: the stop withdrew the others first) is not this node's to
+        close: the commit decides where it lives (an audit found ``on_closing`` run on the
+        source of a move the commit then completed)."""
+        relocator = self.rt.relocator
         for act in list(self.rt.spots.values()):
+            if relocator is not None and relocator.moving(act.spot_id):
+                continue
             with self.rt.directory.lock:
                 closing = act.state in (CLOSING, GONE)
                 if not closing:

@@ -44,7 +44,7 @@ class SendJob(Job):
     send from another node), filling its slots without an ``__init__`` frame (the hottest
     path)."""
 
-    __slots__ = ("act", "handler", "msg", "sender")
+    __slots__ = ("act", "handler", "msg", "origin", "sender")
     light = True
     reply: Completion | None = None  # what a MessageJob adds, as seen on a SendJob
     meta: dict[str, str] | None = None
@@ -54,6 +54,7 @@ class SendJob(Job):
     handler: HandlerSpec
     msg: Message
     sender: str | None
+    origin: str  # set only for a one-way message from another node: the node it began on
 
     def invoke(self) -> Any:
         act = self.act
@@ -278,6 +279,10 @@ def discard_jobs(rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: s
         item.discard(error)
         if isinstance(item, (SendJob, BatchJob)):
             messages += item.count
+            origin = getattr(item, "origin", None)  # (a one-way message of another node:
+            if origin is not None and rt.router is not None:  # counted there too)
+                assert isinstance(item, SendJob) and item.reply is None
+                rt.router.tell_dropped(origin, item.act.name, item.msg.zlink_type_name, error)
         elif isinstance(item, LifeJob):
             rt.metrics.add("lifecycle_skipped_" + item.what.replace(" ", "_"))
     if messages:

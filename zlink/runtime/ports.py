@@ -43,6 +43,11 @@ class RelocationPort(Protocol):
         """Park or relay a call or fence for a target sealed here; ``False`` if none is."""
         ...
 
+    def moving(self, spot_id: str) -> bool:
+        """Whether a move of ``spot_id`` arrives here or leaves from here now (a stop closes
+        neither: the move's commit decides where it lives)."""
+        ...
+
     def arriving(self, target: str) -> bool:
         """Whether ``target`` is arriving on this node by a move, not yet open."""
         ...

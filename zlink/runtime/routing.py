@@ -1748,6 +1748,17 @@ class MeshRouter:
         at both ends, never in silence)."""
         self._count_drop(call.target, call.msg.zlink_type_name, call.origin, _drop_reason(error))
 
+    def tell_dropped(self, origin: str, target: str, message_type: str,
+                    error: BaseException) -> None:  # fmt: skip
+        """A one-way message from ``origin`` that this node took was dropped and counted here
+        (a stop, a close or a fence discarded it unrun): ``origin`` counts it too
+        (``remote_sends_dropped_<reason>``; python-api §9: at both ends)."""
+        if origin == self.rt.node_id:
+            return
+        notice = wire.DroppedEnvelope(target, message_type, _drop_reason(error))
+        with contextlib.suppress(Unavailable):  # the origin is gone: counted here
+            self.post(origin, notice)
+
     def _count_drop(self, target: str, message_type: str, origin: str | None,
                     reason: str) -> None:  # fmt: skip
         """Count a dropped one-way message here and, if it came from another node, there."""

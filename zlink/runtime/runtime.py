@@ -305,6 +305,8 @@ class Runtime:
                     job.sender = owner.name if owner is not None else None
                     job.size = lane_size(call.msg)
                     job.at = self._now()
+                    if hops and call.origin is not None:  # from another node: a discard
+                        job.origin = call.origin  # is counted there too (python-api §9)
                     verdict = act_.owner.lanes.put_app(job, job.size)  # Owner.put_app inline
                     if verdict is ADMITTED:
                         if room is not None:
@@ -392,6 +394,8 @@ class Runtime:
             act = self.activate_instance(spec, call.target, None)
         if recorded is None:
             job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
+            if hops and reply is None and call.origin is not None:  # (see ``submit``)
+                job.origin = call.origin
         else:
             job = RecordedJob(act, handler, msg, reply, call.meta, sender, 0)
             job.ran = recorded
