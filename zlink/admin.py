@@ -188,7 +188,11 @@ class AdminServer:
                 self.connection.settimeout(timeout)  # (the answer: the idle timeout again)
                 kind = "application/json"
                 code = 200
-                path = urlsplit(self.path).path  # (a query string is ignored)
+                try:
+                    path = urlsplit(self.path).path  # (a query string is ignored)
+                except ValueError:  # a target no URL parser takes (``http://[::1``): an
+                    self.send_error(400, "Bad request target")  # answer, as every bad
+                    return  # request gets one (an audit found the connection just closed)
                 if path == "/status":
                     body = node_ref.status().model_dump_json().encode()
                 elif path == "/health":

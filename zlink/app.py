@@ -183,7 +183,8 @@ class App:
         return self._register(self.actors, spec, Actor)
 
     def channel(self, name: str) -> Callable[[C], C]:
-        """Register a Channel: stateless named handlers, each request its own turn."""
+        """Register a Channel: stateless named handlers, one instance per node whose records
+        pass a gate of its own, in order (execution-model §2)."""
         return self._register(self.channels, TypeSpec(name, object, None), object)
 
     def _register(self, table: dict[str, TypeSpec], spec: TypeSpec, base: type) -> Callable[[C], C]:

@@ -767,12 +767,12 @@ class Node:
         pending = self._infra.take_pending()
         with self._rt.workers_idle:
             of_workers = {run.completion for run in self._rt.worker_runs}
-        # (a worker call's own deadline last, with the rest of the worker calls)
-        pending.sort(key=lambda call: call[0] is expire and call[1][0] in of_workers)
         failed = functools.partial(self._rt.metrics.add, "calls_failed_at_shutdown")
         for fn, args in pending:
             if fn is expire:
-                expire(args[0], error, failed)
+                if args[0] in of_workers:  # a worker call's own deadline: failed and counted
+                    continue  # with the rest of them, as abandoned or discarded (an audit
+                expire(args[0], error, failed)  # found it counted as a call failed instead)
             elif getattr(fn, "__func__", None) is Admitted.abandon:  # a wait for room
                 fn(error)
         self._rt.abandon_workers()  # their waiters get Unavailable; the calls run on, unjoined

@@ -204,8 +204,10 @@ def test_entry_peractor_actor_and_channel_handlers_offer_only_the_regular_await(
     pid = _player(node)
     entry_id = node._runtime.entries["t.yr.player"].spot_id
 
-    def ask(how: str) -> Any:
-        req = Ask(how=how, target="channel")
+    client.spots.get_or_create("p", "t.yr.plain").wait(WAIT)
+
+    def ask(how: str, target: str = "channel") -> Any:
+        req = Ask(how=how, target=target, target_id="p")
         if where == "entry_spot":
             return client.request_to_spot(entry_id, req)
         if where == "per_actor":
@@ -214,10 +216,17 @@ def test_entry_peractor_actor_and_channel_handlers_offer_only_the_regular_await(
             return client.request_to_actor(pid, req)
         return client.request("t.yr.api", req)
 
-    assert ask("await").wait(WAIT) == "channel:c"
+    # (a Channel's records pass its own gate in order, execution-model §2: awaiting itself
+    # would wait on that gate, so it asks a Spot)
+    target, expected = ("spot", "plain") if where == "channel" else ("channel", "channel:c")
+    assert ask("await", target).wait(WAIT) == expected
     with pytest.raises(zlink.HandlerError) as info:
-        ask("yield").wait(WAIT)
+        ask("yield", target).wait(WAIT)
     assert info.value.remote_type == "InvalidOperation"
+    if where == "channel":  # its own gate: refused, as a Spot's wait on itself is (§6)
+        with pytest.raises(zlink.HandlerError) as info:
+            ask("await").wait(WAIT)
+        assert info.value.remote_type == "InvalidOperation"
 
 
 def test_member_actor_of_per_actor_spot_offers_only_the_regular_await(make_node):

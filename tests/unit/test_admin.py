@@ -65,7 +65,8 @@ def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
         assert owners[0]["waiters"] == 0 and owners[0]["refused"] == 0  # python-api §9
         assert "counter.lobby@node-1" in zl("inspect", "spots")
         types = json.loads(zl("inspect", "types", "--json"))
-        assert [(t["type"], t["live"]) for t in types] == [("counter.lobby", 1)]
+        live = sorted((t["kind"], t["type"], t["live"]) for t in types)  # (a Channel too)
+        assert live == [("channel", "counter.scores", 1), ("spot", "counter.lobby", 1)]
         assert "counter.lobby" in zl("inspect", "types")
         assert "workers busy" in zl("status")
         status = json.loads(zl("status", "--json"))

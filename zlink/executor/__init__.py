@@ -23,7 +23,6 @@ from .clock import Clock as Clock
 from .clock import MonotonicClock as MonotonicClock
 from .gate import Gate as Gate
 from .gate import Owner as Owner
-from .gate import run_free as run_free
 from .infra import DeadlineHandle as DeadlineHandle
 from .infra import InfraExecutor as InfraExecutor
 from .infra import in_infrastructure as in_infrastructure
@@ -69,6 +68,5 @@ __all__ = [
     "current_turn",
     "in_infrastructure",
     "ranked_lock",
-    "run_free",
     "run_turns",
 ]

@@ -412,30 +412,3 @@ def _no_coroutine(result: object) -> None:
         raise TypeError(
             "a def one-way handler returned a coroutine, which never runs: declare it async def"
         )
-
-
-def run_free(job: Job, pool: WorkerPool) -> None:
-    """Run ``job`` as a turn with no gate (a Channel request: each its own turn, §16).
-
-    Both a regular await and Yield simply park the turn; the completion resubmits it.
-    """
-
-    def deliver(turn: Turn, value: Any, error: BaseException | None) -> None:
-        pool.submit(lambda: _step_free(turn, turn.resume(value, error)))
-
-    def _step_free(turn: Turn, outcome: Step) -> None:
-        if outcome == DONE:
-            try:
-                turn.job.finish(turn)
-            except BaseException:  # noqa: BLE001 - post-processing must not kill a worker
-                _log.exception("post-processing of a free turn failed")
-            return
-        susp = turn.suspension
-        assert susp is not None
-        susp.subscribe(turn.completion(deliver))
-
-    def first() -> None:
-        turn = Turn(job, None)
-        _step_free(turn, turn.start())
-
-    pool.submit(first)

@@ -19,6 +19,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import deque
@@ -48,7 +49,10 @@ class DaemonPool:
 
     def submit(self, fn: Callable[[], None]) -> None:
         """Run ``fn()`` on a pool thread: an idle one, a new one while fewer than ``size``
-        run, else the first to finish its call. ``RuntimeError`` after ``shutdown``."""
+        run, else the first to finish its call. ``RuntimeError`` after ``shutdown``, and when
+        a thread was needed and could not start (the process at its thread limit): then
+        ``fn`` is not queued (an audit found it run later by the next thread that started,
+        its caller told it failed); with other threads running it waits for one of them."""
         with self._cond:
             if self._closed:
                 raise RuntimeError(f"pool {self._name} is shut down")
@@ -66,7 +70,11 @@ class DaemonPool:
             thread.start()
         except BaseException:
             with self._cond:
-                self._threads -= 1  # the call stays queued for a thread that does start
+                self._threads -= 1
+                if self._threads:  # one of them takes it in its turn: it is queued
+                    return
+                with contextlib.suppress(ValueError):  # no thread would run it: not queued
+                    self._queue.remove(fn)
             raise
 
     def shutdown(self) -> list[Callable[[], None]]:

@@ -47,6 +47,16 @@ _SPOT, _ACTOR = TargetKind.SPOT, TargetKind.ACTOR
 _CHANNEL, _TOPIC = TargetKind.CHANNEL, TargetKind.TOPIC
 
 
+def _refuse_if_cancelled() -> None:
+    """An ``await`` in a turn that was cancelled (a close past its deadline, python-api §11)
+    submits nothing: it raises the turn's cancellation at once, as its suspension would have
+    (an audit found the call submitted first, and a worker's work run after ``on_closing``,
+    its caller told ``Cancelled``). §16: a refusal comes before anything is submitted."""
+    turn = current_turn()
+    if turn is not None and turn.cancelled is not None:
+        raise turn.cancelled
+
+
 class WaitMode(Enum):
     """How the submitter of a call will wait for it (python-api §4 terminals)."""
 
@@ -185,8 +195,11 @@ class _Completing(_Call, Generic[T]):
 
     def __await__(self) -> Generator[Any, Any, T]:
         self._attempt()
-        if current_turn() is None:  # asyncio code outside the runtime: bridge to its loop
+        turn = current_turn()
+        if turn is None:  # asyncio code outside the runtime: bridge to its loop
             return (yield from self._await_bridged())
+        if turn.cancelled is not None:  # (``_refuse_if_cancelled``, inline: hot)
+            raise turn.cancelled
         self._terminal()
         completion = self._submit(KEEP_TURN)
         return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
@@ -329,6 +342,7 @@ class _OneWay(_Call):
                 room.abandon(Cancelled("the awaiting asyncio task was cancelled"))
                 raise
             return None
+        _refuse_if_cancelled()
         room = self._waiting(None, KEEP_TURN)
         if not room.done:
             try:
@@ -420,6 +434,7 @@ class _Yielding(Generic[T]):
         rt = self._call._rt
         counted = rt.yield_begin()
         try:
+            _refuse_if_cancelled()  # (a Yield past its close's deadline is cancelled here)
             completion = self._call._submit(YIELD_GATE)
         except BaseException:
             rt.yield_end(counted)

@@ -146,7 +146,7 @@ class RouteClient:
         )
 
     def request(self, channel: str, req: Request[R]) -> RequestCall[R]:
-        """A request to a Channel; each request is its own turn."""
+        """A request to a Channel; its records pass the Channel's gate in order."""
         return WatchedRequestCall(
             self._rt, _CHANNEL, check_id("channel", channel), _message(req, True)
         )

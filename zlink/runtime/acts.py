@@ -333,20 +333,46 @@ class ActorAct(ObjectAct):
 
 
 class ChannelAct:
-    """A Channel: one stateless instance; every request is its own turn with no gate."""
+    """A Channel: one stateless instance per node, whose records go through a gate of its
+    own, in order, as a Spot's do (execution-model §2: "Node handlers, ChannelName handlers,
+    each Spot, and each Actor process records in the order of the gate that applies to
+    them"; a regular await keeps it, and a Channel offers no Yield, §16), admitted into lanes
+    bounded as a Spot's are (python-api §9). An audit found every record a free turn of its
+    own: one sender's second message ran while its first was still in its handler. It has
+    no timers: ``context.timers`` refuses them (``InvalidOperation``; it was ``None``)."""
 
-    __slots__ = ("context", "instance", "owner", "rt", "spec")
+    __slots__ = ("activity", "context", "gate", "instance", "owner", "rt", "spec")
+
+    stats_kind = "channel"
+    state = READY  # (always: a Channel neither moves nor closes)
+    yield_ok = False
+    timers: dict[str, Timer] = {}  # (never any: ``add_timer`` refuses)
 
     def __init__(self, rt: Runtime, spec: TypeSpec) -> None:
         self.rt = rt
         self.spec = spec
+        self.gate = rt.new_gate(spec.name)
+        self.owner = Owner(OwnerLanes(rt.limits), self.gate, spec.name, claim_on_yield=False)
+        self.owner.ref = self
+        self.activity = 0  # messages handled (type_stats)
         self.context = ChannelContext(rt, spec.name)
+        self.context.timers = TimerManager(self)
         self.instance = spec.cls(self.context)
-        self.owner = None
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def touch(self) -> None:
+        pass
+
+    def add_timer(
+        self, name: str, interval: float, options: TimerOptions, first_delay: float | None
+    ) -> Timer:
+        raise InvalidOperation(f"channel {self.name!r} is stateless: a Channel has no timers")
+
+    def cancel_timer(self, name: str, registration: object | None = None) -> bool:
+        return False
 
 
 Act = SpotAct | ActorAct | ChannelAct

@@ -209,7 +209,8 @@ class Closing:
 
         def run() -> Any:
             again = partial(self._on_closing, act, closing, True, True)
-            if not timers_checked and not self._timers_quiet(act, again):
+            stop = closing.reason is SpotCloseReason.HOST_SHUTDOWN  # (members stay put)
+            if not timers_checked and not self._timers_quiet(act, again, stop):
                 return None  # a timer callback on a gate of its own must finish first
             if not self.rt.when_quiet(act, partial(self._on_closing, act, closing, True,
                                                    timers_checked)):  # fmt: skip
@@ -230,14 +231,14 @@ class Closing:
         else:
             act.owner.put_unreserved(job)
 
-    def _timers_quiet(self, act: SpotAct, then: Callable[[], None]) -> bool:
+    def _timers_quiet(self, act: SpotAct, then: Callable[[], None], stop: bool) -> bool:
         """Whether no timer callback of ``act`` runs, waits or is suspended on a timer's own
-        gate (a PER_ACTOR Spot, §2), nor a turn of a member on its own gate (a PER_ACTOR
-        Spot's members stay put at a stop: an audit found one resume after ``on_closing``);
-        else ``then()`` runs once each such gate has let its current turn go (a turn queued
-        behind it on its own lanes says so)."""
+        gate (a PER_ACTOR Spot, §2), nor, at a stop (``stop``: its members stay put, where a
+        close sends them home first), a turn of a member on its own gate (an audit found one
+        resume after ``on_closing``); else ``then()`` runs once each such gate has let its
+        current turn go (a turn queued behind it on its own lanes says so)."""
         owners = list(act.timer_owners or ())
-        if not act.shared:
+        if stop and not act.shared:
             owners += [member.owner for member in list(act.members.values())]
         busy = [owner for owner in owners if not quiet(owner)]
         if not busy:
@@ -476,6 +477,7 @@ class Closing:
     def owners(self) -> list[Owner]:
         out = [a.owner for a in list(self.rt.spots.values())]
         out += [a.owner for a in list(self.rt.actors.values())]
+        out += [a.owner for a in list(self.rt.channels.values())]  # (each has lanes too)
         return out
 
     def drop_all(self, why: str) -> int:

@@ -23,7 +23,8 @@ Every fault and every discard is counted once, under a name that says what it wa
 * ``calls_timed_out``: a request, a create or a Join's question whose deadline failed it
   (``DeadlineExceeded``), once, on the node it was made on, wherever it was then (queued,
   waiting for room, on another node); ``late_replies`` counts those whose handler still
-  ran; ``worker_calls_timed_out``: a ``context.workers`` call past its own timeout;
+  ran; ``worker_calls_timed_out``: a ``context.workers`` call past its own timeout (its
+  outcome, when it comes, ``worker_results_late``);
 * ``instance_reactivations`` / ``messages_carried_to_next_activation``: an Instance Spot
   that closed with calls still to run was made again at once, with them (not losses);
   ``instance_reactivations_refused``: the store gave it no new generation (what it held

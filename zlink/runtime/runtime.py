@@ -52,7 +52,6 @@ from ..executor import (
     Turn,
     current_turn,
     ranked_lock,
-    run_free,
 )
 from ..lock_order import LockRank
 from ..mesh import wire
@@ -403,29 +402,26 @@ class Runtime:
         if reply is not None and reply.timer is None:  # a diverted call was armed already
             self.arm(reply, call.deadline, self._no_reply(call), not hops)
         owner = act.owner
-        if owner is None:  # a Channel: each request is its own turn on any worker
-            run_free(job, self.pool)
-            return reply  # type: ignore[return-value]
         job.size = lane_size(msg)
         if call.meta:  # metadata is held with the message: it counts against the byte limit
             job.size += sum(len(k) + len(v) for k, v in call.meta.items())
         # (a handler never runs at the call site: §6, §11)
         verdict = owner.put_app(job) if held is None else held.put_app(job, job.size)
         if verdict != ADMITTED:
-            assert not isinstance(act, ChannelAct)  # a Channel has no lanes
             if verdict != ADMISSION_CLOSED and (reply is not None or room is not None):
                 return self._wait_for_room(act, job, call, reply, mode, hops, room, held)
             return self._refused(act, call, reply, mode, hops, force, verdict, room, held)
         return reply  # type: ignore[return-value]
 
     def _refused(
-        self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
+        self, act: Act, call: MessageCall, reply: Completion | None, mode: WaitMode,
         hops: int, force: bool, verdict: Admission, room: Admitted | None = None,
         held: OwnerLanes | None = None,
     ) -> Completion:  # fmt: skip
         """A lane did not admit the call: a seal met after the state check keeps it for the
         move (its deadline stands); otherwise a typed refusal, with nothing queued."""
         if verdict == ADMISSION_CLOSED and not force:
+            assert not isinstance(act, ChannelAct)  # (a Channel's lanes never close)
             return self._not_ready(act, call, reply, mode, hops, room)
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
@@ -439,7 +435,7 @@ class Runtime:
         )
 
     def _wait_for_room(
-        self, act: SpotAct | ActorAct, job: Job | Entries, call: MessageCall | BatchSendCall,
+        self, act: Act, job: Job | Entries, call: MessageCall | BatchSendCall,
         reply: Completion | None,
         mode: WaitMode, hops: int, room: Admitted | None, held: OwnerLanes | None = None,
     ) -> Completion:  # fmt: skip
@@ -476,6 +472,7 @@ class Runtime:
             return reply  # type: ignore[return-value]
         if verdict == ADMISSION_CLOSED:  # sealed meanwhile
             if isinstance(call, BatchSendCall):
+                assert not isinstance(act, ChannelAct)  # (a batch goes to a Spot or Actor)
                 if self._goes_again(act):  # a close changed it: all or none, waiting
                     self._route_many(call, room, mode)
                     return reply  # type: ignore[return-value]
@@ -852,15 +849,22 @@ class Runtime:
                 self._worker_timed_out,
             )
         with self.workers_idle:  # (then the pool's lock: abandon_workers never nests them)
+            refused: ZLinkError = Unavailable(f"node {self.node_id} is shutting down")
             if not self.workers_closed:
                 self.workers_in_flight += 1
                 self.worker_runs.add(run)
-                pool.submit(run)  # open: abandon_workers closes it only after workers_closed
-                return completion
-        self.worker_slots.release()  # the node stopped since the check above: nothing runs
-        if completion.timer is not None:
+                try:  # open: abandon_workers closes it only after workers_closed
+                    pool.submit(run)
+                    return completion
+                except Exception as exc:  # noqa: BLE001 - no thread could start: not queued
+                    self.workers_in_flight -= 1  # (an audit found it counted in flight for
+                    self.worker_runs.discard(run)  # good, and run later all the same)
+                    refused = ResourceExhausted(f"no worker thread could start: {exc}")
+                    self.metrics.add("worker_threads_not_started")
+        self.worker_slots.release()  # the node stopped since the check above, or no thread
+        if completion.timer is not None:  # could start: nothing runs
             completion.timer.cancel()
-        raise Unavailable(f"node {self.node_id} is shutting down")
+        raise refused
 
     def worker_done(self, run: WorkerRun) -> None:
         """``run`` is over (or will never run): it is no longer in flight."""
@@ -1048,7 +1052,8 @@ class Runtime:
     def type_statuses(self) -> list[TypeStatus]:
         """Per Spot and Actor type: handled, refused, waited and sampled handler latency."""
         with self.directory.lock:  # (then the stats' leaf lock) none counted live and gone
-            live = [*self.spots.values(), *self.actors.values()]
+            live: list[Act] = [*self.spots.values(), *self.actors.values(),
+                               *self.channels.values()]  # fmt: skip
             rows = self.directory.stats.rows(live)
         return [
             TypeStatus(kind=r.kind, type=r.type, live=r.live, handled=r.handled,
@@ -1139,8 +1144,12 @@ class WorkerRun:
         # the slot first: whoever sees the result may start the next call at once
         rt.worker_slots.release()
         try:
-            self.completion.set(result, error)  # False once shutdown abandoned it: dropped
-        finally:
+            if not self.completion.set(result, error) and not rt.stopping:  # its timeout
+                rt.metrics.add("worker_results_late")  # came first: dropped, counted (§5;
+                if error is not None:  # an audit found it dropped without a trace); one the
+                    _log.warning("a worker call's late outcome was dropped (its caller's "
+                                 "timeout came first): %r", error)  # fmt: skip
+        finally:  # (a stop abandoned: counted there)
             rt.worker_done(self)
 
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .acts import ObjectAct
+    from .acts import ChannelAct, ObjectAct
 
 SAMPLE_EVERY = 64  # a power of two: the hot path (``SendJob.invoke``) tests ``activity & 63``
 # Upper bounds of the latency buckets (seconds), the last one +Inf: handlers run from
@@ -104,7 +104,7 @@ class TypeStats:
             hist[0][at] += 1
             hist[1][0] += seconds
 
-    def rows(self, live: Iterable[ObjectAct]) -> list[TypeRow]:
+    def rows(self, live: Iterable[ObjectAct | ChannelAct]) -> list[TypeRow]:
         """Every type's row: the live activations given plus those gone."""
         out: dict[tuple[str, str], TypeRow] = {}
 
@@ -134,7 +134,7 @@ class TypeStats:
         return [out[k] for k in sorted(out)]
 
 
-def timed(act: ObjectAct, fn: Callable[..., Any], *args: Any) -> Any:
+def timed(act: ObjectAct | ChannelAct, fn: Callable[..., Any], *args: Any) -> Any:
     """Run a handler ``fn(*args)`` and record how long it took, failed or not (a coroutine:
     until it ends)."""
     stats = act.rt.directory.stats
