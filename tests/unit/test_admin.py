@@ -61,7 +61,10 @@ def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
             return done.stdout
 
         owners = json.loads(zl("inspect", "queues", "--json"))
-        assert [o["owner"] for o in owners] == ["counter.lobby@node-1"]
+        assert [(o["kind"], o["owner"]) for o in owners] == [
+            ("spot", "counter.lobby@node-1"),
+            ("channel", "counter.scores"),  # (a Channel has a gate and lanes of its own)
+        ]
         assert owners[0]["waiters"] == 0 and owners[0]["refused"] == 0  # python-api §9
         assert "counter.lobby@node-1" in zl("inspect", "spots")
         types = json.loads(zl("inspect", "types", "--json"))

@@ -79,6 +79,8 @@ the route lock held or with none, and takes the relocator's.
 from __future__ import annotations
 
 import functools
+import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
@@ -111,6 +113,19 @@ class Relocator(Outbound, Inbound):
         the router fails (python-api §10 "Failure", §11)."""
         self.target_down(peer)
         self.source_down(peer)
+
+    def wait_moves(self, seconds: float) -> bool:
+        """Block until no move leaves or arrives here, at most ``seconds``; ``False`` if one
+        still does."""
+        end = time.monotonic() + seconds
+        with self._lock:
+            dones = [out.done for out in self._out.values()]
+        for done in dones:
+            ended = threading.Event()
+            done.add_callback(functools.partial(_set, ended))
+            if not ended.wait(max(0.0, end - time.monotonic())):
+                return False
+        return self.wait_arrivals(max(0.0, end - time.monotonic()))
 
     def moving(self, spot_id: str) -> bool:
         """Whether a move of ``spot_id`` arrives here or leaves from here now."""
@@ -309,3 +324,7 @@ class Relocator(Outbound, Inbound):
         wait_behind(self.rt, waiting, items, call, reply, room, withdraw,
                     "is moving, and its park", "the moving", batch)  # fmt: skip
         return True
+
+
+def _set(event: threading.Event, _value: object, _error: BaseException | None) -> None:
+    event.set()

@@ -87,6 +87,8 @@ class Outbound(RelocatorState):
         (:meth:`withdraw`; python-api §8): ``done`` then fails with ``DeadlineExceeded``.
         """
         spec = act.spec
+        if self.stopping is not None:  # (``withdraw_all``: a review found a move begun just
+            raise Unavailable(self.stopping)  # after it left its Spot sealed through the stop)
         if act.kind is SpotKind.ENTRY:
             raise InvalidOperation(f"{act.spot_id!r} is an Entry Spot; Entry Spots never move")
         if spec.relocation.kind is RelocationPolicy.DISABLED:
@@ -230,7 +232,8 @@ class Outbound(RelocatorState):
         rest; its caller hears ``error``), but one whose commit is under way: the store's
         answer decides it, and what its caller waits on is returned (an audit found the stop
         run the Spot's ``on_closing`` here while the commit gave it to the target)."""
-        with self._lock:
+        with self._lock:  # from now on no move begins (``start``, ``seal``)
+            self.stopping = str(error)
             wanted, self._wanted = list(self._wanted.values()), {}
             outs = list(self._out.values())
         for _target, done in wanted:
@@ -288,6 +291,8 @@ class Outbound(RelocatorState):
         ``caller``: what the caller of the move waits on, when not ``done`` (a PER_ACTOR
         Spot's shell move is one step of it)."""
         with self._lock:  # released only once the waits the seal ends are parked (below)
+            if self.stopping is not None:
+                raise Unavailable(self.stopping)
             with self.rt.directory.lock:
                 out = self._seal_objects(act, target, done, signaled, unit, join, caller)
             # Admission closes atomically with every producer, and the calls that waited for

@@ -144,6 +144,7 @@ class RelocatorState:
         self._in: dict[tuple[str, int], Arriving] = {}
         self._arrived = threading.Condition()  # a leaf: notified as an arrival ends
         self.refusing: str | None = None  # why this node takes no move now (it drains)
+        self.stopping: str | None = None  # why no move leaves this node now (it stops)
         self.stopped_as: str | None = None  # the node stopped: arrivals keep nothing more
         self._in_ids: dict[str, Arriving] = {}
         self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting

@@ -448,23 +448,36 @@ class Closing:
         review found it neither run nor counted). One still moving (arriving here, or leaving
         with its commit under way: the stop withdrew the others first) is not this node's to
         close: the commit decides where it lives (an audit found ``on_closing`` run on the
-        source of a move the commit then completed)."""
+        source of a move the commit then completed); it closes once its move ended, if it is
+        here then (a commit the store refused, an arrival that opened: a review found those
+        never closed)."""
         relocator = self.rt.relocator
         for act in list(self.rt.spots.values()):
             if relocator is not None and relocator.moving(act.spot_id):
+                relocator.after_move(act.spot_id, partial(self._close_at_stop, act, budget))
                 continue
-            with self.rt.directory.lock:
-                closing = act.state in (CLOSING, GONE)
-                if not closing:
-                    sealed, act.state = act.state is SEALED, CLOSING
-            if closing:
-                if act.closing_start is not None:  # (its members' wait may never end now)
-                    self._start_closing(act)
-                continue
-            if sealed:  # (its move ends here: the events it missed meanwhile are counted)
-                self.rt.events_caught_up(act)
-            act.cancel_timers()
-            self.queue_closing(act, SpotCloseReason.HOST_SHUTDOWN, budget)
+            self._close_at_stop(act, budget)
+
+    def _close_at_stop(self, act: SpotAct, budget: float) -> None:
+        """``close_all`` for one Spot (not one another node owns now, nor one moving)."""
+        relocator = self.rt.relocator
+        if self.rt.spots.get(act.spot_id) is not act:
+            return  # (moved away, or forgotten as an arrival that did not happen)
+        if relocator is not None and relocator.moving(act.spot_id):  # (moving again: a
+            relocator.after_move(act.spot_id, partial(self._close_at_stop, act, budget))
+            return  # move that began before the stop refused them)
+        with self.rt.directory.lock:
+            closing = act.state in (CLOSING, GONE)
+            if not closing:
+                sealed, act.state = act.state is SEALED, CLOSING
+        if closing:
+            if act.closing_start is not None:  # (its members' wait may never end now)
+                self._start_closing(act)
+            return
+        if sealed:  # (its move ends here: the events it missed meanwhile are counted)
+            self.rt.events_caught_up(act)
+        act.cancel_timers()
+        self.queue_closing(act, SpotCloseReason.HOST_SHUTDOWN, budget)
 
     # -- shutdown ---------------------------------------------------------------------------------
     def stop_admission(self) -> None:

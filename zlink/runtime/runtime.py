@@ -1019,8 +1019,13 @@ class Runtime:
         self.close_scope(turn, False)
         if isinstance(err, Discarded):
             self.metrics.add("messages_discarded_at_shutdown")
+            unrun = Unavailable(f"node {self.node_id} shut down before it ran")
             if reply is not None:
-                reply.set(None, Unavailable(f"node {self.node_id} shut down before it ran"))
+                reply.set(None, unrun)
+            else:  # a peer's one-way message: counted there too (``discard_jobs``; a review
+                origin = getattr(job, "origin", None)  # found this path told no one)
+                if origin is not None and self.router is not None:
+                    self.router.tell_dropped(origin, job.act.name, job.msg.zlink_type_name, unrun)
             return
         if self.ended_by_stop(err, f"handler {job.handler.fn.__qualname__} of {job.act.name!r}"):
             if reply is not None:  # (answered by the stop already, as a rule)
@@ -1116,6 +1121,8 @@ class Runtime:
                     add(timer.owner, "timer", act.spec.name, act.state, [timer])
         for actor in list(self.actors.values()):
             add(actor.owner, "actor", actor.spec.name, actor.state, list(actor.timers.values()))
+        for channel in list(self.channels.values()):  # (a gate and lanes of its own too)
+            add(channel.owner, "channel", channel.spec.name, channel.state, [])
         return out
 
 
