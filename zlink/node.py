@@ -754,6 +754,7 @@ class Node:
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         if self._relocator is not None:  # a Spot close_all left to its move closes as it
             self._relocator.wait_moves(max(0.0, graceful - time.monotonic()))  # ends
+            self._infra.wait_quiet(max(0.0, graceful - time.monotonic()))  # (that close)
         self._settle(graceful)
         self._send_out(graceful)
         router = self._rt.router  # requests taken from peers: answered, and the answers sent

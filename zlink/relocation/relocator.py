@@ -119,7 +119,7 @@ class Relocator(Outbound, Inbound):
         still does."""
         end = time.monotonic() + seconds
         with self._lock:
-            dones = [out.done for out in self._out.values()]
+            dones = [out.caller or out.done for out in self._out.values()]
         for done in dones:
             ended = threading.Event()
             done.add_callback(functools.partial(_set, ended))

@@ -112,6 +112,8 @@ class Outbound(RelocatorState):
     def _begin(self, act: SpotAct, target: str, done: Completion) -> None:
         if act.spec.coordination is RelocationCoordination.APPLICATION_SIGNALED:
             with self._lock:
+                if self.stopping is not None:  # (``withdraw_all`` emptied the wanted ones)
+                    raise Unavailable(self.stopping)
                 if act.spot_id in self._wanted:
                     raise Unavailable(f"a move of {act.spot_id!r} already waits for its signal")
                 self._wanted[act.spot_id] = (target, done)
@@ -202,9 +204,9 @@ class Outbound(RelocatorState):
 
         attempt = Completion()
         attempt.add_callback(settled)
-        try:
-            self.seal(spot, target, attempt, signaled=False, unit=actor)
-        except ZLinkError as exc:
+        try:  # (it continues a committed shell move: a stop does not refuse it, a review
+            self.seal(spot, target, attempt, signaled=False, unit=actor, follows=True)
+        except ZLinkError as exc:  # found the members lost, the Spot moved without them)
             attempt.set(None, exc)
 
     def withdraw(self, spot_id: str, done: Completion, error: ZLinkError) -> bool:
@@ -238,7 +240,7 @@ class Outbound(RelocatorState):
             outs = list(self._out.values())
         for _target, done in wanted:
             done.set(None, error)
-        return [out.done for out in outs if not self._reopen(out, error)]
+        return [out.caller or out.done for out in outs if not self._reopen(out, error)]
 
     def leaving(self, spot_id: str) -> bool:
         """Whether a move of ``spot_id`` is leaving this node now (a dict read: any thread)."""
@@ -284,14 +286,16 @@ class Outbound(RelocatorState):
         unit: ActorAct | None = None,
         join: tuple[str, wire.JoinGrant] | None = None,
         caller: Completion | None = None,
+        follows: bool = False,
     ) -> None:
         """Seal the objects of one move and queue its barrier turn on ``unit``'s lanes (the
         Spot's, or one Actor's of a PER_ACTOR Spot). ``join``: a cross-node Join of the held
         Actor ``unit`` into that Spot on ``target``; being held, it needs no barrier turn.
         ``caller``: what the caller of the move waits on, when not ``done`` (a PER_ACTOR
-        Spot's shell move is one step of it)."""
+        Spot's shell move is one step of it). ``follows``: a member's move after its PER_ACTOR
+        shell committed (a stop refuses every other move from ``withdraw_all`` on)."""
         with self._lock:  # released only once the waits the seal ends are parked (below)
-            if self.stopping is not None:
+            if self.stopping is not None and not follows:
                 raise Unavailable(self.stopping)
             with self.rt.directory.lock:
                 out = self._seal_objects(act, target, done, signaled, unit, join, caller)
