@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Final
 
 import psutil
 
@@ -63,6 +63,12 @@ from .runtime.type_stats import LATENCY_BOUNDS, SAMPLE_EVERY
 from .status import NodeStatus, StatusPublisher, StatusSubscription
 
 _log = logging.getLogger("zlink.node")
+
+MOVES_AT_STOP: Final = 2.0
+"""Seconds a stop waits at most for the moves past their point of no return (a commit the
+store is asked for, an arrival restored and waiting for its commit): a commit takes a store
+write; an arrival whose source went silent would hold the stop for good (a review measured
+9 s a stop in tests where the source had died)."""
 
 
 # what a move or a drain called from a handler would wait for: barriers its turn holds up
@@ -747,13 +753,17 @@ class Node:
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         end = time.monotonic() + timeout
         graceful = end - min(1.0, timeout / 10)  # the rest: for what the forced stop wakes
+        moves_until = 0.0
         if self._relocator is not None:  # a move to a node that stops would be closed here
             self._relocator.refuse_arrivals(f"node {self.node_id} is shutting down")
-            self._end_moves(graceful)
+            moves_until = self._end_moves(graceful)
         self._rt.stop_admission()  # admission now refuses; queued jobs are discarded unrun
         self._rt.close_all(min(self.config.closing_timeout, max(0.001, end - time.monotonic())))
         if self._relocator is not None:  # a Spot close_all left to its move closes as it
-            self._relocator.wait_moves(max(0.0, graceful - time.monotonic()))  # ends
+            self._relocator.wait_moves(  # ends (a commit's store answer: MOVES_AT_STOP more
+                max(0.0, min(graceful, moves_until + MOVES_AT_STOP) - time.monotonic()),
+                max(0.0, moves_until - time.monotonic()),  # at most; an arrival's commit: no
+            )  # later than the first wait's end)
             self._infra.wait_quiet(max(0.0, graceful - time.monotonic()))  # (that close)
         self._settle(graceful)
         self._send_out(graceful)
@@ -841,34 +851,24 @@ class Node:
         self._infra.submit(abandon)
         done.wait(max(0.0, end - time.monotonic()))
 
-    def _end_moves(self, graceful: float) -> None:
+    def _end_moves(self, graceful: float) -> float:
         """(A stop, arrivals refused.) Moves under way end before the stop closes what is
         here: those leaving are withdrawn (their Spots serve here again, and close with the
         rest; their callers hear ``Unavailable``), and those arriving are refused as they
         restore; the ones past their point of no return (a commit under way, an arrival
-        restored) are waited for, half the graceful time at most, and then go where their
-        commit put them. Before, a stop closed a Spot whose commit then gave it to the
-        target, and one that arrived as it stopped (found by an audit)."""
+        restored) are waited for, :data:`MOVES_AT_STOP` seconds (or half the graceful time)
+        at most, and then go where their commit puts them. Before, a stop closed a Spot whose
+        commit then gave it to the target, and one that arrived as it stopped (found by an
+        audit). Returns the end of that wait."""
         relocator = self._relocator
         assert relocator is not None
-        error = Unavailable(f"node {self.node_id} is shutting down; the move was withdrawn")
-        committing = relocator.withdraw_all(error)
-        until = time.monotonic() + max(0.0, graceful - time.monotonic()) / 2
-        ended = threading.Event()
-        left = [len(committing)]
-        lock = threading.Lock()
-
-        def one_ended(_value: Any, _error: BaseException | None) -> None:
-            with lock:
-                left[0] -= 1
-                if left[0] == 0:
-                    ended.set()
-
-        if committing:
-            for done in committing:
-                done.add_callback(one_ended)
-            ended.wait(max(0.0, until - time.monotonic()))
-        relocator.wait_arrivals(max(0.0, until - time.monotonic()))
+        relocator.withdraw_all(
+            Unavailable(f"node {self.node_id} is shutting down; the move was withdrawn")
+        )
+        left = max(0.0, graceful - time.monotonic())
+        until = time.monotonic() + min(MOVES_AT_STOP, left / 2)
+        relocator.wait_moves(max(0.0, until - time.monotonic()))
+        return until
 
     def _settle(self, until: float) -> None:
         """(Shutdown.) Wait, until ``until`` at most, for no turn to be runnable and no worker

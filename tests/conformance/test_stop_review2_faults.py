@@ -12,6 +12,9 @@ from typing import Any
 import pytest
 
 import zlink
+from tests.conformance.test_stop_review_faults import CLOSED_LOG, moving_app
+from tests.conformance.test_stop_review_faults import RAdd as UAdd
+from tests.conformance.test_stop_review_faults import RTotal as UTotal
 from tests.conftest import WAIT
 from zlink.testing import LocalCluster
 
@@ -33,7 +36,6 @@ class UWhere(zlink.Request[str], type_name="t.ru.where"):
 
 
 JOINED = threading.Semaphore(0)
-CLOSED_LOG: list[str] = []
 
 
 class UHall(zlink.UserSpot):
@@ -158,37 +160,6 @@ def test_per_actor_members_follow_a_shell_whose_commit_the_stop_waited_for():
 # -- a close close_all leaves to a move's end is not waited for -----------------------------------
 
 
-class UAdd(zlink.Message, type_name="t.ru.add"):
-    pass
-
-
-class UTotal(zlink.Request[int], type_name="t.ru.total"):
-    pass
-
-
-def moving_app() -> zlink.App:
-    app = zlink.App("review-u-moves")
-
-    @app.user_spot("t.ru.mroom", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
-    class MRoom(zlink.UserSpot):
-        def __init__(self, context: zlink.SpotContext) -> None:
-            super().__init__(context)
-            self.total = 0
-
-        @zlink.handler
-        def add(self, msg: UAdd) -> None:
-            self.total += 1
-
-        @zlink.handler
-        def get(self, req: UTotal) -> int:
-            return self.total
-
-        def on_closing(self, closing: zlink.SpotClosingContext) -> None:
-            CLOSED_LOG.append(f"{closing.reason.name} on {self.context.spot_ref.node_rid}")
-
-    return app
-
-
 def test_the_stop_waits_for_the_close_a_moving_spot_gets_once_its_move_ends():
     """close_all leaves a Spot whose commit is under way to ``after_move``; wait_moves
     returns once the move's ``done`` is set, but the close itself (``_close_at_stop``) only
@@ -201,7 +172,7 @@ def test_the_stop_waits_for_the_close_a_moving_spot_gets_once_its_move_ends():
     with LocalCluster(moving_app(), nodes=2, workers=2) as cluster:
         n1, _n2 = cluster.nodes
         c1 = n1.client()
-        c1.spots.get_or_create("room", "t.ru.mroom").wait(WAIT)
+        c1.spots.get_or_create("room", "t.rt.mroom").wait(WAIT)
         assert c1.request_to_spot("room", UTotal()).wait(WAIT) == 0
         store = cluster.store
         real = store.transfer
@@ -266,7 +237,7 @@ def test_a_spot_whose_commit_the_store_made_unconfirmed_gets_no_on_closing_on_it
     with LocalCluster(moving_app(), nodes=2, workers=2) as cluster:
         n1, n2 = cluster.nodes
         c1 = n1.client()
-        c1.spots.get_or_create("room", "t.ru.mroom").wait(WAIT)
+        c1.spots.get_or_create("room", "t.rt.mroom").wait(WAIT)
         c1.send_to_spot("room", UAdd()).wait(WAIT)
         assert c1.request_to_spot("room", UTotal()).wait(WAIT) == 1
         store = cluster.store

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, until
 from zlink.testing import LocalCluster
 
 BLOCKING, GO = threading.Event(), threading.Event()
@@ -101,12 +101,15 @@ def test_sends_from_a_peer_to_an_actor_discarded_at_the_targets_stop_are_told_to
         GO.set()
         stopper.join(2 * WAIT)
         n1.wait_idle(WAIT)
-        time.sleep(0.2)
-        here, there = n2.counters(), n1.counters()
+        here = n2.counters()
         assert RAN == []
         assert here.get("messages_discarded_at_shutdown") == 5, here
-        told = sum(v for k, v in there.items() if k.startswith("remote_sends_dropped"))
-        assert told == 5, f"node-1 was not told of its 5 sends dropped at node-2's stop: {there}"
+
+        def told() -> int:
+            there = n1.counters()
+            return sum(v for k, v in there.items() if k.startswith("remote_sends_dropped"))
+
+        until(lambda: told() == 5, "node-1 told of its 5 sends dropped at node-2's stop")
 
 
 # -- a move whose commit the store refuses after the stop's wait for it -------------------------
@@ -174,12 +177,17 @@ def test_a_spot_whose_commit_the_store_refuses_after_the_stops_wait_gets_on_clos
         )
         mover.start()
         assert in_transfer.wait(WAIT)  # the commit is under way: not withdrawn by the stop
+        rt = n1._runtime
+        real_close_all, closed_all = rt.close_all, threading.Event()
+
+        def close_all(budget: float) -> None:
+            real_close_all(budget)
+            closed_all.set()
+
+        rt.close_all = close_all
         stopper = threading.Thread(target=lambda: n1.shutdown(2.0))  # waits ~0.9 s for it
         stopper.start()
-        deadline = time.monotonic() + WAIT
-        while not n1._runtime.stopping and time.monotonic() < deadline:
-            time.sleep(0.002)  # past _end_moves: close_all comes next, skipping the Spot
-        time.sleep(0.1)
+        assert closed_all.wait(WAIT)  # past _end_moves and close_all, which left the Spot
         let_transfer.set()
         mover.join(2 * WAIT)
         stopper.join(2 * WAIT)

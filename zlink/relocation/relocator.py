@@ -114,9 +114,10 @@ class Relocator(Outbound, Inbound):
         self.target_down(peer)
         self.source_down(peer)
 
-    def wait_moves(self, seconds: float) -> bool:
-        """Block until no move leaves or arrives here, at most ``seconds``; ``False`` if one
-        still does."""
+    def wait_moves(self, seconds: float, arrivals: float | None = None) -> bool:
+        """Block until no move leaves or arrives here, at most ``seconds`` (for arrivals,
+        ``arrivals`` if given: one waits for a commit its source may never send); ``False``
+        if one still does."""
         end = time.monotonic() + seconds
         with self._lock:
             dones = [out.caller or out.done for out in self._out.values()]
@@ -125,6 +126,8 @@ class Relocator(Outbound, Inbound):
             done.add_callback(functools.partial(_set, ended))
             if not ended.wait(max(0.0, end - time.monotonic())):
                 return False
+        if arrivals is not None:
+            end = min(end, time.monotonic() + arrivals)
         return self.wait_arrivals(max(0.0, end - time.monotonic()))
 
     def moving(self, spot_id: str) -> bool:
