@@ -585,3 +585,33 @@ def test_the_lanes_count_their_bounded_waiters_as_they_come_and_go():
     assert [lanes.wait_room(w) for w in (waiter(), waiter())] == [Admission.WAITING] * 2
     lanes.release(APPLICATION, 0)  # room: the first is served, and leaves the count
     assert lanes.wait_room(waiter()) == Admission.WAITING
+
+
+def test_a_deadline_cancelled_as_it_comes_due_does_not_fail_its_canceller():
+    """CI on 3.13t: ``DeadlineHandle.cancel`` read ``_owner`` twice; the infrastructure thread
+    took the handle off the heap (``_owner = None``) between the two reads, and the cancelling
+    thread failed with ``AttributeError`` (a create's completion never reached its caller)."""
+    from zlink.executor.infra import DeadlineHandle, InfraExecutor
+
+    class TakenBetweenReads(DeadlineHandle):
+        """A handle the infrastructure thread takes off the heap right after the first read
+        of its owner (what a free-threaded interleaving did)."""
+
+        def __init__(self, owner: InfraExecutor) -> None:
+            self.reads = 0
+            super().__init__(1.0, lambda: None, (), owner)
+
+        @property  # type: ignore[override]
+        def _owner(self) -> InfraExecutor | None:
+            self.reads += 1
+            return self.__dict__["owner"] if self.reads == 1 else None
+
+        @_owner.setter
+        def _owner(self, owner: InfraExecutor | None) -> None:
+            self.reads = 0
+            self.__dict__["owner"] = owner
+
+    infra = InfraExecutor(ManualClock())
+    handle = TakenBetweenReads(infra)
+    handle.cancel()  # before the fix: AttributeError: 'NoneType' ... '_cancelled_one'
+    assert handle.cancelled and handle.fn is not None

@@ -90,8 +90,9 @@ class DeadlineHandle:
         any thread, any number of times."""
         if not self.cancelled:
             self.cancelled = True
-            if self._owner is not None:
-                self._owner._cancelled_one(self)
+            owner = self._owner  # read once: the infrastructure thread may take it off the
+            if owner is not None:  # heap meanwhile (CI on 3.13t: AttributeError here)
+                owner._cancelled_one(self)
             else:
                 self.fn, self.args = _nothing, ()
 
