@@ -87,8 +87,6 @@ class Outbound(RelocatorState):
         (:meth:`withdraw`; python-api §8): ``done`` then fails with ``DeadlineExceeded``.
         """
         spec = act.spec
-        if self.stopping is not None:  # (``withdraw_all``: a review found a move begun just
-            raise Unavailable(self.stopping)  # after it left its Spot sealed through the stop)
         if act.kind is SpotKind.ENTRY:
             raise InvalidOperation(f"{act.spot_id!r} is an Entry Spot; Entry Spots never move")
         if spec.relocation.kind is RelocationPolicy.DISABLED:
@@ -228,19 +226,20 @@ class Outbound(RelocatorState):
             return True
         return self._reopen(out, error)
 
-    def withdraw_all(self, error: ZLinkError) -> list[Completion]:
+    def withdraw_all(self, error: ZLinkError) -> None:
         """(A stop without a drain.) Every move leaving this node is withdrawn as
         :meth:`withdraw` does (its Spot serves here again, to be closed by the stop with the
         rest; its caller hears ``error``), but one whose commit is under way: the store's
-        answer decides it, and what its caller waits on is returned (an audit found the stop
-        run the Spot's ``on_closing`` here while the commit gave it to the target)."""
+        answer decides it (``Relocator.wait_moves``; an audit found the stop run the Spot's
+        ``on_closing`` here while the commit gave it to the target). No move begins after."""
         with self._lock:  # from now on no move begins (``start``, ``seal``)
             self.stopping = str(error)
             wanted, self._wanted = list(self._wanted.values()), {}
             outs = list(self._out.values())
         for _target, done in wanted:
             done.set(None, error)
-        return [out.caller or out.done for out in outs if not self._reopen(out, error)]
+        for out in outs:
+            self._reopen(out, error)  # (``False``: its commit is under way, left to the store)
 
     def leaving(self, spot_id: str) -> bool:
         """Whether a move of ``spot_id`` is leaving this node now (a dict read: any thread)."""
@@ -295,8 +294,9 @@ class Outbound(RelocatorState):
         Spot's shell move is one step of it). ``follows``: a member's move after its PER_ACTOR
         shell committed (a stop refuses every other move from ``withdraw_all`` on)."""
         with self._lock:  # released only once the waits the seal ends are parked (below)
-            if self.stopping is not None and not follows:
-                raise Unavailable(self.stopping)
+            if self.stopping is not None and not follows:  # (``withdraw_all``: a review
+                raise Unavailable(self.stopping)  # found a move begun just after it left
+                # its Spot sealed through the stop)
             with self.rt.directory.lock:
                 out = self._seal_objects(act, target, done, signaled, unit, join, caller)
             # Admission closes atomically with every producer, and the calls that waited for

@@ -451,26 +451,22 @@ class Closing:
         source of a move the commit then completed); it closes once its move ended, if it is
         here then (a commit the store refused, an arrival that opened: a review found those
         never closed)."""
-        relocator = self.rt.relocator
         for act in list(self.rt.spots.values()):
-            if relocator is not None and relocator.moving(act.spot_id):
-                relocator.after_move(act.spot_id, partial(self._close_at_stop, act, budget, True))
-                continue
             self._close_at_stop(act, budget)
 
     def _close_at_stop(self, act: SpotAct, budget: float, moved: bool = False) -> None:
-        """``close_all`` for one Spot (not one another node owns now, nor one moving).
-        ``moved``: its move just ended; one that left it sealed (a commit the store made or
-        not, unconfirmed) is the store's to settle, never closed here (a review found
+        """``close_all`` for one Spot: not one another node owns now; one moving once its
+        move ends. ``moved``: its move just ended; one that left it sealed (a commit the store
+        made or not, unconfirmed) is the store's to settle, never closed here (a review found
         ``on_closing`` run on a source the store then named the target)."""
         relocator = self.rt.relocator
         if self.rt.spots.get(act.spot_id) is not act:
             return  # (moved away, or forgotten as an arrival that did not happen)
         if moved and act.state is SEALED:
             return
-        if relocator is not None and relocator.moving(act.spot_id):  # (moving again: a
+        if relocator is not None and relocator.moving(act.spot_id):
             relocator.after_move(act.spot_id, partial(self._close_at_stop, act, budget, True))
-            return  # move that began before the stop refused them)
+            return
         with self.rt.directory.lock:
             closing = act.state in (CLOSING, GONE)
             if not closing:
