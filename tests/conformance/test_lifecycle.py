@@ -309,9 +309,17 @@ def test_idle_spots_are_evicted_and_timer_ticks_do_not_count_as_activity(
     client = node.client()
     _room(node, "busy")
     _room(node, "ticking")
+    # The sweep runs every 2.5 s of the node's clock and skips a Spot whose tick is running
+    # (as Orleans skips a busy grain until the next pass). A 1 s timer started 0.25 s in
+    # ticks at x.25, never when a sweep is due, and steps of 0.25 s fire one or the
+    # other, each awaited: nothing left to chance (CI on 3.13t once ran a tick at each of
+    # the four sweeps that would have evicted it, when both fired in one 2.5 s step).
+    clock.advance(0.25)
+    node.wait_idle(WAIT)
     client.send_to_spot("ticking", Start()).submit()  # a 1 s timer that does not keep it alive
-    for _ in range(8):
-        clock.advance(2.5)
+    node.wait_idle(WAIT)
+    for _ in range(80):
+        clock.advance(0.25)
         node.wait_idle(WAIT)
         client.request_to_spot("busy", Ping()).wait(WAIT)  # activity keeps "busy" alive
     node.wait_idle(WAIT)
