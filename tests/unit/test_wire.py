@@ -60,9 +60,10 @@ REQUEST = RequestEnvelope(
     instance=True, instance_type="t.w.room", correlation=17, deadline=2.5,
 )  # fmt: skip
 JOBS = (
-    RelocMessageJob("t.w.move", '{"x":2}', None, "sender-1", 9, None),
+    RelocMessageJob("t.w.move", '{"x":2}', None, "sender-1", 9, None, None),
     RelocTickJob("heartbeat", 4, 0.5, 0.25, 2),
-    RelocMessageJob("t.w.news", '{"n":1}', {"k": "v"}, None, None, "topic-a"),
+    RelocMessageJob("t.w.news", '{"n":1}', {"k": "v"}, None, None, "topic-a", None),
+    RelocMessageJob("t.w.move", '{"x":3}', None, None, None, None, "node-7"),
 )
 TIMERS = (
     RelocTimer("heartbeat", 0.5, OverrunPolicy.CATCH_UP_BOUNDED, 3, True, 0.3, 4, 2, 2),
@@ -119,7 +120,9 @@ SAMPLES: dict[str, Envelope] = {
     "route": RouteEnvelope(
         target="room-1", route_node="n3", object_generation=12, authority_generation=4
     ),
-    "dropped": DroppedEnvelope(target="room-1", message_type="t.w.ping", reason="lane_full"),
+    "dropped": DroppedEnvelope(
+        target="room-1", message_type="t.w.ping", reason="lane_full", count=3
+    ),
     "batch": BatchEnvelope(
         target_kind="spot",
         target="room-1",
@@ -235,7 +238,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 7
+    assert frame["version"] == WIRE_VERSION == 8
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -245,7 +248,8 @@ def test_nested_records_keep_their_types() -> None:
     back = decode(encode(RELOC))
     assert isinstance(back, RelocEnvelope)
     jobs = back.objects[0].jobs
-    assert [type(j) for j in jobs] == [RelocMessageJob, RelocTickJob, RelocMessageJob]
+    assert [type(j) for j in jobs] == [RelocMessageJob, RelocTickJob, RelocMessageJob,
+                                       RelocMessageJob]  # fmt: skip
     assert isinstance(back.objects[0].timers, tuple)
     assert back.objects[0].timers[0].overrun_policy is OverrunPolicy.CATCH_UP_BOUNDED
     reply = decode(encode(SAMPLES["reply-error"]))
@@ -348,7 +352,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 6, 8, "7", 7.0, True, None, [7]])
+@pytest.mark.parametrize("version", [0, 1, 7, 9, "8", 8.0, True, None, [8]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

@@ -56,9 +56,13 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 7
+WIRE_VERSION: Final = 8
 """The version every envelope carries; a node decodes its own version only.
 
+8: ``RelocMessageJob.origin`` (the node a moving one-way message was admitted on: a target
+that discards it tells that node) and ``DroppedEnvelope.count`` (a batch's discarded messages
+told in one notice).
+7: ``RelocTimer.late_ticks`` and ``delivered`` (a moving timer's counts go with it).
 6: ``SendEnvelope.event`` (a Logical Multicast event's number on its node) and
 ``RelocObject.marks`` (the last number a moving subscriber took from each node on each topic);
 a moving timer's times as spans (``RelocTimer.due_in``, ``RelocTickJob.due_ago`` and
@@ -206,6 +210,10 @@ class RelocMessageJob:
     under it, at the relocation's ``source_node``); ``None`` for a one-way message."""
     topic: str | None
     """The Channel topic it was published on (a subscription handler), else ``None``."""
+    origin: str | None
+    """The node a one-way message was admitted on (its sender's node, or the first origin of
+    one that came from another node), told if the target discards it unrun (python-api §9:
+    counted at both ends); ``None`` for a request (its caller hears) or a published event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,6 +492,9 @@ class DroppedEnvelope:
     """The message's wire type name."""
     reason: str
     """Why: ``not_found``, ``unavailable``, ``lane_full``, ``bad_payload`` or ``refused``."""
+    count: int
+    """How many messages of that type for that target (a batch's are told in one notice);
+    a count below 1 is a bad envelope."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -383,13 +383,23 @@ class BatchSendCall(_OneWay):
     """Several one-way messages to one Spot or Actor, admitted together (all or none); its
     ``wait()`` / ``future()`` / ``await`` wait for room for all of them at once."""
 
-    __slots__ = ("kind", "msgs", "target")
+    __slots__ = ("kind", "msgs", "origin", "target")
 
     def __init__(self, rt: Runtime, kind: TargetKind, target: str, msgs: list[Message]) -> None:
         super().__init__(rt)
         self.kind = kind
         self.target = target
         self.msgs = msgs
+        self.origin: str | None = None  # a batch from another node: the node it began on
+
+    def parts(self) -> list[SendCall]:
+        """Its messages as single sends, in order, each knowing the batch's origin (a drop
+        is told there: python-api §9)."""
+        calls = [SendCall(self._rt, self.kind, self.target, msg) for msg in self.msgs]
+        if self.origin is not None:
+            for call in calls:
+                call.origin = self.origin
+        return calls
 
     def submit(self) -> None:
         """Admit every message now, in order, behind one lock and one wake-up of the target;

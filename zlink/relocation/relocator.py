@@ -85,7 +85,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import Unavailable
-from ..messaging.calls import SendCall
 from ..messaging.completion import Admitted, Completion
 from ..messaging.message import lane_size
 
@@ -242,10 +241,8 @@ class Relocator(Outbound, Inbound):
             out = self._out_ids.get(target)
             if out is not None:  # parked whole, or relayed whole (in order), or it waits
                 envs: list[Relayable] = [
-                    self.router.envelope(SendCall(self.rt, call.kind, target, msg), None, 0,
-                                         peer=out.target)
-                    for msg in call.msgs
-                ]  # fmt: skip
+                    self.router.envelope(part, None, 0, peer=out.target) for part in call.parts()
+                ]  # (each knows a peer's batch's origin)
                 if not self._park_takes(out, envs, None):
                     return self._wait_for_move(out.waiting, envs, call, None, room)
                 for env in envs:
@@ -254,9 +251,7 @@ class Relocator(Outbound, Inbound):
             inc = self._keeping(target)
             if inc is None:
                 return False
-            helds: list[Held] = [
-                (SendCall(self.rt, call.kind, target, msg), None, 0) for msg in call.msgs
-            ]
+            helds: list[Held] = [(part, None, 0) for part in call.parts()]
             if not self._keep_takes(inc, helds):
                 return self._wait_for_move(inc.waiting, helds, call, None, room, batch=call)
             for held in helds:

@@ -533,9 +533,15 @@ class Outbound(RelocatorState):
                     tp = reply_type(type(item.msg))
                     corr = self.router.register_pending(item.reply, tp, out.target)
                     out.corrs.append(corr)
-                jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic))
+                origin = None  # a one-way message: where it was admitted, told of a
+                if corr is None and item.topic is None:  # discard there (§9: both ends)
+                    origin = getattr(item, "origin", None) or self.rt.node_id
+                jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic,
+                                         origin))  # fmt: skip
             elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
-                jobs += [_message_job(msg, None, item.sender) for msg in item.msgs]
+                origin = item.origin or self.rt.node_id
+                jobs += [_message_job(msg, None, item.sender, None, None, origin)
+                         for msg in item.msgs]  # fmt: skip
             elif isinstance(item, TimerJob):  # a place on the lane: the target decides its
                 t = item.timer.pending_tick(item.at)  # tick when it runs (python-api §11)
                 jobs.append(wire.RelocTickJob(t.name, t.sequence, now - t.scheduled_at,
@@ -941,8 +947,9 @@ def _settles(done: Completion, seconds: float) -> bool:
 
 
 def _message_job(
-    msg: Message, meta: dict[str, str] | None, sender: str | None, corr: int | None = None,
-    topic: str | None = None,
+    msg: Message, meta: dict[str, str] | None, sender: str | None, corr: int | None,
+    topic: str | None, origin: str | None,
 ) -> wire.RelocMessageJob:  # fmt: skip
-    """A queued message as it moves: its wire form, headers, sender, reply route, topic."""
-    return wire.RelocMessageJob(*to_wire(msg), meta, sender, corr, topic)
+    """A queued message as it moves: its wire form, headers, sender, reply route, topic,
+    and the node a one-way message was admitted on."""
+    return wire.RelocMessageJob(*to_wire(msg), meta, sender, corr, topic, origin)

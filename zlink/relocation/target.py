@@ -248,6 +248,8 @@ class Inbound(RelocatorState):
                 reply.add_callback(partial(self.router.reply, env.source_node, job.correlation))
             item = MessageJob(obj, handler, msg, reply, job.meta, job.sender, len(job.payload),
                               job.topic)  # fmt: skip
+            if job.origin is not None and reply is None:  # a discard here is told where it
+                item.origin = job.origin  # was admitted (python-api §9: at both ends)
             item.at = now
             over |= obj.owner.lanes.put_app_moved(item, item.size)
         if over:  # taken all the same: it was admitted at the source

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Coroutine, Iterable
 from functools import partial
 from itertools import repeat
@@ -137,7 +138,7 @@ class BatchJob(Job):
     ``handlers`` is the one handler of a batch of one message type, else one per message.
     """
 
-    __slots__ = ("act", "count", "handlers", "msgs", "sender")
+    __slots__ = ("act", "count", "handlers", "msgs", "origin", "sender")
 
     def __init__(self, act: SpotAct | ActorAct, handlers: HandlerSpec | list[HandlerSpec],
                  msgs: list[Message], sender: str | None, size: int) -> None:  # fmt: skip
@@ -148,6 +149,8 @@ class BatchJob(Job):
         self.msgs = msgs
         self.count = len(msgs)
         self.sender = sender
+        self.origin: str | None = None  # a peer's batch (or one a move carried): the node
+        # it was admitted on, told of a discard (python-api §9: at both ends)
 
     def invoke(self) -> Any:
         act = self.act
@@ -164,8 +167,24 @@ class BatchJob(Job):
         if run_turns(self, outer.owner if outer is not None else None, calls, act.instance,
                      self._after, rt):  # fmt: skip
             # the node stopped: the message in hand and the rest never ran
-            rt.metrics.add("messages_discarded_at_shutdown", 1 + sum(1 for _ in calls))
+            unrun = 1 + sum(1 for _ in calls)
+            rt.metrics.add("messages_discarded_at_shutdown", unrun)
+            if self.origin is not None and rt.router is not None:  # told there too
+                self._tell(Unavailable(f"node {rt.node_id} shut down before it ran"),
+                           self.msgs[-unrun:])  # fmt: skip
         return None
+
+    def tell_discarded(self, error: BaseException) -> None:
+        """A batch discarded unrun (a stop, a close, a fence): the node it was admitted on,
+        if another, counts its messages too (python-api §9: at both ends)."""
+        if self.origin is not None and self.act.rt.router is not None:
+            self._tell(error, self.msgs)
+
+    def _tell(self, error: BaseException, msgs: list[Message]) -> None:
+        router = self.act.rt.router
+        assert router is not None and self.origin is not None
+        for message_type, count in Counter(m.zlink_type_name for m in msgs).items():
+            router.tell_dropped(self.origin, self.act.name, message_type, error, count)
 
     def _bound(self, h: HandlerSpec) -> Callable[[Any, Any], Any]:
         """``h`` as ``fn(instance, msg)``: a handler that takes a context gets one per message."""
@@ -277,11 +296,14 @@ def discard_jobs(rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: s
                 continuations += 1
             continue
         item.discard(error)
-        if isinstance(item, (SendJob, BatchJob)):
+        if isinstance(item, BatchJob):
+            messages += item.count
+            item.tell_discarded(error)  # (a peer's batch: counted there too)
+        elif isinstance(item, SendJob):
             messages += item.count
             origin = getattr(item, "origin", None)  # (a one-way message of another node:
             if origin is not None and rt.router is not None:  # counted there too)
-                assert isinstance(item, SendJob) and item.reply is None
+                assert item.reply is None
                 rt.router.tell_dropped(origin, item.act.name, item.msg.zlink_type_name, error)
         elif isinstance(item, LifeJob):
             rt.metrics.add("lifecycle_skipped_" + item.what.replace(" ", "_"))

@@ -62,6 +62,7 @@ import functools
 import itertools
 import logging
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
@@ -1525,8 +1526,7 @@ class MeshRouter:
             msgs = [from_wire(t, p) for t, p in zip(env.message_types, env.payloads, strict=True)]
         except Exception:  # noqa: BLE001 - a bad payload drops the batch, counted at both ends
             self.rt.metrics.add("bad_wire_payloads")
-            for message_type in env.message_types:
-                self._count_drop(env.target, message_type, env.first_origin, "bad_payload")
+            self._count_drops(env.target, env.message_types, env.first_origin, "bad_payload")
             return
         kind = _TARGET_KINDS[env.target_kind]
         act = (self.rt.actors if kind == TargetKind.ACTOR else self.rt.spots).get(env.target)
@@ -1539,8 +1539,10 @@ class MeshRouter:
             return
         peer = env.via
         room = Admitted(peer=peer)
+        call = BatchSendCall(self.rt, kind, env.target, msgs)
+        call.origin = env.first_origin  # a discard after admission is told there (§9)
         try:
-            self.rt.submit_many(BatchSendCall(self.rt, kind, env.target, msgs), room)
+            self.rt.submit_many(call, room)
         except ZLinkError as exc:
             self._batch_dropped(env, exc)
             return
@@ -1564,8 +1566,14 @@ class MeshRouter:
         room.add_callback(done)
 
     def _batch_dropped(self, env: wire.BatchEnvelope, error: BaseException) -> None:
-        for message_type in env.message_types:
-            self._count_drop(env.target, message_type, env.first_origin, _drop_reason(error))
+        self._count_drops(env.target, env.message_types, env.first_origin, _drop_reason(error))
+
+    def _count_drops(self, target: str, message_types: Iterable[str], origin: str | None,
+                     reason: str) -> None:  # fmt: skip
+        """A batch's messages dropped: counted here and told to ``origin`` in one notice per
+        message type (a batch of 100 is not 100 notices)."""
+        for message_type, count in Counter(message_types).items():
+            self._count_drop(target, message_type, origin, reason, count)
 
     def _backlog_add(self, peer: str, n: int) -> None:
         with self._lock:  # the transport is told under it: a pause and a resume never cross
@@ -1749,31 +1757,36 @@ class MeshRouter:
         self._count_drop(call.target, call.msg.zlink_type_name, call.origin, _drop_reason(error))
 
     def tell_dropped(self, origin: str, target: str, message_type: str,
-                    error: BaseException) -> None:  # fmt: skip
-        """A one-way message from ``origin`` that this node took was dropped and counted here
-        (a stop, a close or a fence discarded it unrun): ``origin`` counts it too
+                    error: BaseException, count: int = 1) -> None:  # fmt: skip
+        """``count`` one-way messages admitted on ``origin`` (from there, or carried here by
+        a move) that this node took were dropped and counted here (a stop, a close or a
+        fence discarded them unrun): ``origin`` counts them too
         (``remote_sends_dropped_<reason>``; python-api §9: at both ends)."""
         if origin == self.rt.node_id:
             return
-        notice = wire.DroppedEnvelope(target, message_type, _drop_reason(error))
+        notice = wire.DroppedEnvelope(target, message_type, _drop_reason(error), count)
         with contextlib.suppress(Unavailable):  # the origin is gone: counted here
             self.post(origin, notice)
 
     def _count_drop(self, target: str, message_type: str, origin: str | None,
-                    reason: str) -> None:  # fmt: skip
-        """Count a dropped one-way message here and, if it came from another node, there."""
-        self.rt.metrics.add(f"sends_dropped_{reason}")
+                    reason: str, count: int = 1) -> None:  # fmt: skip
+        """Count dropped one-way messages here and, if they came from another node, there."""
+        self.rt.metrics.add(f"sends_dropped_{reason}", count)
         if origin is None or origin == self.rt.node_id:
             return
-        notice = wire.DroppedEnvelope(target, message_type, reason)
+        notice = wire.DroppedEnvelope(target, message_type, reason, count)
         with contextlib.suppress(Unavailable):  # the origin is gone: counted here
             self.post(origin, notice)
 
     def _on_dropped(self, env: wire.DroppedEnvelope) -> None:
-        """Another node could not deliver a one-way message sent from here: counted."""
-        self.rt.metrics.add(f"remote_sends_dropped_{env.reason}")
-        _log.debug("a send to %r (%s) was dropped: %s", env.target, env.message_type,
-                   env.reason)  # fmt: skip
+        """Another node could not deliver one-way messages sent from here: counted (a count
+        below 1 would take from the counter: a bad envelope)."""
+        if env.count < 1:
+            self.rt.metrics.add("bad_envelopes")
+            return
+        self.rt.metrics.add(f"remote_sends_dropped_{env.reason}", env.count)
+        _log.debug("%d send(s) to %r (%s) dropped: %s", env.count, env.target,
+                   env.message_type, env.reason)  # fmt: skip
 
     def reply(
         self, origin: str, correlation: int, value: Any = None, error: BaseException | None = None

@@ -72,7 +72,6 @@ from ..messaging.calls import (
     YIELD_GATE,
     BatchSendCall,
     MessageCall,
-    SendCall,
     WaitMode,
     WorkerCall,
 )
@@ -393,8 +392,8 @@ class Runtime:
             act = self.activate_instance(spec, call.target, None)
         if recorded is None:
             job = MessageJob(act, handler, msg, reply, call.meta, sender, 0)
-            if hops and reply is None and call.origin is not None:  # (see ``submit``)
-                job.origin = call.origin
+            if reply is None and call.origin is not None:  # (see ``submit``; also a part
+                job.origin = call.origin  # of a peer's batch, or a call a move kept)
         else:
             job = RecordedJob(act, handler, msg, reply, call.meta, sender, 0)
             job.ran = recorded
@@ -576,12 +575,13 @@ class Runtime:
         job: Job | Entries
         lanes = act.owner.lanes if held is None else held
         if any(h.is_async for h in found.values()):  # an async handler suspends: each
-            job = self._entries(act, found, msgs, sender)  # message a job, a turn alone
-            verdict = lanes.put_app_entries(job)
+            job = self._entries(act, found, msgs, sender, call.origin)  # message a job,
+            verdict = lanes.put_app_entries(job)  # a turn alone
         else:
             one = next(iter(types)) if len(types) == 1 else None
             handlers = found[one] if one is not None else [found[type(m)] for m in msgs]
             job = BatchJob(act, handlers, msgs, sender, lane_size_many(msgs, one))
+            job.origin = call.origin  # a peer's batch: a discard is told there too (§9)
             job.at = self._now()
             verdict = lanes.put_app(job, job.size, job.count)
         if verdict == ADMITTED:
@@ -604,14 +604,17 @@ class Runtime:
 
     def _entries(
         self, act: SpotAct | ActorAct, found: dict[type[Message], HandlerSpec],
-        msgs: list[Message], sender: str | None,
+        msgs: list[Message], sender: str | None, origin: str | None,
     ) -> Entries:  # fmt: skip
-        """A batch as one job per message, admitted together (all or none, python-api §8)."""
+        """A batch as one job per message, admitted together (all or none, python-api §8);
+        ``origin``: the node a peer's batch began on (a discard is told there, §9)."""
         now = self._now()
         jobs: list[MessageJob] = []
         size = 0
         for msg in msgs:
             job = MessageJob(act, found[type(msg)], msg, None, None, sender, lane_size(msg))
+            if origin is not None:
+                job.origin = origin
             job.at = now
             size += job.size
             jobs.append(job)
@@ -631,8 +634,8 @@ class Runtime:
             if act.state is GONE or (now is not None and now is not act):
                 self._route_many(call, room, mode)
                 return
-        for msg in call.msgs:
-            self.submit(SendCall(self, call.kind, call.target, msg), None, NO_WAIT)
+        for part in call.parts():  # (each knows a peer's batch's origin)
+            self.submit(part, None, NO_WAIT)
 
     def _not_ready(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
