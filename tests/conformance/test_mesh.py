@@ -313,16 +313,16 @@ def test_one_node_keeps_one_id_space_too():
 
 def test_every_store_write_is_fenced_and_a_stale_owner_is_refused():
     store = InMemoryLocationStore()
-    i1, i2, _ = (store.register_node(f"node-{k}", "x", 60.0).incarnation for k in (1, 2, 3))
+    i1, i2, i3 = (store.register_node(f"node-{k}", "x", 60.0).incarnation for k in (1, 2, 3))
     first = store.reserve("s", "spot", "t", "node-1", i1)
     assert first.created and first.location.authority_generation == 1
     assert not store.reserve("s", "spot", "t", "node-2", i2).created  # owner stays node-1
-    moved = store.transfer("s", "node-1", i1, 1, "node-2")
+    moved = store.transfer("s", "node-1", i1, 1, "node-2", i2)
     assert (moved.owner_node, moved.authority_generation) == ("node-2", 2)
     with pytest.raises(zlink.Unavailable, match="stale owner"):
         store.release("s", "node-1", i1, 1)  # node-1 lost authority
     with pytest.raises(zlink.Unavailable):
-        store.transfer("s", "node-2", i2, 1, "node-3")  # an old generation
+        store.transfer("s", "node-2", i2, 1, "node-3", i3)  # an old generation
     assert store.release("s", "node-2", i2, 2)
     assert store.lookup("s") is None
 

@@ -74,8 +74,8 @@ def _release(store: LocationStore, spot: str, node: str, authority: int) -> bool
 
 
 def _transfer(store: LocationStore, spot: str, node: str, authority: int, target: str) -> Any:
-    _incarnation(store, target)
-    return store.transfer(spot, node, _incarnation(store, node), authority, target)
+    theirs = _incarnation(store, target)
+    return store.transfer(spot, node, _incarnation(store, node), authority, target, theirs)
 
 
 # -- one behaviour, every store -----------------------------------------------------------------
@@ -130,6 +130,23 @@ def test_transfer_bumps_authority_and_fences_the_old_owner(store: Any) -> None:
     assert (again.owner_node, again.authority_generation) == ("n1", 3)
     with pytest.raises(Unavailable, match="no location to transfer"):
         _transfer(store, "room-9", "n1", 1, "n2")
+
+
+def test_transfer_names_the_targets_incarnation_and_refuses_another(store: Any) -> None:
+    """A store audit: a move restored on the target's incarnation, committed after that
+    node fenced itself and registered again, was given to the new incarnation (which had
+    dropped it): the Spot was lost. The transfer names the incarnation that restored it."""
+    loc = _reserve(store, "room-1", "n1").location
+    old2 = _incarnation(store, "n2")
+    assert store.unregister_node("n2", old2)
+    new2 = store.register_node("n2", "inproc://n2", HELD).incarnation
+    assert new2 != old2
+    n1 = _incarnation(store, "n1")
+    with pytest.raises(Unavailable, match=f"'n2' holds no lease at incarnation {old2}"):
+        store.transfer("room-1", "n1", n1, 1, "n2", old2)
+    assert store.lookup("room-1") == loc  # refused, not applied
+    moved = store.transfer("room-1", "n1", n1, 1, "n2", new2)
+    assert (moved.owner_node, moved.owner_incarnation) == ("n2", new2)
 
 
 def test_object_generations_are_unique_and_never_reused(store: Any) -> None:
@@ -230,7 +247,14 @@ def test_a_spot_whose_owner_lease_lapsed_is_rehomed_with_new_generations(
     assert new.object_generation > old.object_generation
     for write in (
         lambda: store.release("room-1", "n1", n1.incarnation, old.authority_generation),
-        lambda: store.transfer("room-1", "n1", n1.incarnation, old.authority_generation, "n2"),
+        lambda: store.transfer(
+            "room-1",
+            "n1",
+            n1.incarnation,
+            old.authority_generation,
+            "n2",
+            _incarnation(store, "n2"),
+        ),
     ):
         with pytest.raises(Unavailable, match="stale owner: 'n1'"):
             write()
@@ -249,7 +273,7 @@ def test_an_owner_whose_lease_lapsed_writes_nothing_even_before_a_takeover(
     for write in (
         lambda: store.reserve("room-2", "spot", "game.room", "n1", n1.incarnation),
         lambda: store.release("room-1", "n1", n1.incarnation, 1),
-        lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2"),
+        lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2", _incarnation(store, "n2")),
     ):
         with pytest.raises(Unavailable, match=r"'n1' at incarnation .* holds no lease"):
             write()
@@ -259,13 +283,13 @@ def test_an_owner_whose_lease_lapsed_writes_nothing_even_before_a_takeover(
 
 def test_a_transfer_needs_a_target_that_holds_a_lease(store: Any, clock: ManualClock) -> None:
     n1 = store.register_node("n1", "inproc://n1", 10 * LEASE)
-    store.register_node("n2", "inproc://n2", LEASE)
+    n2 = store.register_node("n2", "inproc://n2", LEASE)
     store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation)
     clock.advance(LEASE + 0.5)
     with pytest.raises(Unavailable, match="'n2' holds no lease"):
-        store.transfer("room-1", "n1", n1.incarnation, 1, "n2")
+        store.transfer("room-1", "n1", n1.incarnation, 1, "n2", n2.incarnation)
     with pytest.raises(Unavailable, match="'n9' holds no lease"):
-        store.transfer("room-1", "n1", n1.incarnation, 1, "n9")
+        store.transfer("room-1", "n1", n1.incarnation, 1, "n9", 1)
     assert store.lookup("room-1").owner_node == "n1"
 
 
@@ -311,7 +335,7 @@ def test_a_store_that_lost_its_data_grants_no_claim_for_one_lease(
     assert back.incarnation > lost
     for claim in (
         lambda: store.reserve("room-2", "spot", "game.room", "n2", back.incarnation),
-        lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2"),
+        lambda: store.transfer("room-1", "n1", n1.incarnation, 1, "n2", _incarnation(store, "n2")),
     ):
         with pytest.raises(Unavailable, match=r"lost its data .* another 3\.0 s"):
             claim()
@@ -692,7 +716,9 @@ def test_redis_scripts_are_loaded_again_after_a_script_flush_and_a_restart(
             store.renew_node("n1", n1.incarnation, LEASE)  # renew
             assert store.reserve("room-1", "spot", "game.room", "n1", n1.incarnation).created
             assert store.lookup("room-1") is not None  # lookup (reserve ran it, and claim)
-            moved = store.transfer("room-1", "n1", n1.incarnation, 1, "n2")  # transfer
+            moved = store.transfer(
+                "room-1", "n1", n1.incarnation, 1, "n2", n2.incarnation
+            )  # transfer
             assert store.release("room-1", "n2", n2.incarnation, moved.authority_generation)
             assert store.unregister_node("n1", n1.incarnation)  # unregister
             assert [r.node_id for r in store.nodes()] == ["n2"]  # nodes
@@ -758,7 +784,9 @@ def test_redis_that_does_not_answer_is_unavailable_within_the_timeout(
         lambda: store.lookup("room-1"),
         lambda: store.reserve("room-2", "spot", "game.room", "n1", node.incarnation),
         lambda: store.release("room-1", "n1", node.incarnation, 1),
-        lambda: store.transfer("room-1", "n1", node.incarnation, 1, "n2"),
+        lambda: store.transfer(
+            "room-1", "n1", node.incarnation, 1, "n2", _incarnation(store, "n2")
+        ),
         lambda: store.register_node("n3", "inproc://n3", LEASE),
         lambda: store.renew_node("n1", node.incarnation, LEASE),
         lambda: store.unregister_node("n1", node.incarnation),
@@ -801,7 +829,7 @@ def test_redis_calls_after_close_are_unavailable_and_leave_no_connection(
             lambda: store.lookup("room-1"),
             lambda: store.reserve("room-2", "spot", "game.room", "n1", 1),
             lambda: store.release("room-1", "n1", 1, 1),
-            lambda: store.transfer("room-1", "n1", 1, 1, "n2"),
+            lambda: store.transfer("room-1", "n1", 1, 1, "n2", 1),
             lambda: store.register_node("n1", "e", LEASE),
             lambda: store.renew_node("n1", 1, LEASE),
             lambda: store.unregister_node("n1", 1),

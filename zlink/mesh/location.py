@@ -107,8 +107,9 @@ class LocationStore(Protocol):
     ) -> bool: ...
 
     def transfer(
-        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
-    ) -> Location: ...
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
+        target_incarnation: int,
+    ) -> Location: ...  # fmt: skip
 
     def new_generation(
         self, spot_id: str, node: str, incarnation: int, authority_generation: int
@@ -170,6 +171,14 @@ class NoLease(Unavailable):
 def no_lease(node: str, incarnation: int) -> NoLease:
     """The error of a node that writes without a live lease (it must register again)."""
     return NoLease(f"node {node!r} at incarnation {incarnation} holds no lease")
+
+
+def no_target(spot_id: str, target: str, incarnation: int) -> Unavailable:
+    """The error of a transfer to a node that holds no lease as the incarnation named (it
+    went down, or fenced itself and registered again, dropping what it restored)."""
+    return Unavailable(
+        f"node {target!r} holds no lease at incarnation {incarnation}: {spot_id!r} stays"
+    )
 
 
 def recovering(left: float) -> Unavailable:
@@ -395,11 +404,14 @@ class InMemoryLocationStore:
             return True
 
     def transfer(
-        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
-    ) -> Location:
-        """Move authority to ``target``'s live incarnation (relocation); the new authority
-        generation is +1. Refused for a stale owner, an owner whose lease lapsed, and a
-        target that holds no lease."""
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
+        target_incarnation: int,
+    ) -> Location:  # fmt: skip
+        """Move authority to ``target``'s incarnation ``target_incarnation`` (relocation:
+        the one that restored the move); the new authority generation is +1. Refused for a
+        stale owner, an owner whose lease lapsed, a target that holds no lease, and a target
+        live as another incarnation (one that fenced itself and registered again dropped
+        what it restored: given the Spot, it would name an owner without it)."""
         with self._lock:
             found = self._locations.get(spot_id)
             if found is None:
@@ -409,8 +421,8 @@ class InMemoryLocationStore:
             if not self._live(node, incarnation, now):
                 raise no_lease(node, incarnation)
             to = self._nodes.get(target)
-            if to is None or to.lease_until < now:
-                raise Unavailable(f"node {target!r} holds no lease: {spot_id!r} stays")
+            if to is None or to.lease_until < now or to.incarnation != target_incarnation:
+                raise no_target(spot_id, target, target_incarnation)
             if now < self._claims_after:
                 raise recovering(self._claims_after - now)
             moved = replace(

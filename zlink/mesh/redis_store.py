@@ -80,6 +80,7 @@ from .location import (
     Reservation,
     check_fence,
     no_lease,
+    no_target,
     recovering,
     refuse_other_mesh,
 )
@@ -213,14 +214,16 @@ redis.call('DEL', P .. 'loc:' .. spot)
 return {'done'}
 """
 
-# ARGV: P, now, spot, node, incarnation, authority, target
+# ARGV: P, now, spot, node, incarnation, authority, target, target_incarnation
 _TRANSFER = """
 local now = now_of(ARGV[2])
 local spot, target = ARGV[3], ARGV[7]
 local found, refused = writable(spot, ARGV[4], ARGV[5], ARGV[6], now, 'no_location')
 if refused then return refused end
 local to = redis.call('HMGET', P .. 'node:' .. target, 'incarnation', 'lease_until')
-if not to[1] or tonumber(to[2]) < now then return {'no_target'} end
+if not to[1] or tonumber(to[2]) < now or tonumber(to[1]) ~= tonumber(ARGV[8]) then
+  return {'no_target'}
+end
 local left = claims_left(now)
 if left then return {'recovering', left} end
 local authority = int(tonumber(found[5]) + 1)
@@ -574,20 +577,29 @@ class RedisLocationStore:
         return bool(verdict == "done")
 
     def transfer(
-        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
-    ) -> Location:
-        """Move authority to ``target``'s live incarnation (relocation); the new authority
-        generation is +1. Refused for a stale owner, an owner whose lease lapsed, and a
-        target that holds no lease."""
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
+        target_incarnation: int,
+    ) -> Location:  # fmt: skip
+        """Move authority to ``target``'s incarnation ``target_incarnation`` (relocation:
+        the one that restored the move); the new authority generation is +1. Refused for a
+        stale owner, an owner whose lease lapsed, a target that holds no lease, and a target
+        live as another incarnation (one that fenced itself and registered again dropped
+        what it restored: given the Spot, it would name an owner without it)."""
         answer = self._run(
-            "transfer", spot_id, node, _int(incarnation), _int(authority_generation), target
+            "transfer",
+            spot_id,
+            node,
+            _int(incarnation),
+            _int(authority_generation),
+            target,
+            _int(target_incarnation),
         )
         verdict = answer[0]
         if verdict == "no_location":
             raise Unavailable(f"{spot_id!r} has no location to transfer")
         _refuse(spot_id, answer, node, incarnation, authority_generation)
         if verdict == "no_target":
-            raise Unavailable(f"node {target!r} holds no lease: {spot_id!r} stays")
+            raise no_target(spot_id, target, target_incarnation)
         if verdict == "recovering":
             raise recovering(float(answer[1]))
         return _location(spot_id, answer[1])

@@ -53,6 +53,7 @@ from .location import (
     Reservation,
     check_fence,
     no_lease,
+    no_target,
     recovering,
     refuse_other_mesh,
 )
@@ -401,11 +402,14 @@ class SqliteLocationStore:
         return self._write(forget)
 
     def transfer(
-        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str
-    ) -> Location:
-        """Move authority to ``target``'s live incarnation (relocation); the new authority
-        generation is +1. Refused for a stale owner, an owner whose lease lapsed, and a
-        target that holds no lease."""
+        self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
+        target_incarnation: int,
+    ) -> Location:  # fmt: skip
+        """Move authority to ``target``'s incarnation ``target_incarnation`` (relocation:
+        the one that restored the move); the new authority generation is +1. Refused for a
+        stale owner, an owner whose lease lapsed, a target that holds no lease, and a target
+        live as another incarnation (one that fenced itself and registered again dropped
+        what it restored: given the Spot, it would name an owner without it)."""
 
         def move(conn: sqlite3.Connection) -> Location:
             now = self._now()
@@ -414,11 +418,12 @@ class SqliteLocationStore:
                 raise Unavailable(f"{spot_id!r} has no location to transfer")
             to = _one(
                 conn,
-                "SELECT incarnation, lease_until FROM nodes WHERE node_id = ? AND lease_until >= ?",
-                (target, now),
+                "SELECT incarnation, lease_until FROM nodes"
+                " WHERE node_id = ? AND incarnation = ? AND lease_until >= ?",
+                (target, target_incarnation, now),
             )
             if to is None:
-                raise Unavailable(f"node {target!r} holds no lease: {spot_id!r} stays")
+                raise no_target(spot_id, target, target_incarnation)
             self._check_claims(conn, now)
             conn.execute(
                 "UPDATE locations SET owner_node = ?, owner_incarnation = ?,"

@@ -60,8 +60,9 @@ WIRE_VERSION: Final = 8
 """The version every envelope carries; a node decodes its own version only.
 
 8: ``RelocMessageJob.origin`` (the node a moving one-way message was admitted on: a target
-that discards it tells that node) and ``DroppedEnvelope.count`` (a batch's discarded messages
-told in one notice).
+that discards it tells that node), ``DroppedEnvelope.count`` (a batch's discarded messages
+told in one notice) and ``RelocDoneEnvelope.incarnation`` (the commit names the target's
+incarnation that restored the move).
 7: ``RelocTimer.late_ticks`` and ``delivered`` (a moving timer's counts go with it).
 6: ``SendEnvelope.event`` (a Logical Multicast event's number on its node) and
 ``RelocObject.marks`` (the last number a moving subscriber took from each node on each topic);
@@ -630,6 +631,9 @@ class RelocDoneEnvelope:
     refused: bool = False
     """The target took nothing: it drains or stops (``Unavailable`` at the source, which may
     try another node), rather than failing to restore (``StateIncompatible``)."""
+    incarnation: int = 0
+    """The target's incarnation as it answered: the commit gives the unit to that one only
+    (one that fenced itself since, and registered again, dropped what it restored)."""
 
     @property
     def ok(self) -> bool:

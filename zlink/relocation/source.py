@@ -676,6 +676,7 @@ class Outbound(RelocatorState):
                 # target keeps it until it opens)
             except Unavailable as exc:  # the target went away: the move cannot happen
                 gone = exc
+            out.target_incarnation = env.incarnation
         if gone is not None:
             self._reopen(out, gone)
             return
@@ -687,15 +688,16 @@ class Outbound(RelocatorState):
         A write the store failed may have been made or not: the store is asked which
         (:func:`_settle_write`), and while it cannot say, asked again (:meth:`_committed`)."""
         store, me, incarnation = self.router.store, self.rt.node_id, self.rt.incarnation
-        target = out.target
+        target, theirs = out.target, out.target_incarnation
 
         def transfer() -> _Commit:  # store thread, no lock
             done = list(moved)
             for name, authority in claims[len(done) :]:
                 try:
-                    done.append(store.transfer(name, me, incarnation, authority, target))
+                    done.append(store.transfer(name, me, incarnation, authority, target, theirs))
                 except Exception as exc:  # noqa: BLE001 - what moved keeps its pointer
-                    verdict, found = _settle_write(store, name, me, incarnation, authority, target)
+                    verdict, found = _settle_write(store, name, me, incarnation, authority,
+                                                   target, theirs)  # fmt: skip
                     if found is None:
                         return done, exc, verdict
                     done.append(found)  # made before the store failed: it stands
@@ -920,8 +922,9 @@ did, and what became of the first that did not."""
 
 
 def _settle_write(
-    store: Any, name: str, me: str, incarnation: int, authority: int, target: str
-) -> tuple[_Write, Location | None]:
+    store: Any, name: str, me: str, incarnation: int, authority: int, target: str,
+    target_incarnation: int,
+) -> tuple[_Write, Location | None]:  # fmt: skip
     """(Store thread.) A fenced write of ``name`` to ``target`` failed: was it made, not
     made, or can the store not say? A write the store made and then failed to confirm (a
     dropped connection) stands: the room is the target's, at a newer authority."""
@@ -931,7 +934,8 @@ def _settle_write(
         return _Write.UNKNOWN, None
     if found is None:
         return _Write.ELSEWHERE, None
-    if found.owner_node == target and found.authority_generation > authority:
+    if (found.owner_node == target and found.owner_incarnation == target_incarnation
+            and found.authority_generation > authority):  # fmt: skip
         return _Write.MADE, found
     if (found.owner_node == me and found.owner_live and found.owner_incarnation == incarnation
             and found.authority_generation == authority):  # fmt: skip

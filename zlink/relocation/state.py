@@ -66,6 +66,9 @@ class Outgoing:
     # to forget its copy, drops what came from this node)
     relayed: list[Relayable] = field(default_factory=list)
     committed: bool = False  # the store moved authority; the target has yet to open
+    # the target's incarnation that restored it: the commit names that one (an audit found
+    # a move committed to the target's next incarnation, which had dropped it: lost)
+    target_incarnation: int = 0
     lost: bool = False  # the target was declared down while the store was asked to commit
     caller: Completion | None = None  # what the move's caller waits on, if not ``done``
     # What left for the target, kept here until the commit so a move that does not happen

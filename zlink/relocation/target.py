@@ -516,7 +516,8 @@ class Inbound(RelocatorState):
 
     def _answer(self, env: wire.RelocEnvelope, error: str | None, refused: bool = False) -> None:
         try:
-            done = wire.RelocDoneEnvelope(env.relocation_id, error, refused)
+            done = wire.RelocDoneEnvelope(env.relocation_id, error, refused,
+                                          self.rt.incarnation)  # fmt: skip
             self.router.post(env.source_node, done)
         except Unavailable:  # the source is gone: its move ends with it
             self.rt.metrics.add("relocation_answers_undeliverable")
