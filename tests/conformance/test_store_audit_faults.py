@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
 import threading
 from typing import Any
 
+import pytest
+
 import zlink
 from tests.conftest import WAIT
-from zlink.errors import ZLinkError
+from zlink.errors import InvalidArgument, Unavailable, ZLinkError
+from zlink.mesh.location import InMemoryLocationStore
+from zlink.mesh.sqlite_store import SqliteLocationStore
+from zlink.mesh.transport import InProcessTransport
 from zlink.testing import ManualClock
 
 
@@ -26,6 +33,56 @@ def build_app() -> zlink.App:
             return "pong"
 
     return app
+
+
+class FlakyReleaseStore(InMemoryLocationStore):
+    """The in-memory store whose next ``release`` fails as a store outage would (nothing
+    written), once; ``released`` is set when that call has been made."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.fail_release = False
+        self.released = threading.Event()
+
+    def release(self, spot_id: str, node: str, incarnation: int, authority: int) -> bool:
+        try:
+            if self.fail_release:
+                self.fail_release = False
+                raise Unavailable("the location store failed: connection reset (injected)")
+            return super().release(spot_id, node, incarnation, authority)
+        finally:
+            self.released.set()
+
+
+def test_a_spot_made_again_after_a_release_the_store_failed_gets_a_new_object_generation(
+    clock: ManualClock,
+) -> None:
+    """A close's ``release`` is sent and forgotten (closing.py): when the store fails it (a
+    Redis blip, a busy SQLite file) the row stays, owned by this node's live incarnation, and
+    the next ``get_or_create`` of the id is answered by ``reserve`` with that row
+    (created=False, owner: this node), so the new activation is registered under the closed
+    one's ``object_generation``: one generation names two incarnations (execution-model §14),
+    and the old ``SpotRef`` addresses the new Spot."""
+    store = FlakyReleaseStore(clock)
+    node = zlink.Node(build_app(), zlink.NodeConfig(node_id="n1", workers=2), clock=clock,
+                      store=store, transport=InProcessTransport())  # fmt: skip
+    node.start()
+    try:
+        client = node.client()
+        first = client.spots.get_or_create("room", "t.sa.room").wait(WAIT).spot_ref
+        store.fail_release = True
+        store.released.clear()
+        assert client.spots.close(first)
+        assert store.released.wait(WAIT)  # the close's release was made, and failed
+        for _ in range(3):  # time for a release tried again later, if it were
+            clock.advance(2.0)
+            node.wait_idle(WAIT)
+        again = client.spots.get_or_create("room", "t.sa.room").wait(WAIT).spot_ref
+        assert again.object_generation != first.object_generation, (
+            f"the Spot made again reuses the closed one's generation {first.object_generation}"
+        )
+    finally:
+        node.shutdown(WAIT)
 
 
 class Where(zlink.Request[str], type_name="t.sa.where"):
@@ -124,3 +181,83 @@ def test_a_move_committed_after_its_target_registered_again_does_not_lose_the_sp
 
 
 # -- the SQLite store ----------------------------------------------------------------------------
+
+
+# -- the durable first record ---------------------------------------------------------------------
+
+JOURNAL: list[tuple[str, str]] = []
+JOURNAL_SEEN = threading.Condition()
+
+
+class Mark(zlink.Message, type_name="t.sa.mark"):
+    tag: str
+
+
+def build_journal_app() -> zlink.App:
+    app = zlink.App("store-audit-journal")
+
+    @app.instance_spot("t.sa.journal")
+    class Journal(zlink.InstanceSpot):
+        @zlink.handler
+        def mark(self, msg: Mark) -> None:
+            with JOURNAL_SEEN:
+                JOURNAL.append((self.context._rt.node_id, msg.tag))  # type: ignore[attr-defined]
+                JOURNAL_SEEN.notify_all()
+
+    return app
+
+
+class FlakyClearStore(InMemoryLocationStore):
+    """The in-memory store whose first ``clear_first`` fails as a dropped connection would
+    (nothing written); ``cleared`` is set once it was tried."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock)
+        self.cleared = threading.Event()
+
+    def clear_first(self, spot_id: str, node: str, incarnation: int, authority: int) -> bool:
+        if not self.cleared.is_set():
+            self.cleared.set()
+            raise Unavailable("the location store failed: connection reset (injected)")
+        return super().clear_first(spot_id, node, incarnation, authority)
+
+
+def test_a_first_record_whose_clear_the_store_failed_once_is_not_run_again_elsewhere(
+    clock: ManualClock,
+) -> None:
+    """An Instance Spot's first message ran to its end on node-1; the one ``clear_first``
+    (routing.py ``_record_ran``) met a store blip and is never tried again, though node-1's
+    lease holds (only ``first_records_uncleared`` is counted). The record stays in the store
+    for good; when node-1 later dies, the next owner "replays" a message that already ran:
+    it runs twice (README: "A node that dies in between leaves the record", but this node
+    did not die in between: the record outlived the handler by a transient failure)."""
+    JOURNAL.clear()
+    store, transport = FlakyClearStore(clock), InProcessTransport()
+    nodes = [
+        zlink.Node(build_journal_app(), zlink.NodeConfig(node_id=f"node-{i}", workers=1,
+                   lease_seconds=3600), clock=clock, store=store, transport=transport)
+        for i in (1, 2)
+    ]  # fmt: skip
+    for node in nodes:
+        node.start()
+    n1, n2 = nodes
+    try:
+        n1.client().send_to_spot("j", Mark(tag="first")).instance_spot().wait(WAIT)
+        with JOURNAL_SEEN:
+            assert JOURNAL_SEEN.wait_for(lambda: len(JOURNAL) == 1, WAIT)
+        assert store.cleared.wait(WAIT)  # the handler ended; its clear failed once
+        for _ in range(3):  # time for a clear tried again later (the lease holds: an hour)
+            clock.advance(2.0)
+            n1.wait_idle(WAIT)
+            n2.wait_idle(WAIT)
+        # node-1 dies later (its lease ends in the store): node-2 takes the journal over
+        store.unregister_node("node-1", n1.incarnation)
+        n2.client().send_to_spot("j", Mark(tag="second")).wait(WAIT)
+        with JOURNAL_SEEN:
+            JOURNAL_SEEN.wait_for(lambda: ("node-2", "second") in JOURNAL, WAIT)
+        assert JOURNAL == [("node-1", "first"), ("node-2", "second")], (
+            f"the first message ran twice: {JOURNAL}"
+        )
+    finally:
+        for node in nodes:
+            node.shutdown(WAIT)

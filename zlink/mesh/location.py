@@ -189,15 +189,21 @@ def recovering(left: float) -> Unavailable:
     )
 
 
+class StaleOwner(Unavailable):
+    """A fenced write by anyone but the current owner at the current authority generation:
+    the store's state is another owner's to settle (a write tried again meets it again)."""
+
+
 def check_fence(found: Location, node: str, incarnation: int, authority_generation: int) -> None:
     """Refuse a write by anyone but the current owner (node and incarnation) at the current
-    authority generation (the one fence error of every store: ``Unavailable``)."""
+    authority generation (the one fence error of every store: :class:`StaleOwner`, an
+    ``Unavailable``)."""
     if (
         found.owner_node != node
         or found.owner_incarnation != incarnation
         or found.authority_generation != authority_generation
     ):
-        raise Unavailable(
+        raise StaleOwner(
             f"stale owner: {node!r} (incarnation {incarnation}) at authority"
             f" {authority_generation} may not write {found.spot_id!r} (owner"
             f" {found.owner_node!r}, incarnation {found.owner_incarnation}, at"

@@ -325,7 +325,8 @@ class Closing:
             asked.add_callback(partial(self._generation, act))
             return
         if router is not None and again is None:  # on the store thread; fenced: a stale
-            router.store_worker.call(  # owner's is refused
+            router.fenced_write(  # owner's is refused; a store failure tried again
+                "release",
                 router.store.release,
                 act.spot_id,
                 self.rt.node_id,

@@ -204,6 +204,7 @@ class Creation:
     def _claim(
         self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
         completion: Completion, then: Callable[[Reservation | None], bool], get: bool,
+        again: bool = False,
     ) -> None:  # fmt: skip
         """Call ``then(reservation)``: at once with ``None`` when ``object_id`` lives here or
         there is no store; else once the store has reserved it (or said who owns it), on the
@@ -235,6 +236,13 @@ class Creation:
                         f"node {self.rt.node_id} fenced itself while the store gave it"
                         f" {object_id!r}; try again"
                     )
+                if not held.created and loc.owner_node == self.rt.node_id:
+                    with self.rt.directory.lock:
+                        left = object_id not in table
+                    if left:  # a row of this incarnation with no activation here: one
+                        self._left_row(table, object_id, kind, type_name, completion, then,
+                                       get, again, loc)  # fmt: skip
+                        return
                 then(held)  # (a reservation is never a "went away")
             except ZLinkError as exc:  # refused: as it would have been at the call site
                 if completion.timer is not None:
@@ -250,6 +258,41 @@ class Creation:
             self.rt.incarnation,
         )
         asked.add_callback(reserved)
+
+    def _left_row(
+        self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
+        completion: Completion, then: Callable[[Reservation | None], bool], get: bool,
+        again: bool, loc: Location,
+    ) -> None:  # fmt: skip
+        """(``_claim``.) The store's row for ``object_id`` is this incarnation's, but nothing
+        here has it: a close whose ``release`` the store failed (an audit found the next
+        activation then took the closed one's object generation, so an old ref addressed
+        the new one, execution-model §14), or one on its way. The row is taken with a new
+        object generation (fenced as a release is); if it went meanwhile (the release came
+        first) or another owner has it now, the store is asked once more."""
+        router = self.rt.router
+        assert router is not None
+        asked = router.store_worker.call(router.store.new_generation, object_id,
+                                         self.rt.node_id, self.rt.incarnation,
+                                         loc.authority_generation)  # fmt: skip
+
+        def renewed(location: Location | None, error: BaseException | None) -> None:
+            try:
+                if error is not None:
+                    if again:  # (else it went, or another owner took it: asked again)
+                        raise Unavailable(f"the location store could not give {object_id!r}"
+                                          f" a new activation: {error}")  # fmt: skip
+                    self._claim(table, object_id, kind, type_name, completion, then, get, True)
+                    return
+                assert location is not None
+                self.rt.metrics.add("store_rows_taken_again")
+                then(Reservation(location, False))
+            except ZLinkError as exc:
+                if completion.timer is not None:
+                    completion.timer.cancel()
+                completion.set(None, exc)
+
+        asked.add_callback(renewed)
 
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         if self.rt.fenced or self.rt.stopping or self.rt.draining:

@@ -360,8 +360,8 @@ class Membership:
             rt.directory.forget(actor)
         router = rt.router
         if router is not None:  # on the store thread; fenced: a stale owner's is refused
-            router.store_worker.call(router.store.release, actor.actor_id, rt.node_id,
-                                     rt.incarnation, actor.authority)  # fmt: skip
+            router.fenced_write("release", router.store.release, actor.actor_id,
+                                rt.node_id, rt.incarnation, actor.authority)  # fmt: skip
         error = NotFound(f"actor {actor.actor_id!r} was disconnected")
         actor.owner.lanes.end_waits()
         discard_jobs(rt, actor.owner.drain(), error, "actor_disconnected")

@@ -80,7 +80,7 @@ from ..errors import (
 from ..executor import Admission, DeadlineHandle, Entries, RoomWaiter, ranked_lock
 from ..lock_order import LockRank
 from ..mesh import wire
-from ..mesh.location import Location, LocationStore, Reservation
+from ..mesh.location import Location, LocationStore, NoLease, Reservation, StaleOwner
 from ..mesh.outbox import ANNOUNCED, Announced, Outbox
 from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
@@ -120,6 +120,9 @@ _TARGET_KINDS: dict[str, TargetKind] = {str(kind): kind for kind in TargetKind}
 _ROUTED_KINDS = (str(TargetKind.SPOT), str(TargetKind.ACTOR))  # (what a path may lead to)
 _new_send = wire.maker(wire.SendEnvelope)  # (no frozen __setattr__ per field: a send is hot)
 _new_request = wire.maker(wire.RequestEnvelope)
+_WRITE_TRIES = 8  # a fenced write no caller waits for: tries in all, on store failures
+_WRITE_BACKOFF = 0.25  # seconds before the second try, doubled for each after it
+_WRITE_BACKOFF_MOST = 8.0  # (the eight tries span ~30 s of the node's clock)
 _TOPIC_KEY = "\x00" * 256  # (the outbox's per-target key of a publish: longer than any id)
 
 
@@ -359,9 +362,9 @@ class MeshRouter:
                         error = NotFound(  # an Actor is not re-homed: its node is gone, with it
                             f"{location.kind} {target!r} was lost with node {lost!r}"
                         )
-                        self.store_worker.call(self.store.release, target, me,
-                                               self.rt.incarnation,
-                                               location.authority_generation)  # fmt: skip
+                        self.fenced_write("release", self.store.release, target, me,
+                                          self.rt.incarnation,
+                                          location.authority_generation)  # fmt: skip
             self._waiting_bytes.pop(target, None)
             self._answer(waiting, route, error)
 
@@ -385,11 +388,11 @@ class MeshRouter:
         may have given up meanwhile, told that nothing was queued: its record is then
         cleared, and it never runs, here or at a later owner)."""
         target = location.spot_id
-        self.rt.activate_instance(spec, target, location.object_generation,
-                                  location.authority_generation)  # fmt: skip
+        act = self.rt.activate_instance(spec, target, location.object_generation,
+                                        location.authority_generation)  # fmt: skip
         if location.first is None:
             return
-        ran = functools.partial(self._record_ran, target, location.authority_generation)
+        ran = functools.partial(self._record_ran, target, location.authority_generation, act)
         previous = held.previous if isinstance(held, Reservation) else None
         if previous is not None and previous.first is not None:  # left by an owner that died
             self.rt.metrics.add("first_records_replayed")
@@ -410,17 +413,54 @@ class MeshRouter:
             return
         self._recorded[target] = ran  # the first waiter, the call recorded, carries it
 
-    def _record_ran(self, target: str, authority: int) -> None:
-        """The first record's handler ended: clear it in the store (on its thread)."""
+    def _record_ran(self, target: str, authority: int, act: Any) -> None:
+        """The first record's handler ended: clear it in the store (on its thread), tried
+        again on a store failure while the activation ``act`` it ran in is the Spot's (an
+        audit found one failed clear leave the record for good, and the next owner ran the
+        message again once this node died). Not once it closed: its release took the record
+        with its row, and a later tenure here, at authority 1 again, has a record of its
+        own that an old clear must not take."""
         rt = self.rt
-        done = self.store_worker.call(self.store.clear_first, target, rt.node_id,
-                                      rt.incarnation, authority)  # fmt: skip
+        self.fenced_write("clear_first", self.store.clear_first, target, rt.node_id,
+                          rt.incarnation, authority,
+                          still=lambda: rt.spots.get(target) is act)  # fmt: skip
 
-        def cleared(_value: Any, error: BaseException | None) -> None:
-            if error is not None:  # (fenced: the record stays; the next owner replays it)
-                rt.metrics.add("first_records_uncleared")
+    def fenced_write(
+        self, what: str, fn: Callable[..., Any], *args: Any,
+        still: Callable[[], bool] | None = None, attempt: int = 0,
+    ) -> None:  # fmt: skip
+        """A fenced store write that no caller waits for (a close's ``release``, a first
+        record's ``clear_first``), on the store thread. With ``still``, a store failure (a
+        dropped connection, a busy file) is tried again after a backoff on the node's
+        clock, ``_WRITE_TRIES`` times in all, while the node serves and ``still()`` says
+        the write still stands (read on the infrastructure thread). A fence verdict
+        (``StaleOwner``, ``NoLease``) ends it: the row is another owner's to settle. One not
+        made is counted, ``store_writes_failed_<what>`` (``first_records_uncleared`` for a
+        record). A release is not tried again: a later activation here may have taken its
+        row meanwhile (``Creation`` gives that one a new object generation), and a release
+        made then would delete a live Spot's row."""
+        done = self.store_worker.call(fn, *args)
+        rt = self.rt
 
-        done.add_callback(cleared)
+        def after(_value: Any, error: BaseException | None) -> None:
+            if error is None:
+                return
+            fenced = isinstance(error, (StaleOwner, NoLease))
+            if (fenced or still is None or rt.fenced or rt.stopping
+                    or attempt + 1 >= _WRITE_TRIES or not still()):  # fmt: skip
+                rt.metrics.add("first_records_uncleared" if what == "clear_first"
+                               else f"store_writes_failed_{what}")  # fmt: skip
+                if not fenced:
+                    _log.warning("node %s: the store's %s of %r failed %d times: %s",
+                                 rt.node_id, what, args[0], attempt + 1, error)  # fmt: skip
+                return
+            rt.metrics.add("store_writes_retried")
+            delay = min(_WRITE_BACKOFF * 2**attempt, _WRITE_BACKOFF_MOST)
+            rt.infra.call_later(delay, functools.partial(
+                self.fenced_write, what, fn, *args, still=still, attempt=attempt + 1,
+            ))  # fmt: skip
+
+        done.add_callback(after)
 
     def _ours(self, location: Location) -> bool:
         """Whether a claim the store granted is this node's to activate now: made under its
