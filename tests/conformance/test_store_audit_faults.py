@@ -261,3 +261,95 @@ def test_a_first_record_whose_clear_the_store_failed_once_is_not_run_again_elsew
     finally:
         for node in nodes:
             node.shutdown(WAIT)
+
+
+# -- the SQLite store ----------------------------------------------------------------------------
+
+
+def test_sqlite_a_later_data_loss_registration_never_shortens_the_no_claim_window(
+    tmp_path: pathlib.Path, clock: ManualClock
+) -> None:
+    """After a data loss each node that comes back with an incarnation the file never gave
+    pushes ``claims_after`` to ``now + its lease``, never back (the in-memory store: ``max``;
+    Redis: compares numbers). The SQLite store writes ``MAX(CAST(value AS REAL),
+    excluded.value)`` into ``meta.value``, a TEXT column (sqlite_store.py:208-211): the new
+    value is stored as TEXT, and SQLite orders every TEXT above every REAL, so ``MAX`` always
+    picks the new one. A node with a short lease registering after one with a long lease
+    shortens the window, and a Spot the long-lease owner from before may still serve is
+    granted to another node."""
+    store = SqliteLocationStore(tmp_path / "store.db", clock)
+    try:
+        long = store.register_node("a", "inproc://a", 30.0, known_incarnation=5)  # until +30
+        clock.advance(1.0)
+        short = store.register_node("b", "inproc://b", 3.0, known_incarnation=long.incarnation + 5)
+        clock.advance(2.0)
+        store.renew_node("b", short.incarnation, 3.0)
+        clock.advance(2.0)  # 5 s after the first: 25 s of "a"'s window are left
+        with pytest.raises(Unavailable, match="lost its data"):
+            store.reserve("room", "spot", "t.room", "b", short.incarnation)
+    finally:
+        store.close()
+
+
+def test_sqlite_incarnations_never_repeat_near_the_integer_limit(
+    tmp_path: pathlib.Path, clock: ManualClock
+) -> None:
+    """``known_incarnation`` is taken unchecked (the Redis store refuses one at or above
+    2**53 with ``InvalidArgument``). At 2**63-1, the counter's ``value + 1``
+    (sqlite_store.py:100, ``_NEXT``) overflows SQLite's INTEGER and becomes a REAL, which
+    ``+ 1`` never moves again: every later registration gets the same incarnation, a float
+    (execution-model §14: incarnations are never reused). Either the value is refused, or
+    incarnations stay distinct integers."""
+    store = SqliteLocationStore(tmp_path / "store.db", clock)
+    try:
+        try:
+            store.register_node("a", "inproc://a", 30.0, known_incarnation=2**63 - 2)
+        except InvalidArgument:
+            return  # refused at the boundary: fixed
+        b = store.register_node("b", "inproc://b", 30.0)
+        c = store.register_node("c", "inproc://c", 30.0)
+        assert (type(b.incarnation), type(c.incarnation)) == (int, int), (b, c)
+        assert b.incarnation != c.incarnation, (b, c)
+    finally:
+        store.close()
+
+
+def test_sqlite_an_integer_out_of_range_is_a_typed_error(
+    tmp_path: pathlib.Path, clock: ManualClock
+) -> None:
+    """Every store failure is a ``zlink.errors`` error (sqlite_store.py docstring: "any other
+    SQLite failure ... is Unavailable"; a bad argument would be ``InvalidArgument``). An
+    incarnation or authority above SQLite's 64-bit INTEGER raises Python's ``OverflowError``
+    from ``sqlite3`` binding it, untyped: it is not a ``sqlite3.Error``, so ``_write`` lets
+    it through as is."""
+    store = SqliteLocationStore(tmp_path / "store.db", clock)
+    try:
+        with pytest.raises(ZLinkError):
+            store.register_node("a", "inproc://a", 30.0, known_incarnation=2**64)
+        with pytest.raises(ZLinkError):
+            store.release("room", "a", 2**64, 1)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+@pytest.mark.parametrize("lease", [float("nan"), float("inf"), -1.0])
+def test_a_lease_that_is_not_a_positive_finite_duration_is_invalid_argument(
+    kind: str, lease: float, tmp_path: pathlib.Path, clock: ManualClock
+) -> None:
+    """python-api §9: every duration is a finite number of seconds, anything else
+    ``InvalidArgument`` at the call site. The stores take ``lease_seconds`` unchecked: the
+    in-memory store registers a node whose lease is NaN (never live, never listed) or
+    infinite (never lapses: its Spots are never re-homed), without a word; the SQLite store
+    answers NaN with ``Unavailable`` ("NOT NULL constraint failed", a transient-looking
+    error for a bad argument) and stores ``inf``."""
+    store: Any = (
+        InMemoryLocationStore(clock) if kind == "memory"
+        else SqliteLocationStore(tmp_path / "store.db", clock)
+    )  # fmt: skip
+    try:
+        with pytest.raises(InvalidArgument):
+            store.register_node("a", "inproc://a", lease)
+    finally:
+        if kind == "sqlite":
+            store.close()

@@ -43,6 +43,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from ..durations import check_seconds
 from ..errors import InvalidArgument, Unavailable
 from ..executor import Clock, MonotonicClock, ranked_lock
 from ..lock_order import LockRank
@@ -189,6 +190,33 @@ def recovering(left: float) -> Unavailable:
     )
 
 
+COUNTER_LIMIT = 2**53
+"""Incarnations and generations a store takes are integers below this: exact in every store
+(Lua's numbers in Redis are doubles; SQLite's INTEGER holds 2**63 - 1, and a counter at the
+limit would turn into a REAL that ``+ 1`` never moves)."""
+
+
+def check_counter(value: object, what: str) -> int:
+    """An incarnation or generation given to a store: an ``int`` (not a bool) within
+    ``0 .. COUNTER_LIMIT - 1``, else ``InvalidArgument`` (a store audit found SQLite's
+    incarnations repeat, as floats, past its INTEGER, and an untyped ``OverflowError``)."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < COUNTER_LIMIT:
+        return value
+    raise InvalidArgument(f"{what} is an integer within 0 .. 2**53 - 1, got {value!r}")
+
+
+def check_counters(*values: object) -> None:
+    """:func:`check_counter` for a write's incarnation and generation(s)."""
+    for value in values:
+        check_counter(value, "an incarnation or generation")
+
+
+def check_lease(value: object) -> float:
+    """A lease given to a store (python-api §9, durations): a finite number of seconds
+    within ``1e-3 .. 1e7``, else ``InvalidArgument`` (not stored as NaN or infinity)."""
+    return check_seconds(value, "a node's lease")
+
+
 class StaleOwner(Unavailable):
     """A fenced write by anyone but the current owner at the current authority generation:
     the store's state is another owner's to settle (a write tried again meets it again)."""
@@ -239,6 +267,8 @@ class InMemoryLocationStore:
         """Register ``node_id`` with a new incarnation, higher than any handed out and than
         ``known_incarnation`` (the one it had: a store that never gave it lost its data, and
         then grants no claims for one lease)."""
+        lease_seconds = check_lease(lease_seconds)
+        known_incarnation = check_counter(known_incarnation, "known_incarnation")
         with self._lock:
             now = self._now()
             if known_incarnation > self._incarnation:
@@ -256,6 +286,8 @@ class InMemoryLocationStore:
     def renew_node(self, node_id: str, incarnation: int, lease_seconds: float) -> NodeRecord:
         """Extend the lease of ``node_id`` at ``incarnation``; refused if it is not the
         current incarnation or its lease lapsed (the node must register again)."""
+        incarnation = check_counter(incarnation, "incarnation")
+        lease_seconds = check_lease(lease_seconds)
         with self._lock:
             now = self._now()
             if not self._live(node_id, incarnation, now):
@@ -266,6 +298,7 @@ class InMemoryLocationStore:
 
     def unregister_node(self, node_id: str, incarnation: int) -> bool:
         """Remove ``node_id`` (it stopped); only its current incarnation may."""
+        incarnation = check_counter(incarnation, "incarnation")
         with self._lock:
             found = self._nodes.get(node_id)
             if found is None or found.incarnation != incarnation:
@@ -293,6 +326,7 @@ class InMemoryLocationStore:
         self, spot_id: str, node: str, incarnation: int, authority_generation: int
     ) -> Location:
         """See ``LocationStore.new_generation``."""
+        check_counters(incarnation, authority_generation)
         with self._lock:
             found = self._writable(spot_id, node, incarnation, authority_generation)
             if found is None:
@@ -349,6 +383,7 @@ class InMemoryLocationStore:
         lease lapsed (re-homing: a new authority and object generation); else say who owns
         it. The claimer must hold a live lease. ``first``: the durable first record, written
         with the claim (a record left by the previous owner is kept instead)."""
+        incarnation = check_counter(incarnation, "incarnation")
         with self._lock:
             now = self._now()
             found = self._locations.get(spot_id)
@@ -374,6 +409,7 @@ class InMemoryLocationStore:
     ) -> bool:
         """The first record's handler ended: forget the record (fenced like any write);
         ``False`` if there was none."""
+        check_counters(incarnation, authority_generation)
         with self._lock:
             found = self._writable(spot_id, node, incarnation, authority_generation)
             if found is None or found.first is None:
@@ -403,6 +439,7 @@ class InMemoryLocationStore:
     def release(self, spot_id: str, node: str, incarnation: int, authority_generation: int) -> bool:
         """Forget ``spot_id`` (it closed); refused for anyone but its current owner, and for
         an owner whose lease lapsed."""
+        check_counters(incarnation, authority_generation)
         with self._lock:
             if self._writable(spot_id, node, incarnation, authority_generation) is None:
                 return False
@@ -418,6 +455,7 @@ class InMemoryLocationStore:
         stale owner, an owner whose lease lapsed, a target that holds no lease, and a target
         live as another incarnation (one that fenced itself and registered again dropped
         what it restored: given the Spot, it would name an owner without it)."""
+        check_counters(incarnation, authority_generation, target_incarnation)
         with self._lock:
             found = self._locations.get(spot_id)
             if found is None:

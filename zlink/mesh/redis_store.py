@@ -61,7 +61,6 @@ Guarantees / assumes:
 from __future__ import annotations
 
 import math
-import operator
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -78,7 +77,9 @@ from .location import (
     Location,
     NodeRecord,
     Reservation,
+    check_counter,
     check_fence,
+    check_lease,
     no_lease,
     no_target,
     recovering,
@@ -88,7 +89,6 @@ from .location import (
 SCHEMA_VERSION = 1  # the value of ``PREFIX:schema``; a prefix marked with another is refused
 
 _T = TypeVar("_T")
-_EXACT = 2**53  # integers below it are exact in Lua's numbers (doubles)
 
 # -- the scripts --------------------------------------------------------------------------------
 # ARGV[1] is the key prefix ("zlink:"), ARGV[2] the time ("" = the server's TIME). Every value
@@ -450,20 +450,18 @@ class RedisLocationStore:
         """Register ``node_id`` with a new incarnation, higher than any handed out and than
         ``known_incarnation`` (the one it had: a store whose data never gave it lost its
         data, and then grants no claims for one lease)."""
-        known = operator.index(known_incarnation)
-        if known >= _EXACT:
-            raise InvalidArgument(
-                f"known_incarnation is an integer below 2**53: {known_incarnation!r}"
-            )
+        known = check_counter(known_incarnation, "known_incarnation")
         incarnation, lease_until = self._run(
-            "register", node_id, endpoint, _seconds(lease_seconds), str(known)
+            "register", node_id, endpoint, _seconds(check_lease(lease_seconds)), str(known)
         )
         return NodeRecord(node_id, endpoint, int(incarnation), float(lease_until))
 
     def renew_node(self, node_id: str, incarnation: int, lease_seconds: float) -> NodeRecord:
         """Extend the lease of ``node_id`` at ``incarnation``; refused if it is not the
         current incarnation or its lease lapsed (the node must register again)."""
-        answer = self._run("renew", node_id, _int(incarnation), _seconds(lease_seconds))
+        answer = self._run(
+            "renew", node_id, _int(incarnation), _seconds(check_lease(lease_seconds))
+        )
         if answer[0] != "renewed":
             raise no_lease(node_id, incarnation)
         return NodeRecord(node_id, answer[1], incarnation, float(answer[2]))
@@ -689,8 +687,9 @@ def _refuse(
 
 
 def _int(value: int) -> str:
-    """An integer argument as the scripts compare it (the decimal digits of the stored one)."""
-    return str(operator.index(value))
+    """An integer argument as the scripts compare it (the decimal digits of the stored one):
+    within ``0 .. 2**53 - 1``, exact in Lua's numbers, else ``InvalidArgument``."""
+    return str(check_counter(value, "an incarnation or generation"))
 
 
 def _seconds(value: float) -> str:

@@ -51,7 +51,10 @@ from .location import (
     Location,
     NodeRecord,
     Reservation,
+    check_counter,
+    check_counters,
     check_fence,
+    check_lease,
     no_lease,
     no_target,
     recovering,
@@ -197,6 +200,8 @@ class SqliteLocationStore:
         """Register ``node_id`` with a new incarnation, higher than any handed out and than
         ``known_incarnation`` (the one it had: a file that never gave it lost its data, and
         then grants no claims for one lease)."""
+        lease_seconds = check_lease(lease_seconds)
+        known_incarnation = check_counter(known_incarnation, "known_incarnation")
 
         def register(conn: sqlite3.Connection) -> NodeRecord:
             now = self._now()
@@ -208,7 +213,7 @@ class SqliteLocationStore:
                 )
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('claims_after', ?) ON CONFLICT(key)"
-                    " DO UPDATE SET value = MAX(CAST(value AS REAL), excluded.value)",
+                    " DO UPDATE SET value = MAX(CAST(value AS REAL), CAST(excluded.value AS REAL))",
                     (now + lease_seconds,),
                 )
             incarnation = _one(conn, _NEXT, ("incarnation",))[0]
@@ -229,6 +234,8 @@ class SqliteLocationStore:
     def renew_node(self, node_id: str, incarnation: int, lease_seconds: float) -> NodeRecord:
         """Extend the lease of ``node_id`` at ``incarnation``; refused if it is not the
         current incarnation or its lease lapsed (the node must register again)."""
+        incarnation = check_counter(incarnation, "incarnation")
+        lease_seconds = check_lease(lease_seconds)
 
         def renew(conn: sqlite3.Connection) -> NodeRecord:
             now = self._now()
@@ -247,6 +254,7 @@ class SqliteLocationStore:
 
     def unregister_node(self, node_id: str, incarnation: int) -> bool:
         """Remove ``node_id`` (it stopped); only its current incarnation may."""
+        incarnation = check_counter(incarnation, "incarnation")
 
         def unregister(conn: sqlite3.Connection) -> bool:
             # an earlier incarnation's lease that still holds stays with the row (its Spots
@@ -296,6 +304,7 @@ class SqliteLocationStore:
         self, spot_id: str, node: str, incarnation: int, authority_generation: int
     ) -> Location:
         """See ``LocationStore.new_generation``: one write transaction."""
+        check_counters(incarnation, authority_generation)
 
         def renew(conn: sqlite3.Connection) -> Location:
             found = self._writable(conn, spot_id, node, incarnation, authority_generation)
@@ -334,6 +343,7 @@ class SqliteLocationStore:
         lease lapsed (re-homing: a new authority and object generation); else say who owns
         it. The claimer must hold a live lease. ``first``: the durable first record, written
         with the claim (a record left by the previous owner is kept instead)."""
+        incarnation = check_counter(incarnation, "incarnation")
         found = self.lookup(spot_id)  # the usual answer: no write lock needed to give it
         if found is not None and found.owner_live:
             return Reservation(found, created=False)
@@ -367,6 +377,7 @@ class SqliteLocationStore:
     ) -> bool:
         """The first record's handler ended: forget the record (fenced like any write);
         ``False`` if there was none."""
+        check_counters(incarnation, authority_generation)
 
         def clear(conn: sqlite3.Connection) -> bool:
             found = self._writable(conn, spot_id, node, incarnation, authority_generation)
@@ -392,6 +403,7 @@ class SqliteLocationStore:
     def release(self, spot_id: str, node: str, incarnation: int, authority_generation: int) -> bool:
         """Forget ``spot_id`` (it closed); refused for anyone but its current owner, and for
         an owner whose lease lapsed."""
+        check_counters(incarnation, authority_generation)
 
         def forget(conn: sqlite3.Connection) -> bool:
             if self._writable(conn, spot_id, node, incarnation, authority_generation) is None:
@@ -410,6 +422,7 @@ class SqliteLocationStore:
         stale owner, an owner whose lease lapsed, a target that holds no lease, and a target
         live as another incarnation (one that fenced itself and registered again dropped
         what it restored: given the Spot, it would name an owner without it)."""
+        check_counters(incarnation, authority_generation, target_incarnation)
 
         def move(conn: sqlite3.Connection) -> Location:
             now = self._now()
