@@ -222,16 +222,23 @@ class Node:
         if (store is None) != (transport is None):
             raise InvalidArgument("a mesh node needs both a LocationStore and a Transport")
         self._owned_store: Any = None  # a store this node opened, closed at its shutdown
+        self._owned_transport: ZmqTransport | None = None  # (also if it never started)
         if store is None and transport is None and self.config.listen is not None:
             keys = None if self.config.keys is None else MeshKeys.load(self.config.keys)
             store = self._owned_store = open_store(self.config.store)
-            transport = ZmqTransport(
-                self.config.listen, mesh=self.config.mesh,
-                data_limit=self.config.data_frames_in_flight,
-                data_bytes=self.config.data_bytes_in_flight,
-                max_frame_bytes=self.config.max_frame_bytes, count=self._rt.metrics.add,
-                keys=keys, advertise=self.config.advertise,
-            )  # fmt: skip
+            try:
+                transport = self._owned_transport = ZmqTransport(
+                    self.config.listen, mesh=self.config.mesh,
+                    data_limit=self.config.data_frames_in_flight,
+                    data_bytes=self.config.data_bytes_in_flight,
+                    max_frame_bytes=self.config.max_frame_bytes, count=self._rt.metrics.add,
+                    keys=keys, advertise=self.config.advertise,
+                )  # fmt: skip
+            except BaseException:  # (a port in use: the store it opened is closed first)
+                close = getattr(store, "close", None)
+                if close is not None:
+                    close()
+                raise
             if keys is None and not is_loopback(self.config.listen):
                 _log.warning(
                     "node %s listens on %s WITHOUT encryption or authentication (insecure=True):"
@@ -749,6 +756,11 @@ class Node:
             self._state = "stopped"
             if self._publisher is not None:  # (subscribed before it started)
                 self._publisher.close()
+            if self._owned_transport is not None:  # what its constructor opened: a store
+                self._owned_transport.detach(self.node_id)  # audit found the file and the
+            close = getattr(self._owned_store, "close", None)  # ZeroMQ context left open
+            if close is not None:
+                close()
             return
         timeout = self.config.shutdown_timeout if timeout is None else timeout
         end = time.monotonic() + timeout

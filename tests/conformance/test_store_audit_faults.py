@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import threading
@@ -181,6 +182,43 @@ def test_a_move_committed_after_its_target_registered_again_does_not_lose_the_sp
 
 
 # -- the SQLite store ----------------------------------------------------------------------------
+
+
+def _open_files(path: pathlib.Path) -> int:
+    """How many descriptors of this process have ``path`` open."""
+    count = 0
+    for fd in pathlib.Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile (the listing's own descriptor)
+            count += os.readlink(fd) == str(path)
+    return count
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts descriptors in /proc")
+def test_a_node_shut_down_before_it_started_closes_the_store_it_opened(
+    tmp_path: pathlib.Path,
+) -> None:
+    """``Node(config with listen= and store=URL)`` opens the store in its constructor
+    (node.py:227, ``self._owned_store = open_store(...)``); only the full stop closes it
+    (node.py, the end of ``shutdown``). ``shutdown()`` of a node that never started returns
+    early (``if not started: ... return``) and leaves the SQLite connection (a descriptor
+    of the file, and its -wal/-shm) open for the life of the process (and ZeroMQ's context
+    with it): "Every connection is closed explicitly, never left to the garbage collector"
+    (sqlite_store.py docstring) does not hold."""
+    path = tmp_path / "mesh.db"
+    config = zlink.NodeConfig(node_id="n1", listen="tcp://127.0.0.1:0", store=f"sqlite:///{path}")
+    node = zlink.Node(build_app(), config)
+    assert _open_files(path) >= 1  # the constructor opened it
+    node.shutdown(WAIT)  # never started
+    try:
+        assert _open_files(path) == 0, f"{_open_files(path)} descriptors of {path} left open"
+    finally:
+        store = node._owned_store
+        if store is not None:
+            store.close()
+        transport = node._transport
+        ctx = getattr(transport, "_ctx", None)
+        if ctx is not None:
+            ctx.term()
 
 
 # -- the durable first record ---------------------------------------------------------------------
