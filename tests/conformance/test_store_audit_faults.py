@@ -370,6 +370,86 @@ def test_sqlite_an_integer_out_of_range_is_a_typed_error(
         store.close()
 
 
+# -- the Redis store ----------------------------------------------------------------------------
+
+
+def test_redis_open_store_existing_makes_nothing_and_refuses_an_empty_database(
+    redis_server: Any,
+) -> None:
+    """``open_store(url, existing=True)`` (``zlink mesh``) promises "never made here, so a
+    typo'd path is InvalidArgument, not an empty store" (stores.py ``open_store``). For a
+    Redis URL ``existing`` is not passed on: a typo'd database number opens as an empty mesh
+    (``zlink mesh`` lists no node) and the constructor's ``_check`` writes the schema mark
+    ``zlink:schema`` into that database."""
+    import redis
+
+    from zlink.mesh.stores import open_store
+
+    raw = redis.Redis(host="127.0.0.1", port=redis_server.port, db=3, decode_responses=True)
+    try:
+        url = f"redis://127.0.0.1:{redis_server.port}/3"  # nothing was ever stored there
+        try:
+            opened = open_store(url, existing=True)
+        except InvalidArgument:
+            opened = None
+        if opened is not None:
+            opened.close()  # type: ignore[attr-defined]
+        assert raw.keys("*") == [], f"looking wrote {raw.keys('*')} into database 3"
+        assert opened is None, "an empty database opened as an existing store"
+    finally:
+        raw.close()
+
+
+def test_redis_a_prefix_nested_in_another_is_refused(redis_server: Any, clock: ManualClock) -> None:
+    """Keys are ``PREFIX:loc:<spot>``; ``owned()`` and ``prune()`` scan ``PREFIX:loc:*``. A
+    mesh whose prefix was ``zlink:loc`` had every key under ``zlink:loc:``: the ``zlink``
+    mesh's ``owned()`` read them (its counters are strings: WRONGTYPE, ``Unavailable`` for
+    good) and its ``prune`` judged the other mesh's Spots by its own node table (the audit
+    saw it delete live rows). A prefix is a name without ``:``, so none nests in another."""
+    from zlink.mesh.redis_store import RedisLocationStore
+
+    with pytest.raises(InvalidArgument, match="without ':'"):
+        RedisLocationStore(redis_server.url, clock, prefix="zlink:loc")
+    outer = RedisLocationStore(redis_server.url, clock, prefix="zlink")
+    other = RedisLocationStore(redis_server.url, clock, prefix="zlinkloc")
+    try:
+        b = other.register_node("b", "inproc://b", 1e6)
+        assert other.reserve("room", "spot", "t.room", "b", b.incarnation).created
+        clock.advance(120.0)
+        assert outer.owned() == {}
+        assert outer.prune(60.0) == (0, 0)
+        found = other.lookup("room")
+        assert found is not None and found.owner_live
+    finally:
+        outer.close()
+        other.close()
+
+
+def test_redis_a_location_field_of_another_shape_is_a_typed_error(
+    redis_server: Any, clock: ManualClock
+) -> None:
+    """ "Every Redis failure ... is Unavailable" (redis_store.py docstring), and WRONGTYPE is;
+    but a location hash whose number field holds something else (written by another tool
+    or version under the prefix) reaches ``_location``'s ``int(...)`` and raises a bare
+    ``ValueError`` from ``lookup`` (and ``reserve``): not a ``zlink.errors`` error."""
+    import redis
+
+    from zlink.mesh.redis_store import RedisLocationStore
+
+    raw = redis.Redis(host="127.0.0.1", port=redis_server.port, decode_responses=True)
+    store = RedisLocationStore(redis_server.url, clock)
+    try:
+        raw.hset("zlink:loc:room", mapping={
+            "kind": "spot", "type_name": "t.room", "owner_node": "n9",
+            "owner_incarnation": "1", "authority_generation": "two", "object_generation": "1",
+        })  # fmt: skip
+        with pytest.raises(ZLinkError):
+            store.lookup("room")
+    finally:
+        store.close()
+        raw.close()
+
+
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 @pytest.mark.parametrize("lease", [float("nan"), float("inf"), -1.0])
 def test_a_lease_that_is_not_a_positive_finite_duration_is_invalid_argument(

@@ -893,7 +893,7 @@ def test_redis_bad_arguments_are_refused(redis_server: RedisServer) -> None:
     for timeout in (0, -1.0, float("inf"), float("nan")):
         with pytest.raises(InvalidArgument, match="timeout"):
             RedisLocationStore(url, timeout=timeout)
-    for prefix in ("", " zlink"):
+    for prefix in ("", " zlink", "zlink:loc"):
         with pytest.raises(InvalidArgument, match="prefix"):
             RedisLocationStore(url, prefix=prefix)
     with RedisLocationStore(url) as store:

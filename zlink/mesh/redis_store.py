@@ -376,7 +376,10 @@ class RedisLocationStore:
 
     ``url`` is ``redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`` or ``rediss://...`` (TLS);
     ``timeout`` bounds each command (seconds); ``clock`` is for tests only (leases follow it
-    instead of the server's ``TIME``)."""
+    instead of the server's ``TIME``). ``prefix`` names the mesh's keys (``PREFIX:...``),
+    without a ``:`` (an audit found a mesh under ``zlink:loc`` read and swept by the one
+    under ``zlink``). ``existing``: a store there already, to look at (``zlink mesh``):
+    nothing is written, and a prefix with no schema mark is ``InvalidArgument``."""
 
     def __init__(
         self,
@@ -385,11 +388,15 @@ class RedisLocationStore:
         *,
         prefix: str = "zlink",
         timeout: float = 2.0,
+        existing: bool = False,
     ) -> None:
         if not (isinstance(timeout, int | float) and math.isfinite(timeout) and timeout > 0):
             raise InvalidArgument(f"timeout is a positive number of seconds: {timeout!r}")
-        if not isinstance(prefix, str) or not prefix or prefix != prefix.strip():
-            raise InvalidArgument(f"a Redis store prefix is a non-empty name: {prefix!r}")
+        if not isinstance(prefix, str) or not prefix or prefix != prefix.strip() or ":" in prefix:
+            raise InvalidArgument(
+                f"a Redis store prefix is a non-empty name without ':': {prefix!r}"
+            )
+        self._existing = existing
         self._where = _checked_url(url)
         self._prefix = prefix + ":"
         self._now: Callable[[], float] | None = None if clock is None else clock.now
@@ -647,7 +654,8 @@ class RedisLocationStore:
 
         def check() -> Any:
             self._redis.ping()
-            self._redis.set(key, str(SCHEMA_VERSION), nx=True)  # a mark is never changed
+            if not self._existing:  # (looking writes nothing)
+                self._redis.set(key, str(SCHEMA_VERSION), nx=True)  # a mark never changes
             return self._redis.get(key)
 
         try:
@@ -660,6 +668,10 @@ class RedisLocationStore:
                     f" ({cause})"
                 ) from cause
             raise
+        if found is None and self._existing:
+            raise InvalidArgument(
+                f"no Location Store at {self._where} under the prefix {self.prefix!r}"
+            )
         if found is not None and found != str(SCHEMA_VERSION):
             raise InvalidArgument(
                 f"the location store {self._where} (prefix {self.prefix!r}) has schema version"
@@ -668,12 +680,19 @@ class RedisLocationStore:
 
 
 def _location(spot_id: str, fields: Sequence[str]) -> Location:
-    """A script's location (see ``location`` in the prelude)."""
-    (kind, type_name, owner, incarnation, authority, generation, lease_until, live, first_type,
-     first_payload) = fields  # fmt: skip
-    first = (first_type, first_payload) if first_type else None
-    return Location(spot_id, kind, type_name, owner, int(incarnation), int(authority),
-                    int(generation), float(lease_until), live == "1", first)  # fmt: skip
+    """A script's location (see ``location`` in the prelude). A row of another shape (written
+    under the prefix by another tool or version) is ``Unavailable``, as any store failure:
+    an audit found a bare ``ValueError`` reach the caller."""
+    try:
+        (kind, type_name, owner, incarnation, authority, generation, lease_until, live,
+         first_type, first_payload) = fields  # fmt: skip
+        first = (first_type, first_payload) if first_type else None
+        return Location(spot_id, kind, type_name, owner, int(incarnation), int(authority),
+                        int(generation), float(lease_until), live == "1", first)  # fmt: skip
+    except (TypeError, ValueError) as exc:
+        raise Unavailable(
+            f"the location store's row of {spot_id!r} is not one this version wrote: {exc}"
+        ) from exc
 
 
 def _refuse(

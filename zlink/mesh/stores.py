@@ -72,5 +72,5 @@ def open_store(url: str, clock: Clock | None = None, *, existing: bool = False) 
             raise InvalidArgument(
                 "the Redis location store needs redis-py: pip install 'zlink[redis]'"
             ) from exc
-        return RedisLocationStore(url, clock)
+        return RedisLocationStore(url, clock, existing=existing)
     raise InvalidArgument(f"unknown location store {url!r}; use {_FORMS}")
