@@ -14,7 +14,7 @@ import pytest
 import zlink
 from tests.conftest import WAIT
 from zlink.errors import InvalidArgument, Unavailable, ZLinkError
-from zlink.mesh.location import InMemoryLocationStore
+from zlink.mesh.location import InMemoryLocationStore, NoLease
 from zlink.mesh.sqlite_store import SqliteLocationStore
 from zlink.mesh.transport import InProcessTransport
 from zlink.testing import ManualClock
@@ -368,6 +368,46 @@ def test_sqlite_an_integer_out_of_range_is_a_typed_error(
             store.release("room", "a", 2**64, 1)
     finally:
         store.close()
+
+
+def test_sqlite_a_store_file_deleted_under_running_nodes_is_not_written_on_in_silence(
+    tmp_path: pathlib.Path, clock: ManualClock
+) -> None:
+    """The file is checked at construction, never later (sqlite_store.py docstring). When it
+    is deleted (or replaced: a restore, a tmp cleaner, an operator's ``rm``) while nodes run,
+    their open connections keep renewing leases and granting claims in the unlinked file,
+    while a node started afterwards makes a fresh file at the same path: two stores under one
+    URL, and one Spot granted to a node in each. Redis's analogue (restarted empty) is seen
+    and answered (no claims for a lease, every old node fences); here nothing notices. A
+    store whose path no longer names the file it opened should refuse (``Unavailable``),
+    so its nodes fence and register again in the file that is there now."""
+    path = tmp_path / "mesh.db"
+    old = SqliteLocationStore(path, clock)
+    new: SqliteLocationStore | None = None
+    try:
+        a = old.register_node("a", "inproc://a", 30.0)
+        assert old.reserve("room", "spot", "t.room", "a", a.incarnation).created
+        for name in ("mesh.db", "mesh.db-wal", "mesh.db-shm"):
+            (tmp_path / name).unlink(missing_ok=True)
+        clock.advance(1.0)
+        new = SqliteLocationStore(path, clock)  # a node process started now
+        b = new.register_node("b", "inproc://b", 30.0)
+        assert new.reserve("room", "spot", "t.room", "b", b.incarnation).created
+        with pytest.raises(Unavailable):  # node "a" must hear that its store is gone
+            old.renew_node("a", a.incarnation, 30.0)
+        # opened again: the file there now, where "a" holds no lease: it fences itself and
+        # registers again with the incarnation it had, which this file never gave (made
+        # after it): no claim is granted for one lease, as after any loss of the store's data
+        with pytest.raises(NoLease):
+            old.renew_node("a", a.incarnation, 30.0)
+        again = old.register_node("a", "inproc://a", 30.0, known_incarnation=a.incarnation)
+        assert again.incarnation > b.incarnation > a.incarnation
+        with pytest.raises(Unavailable, match="lost its data"):
+            old.reserve("other", "spot", "t.room", "a", again.incarnation)
+    finally:
+        old.close()
+        if new is not None:
+            new.close()
 
 
 # -- the Redis store ----------------------------------------------------------------------------

@@ -13,7 +13,9 @@ Guarantees / assumes:
 * ``object_generation`` (store-wide) and the node ``incarnation`` come from counters kept in the
   file and advanced inside the claiming transaction, never from the live rows, so a released
   Spot's generation or a departed node's incarnation is never handed out again, also across
-  closing and reopening the file.
+  closing and reopening the file; they never fall below the store's clock in microseconds
+  (as in the Redis store), so a file made again after one was lost repeats none, and an
+  incarnation below the one the file started at is one it never gave.
 * ``reserve`` of a Spot that already has an owner answers from a plain read, without the write
   lock; only a claim takes it (and looks again under it).
 * Leases are measured on the store's clock. The file is shared by processes and outlives them,
@@ -22,9 +24,16 @@ Guarantees / assumes:
   survives a crash of the process; a power loss may lose the last ones, never corrupt the file).
   A write that cannot get the lock within ``busy_timeout`` seconds, and any other SQLite
   failure (disk full, I/O error), is ``Unavailable`` raised from the original error.
-* The file is checked at construction, never later: a folder that does not exist, a file that
-  is not a SQLite database, a database that is not a ZLink store or has another schema version
-  are ``InvalidArgument``. An empty or missing file gets the schema (one transaction).
+* The file is checked at construction: a folder that does not exist, a file that is not a
+  SQLite database, a database that is not a ZLink store or has another schema version are
+  ``InvalidArgument``. An empty or missing file gets the schema (one transaction). Each call
+  checks that the path still names the file its connection opened (one ``stat``): a file
+  deleted or replaced under running nodes (an operator's ``rm``, a restore, a temp cleaner)
+  is ``Unavailable`` once, and the connection opens the path again (made anew if it is gone):
+  the node's next renewal there is refused, so it fences itself and registers again with
+  the incarnation it had, which the file never gave (a store that lost its data grants no
+  claims for one lease). Before, the old connections went on in the unlinked file while new
+  processes made another at the same path: two stores behind one URL (a store audit).
 * Calls come from several threads of one process (a node's store thread, its start and stop,
   status readers): each thread has its own connection (``threading.local``). ``close()`` closes
   every one of them (one in use is closed by its thread as its call ends); after it, every call
@@ -45,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from ..errors import InvalidArgument, Unavailable
+from ..errors import InvalidArgument, Unavailable, ZLinkError
 from ..executor import Clock
 from .location import (
     Location,
@@ -101,7 +110,9 @@ _PRUNE_LOCATIONS = (
     " WHEN l.owner_incarnation <= n.retired_incarnation THEN n.retired_lease_until ELSE 0.0"
     " END < ?)"
 )
-_NEXT = "UPDATE counters SET value = value + 1 WHERE name = ? RETURNING value"
+# the next of a counter: above the last, and at least the store's clock in microseconds (as in
+# the Redis store): a file made again after one was lost never hands out what the old one did
+_NEXT = "UPDATE counters SET value = MAX(value + 1, ?) WHERE name = ? RETURNING value"
 
 # SQLite's primary result codes that mean "this path is not a store we can use": refused at
 # construction with InvalidArgument; every other failure is Unavailable (it may pass).
@@ -119,10 +130,25 @@ class _Connection(sqlite3.Connection):
 
     busy = False
     thread: threading.Thread | None = None
+    file: tuple[int, int] | None = None  # (device, inode) of the file it opened
 
     def idle_and_orphaned(self) -> bool:
         """Whether its thread has ended (no call can be using it then)."""
         return not self.busy and self.thread is not None and not self.thread.is_alive()
+
+
+def _micros(now: float) -> int:
+    """The store's clock in whole microseconds: where its counters start (never below)."""
+    return max(0, int(now * 1e6))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """The (device, inode) of the file at ``path`` now, ``None`` if there is none."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _rows(conn: sqlite3.Connection, sql: str, args: tuple[Any, ...] = ()) -> list[Any]:
@@ -206,9 +232,12 @@ class SqliteLocationStore:
         def register(conn: sqlite3.Connection) -> NodeRecord:
             now = self._now()
             last = _one(conn, "SELECT value FROM counters WHERE name = 'incarnation'")[0]
-            if known_incarnation > last:  # handed out by a store that was lost
-                conn.execute(
-                    "UPDATE counters SET value = ? WHERE name = 'incarnation'",
+            base = _one(conn, "SELECT value FROM meta WHERE key = 'incarnation_base'")
+            base = 0 if base is None else int(base[0])  # (a file from before has none)
+            if known_incarnation > last or 0 < known_incarnation < base:  # handed out by a
+                # store that was lost: one before this file was made, or one past its counter
+                conn.execute(  # (never lower: one below the base was handed out before)
+                    "UPDATE counters SET value = MAX(value, ?) WHERE name = 'incarnation'",
                     (known_incarnation,),
                 )
                 conn.execute(
@@ -216,7 +245,7 @@ class SqliteLocationStore:
                     " DO UPDATE SET value = MAX(CAST(value AS REAL), CAST(excluded.value AS REAL))",
                     (now + lease_seconds,),
                 )
-            incarnation = _one(conn, _NEXT, ("incarnation",))[0]
+            incarnation = _one(conn, _NEXT, (_micros(now), "incarnation"))[0]
             record = NodeRecord(node_id, endpoint, incarnation, now + lease_seconds)
             # every earlier incarnation's Spots hold until the latest of their leases ends
             old = _one(conn, "SELECT incarnation, MAX(lease_until, COALESCE("
@@ -310,7 +339,7 @@ class SqliteLocationStore:
             found = self._writable(conn, spot_id, node, incarnation, authority_generation)
             if found is None:
                 raise Unavailable(f"{spot_id!r} has no location")
-            generation = _one(conn, _NEXT, ("object_generation",))[0]
+            generation = _one(conn, _NEXT, (_micros(self._now()), "object_generation"))[0]
             conn.execute(
                 "UPDATE locations SET object_generation = ? WHERE spot_id = ?",
                 (generation, spot_id),
@@ -358,7 +387,7 @@ class SqliteLocationStore:
             if lease is None:
                 raise no_lease(node, incarnation)
             self._check_claims(conn, now)
-            generation = _one(conn, _NEXT, ("object_generation",))[0]
+            generation = _one(conn, _NEXT, (_micros(now), "object_generation"))[0]
             authority = 1 if previous is None else previous.authority_generation + 1
             kept = previous.first if previous is not None else None
             location = Location(spot_id, kind, type_name, node, incarnation, authority,
@@ -495,6 +524,7 @@ class SqliteLocationStore:
         back whole (whatever it raised is raised; a SQLite failure as ``Unavailable``)."""
         conn = self._enter()
         try:
+            self._same_file(conn)
             conn.execute("BEGIN IMMEDIATE")  # the write lock, or busy_timeout, then an error
             try:
                 result = body(conn)
@@ -516,11 +546,37 @@ class SqliteLocationStore:
         """Run ``body``, one statement in its own snapshot (WAL: it never waits for a writer)."""
         conn = self._enter()
         try:
+            self._same_file(conn)
             return body(conn)
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
         finally:
             self._leave(conn)
+
+    def _same_file(self, conn: _Connection) -> None:
+        """``Unavailable`` if the path no longer names the file ``conn`` opened (deleted or
+        replaced): this thread's connection is dropped and the path opened again (the
+        schema made in a new file), for the next call (see the module docstring)."""
+        if _identity(self._path) == conn.file:
+            return
+        self._discard(conn)
+        try:
+            fresh = self._open_checked()
+        except ZLinkError as exc:
+            raise Unavailable(
+                f"the location store file {self._path!r} was deleted or replaced since it was"
+                f" opened, and opening it again failed: {exc}"
+            ) from exc
+        with self._lock:
+            if self._closed:
+                fresh.close()
+            else:
+                self._connections.add(fresh)
+                self._local.conn = fresh
+        raise Unavailable(
+            f"the location store file {self._path!r} was deleted or replaced since it was"
+            " opened: what was written there is gone (opened again)"
+        )
 
     def _enter(self) -> _Connection:
         """This thread's connection, marked in use; ``Unavailable`` once closed."""
@@ -575,6 +631,7 @@ class SqliteLocationStore:
         )
         assert isinstance(conn, _Connection)
         conn.thread = threading.current_thread()
+        conn.file = _identity(self._path)
         try:
             conn.execute("PRAGMA synchronous=NORMAL")
         except BaseException:
@@ -645,9 +702,13 @@ class SqliteLocationStore:
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
-                conn.executemany(
-                    "INSERT INTO counters (name, value) VALUES (?, 0)",
-                    [("object_generation",), ("incarnation",)],
+                base = _micros(self._now())  # every counter starts there: an incarnation
+                conn.executemany(  # below it is from before this file, which knows none
+                    "INSERT INTO counters (name, value) VALUES (?, ?)",
+                    [("object_generation", base), ("incarnation", base)],
+                )
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('incarnation_base', ?)", (str(base),)
                 )
             else:
                 self._check_version(conn, tables)
