@@ -480,9 +480,15 @@ class RedisLocationStore:
     def nodes(self) -> list[NodeRecord]:
         """The members: registered nodes whose lease has not lapsed, by id."""
         rows = self._run("nodes")
-        records = [
-            NodeRecord(n, endpoint, int(inc), float(until)) for n, endpoint, inc, until in rows
-        ]
+        try:
+            records = [
+                NodeRecord(n, endpoint, int(inc), float(until)) for n, endpoint, inc, until in rows
+            ]
+        except (TypeError, ValueError) as exc:  # (a review found a bare ValueError escape)
+            raise Unavailable(
+                f"the location store {self._where} holds a node record this version did not"
+                f" write: {exc}"
+            ) from exc
         return sorted(records, key=lambda r: r.node_id)
 
     def owned(self) -> dict[str, int]:

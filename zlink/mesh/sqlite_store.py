@@ -54,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from ..errors import InvalidArgument, Unavailable, ZLinkError
+from ..errors import InvalidArgument, Unavailable
 from ..executor import Clock
 from .location import (
     Location,
@@ -196,6 +196,7 @@ class SqliteLocationStore:
         self._connections: set[_Connection] = set()
         self._closed = False
         conn = self._open_checked()
+        self._file = conn.file  # the file the path named when it was last opened and checked
         self._connections.add(conn)
         self._local.conn = conn
 
@@ -555,27 +556,16 @@ class SqliteLocationStore:
 
     def _same_file(self, conn: _Connection) -> None:
         """``Unavailable`` if the path no longer names the file ``conn`` opened (deleted or
-        replaced): this thread's connection is dropped and the path opened again (the
-        schema made in a new file), for the next call (see the module docstring)."""
+        replaced): this thread's connection is dropped, and its next call opens the path
+        again, checked (the schema made in a new file; tried again at each call while that
+        fails: a review found a bare connection left on a file with no tables when the
+        first try met the deleted file's WAL still held by another process)."""
         if _identity(self._path) == conn.file:
             return
-        self._discard(conn)
-        try:
-            fresh = self._open_checked()
-        except ZLinkError as exc:
-            raise Unavailable(
-                f"the location store file {self._path!r} was deleted or replaced since it was"
-                f" opened, and opening it again failed: {exc}"
-            ) from exc
-        with self._lock:
-            if self._closed:
-                fresh.close()
-            else:
-                self._connections.add(fresh)
-                self._local.conn = fresh
+        self._discard(conn)  # (this thread's next call opens the path again: ``_enter``)
         raise Unavailable(
             f"the location store file {self._path!r} was deleted or replaced since it was"
-            " opened: what was written there is gone (opened again)"
+            " opened: what was written there is gone (the next call opens it again)"
         )
 
     def _enter(self) -> _Connection:
@@ -589,8 +579,15 @@ class SqliteLocationStore:
                 return conn
         try:
             conn = self._connect()  # this thread's first call: outside the lock
+            if conn.file != self._file:  # the path names another file than the one opened
+                conn.close()  # and checked (deleted or replaced: see ``_same_file``): it is
+                conn = self._open_checked()  # checked first, its schema made if it is new
+                with self._lock:
+                    self._file = conn.file
         except sqlite3.Error as exc:
             raise self._failed(exc) from exc
+        except InvalidArgument as exc:  # (a file of another kind there now)
+            raise Unavailable(f"the location store {self._path!r} cannot be used: {exc}") from exc
         with self._lock:
             if self._closed:
                 conn.close()

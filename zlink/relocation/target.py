@@ -526,6 +526,12 @@ class Inbound(RelocatorState):
         """Whether ``target`` is arriving here, not yet open (a dict read: any thread)."""
         return target in self._in_ids
 
+    def uncommitted(self, target: str) -> bool:
+        """Whether ``target`` arrives here and its move is not committed (a dict read): what
+        it queued are copies, the source keeps what it took until the store answers."""
+        inc = self._in_ids.get(target)
+        return inc is not None and not inc.committed
+
     def fence_back(self, target: str, resend: Callable[[bool], None]) -> bool:
         """This node's fence for an arriving ``target`` is back: the calls kept behind it
         (``resend``) and then those made since may go in. ``False`` if none is arriving.

@@ -203,6 +203,7 @@ class SpotAct(ObjectAct):
         "spec",
         "spot_id",
         "state",
+        "tenure",
         "timer_owners",
         "yield_ok",
         "yielded",
@@ -243,6 +244,10 @@ class SpotAct(ObjectAct):
         # (``zlink.runtime.events``; publish lock): made on its first event from a mesh
         self.event_marks: dict[tuple[str, str], Mark] | None = None
         self.timer_owners: list[Owner] | None = None  # a PerActor Spot's timers' own gates
+        # an Instance Spot's tenure of its store row (the object generation it was claimed
+        # with; its activations made again in place keep it): a first record's clear is
+        # tried again only for the tenure that recorded it
+        self.tenure: int | None = None
         self.quiet: list[Callable[[], None]] | None = None
         self.ref = SpotRef(spot_id, generation, rt.mesh, rt.node_id)
         self.members: dict[str, ActorAct] = {}

@@ -317,6 +317,8 @@ class Closing:
                 again, left, taken = self._reactivate(act, generation, refused)
                 self.rt.directory.forget(act, again)  # (``again`` in its place, in one step)
                 act.state = GONE  # (under the lock, once forgotten: ``Runtime._not_ready``)
+                if router is not None and again is None:  # its release, from now until it
+                    self.rt.releasing.setdefault(act.spot_id, [])  # ends (``fenced_write``)
         if ask:
             assert router is not None
             asked = router.store_worker.call(router.store.new_generation, act.spot_id,
@@ -408,6 +410,7 @@ class Closing:
             return None, left, [w for w in taken if not w.count]  # before it, hears CLOSED)
         again = rt.register_spot(act.spec, act.spot_id, generation, act.authority,
                                  carried=carried, publish=False)  # fmt: skip
+        again.tenure = act.tenure  # (the same store row: a first record's clear goes on)
         rt.metrics.add("instance_reactivations")
         rt.metrics.add("messages_carried_to_next_activation", sum(j.count for j in carried))
         return again, left, taken
@@ -532,8 +535,20 @@ class Closing:
         Returns how many messages were discarded."""
         n = 0
         error = Unavailable(f"node {self.rt.node_id} shut down before it ran")
-        for owner in self.owners():
+        relocator = self.rt.relocator
+        acts: list[Any] = [*self.rt.spots.values(), *self.rt.actors.values()]
+        for act in [*acts, *self.rt.channels.values()]:
+            owner = act.owner
             owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
+            if relocator is not None and relocator.uncommitted(act.name):  # copies: the source
+                discard_jobs(
+                    self.rt,
+                    owner.drain(),
+                    error,
+                    "uncommitted_arrival",  # keeps
+                    tell=False,
+                )  # what it took (a review found them told dropped to
+                continue  # their origin, which then ran them: the store refused the commit)
             n += discard_jobs(self.rt, owner.drain(), error, "at_shutdown")
         for act in list(self.rt.spots.values()):  # held for a next activation that never was
             n += discard_jobs(self.rt, _let_go(act), error, "at_shutdown")

@@ -10,6 +10,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -26,7 +27,7 @@ from ..errors import (
     ZLinkError,
 )
 from ..executor import Admission, Lane, RoomWaiter, Turn, current_turn
-from ..mesh.location import Location, Reservation
+from ..mesh.location import Location, Reservation, StaleOwner
 from ..types import TargetKind
 
 if TYPE_CHECKING:
@@ -204,7 +205,6 @@ class Creation:
     def _claim(
         self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
         completion: Completion, then: Callable[[Reservation | None], bool], get: bool,
-        again: bool = False,
     ) -> None:  # fmt: skip
         """Call ``then(reservation)``: at once with ``None`` when ``object_id`` lives here or
         there is no store; else once the store has reserved it (or said who owns it), on the
@@ -217,38 +217,6 @@ class Creation:
             if not then(None):
                 self._claim(table, object_id, kind, type_name, completion, then, get)
             return
-
-        def reserved(held: Reservation | None, error: BaseException | None) -> None:
-            try:
-                if error is not None:
-                    raise Unavailable(
-                        f"the location store could not reserve {object_id!r}: {error}"
-                    )
-                assert held is not None
-                loc = held.location
-                if loc.kind != kind:  # the store holds the id for the other kind
-                    raise _other_kind(object_id, TargetKind(loc.kind), loc.type_name, get,
-                                      loc.owner_node)  # fmt: skip
-                if loc.owner_node == self.rt.node_id and (
-                    self.rt.fenced or loc.owner_incarnation != self.rt.incarnation
-                ):  # granted to an incarnation that fenced itself meanwhile: never activated
-                    raise Unavailable(
-                        f"node {self.rt.node_id} fenced itself while the store gave it"
-                        f" {object_id!r}; try again"
-                    )
-                if not held.created and loc.owner_node == self.rt.node_id:
-                    with self.rt.directory.lock:
-                        left = object_id not in table
-                    if left:  # a row of this incarnation with no activation here: one
-                        self._left_row(table, object_id, kind, type_name, completion, then,
-                                       get, again, loc)  # fmt: skip
-                        return
-                then(held)  # (a reservation is never a "went away")
-            except ZLinkError as exc:  # refused: as it would have been at the call site
-                if completion.timer is not None:
-                    completion.timer.cancel()
-                completion.set(None, exc)
-
         asked = router.store_worker.call(
             router.store.reserve,
             object_id,
@@ -257,42 +225,75 @@ class Creation:
             self.rt.node_id,
             self.rt.incarnation,
         )
-        asked.add_callback(reserved)
+        asked.add_callback(partial(self._reserved, table, object_id, kind, type_name,
+                                   completion, then, get, False))  # fmt: skip
+
+    def _reserved(
+        self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
+        completion: Completion, then: Callable[[Reservation | None], bool], get: bool,
+        taken: bool, held: Reservation | None, error: BaseException | None,
+    ) -> None:  # fmt: skip
+        """(``_claim``: the store's answer, on the infrastructure thread.) ``taken``: the
+        answer of :meth:`_left_row`, which is not taken again."""
+        try:
+            if error is not None:
+                raise Unavailable(f"the location store could not reserve {object_id!r}: {error}")
+            assert held is not None
+            loc = held.location
+            if loc.kind != kind:  # the store holds the id for the other kind
+                raise _other_kind(object_id, TargetKind(loc.kind), loc.type_name, get,
+                                  loc.owner_node)  # fmt: skip
+            if loc.owner_node == self.rt.node_id and (
+                self.rt.fenced or loc.owner_incarnation != self.rt.incarnation
+            ):  # granted to an incarnation that fenced itself meanwhile: never activated
+                raise Unavailable(
+                    f"node {self.rt.node_id} fenced itself while the store gave it"
+                    f" {object_id!r}; try again"
+                )
+            if not held.created and loc.owner_node == self.rt.node_id and not taken:
+                with self.rt.directory.lock:
+                    left = object_id not in table
+                    releasing = self.rt.releasing.get(object_id) if left else None
+                    if releasing is not None:  # its close's release is under way: asked
+                        releasing.append(partial(  # again once it ended (a review found a
+                            self._claim, table, object_id, kind, type_name, completion,
+                            then, get,  # late release delete the row of a new activation)
+                        ))  # fmt: skip
+                if releasing is None and left:  # a row of this incarnation, nothing here
+                    self._left_row(table, object_id, kind, type_name, completion, then, get,
+                                   loc)  # fmt: skip
+                if left:
+                    return
+            then(held)  # (a reservation is never a "went away")
+        except ZLinkError as exc:  # refused: as it would have been at the call site
+            if completion.timer is not None:
+                completion.timer.cancel()
+            completion.set(None, exc)
 
     def _left_row(
         self, table: Mapping[str, Any], object_id: str, kind: TargetKind, type_name: str,
         completion: Completion, then: Callable[[Reservation | None], bool], get: bool,
-        again: bool, loc: Location,
+        loc: Location,
     ) -> None:  # fmt: skip
-        """(``_claim``.) The store's row for ``object_id`` is this incarnation's, but nothing
-        here has it: a close whose ``release`` the store failed (an audit found the next
-        activation then took the closed one's object generation, so an old ref addressed
-        the new one, execution-model §14), or one on its way. The row is taken with a new
-        object generation (fenced as a release is); if it went meanwhile (the release came
-        first) or another owner has it now, the store is asked once more."""
+        """(``_reserved``.) The store's row for ``object_id`` is this incarnation's, but
+        nothing here has it: a close whose ``release`` the store failed (an audit found the
+        next activation then took the closed one's object generation, so an old ref
+        addressed the new one, execution-model §14), and no release of it is under way here
+        (``Runtime.releasing``). It is released here (fenced) and claimed anew, with a new
+        object generation."""
         router = self.rt.router
         assert router is not None
-        asked = router.store_worker.call(router.store.new_generation, object_id,
-                                         self.rt.node_id, self.rt.incarnation,
-                                         loc.authority_generation)  # fmt: skip
+        store, me, incarnation = router.store, self.rt.node_id, self.rt.incarnation
 
-        def renewed(location: Location | None, error: BaseException | None) -> None:
-            try:
-                if error is not None:
-                    if again:  # (else it went, or another owner took it: asked again)
-                        raise Unavailable(f"the location store could not give {object_id!r}"
-                                          f" a new activation: {error}")  # fmt: skip
-                    self._claim(table, object_id, kind, type_name, completion, then, get, True)
-                    return
-                assert location is not None
-                self.rt.metrics.add("store_rows_taken_again")
-                then(Reservation(location, False))
-            except ZLinkError as exc:
-                if completion.timer is not None:
-                    completion.timer.cancel()
-                completion.set(None, exc)
+        def take() -> Reservation:  # (store thread)
+            with contextlib.suppress(StaleOwner):  # (gone, or taken: the claim tells)
+                store.release(object_id, me, incarnation, loc.authority_generation)
+            self.rt.metrics.add("store_rows_taken_again")
+            return store.reserve(object_id, str(kind), type_name, me, incarnation)
 
-        asked.add_callback(renewed)
+        router.store_worker.call(take).add_callback(partial(
+            self._reserved, table, object_id, kind, type_name, completion, then, get, True,
+        ))  # fmt: skip
 
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         if self.rt.fenced or self.rt.stopping or self.rt.draining:

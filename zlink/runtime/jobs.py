@@ -279,13 +279,16 @@ def failure(turn: Turn) -> ZLinkError:
     return handler_error(error)
 
 
-def discard_jobs(rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: str) -> int:
+def discard_jobs(
+    rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: str, tell: bool = True
+) -> int:
     """Fail every job of ``items`` (drained from an owner) that will never run, each counted
     once: its messages as ``messages_discarded_<reason>`` (a batch counts each), a lifecycle
     step as ``lifecycle_skipped_<what>``, a Yield continuation (its coroutine closed, its
     caller failed) as ``continuations_discarded_<reason>``. A timer tick only gives its place
-    back: its timer was cancelled first (closing, shutdown). Returns how many messages were
-    discarded."""
+    back: its timer was cancelled first (closing, shutdown). ``tell``: one-way messages of
+    another node are told there (not for the copies an uncommitted arrival holds). Returns
+    how many messages were discarded."""
     messages = continuations = 0
     for item in items:
         if not isinstance(item, Job):
@@ -298,11 +301,12 @@ def discard_jobs(rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: s
         item.discard(error)
         if isinstance(item, BatchJob):
             messages += item.count
-            item.tell_discarded(error)  # (a peer's batch: counted there too)
+            if tell:
+                item.tell_discarded(error)  # (a peer's batch: counted there too)
         elif isinstance(item, SendJob):
             messages += item.count
-            origin = getattr(item, "origin", None)  # (a one-way message of another node:
-            if origin is not None and rt.router is not None:  # counted there too)
+            origin = getattr(item, "origin", None) if tell else None  # (a one-way message
+            if origin is not None and rt.router is not None:  # of another node: counted there)
                 assert item.reply is None
                 rt.router.tell_dropped(origin, item.act.name, item.msg.zlink_type_name, error)
         elif isinstance(item, LifeJob):

@@ -358,6 +358,8 @@ class Membership:
             if host.members.get(actor.actor_id) is actor:
                 del host.members[actor.actor_id]
             rt.directory.forget(actor)
+            if rt.router is not None:  # its release, from now until it ends
+                rt.releasing.setdefault(actor.actor_id, [])
         router = rt.router
         if router is not None:  # on the store thread; fenced: a stale owner's is refused
             router.fenced_write("release", router.store.release, actor.actor_id,

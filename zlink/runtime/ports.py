@@ -52,6 +52,11 @@ class RelocationPort(Protocol):
         """Whether ``target`` is arriving on this node by a move, not yet open."""
         ...
 
+    def uncommitted(self, target: str) -> bool:
+        """Whether ``target`` arrives here and its move is not committed (its queue holds
+        copies of what the source keeps until the store answers)."""
+        ...
+
     def fence_back(self, target: str, resend: Callable[[bool], None]) -> bool:
         """This node's fence for an arriving target is back; ``False`` if none is arriving.
         ``resend(mine)`` routes again what the router kept behind the fence: the calls (and

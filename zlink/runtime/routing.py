@@ -299,23 +299,27 @@ class MeshRouter:
             # waiting before the question leaves: the answer may come back on this very thread
             waiting = self._locating[target] = [then]
             store, me = self.store, self.rt.node_id
+            record = None if first is None else to_wire(first)
             if reserve is None:
                 asked = self.store_worker.call(store.lookup, target)
             else:
                 asked = self.store_worker.call(
                     store.reserve, target, str(TargetKind.SPOT), reserve.name, me,
-                    self.rt.incarnation, None if first is None else to_wire(first),
+                    self.rt.incarnation, record,
                 )  # fmt: skip
             recorder = then if reserve is not None and first is not None else None
-            asked.add_callback(functools.partial(self._located, target, waiting, reserve, recorder))
+            asked.add_callback(functools.partial(self._located, target, waiting, reserve,
+                                                 recorder, record))  # fmt: skip
 
     def _located(
         self, target: str, waiting: list[Located], reserve: TypeSpec | None,
-        recorder: Located | None, found: Any, error: BaseException | None,
+        recorder: Located | None, record: tuple[str, str] | None, found: Any,
+        error: BaseException | None, taken: bool = False,
     ) -> None:  # fmt: skip
         """The store answered (infrastructure thread): set the route, answer who waited.
-        ``recorder``: the call whose message the claim recorded, if any (it may have been
-        withdrawn meanwhile: then its record is cleared, never run)."""
+        ``recorder``: the call whose message the claim recorded (``record``), if any (it may
+        have been withdrawn meanwhile: then its record is cleared, never run). ``taken``:
+        the answer of :meth:`_claim_again`, which is not claimed again."""
         me = self.rt.node_id
         with self.route_lock:
             if self._locating.get(target) is not waiting:
@@ -350,6 +354,21 @@ class MeshRouter:
                         self._remember(target, route)
                     else:
                         route = known
+                elif (
+                    location is not None and reserve is not None and not taken
+                    and isinstance(found, Reservation) and not found.created
+                    and not self.rt.has_live(target)
+                ):  # fmt: skip
+                    self._locating[target] = waiting  # (answered once claimed anew)
+                    with self.rt.directory.lock:
+                        releasing = self.rt.releasing.get(target)
+                        if releasing is not None:  # its close's release: asked after it
+                            releasing.append(functools.partial(
+                                self._reserve_again, target, waiting, reserve, recorder, record,
+                            ))  # fmt: skip
+                    if releasing is None:
+                        self._claim_again(target, waiting, reserve, recorder, record, location)
+                    return
                 elif location is not None and reserve is not None:  # the store chose this node
                     self._activate_recorded(reserve, found, location, recorder in waiting)
                 elif isinstance(found, Reservation) and found.created and location is not None:
@@ -367,6 +386,46 @@ class MeshRouter:
                                           location.authority_generation)  # fmt: skip
             self._waiting_bytes.pop(target, None)
             self._answer(waiting, route, error)
+
+    def _reserve_again(
+        self,
+        target: str,
+        waiting: list[Located],
+        reserve: TypeSpec,
+        recorder: Located | None,
+        record: tuple[str, str] | None,
+    ) -> None:
+        """(``_located``.) The release this node's close of ``target`` made has ended: ask the
+        store again (the row is gone, or it is left: then claimed anew)."""
+        asked = self.store_worker.call(
+            self.store.reserve, target, str(TargetKind.SPOT), reserve.name, self.rt.node_id,
+            self.rt.incarnation, record,
+        )  # fmt: skip
+        asked.add_callback(functools.partial(self._located, target, waiting, reserve,
+                                             recorder, record))  # fmt: skip
+
+    def _claim_again(
+        self, target: str, waiting: list[Located], reserve: TypeSpec,
+        recorder: Located | None, record: tuple[str, str] | None, left: Location,
+    ) -> None:  # fmt: skip
+        """(``_located``, route lock held.) An Instance Spot's row is this incarnation's and
+        nothing here has it: a close whose ``release`` the store failed (a review found the
+        next activation take the closed one's object generation, and its first message not
+        recorded). No release of it is under way here (``Runtime.releasing``): released
+        (fenced) and claimed anew, recording the call's message, with a new object
+        generation."""
+        store, me, incarnation = self.store, self.rt.node_id, self.rt.incarnation
+
+        def take() -> Reservation:  # (store thread)
+            with contextlib.suppress(StaleOwner):  # (gone, or taken: the claim tells)
+                store.release(target, me, incarnation, left.authority_generation)
+            self.rt.metrics.add("store_rows_taken_again")
+            return store.reserve(target, str(TargetKind.SPOT), reserve.name, me, incarnation,
+                                 record)  # fmt: skip
+
+        self.store_worker.call(take).add_callback(functools.partial(
+            self._located, target, waiting, reserve, recorder, record, taken=True,
+        ))  # fmt: skip
 
     def _instance_type(self, location: Location) -> TypeSpec | None:
         """The Instance Spot type ``location`` names, if it names one."""
@@ -392,7 +451,10 @@ class MeshRouter:
                                         location.authority_generation)  # fmt: skip
         if location.first is None:
             return
-        ran = functools.partial(self._record_ran, target, location.authority_generation, act)
+        if act.tenure is None:
+            act.tenure = location.object_generation
+        ran = functools.partial(self._record_ran, target, location.authority_generation,
+                                act.tenure)  # fmt: skip
         previous = held.previous if isinstance(held, Reservation) else None
         if previous is not None and previous.first is not None:  # left by an owner that died
             self.rt.metrics.add("first_records_replayed")
@@ -413,46 +475,53 @@ class MeshRouter:
             return
         self._recorded[target] = ran  # the first waiter, the call recorded, carries it
 
-    def _record_ran(self, target: str, authority: int, act: Any) -> None:
+    def _record_ran(self, target: str, authority: int, tenure: int) -> None:
         """The first record's handler ended: clear it in the store (on its thread), tried
-        again on a store failure while the activation ``act`` it ran in is the Spot's (an
-        audit found one failed clear leave the record for good, and the next owner ran the
-        message again once this node died). Not once it closed: its release took the record
-        with its row, and a later tenure here, at authority 1 again, has a record of its
-        own that an old clear must not take."""
+        again on a store failure while the Spot's row is still the ``tenure`` that recorded
+        it (an audit found one failed clear leave the record for good, and the next owner ran
+        the message again once this node died; a review found a retry take the record of a
+        later tenure, claimed here at authority 1 again, and retries end when the Spot was
+        only made again in place, its row and record unchanged)."""
         rt = self.rt
+
+        def still() -> bool:  # (infrastructure thread, before each try again)
+            act = rt.spots.get(target)
+            return act is not None and act.tenure == tenure
+
         self.fenced_write("clear_first", self.store.clear_first, target, rt.node_id,
-                          rt.incarnation, authority,
-                          still=lambda: rt.spots.get(target) is act)  # fmt: skip
+                          rt.incarnation, authority, still=still)  # fmt: skip
 
     def fenced_write(
         self, what: str, fn: Callable[..., Any], *args: Any,
         still: Callable[[], bool] | None = None, attempt: int = 0,
     ) -> None:  # fmt: skip
         """A fenced store write that no caller waits for (a close's ``release``, a first
-        record's ``clear_first``), on the store thread. With ``still``, a store failure (a
-        dropped connection, a busy file) is tried again after a backoff on the node's
-        clock, ``_WRITE_TRIES`` times in all, while the node serves and ``still()`` says
-        the write still stands (read on the infrastructure thread). A fence verdict
-        (``StaleOwner``, ``NoLease``) ends it: the row is another owner's to settle. One not
-        made is counted, ``store_writes_failed_<what>`` (``first_records_uncleared`` for a
-        record). A release is not tried again: a later activation here may have taken its
-        row meanwhile (``Creation`` gives that one a new object generation), and a release
-        made then would delete a live Spot's row."""
-        done = self.store_worker.call(fn, *args)
+        record's ``clear_first``), on the store thread. A store failure (a dropped
+        connection, a busy file) is tried again after a backoff on the node's clock,
+        ``_WRITE_TRIES`` times in all, while the node serves (and ``still()`` holds, read
+        on the infrastructure thread before each try again: the store thread takes calls in
+        order, so what it reads is what the try meets): a release that failed once left the
+        row, and a first record whose clear failed ran again at the next owner. A fence
+        verdict (``StaleOwner``, ``NoLease``) ends it: the row is another owner's to settle.
+        One not made is counted, ``store_writes_failed_<what>`` (``first_records_uncleared``
+        for a record). A release ends its id's entry in ``Runtime.releasing`` once it ends
+        either way (a claim of the id waits for that: ``Creation._reserved``)."""
         rt = self.rt
+        if attempt and (rt.fenced or rt.stopping or (still is not None and not still())):
+            self._write_ended(what, args[0], False)  # (the node serves no longer, or the
+            return  # write is not the row's any more: not tried again)
+        done = self.store_worker.call(fn, *args)
 
         def after(_value: Any, error: BaseException | None) -> None:
             if error is None:
+                self._write_ended(what, args[0], True)
                 return
             fenced = isinstance(error, (StaleOwner, NoLease))
-            if (fenced or still is None or rt.fenced or rt.stopping
-                    or attempt + 1 >= _WRITE_TRIES or not still()):  # fmt: skip
-                rt.metrics.add("first_records_uncleared" if what == "clear_first"
-                               else f"store_writes_failed_{what}")  # fmt: skip
+            if fenced or rt.fenced or rt.stopping or attempt + 1 >= _WRITE_TRIES:
                 if not fenced:
                     _log.warning("node %s: the store's %s of %r failed %d times: %s",
                                  rt.node_id, what, args[0], attempt + 1, error)  # fmt: skip
+                self._write_ended(what, args[0], False)
                 return
             rt.metrics.add("store_writes_retried")
             delay = min(_WRITE_BACKOFF * 2**attempt, _WRITE_BACKOFF_MOST)
@@ -461,6 +530,20 @@ class MeshRouter:
             ))  # fmt: skip
 
         done.add_callback(after)
+
+    def _write_ended(self, what: str, target: str, made: bool) -> None:
+        """(Infrastructure thread.) A ``fenced_write`` ended: counted if not made; a
+        release lets what waited for it go on (``Runtime.releasing``)."""
+        rt = self.rt
+        if not made:
+            rt.metrics.add("first_records_uncleared" if what == "clear_first"
+                           else f"store_writes_failed_{what}")  # fmt: skip
+        if what != "release":
+            return
+        with rt.directory.lock:
+            waiting = rt.releasing.pop(target, None)
+        for then in waiting or ():
+            then()
 
     def _ours(self, location: Location) -> bool:
         """Whether a claim the store granted is this node's to activate now: made under its
@@ -481,7 +564,7 @@ class MeshRouter:
             kind, type_name = str(TargetKind.SPOT), reserve.name
         asked = self.store_worker.call(self.store.reserve, target, kind, type_name,
                                        self.rt.node_id, self.rt.incarnation)  # fmt: skip
-        asked.add_callback(functools.partial(self._located, target, waiting, reserve, None))
+        asked.add_callback(functools.partial(self._located, target, waiting, reserve, None, None))
 
     def _answer(self, waiting: list[Located], route: Route | None,
                 error: BaseException | None) -> None:  # fmt: skip

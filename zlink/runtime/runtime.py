@@ -168,6 +168,10 @@ class Runtime:
             directory.channels, directory.entries, directory.topics,
         )  # fmt: skip
         self.has_live = directory.has_live
+        # ids whose store row this node releases now (a close's, under way or tried again),
+        # each with what waits for it to end (directory lock): a claim that meets such a
+        # row waits for it, never takes it while a late release could still delete it
+        self.releasing: dict[str, list[Callable[[], None]]] = {}
         self.router: MeshRouter | None = None  # set when the node is part of a mesh
         self.relocator: RelocationPort | None = None  # plugged in by the node (a mesh)
         self.remote_join: RemoteJoinPort | None = None
