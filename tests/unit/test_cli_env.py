@@ -86,6 +86,9 @@ def test_node_processes_get_the_log_format_and_level_and_an_admin_on_port_0() ->
     # child inherits
     assert "--no-factory" in plain and "--no-insecure" in plain
     assert "--factory" in args(factory=True) and "--insecure" in args(insecure=True)
+    assert "--shutdown-timeout" not in plain  # (each child's own default, as the parent's)
+    timed = args(shutdown_timeout=2.5)
+    assert timed[timed.index("--shutdown-timeout") + 1] == "2.5"
 
 
 @pytest.mark.timeout(90)

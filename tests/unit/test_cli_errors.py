@@ -45,6 +45,9 @@ runner = CliRunner()
         (["run", "tests.procs.app:app", "--drain-timeout", "5", "--no-drain"], "--no-drain"),
         (["run", "tests.procs.app:app", "--drain-timeout", "5", "--nodes", "2"], "--nodes"),
         (["run", "examples.counter:main", "--drain-timeout", "5"], "--drain-timeout config"),
+        (["run", "tests.procs.app:app", "--shutdown-timeout", "inf"], "--shutdown-timeout"),
+        (["run", "tests.procs.app:app", "--shutdown-timeout", "0"], "--shutdown-timeout"),
+        (["run", "examples.counter:main", "--shutdown-timeout", "5"], "--shutdown-timeout conf"),
         # a service probe: a network address advertised without keys, from a loopback listen
         (
             [

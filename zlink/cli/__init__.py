@@ -311,6 +311,15 @@ def run(
             " a move not done by then is withdrawn and its Spot stays",
         ),
     ] = None,
+    shutdown_timeout: Annotated[
+        float | None,
+        typer.Option(
+            envvar="ZLINK_SHUTDOWN_TIMEOUT",
+            help="seconds the stop may take at most, after the drain (default 10): running"
+            " turns get that long, then they are abandoned; keep it within your supervisor's"
+            " grace period",
+        ),
+    ] = None,
     stop_with_stdin: Annotated[
         bool, typer.Option(hidden=True, help="stop when stdin closes (--nodes children)")
     ] = False,
@@ -338,7 +347,8 @@ def run(
                      "--store-retention": store_retention,
                      "--advertise": advertise, "--nodes": nodes, "--workers": workers,
                      "--insecure": insecure or None,
-                     "--drain-timeout": drain_timeout}  # fmt: skip
+                     "--drain-timeout": drain_timeout,
+                     "--shutdown-timeout": shutdown_timeout}  # fmt: skip
             for option, value in given.items():
                 if value is not None:
                     raise InvalidArgument(
@@ -354,6 +364,8 @@ def run(
                     " and none drains, nor does one with --no-drain"
                 )
             check_seconds(drain_timeout, "--drain-timeout")
+        if shutdown_timeout is not None:
+            check_seconds(shutdown_timeout, "--shutdown-timeout")
     if nodes is not None:
         with _user_errors():  # a bad --admin: one line
             admin_port = None if admin is None else parse_address(admin)[1]
@@ -363,7 +375,8 @@ def run(
             admin = None
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
                            insecure, keys, log_level.value, lease, log_format.value, admin,
-                           admin_allow_remote, advertise, store_retention))  # fmt: skip
+                           admin_allow_remote, advertise, store_retention,
+                           shutdown_timeout))  # fmt: skip
     with _user_errors():
         config = NodeConfig(
             node_id=node_id, workers=workers, listen=listen, advertise=advertise, mesh=mesh,
@@ -371,6 +384,7 @@ def run(
             keys=keys, **({} if store is None else {"store": store}),
             **({} if lease is None else {"lease_seconds": lease}),
             **({} if store_retention is None else {"store_retention": store_retention}),
+            **({} if shutdown_timeout is None else {"shutdown_timeout": shutdown_timeout}),
         )  # fmt: skip
     stop = threading.Event()
     with _SignalWaker() as waker:
@@ -540,7 +554,7 @@ def _run_many(
     listen: str | None, store: str | None, mesh: str, insecure: bool, keys: str | None,
     log_level: str, lease: float | None = None, log_format: str = "text",
     admin: str | None = None, admin_allow_remote: bool = False, advertise: str | None = None,
-    store_retention: float | None = None,
+    store_retention: float | None = None, shutdown_timeout: float | None = None,
 ) -> int:  # fmt: skip
     """``zlink run --nodes K``: K node processes of one mesh on this machine; the first
     SIGINT/SIGTERM stops them all (each without a drain: they stop together), a second kills
@@ -576,7 +590,8 @@ def _run_many(
                 address = base if port in ("0", "*") else f"{host}:{int(port) + i - 1}"
                 args = _child_args(target, factory, f"{node_id}-{i}", address, store, mesh,
                                    insecure, keys, workers, lease, log_level, log_format, admin,
-                                   admin_allow_remote, advertise, store_retention)  # fmt: skip
+                                   admin_allow_remote, advertise, store_retention,
+                                   shutdown_timeout)  # fmt: skip
                 args += ["--summary-file", str(summaries / f"{i}.json"),
                          "--ready-file", str(summaries / f"{i}.ready")]  # fmt: skip
                 # its stdin is a pipe from here: if this process dies, even by SIGKILL, the
@@ -611,9 +626,10 @@ def _run_many(
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
                     stopped_here.add(proc.pid)
-            for proc in procs:
+            patience = 20.0 + (10.0 if shutdown_timeout is None else shutdown_timeout)
+            for proc in procs:  # (each stops within its shutdown time, all at once)
                 try:
-                    proc.wait(30)
+                    proc.wait(patience)
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait(10)
@@ -726,6 +742,7 @@ def _child_args(
     insecure: bool, keys: str | None, workers: int | None, lease: float | None,
     log_level: str, log_format: str, admin: str | None, admin_allow_remote: bool,
     advertise: str | None = None, store_retention: float | None = None,
+    shutdown_timeout: float | None = None,
 ) -> list[str]:  # fmt: skip
     """The command line of one ``--nodes`` child: every setting the parent was given that a
     node needs, explicitly (its environment is the parent's, less ``_child_env``'s drops).
@@ -742,6 +759,7 @@ def _child_args(
     args += [] if workers is None else ["--workers", str(workers)]
     args += [] if lease is None else ["--lease", repr(lease)]
     args += [] if store_retention is None else ["--store-retention", repr(store_retention)]
+    args += [] if shutdown_timeout is None else ["--shutdown-timeout", repr(shutdown_timeout)]
     args += [] if advertise is None else ["--advertise", advertise]
     if admin is not None and parse_address(admin)[1] == 0:
         args += ["--admin", admin] + (["--admin-allow-remote"] if admin_allow_remote else [])
