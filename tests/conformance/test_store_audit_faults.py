@@ -75,6 +75,7 @@ def test_a_spot_made_again_after_a_release_the_store_failed_gets_a_new_object_ge
         store.released.clear()
         assert client.spots.close(first)
         assert store.released.wait(WAIT)  # the close's release was made, and failed
+        node.wait_idle(WAIT)  # (its failure heard: the try again set on the node's clock)
         for _ in range(10):  # the tries again, each after its backoff (8 s at most)
             clock.advance(8.0)
             node.wait_idle(WAIT)
@@ -531,6 +532,7 @@ def test_a_release_the_store_failed_once_is_tried_again_and_the_row_goes(
         store.released.clear()
         assert client.spots.close(first)
         assert store.released.wait(WAIT)
+        node.wait_idle(WAIT)  # (its failure heard: the try again set on the node's clock)
         clock.advance(0.5)  # the first try again is due after 0.25 s
         node.wait_idle(WAIT)
         assert store.lookup("room") is None

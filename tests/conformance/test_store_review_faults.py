@@ -164,6 +164,7 @@ def test_an_instance_spot_made_again_by_a_send_after_a_failed_release_gets_a_new
         client.send_to_spot("j", Quit()).instance_spot().wait(WAIT)
         assert store.released.wait(WAIT)  # the close's release was made, and failed
         _until(lambda: "j" not in node._runtime.spots, "the close ended")
+        node.wait_idle(WAIT)  # (its failure heard: the try again set on the node's clock)
         for _ in range(10):  # the tries again, each after its backoff (8 s at most)
             clock.advance(8.0)
             node.wait_idle(WAIT)
