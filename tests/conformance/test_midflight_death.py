@@ -508,6 +508,7 @@ def test_a_target_declared_down_while_the_store_commits_leaves_the_spot_moved(cl
     n1, n2, n3 = cluster.nodes
     gate = _StoreGate(cluster, after=True)
     _senders, queued, parked, mover = _sealed_with_traffic(cluster)
+    moved = n1._runtime.spots["room"]
     RESTORE_GO.set()
     assert gate.at.wait(WAIT)
     assert cluster.store.unregister_node("node-2", n2.incarnation)
@@ -518,7 +519,9 @@ def test_a_target_declared_down_while_the_store_commits_leaves_the_spot_moved(cl
     for request in (queued, parked):
         with pytest.raises(zlink.Unavailable):
             request.result(WAIT)
-    assert "room" not in n1._runtime.spots
+    # the activation that moved left node-1 (CI on 3.13 once found "room" there again: a
+    # call made on node-1 after the commit may re-home it there, fresh, as on any node)
+    assert n1._runtime.spots.get("room") is not moved and moved.state.value == "gone"
     _no_moves_left(n1)
     assert n3.client().request_to_spot("room", Seen()).wait(WAIT) == {}  # re-homed, fresh
 

@@ -447,11 +447,7 @@ class SqliteLocationStore:
         self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
         target_incarnation: int,
     ) -> Location:  # fmt: skip
-        """Move authority to ``target``'s incarnation ``target_incarnation`` (relocation:
-        the one that restored the move); the new authority generation is +1. Refused for a
-        stale owner, an owner whose lease lapsed, a target that holds no lease, and a target
-        live as another incarnation (one that fenced itself and registered again dropped
-        what it restored: given the Spot, it would name an owner without it)."""
+        """See ``LocationStore.transfer``."""
         check_counters(incarnation, authority_generation, target_incarnation)
 
         def move(conn: sqlite3.Connection) -> Location:

@@ -540,16 +540,9 @@ class Closing:
         for act in [*acts, *self.rt.channels.values()]:
             owner = act.owner
             owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
-            if relocator is not None and relocator.uncommitted(act.name):  # copies: the source
-                discard_jobs(
-                    self.rt,
-                    owner.drain(),
-                    error,
-                    "uncommitted_arrival",  # keeps
-                    tell=False,
-                )  # what it took (a review found them told dropped to
-                continue  # their origin, which then ran them: the store refused the commit)
-            n += discard_jobs(self.rt, owner.drain(), error, "at_shutdown")
+            copies = relocator is not None and relocator.uncommitted(act.name)  # (the source
+            gone = discard_jobs(self.rt, owner.drain(), error, "at_shutdown", copies)  # keeps
+            n += 0 if copies else gone  # what it took until the store answers: no loss)
         for act in list(self.rt.spots.values()):  # held for a next activation that never was
             n += discard_jobs(self.rt, _let_go(act), error, "at_shutdown")
         return n

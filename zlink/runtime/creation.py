@@ -284,16 +284,31 @@ class Creation:
         router = self.rt.router
         assert router is not None
         store, me, incarnation = router.store, self.rt.node_id, self.rt.incarnation
+        with self.rt.directory.lock:  # (a claim that meets the row meanwhile waits: a review
+            waiting = self.rt.releasing.get(object_id)  # found two take it, the second
+            if waiting is None:  # deleting the first's new row)
+                self.rt.releasing[object_id] = []
+            else:
+                waiting.append(partial(self._claim, table, object_id, kind, type_name,
+                                       completion, then, get))  # fmt: skip
+        if waiting is not None:
+            return
 
         def take() -> Reservation:  # (store thread)
             with contextlib.suppress(StaleOwner):  # (gone, or taken: the claim tells)
                 store.release(object_id, me, incarnation, loc.authority_generation)
-            self.rt.metrics.add("store_rows_taken_again")
             return store.reserve(object_id, str(kind), type_name, me, incarnation)
 
-        router.store_worker.call(take).add_callback(partial(
-            self._reserved, table, object_id, kind, type_name, completion, then, get, True,
-        ))  # fmt: skip
+        def taken(found: Reservation | None, error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    self.rt.metrics.add("store_rows_taken_again")
+                self._reserved(table, object_id, kind, type_name, completion, then, get, True,
+                               found, error)  # fmt: skip
+            finally:  # (after the activation is in the table: those waiting find it)
+                self.rt.released(object_id)
+
+        router.store_worker.call(take).add_callback(taken)
 
     def submit_create(self, call: CreateCall[Any], mode: WaitMode) -> Completion:
         if self.rt.fenced or self.rt.stopping or self.rt.draining:

@@ -280,15 +280,17 @@ def failure(turn: Turn) -> ZLinkError:
 
 
 def discard_jobs(
-    rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: str, tell: bool = True
+    rt: Runtime, items: Iterable[Any], error: ZLinkError, reason: str, copies: bool = False
 ) -> int:
     """Fail every job of ``items`` (drained from an owner) that will never run, each counted
     once: its messages as ``messages_discarded_<reason>`` (a batch counts each), a lifecycle
     step as ``lifecycle_skipped_<what>``, a Yield continuation (its coroutine closed, its
     caller failed) as ``continuations_discarded_<reason>``. A timer tick only gives its place
-    back: its timer was cancelled first (closing, shutdown). ``tell``: one-way messages of
-    another node are told there (not for the copies an uncommitted arrival holds). Returns
-    how many messages were discarded."""
+    back: its timer was cancelled first (closing, shutdown). One-way messages of another node
+    are told there. ``copies``: the queue of an arrival whose move is not committed, which
+    the source keeps until the store answers: not told, and counted as
+    ``arrival_copies_discarded`` (not a loss: a review found them told dropped to their
+    origin, which then ran them). Returns how many messages were discarded."""
     messages = continuations = 0
     for item in items:
         if not isinstance(item, Job):
@@ -301,18 +303,19 @@ def discard_jobs(
         item.discard(error)
         if isinstance(item, BatchJob):
             messages += item.count
-            if tell:
+            if not copies:
                 item.tell_discarded(error)  # (a peer's batch: counted there too)
         elif isinstance(item, SendJob):
             messages += item.count
-            origin = getattr(item, "origin", None) if tell else None  # (a one-way message
+            origin = None if copies else getattr(item, "origin", None)  # (a one-way message
             if origin is not None and rt.router is not None:  # of another node: counted there)
                 assert item.reply is None
                 rt.router.tell_dropped(origin, item.act.name, item.msg.zlink_type_name, error)
         elif isinstance(item, LifeJob):
             rt.metrics.add("lifecycle_skipped_" + item.what.replace(" ", "_"))
     if messages:
-        rt.metrics.add(f"messages_discarded_{reason}", messages)
+        rt.metrics.add("arrival_copies_discarded" if copies else f"messages_discarded_{reason}",
+                       messages)  # fmt: skip
     if continuations:
         rt.metrics.add(f"continuations_discarded_{reason}", continuations)
     return messages

@@ -362,10 +362,12 @@ class MeshRouter:
                     self._locating[target] = waiting  # (answered once claimed anew)
                     with self.rt.directory.lock:
                         releasing = self.rt.releasing.get(target)
-                        if releasing is not None:  # its close's release: asked after it
-                            releasing.append(functools.partial(
+                        if releasing is not None:  # its close's release (or a claim anew):
+                            releasing.append(functools.partial(  # asked after it
                                 self._reserve_again, target, waiting, reserve, recorder, record,
                             ))  # fmt: skip
+                        else:  # claimed anew, once: a claim meeting it meanwhile waits
+                            self.rt.releasing[target] = []
                     if releasing is None:
                         self._claim_again(target, waiting, reserve, recorder, record, location)
                     return
@@ -419,13 +421,19 @@ class MeshRouter:
         def take() -> Reservation:  # (store thread)
             with contextlib.suppress(StaleOwner):  # (gone, or taken: the claim tells)
                 store.release(target, me, incarnation, left.authority_generation)
-            self.rt.metrics.add("store_rows_taken_again")
             return store.reserve(target, str(TargetKind.SPOT), reserve.name, me, incarnation,
                                  record)  # fmt: skip
 
-        self.store_worker.call(take).add_callback(functools.partial(
-            self._located, target, waiting, reserve, recorder, record, taken=True,
-        ))  # fmt: skip
+        def taken(found: Reservation | None, error: BaseException | None) -> None:
+            try:
+                if error is None:
+                    self.rt.metrics.add("store_rows_taken_again")
+                self._located(target, waiting, reserve, recorder, record, found, error,
+                              taken=True)  # fmt: skip
+            finally:  # (after the activation is in the table)
+                self.rt.released(target)
+
+        self.store_worker.call(take).add_callback(taken)
 
     def _instance_type(self, location: Location) -> TypeSpec | None:
         """The Instance Spot type ``location`` names, if it names one."""
@@ -496,16 +504,19 @@ class MeshRouter:
         still: Callable[[], bool] | None = None, attempt: int = 0,
     ) -> None:  # fmt: skip
         """A fenced store write that no caller waits for (a close's ``release``, a first
-        record's ``clear_first``), on the store thread. A store failure (a dropped
-        connection, a busy file) is tried again after a backoff on the node's clock,
-        ``_WRITE_TRIES`` times in all, while the node serves (and ``still()`` holds, read
-        on the infrastructure thread before each try again: the store thread takes calls in
-        order, so what it reads is what the try meets): a release that failed once left the
-        row, and a first record whose clear failed ran again at the next owner. A fence
-        verdict (``StaleOwner``, ``NoLease``) ends it: the row is another owner's to settle.
-        One not made is counted, ``store_writes_failed_<what>`` (``first_records_uncleared``
-        for a record). A release ends its id's entry in ``Runtime.releasing`` once it ends
-        either way (a claim of the id waits for that: ``Creation._reserved``)."""
+        record's ``clear_first``), on the store thread. With ``still``, a store failure (a
+        dropped connection, a busy file) is tried again after a backoff on the node's clock,
+        ``_WRITE_TRIES`` times in all, while the node serves and ``still()`` holds (read on
+        the infrastructure thread before each try again: the store thread takes calls in
+        order, so what it reads is what the try meets): a first record whose clear failed
+        ran again at the next owner. A release is not tried again: its answer may be lost
+        after it ran, and a try again would then delete the row of a Spot claimed since at
+        authority 1 again (a review); a row it left is claimed anew by the next claim
+        (``Creation._left_row``). A fence verdict (``StaleOwner``, ``NoLease``) ends it: the
+        row is another owner's to settle. One not made is counted,
+        ``store_writes_failed_<what>`` (``first_records_uncleared`` for a record). A release
+        ends its id's entry in ``Runtime.releasing`` once it ends either way (a claim that
+        meets the row waits for that: ``Creation._reserved``)."""
         rt = self.rt
         if attempt and (rt.fenced or rt.stopping or (still is not None and not still())):
             self._write_ended(what, args[0], False)  # (the node serves no longer, or the
@@ -517,7 +528,8 @@ class MeshRouter:
                 self._write_ended(what, args[0], True)
                 return
             fenced = isinstance(error, (StaleOwner, NoLease))
-            if fenced or rt.fenced or rt.stopping or attempt + 1 >= _WRITE_TRIES:
+            if (fenced or still is None or rt.fenced or rt.stopping
+                    or attempt + 1 >= _WRITE_TRIES):  # fmt: skip
                 if not fenced:
                     _log.warning("node %s: the store's %s of %r failed %d times: %s",
                                  rt.node_id, what, args[0], attempt + 1, error)  # fmt: skip
@@ -538,12 +550,8 @@ class MeshRouter:
         if not made:
             rt.metrics.add("first_records_uncleared" if what == "clear_first"
                            else f"store_writes_failed_{what}")  # fmt: skip
-        if what != "release":
-            return
-        with rt.directory.lock:
-            waiting = rt.releasing.pop(target, None)
-        for then in waiting or ():
-            then()
+        if what == "release":
+            rt.released(target)
 
     def _ours(self, location: Location) -> bool:
         """Whether a claim the store granted is this node's to activate now: made under its

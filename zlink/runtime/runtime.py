@@ -168,9 +168,10 @@ class Runtime:
             directory.channels, directory.entries, directory.topics,
         )  # fmt: skip
         self.has_live = directory.has_live
-        # ids whose store row this node releases now (a close's, under way or tried again),
-        # each with what waits for it to end (directory lock): a claim that meets such a
-        # row waits for it, never takes it while a late release could still delete it
+        # ids whose store row this node releases or takes anew now (a close's release, a
+        # left row claimed again), each with what waits for that to end (directory lock): a
+        # claim that meets such a row waits, never takes it while a late release could
+        # still delete it, nor takes it twice
         self.releasing: dict[str, list[Callable[[], None]]] = {}
         self.router: MeshRouter | None = None  # set when the node is part of a mesh
         self.relocator: RelocationPort | None = None  # plugged in by the node (a mesh)
@@ -683,6 +684,19 @@ class Runtime:
         if reply is not None and reply.timer is not None:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
+
+    def released(self, object_id: str) -> None:
+        """(Infrastructure thread.) ``object_id``'s release or claim anew has ended: what
+        waited for it goes on, each on its own (one that raises is logged; the others
+        still run: a review found one stop the rest)."""
+        with self.directory.lock:
+            waiting = self.releasing.pop(object_id, None)
+        for then in waiting or ():
+            try:
+                then()
+            except Exception:  # noqa: BLE001 - each waiter answers its own caller
+                _log.exception("node %s: a claim waiting for %r failed", self.node_id,
+                               object_id)  # fmt: skip
 
     def serves_instances(self) -> bool:
         """Whether an Instance Spot that closes here now is made again for the calls that
