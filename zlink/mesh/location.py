@@ -38,6 +38,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass, replace
@@ -215,6 +216,20 @@ def check_counters(*values: object) -> None:
     """:func:`check_counter` for a write's incarnation and generation(s)."""
     for value in values:
         check_counter(value, "an incarnation or generation")
+
+
+def take_left_row(
+    store: LocationStore, spot_id: str, kind: str, type_name: str, node: str,
+    incarnation: int, authority_generation: int, first: tuple[str, str] | None = None,
+) -> Reservation:  # fmt: skip
+    """(A node's store thread.) Claim anew a row of ``node``'s ``incarnation`` that nothing
+    on that node has (a close whose ``release`` the store failed): released (fenced at
+    ``authority_generation``; one gone or taken meanwhile is left to the claim), then
+    reserved, with a new object generation (and ``first`` recorded, for an Instance Spot).
+    The caller holds the id against a second claim meanwhile (``Runtime.releasing``)."""
+    with contextlib.suppress(StaleOwner):  # (gone, or taken: the claim tells)
+        store.release(spot_id, node, incarnation, authority_generation)
+    return store.reserve(spot_id, kind, type_name, node, incarnation, first)
 
 
 def check_lease(value: object) -> float:

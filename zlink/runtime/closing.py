@@ -327,7 +327,7 @@ class Closing:
             asked.add_callback(partial(self._generation, act))
             return
         if router is not None and again is None:  # on the store thread; fenced: a stale
-            router.fenced_write(  # owner's is refused; a store failure tried again
+            router.fenced_write(  # owner's is refused; one the store failed is counted
                 "release",
                 router.store.release,
                 act.spot_id,

@@ -10,7 +10,6 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -27,7 +26,7 @@ from ..errors import (
     ZLinkError,
 )
 from ..executor import Admission, Lane, RoomWaiter, Turn, current_turn
-from ..mesh.location import Location, Reservation, StaleOwner
+from ..mesh.location import Location, Reservation, take_left_row
 from ..types import TargetKind
 
 if TYPE_CHECKING:
@@ -253,16 +252,9 @@ class Creation:
             if not held.created and loc.owner_node == self.rt.node_id and not taken:
                 with self.rt.directory.lock:
                     left = object_id not in table
-                    releasing = self.rt.releasing.get(object_id) if left else None
-                    if releasing is not None:  # its close's release is under way: asked
-                        releasing.append(partial(  # again once it ended (a review found a
-                            self._claim, table, object_id, kind, type_name, completion,
-                            then, get,  # late release delete the row of a new activation)
-                        ))  # fmt: skip
-                if releasing is None and left:  # a row of this incarnation, nothing here
+                if left:  # a row of this incarnation, nothing here
                     self._left_row(table, object_id, kind, type_name, completion, then, get,
                                    loc)  # fmt: skip
-                if left:
                     return
             then(held)  # (a reservation is never a "went away")
         except ZLinkError as exc:  # refused: as it would have been at the call site
@@ -278,26 +270,33 @@ class Creation:
         """(``_reserved``.) The store's row for ``object_id`` is this incarnation's, but
         nothing here has it: a close whose ``release`` the store failed (an audit found the
         next activation then took the closed one's object generation, so an old ref
-        addressed the new one, execution-model §14), and no release of it is under way here
-        (``Runtime.releasing``). It is released here (fenced) and claimed anew, with a new
-        object generation."""
+        addressed the new one, execution-model §14), or one on its way. While its release,
+        or another claim's taking it, is under way here (``Runtime.releasing``), the claim
+        waits and asks again once that ended (a review found a late release delete the row
+        of a new activation, and two claims each take the row, the second deleting the
+        first's). Else it is released here (fenced) and claimed anew, with a new object
+        generation (``take_left_row``)."""
         router = self.rt.router
         assert router is not None
-        store, me, incarnation = router.store, self.rt.node_id, self.rt.incarnation
-        with self.rt.directory.lock:  # (a claim that meets the row meanwhile waits: a review
-            waiting = self.rt.releasing.get(object_id)  # found two take it, the second
-            if waiting is None:  # deleting the first's new row)
-                self.rt.releasing[object_id] = []
+        with self.rt.directory.lock:
+            waiting = self.rt.releasing.get(object_id)
+            if waiting is None:
+                self.rt.releasing[object_id] = []  # (this claim takes it)
             else:
                 waiting.append(partial(self._claim, table, object_id, kind, type_name,
                                        completion, then, get))  # fmt: skip
         if waiting is not None:
             return
-
-        def take() -> Reservation:  # (store thread)
-            with contextlib.suppress(StaleOwner):  # (gone, or taken: the claim tells)
-                store.release(object_id, me, incarnation, loc.authority_generation)
-            return store.reserve(object_id, str(kind), type_name, me, incarnation)
+        take = partial(
+            take_left_row,
+            router.store,
+            object_id,
+            str(kind),
+            type_name,
+            self.rt.node_id,
+            self.rt.incarnation,
+            loc.authority_generation,
+        )
 
         def taken(found: Reservation | None, error: BaseException | None) -> None:
             try:

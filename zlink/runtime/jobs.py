@@ -169,21 +169,19 @@ class BatchJob(Job):
             # the node stopped: the message in hand and the rest never ran
             unrun = 1 + sum(1 for _ in calls)
             rt.metrics.add("messages_discarded_at_shutdown", unrun)
-            if self.origin is not None and rt.router is not None:  # told there too
-                self._tell(Unavailable(f"node {rt.node_id} shut down before it ran"),
-                           self.msgs[-unrun:])  # fmt: skip
+            self.tell_discarded(Unavailable(f"node {rt.node_id} shut down before it ran"),
+                                self.msgs[-unrun:])  # fmt: skip
         return None
 
-    def tell_discarded(self, error: BaseException) -> None:
-        """A batch discarded unrun (a stop, a close, a fence): the node it was admitted on,
-        if another, counts its messages too (python-api §9: at both ends)."""
-        if self.origin is not None and self.act.rt.router is not None:
-            self._tell(error, self.msgs)
-
-    def _tell(self, error: BaseException, msgs: list[Message]) -> None:
+    def tell_discarded(self, error: BaseException, msgs: list[Message] | None = None) -> None:
+        """Messages of a batch (``msgs``: all) discarded unrun (a stop, a close, a fence):
+        the node it was admitted on, if another, counts them too (python-api §9: at both
+        ends), in one notice per message type."""
         router = self.act.rt.router
-        assert router is not None and self.origin is not None
-        for message_type, count in Counter(m.zlink_type_name for m in msgs).items():
+        if self.origin is None or router is None:
+            return
+        unrun = self.msgs if msgs is None else msgs
+        for message_type, count in Counter(m.zlink_type_name for m in unrun).items():
             router.tell_dropped(self.origin, self.act.name, message_type, error, count)
 
     def _bound(self, h: HandlerSpec) -> Callable[[Any, Any], Any]:

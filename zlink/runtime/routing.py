@@ -80,7 +80,14 @@ from ..errors import (
 from ..executor import Admission, DeadlineHandle, Entries, RoomWaiter, ranked_lock
 from ..lock_order import LockRank
 from ..mesh import wire
-from ..mesh.location import Location, LocationStore, NoLease, Reservation, StaleOwner
+from ..mesh.location import (
+    Location,
+    LocationStore,
+    NoLease,
+    Reservation,
+    StaleOwner,
+    take_left_row,
+)
 from ..mesh.outbox import ANNOUNCED, Announced, Outbox
 from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
@@ -122,7 +129,7 @@ _new_send = wire.maker(wire.SendEnvelope)  # (no frozen __setattr__ per field: a
 _new_request = wire.maker(wire.RequestEnvelope)
 _WRITE_TRIES = 8  # a fenced write no caller waits for: tries in all, on store failures
 _WRITE_BACKOFF = 0.25  # seconds before the second try, doubled for each after it
-_WRITE_BACKOFF_MOST = 8.0  # (the eight tries span ~30 s of the node's clock)
+_WRITE_BACKOFF_MOST = 8.0  # (the eight tries span ~24 s of the node's clock)
 _TOPIC_KEY = "\x00" * 256  # (the outbox's per-target key of a publish: longer than any id)
 
 
@@ -416,13 +423,9 @@ class MeshRouter:
         recorded). No release of it is under way here (``Runtime.releasing``): released
         (fenced) and claimed anew, recording the call's message, with a new object
         generation."""
-        store, me, incarnation = self.store, self.rt.node_id, self.rt.incarnation
-
-        def take() -> Reservation:  # (store thread)
-            with contextlib.suppress(StaleOwner):  # (gone, or taken: the claim tells)
-                store.release(target, me, incarnation, left.authority_generation)
-            return store.reserve(target, str(TargetKind.SPOT), reserve.name, me, incarnation,
-                                 record)  # fmt: skip
+        take = functools.partial(take_left_row, self.store, target, str(TargetKind.SPOT),
+                                 reserve.name, self.rt.node_id, self.rt.incarnation,
+                                 left.authority_generation, record)  # fmt: skip
 
         def taken(found: Reservation | None, error: BaseException | None) -> None:
             try:
