@@ -278,14 +278,8 @@ class Creation:
         generation (``take_left_row``)."""
         router = self.rt.router
         assert router is not None
-        with self.rt.directory.lock:
-            waiting = self.rt.releasing.get(object_id)
-            if waiting is None:
-                self.rt.releasing[object_id] = []  # (this claim takes it)
-            else:
-                waiting.append(partial(self._claim, table, object_id, kind, type_name,
-                                       completion, then, get))  # fmt: skip
-        if waiting is not None:
+        if not self.rt.hold_row(object_id, partial(self._claim, table, object_id, kind,
+                                                   type_name, completion, then, get)):  # fmt: skip
             return
         take = partial(
             take_left_row,

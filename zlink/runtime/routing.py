@@ -305,18 +305,14 @@ class MeshRouter:
                 return
             # waiting before the question leaves: the answer may come back on this very thread
             waiting = self._locating[target] = [then]
-            store, me = self.store, self.rt.node_id
             record = None if first is None else to_wire(first)
-            if reserve is None:
-                asked = self.store_worker.call(store.lookup, target)
-            else:
-                asked = self.store_worker.call(
-                    store.reserve, target, str(TargetKind.SPOT), reserve.name, me,
-                    self.rt.incarnation, record,
-                )  # fmt: skip
-            recorder = then if reserve is not None and first is not None else None
-            asked.add_callback(functools.partial(self._located, target, waiting, reserve,
-                                                 recorder, record))  # fmt: skip
+            if reserve is not None:
+                self._reserve(target, waiting, reserve, then if first is not None else None,
+                              record)  # fmt: skip
+                return
+            asked = self.store_worker.call(self.store.lookup, target)
+            asked.add_callback(functools.partial(self._located, target, waiting, None, None,
+                                                 None))  # fmt: skip
 
     def _located(
         self, target: str, waiting: list[Located], reserve: TypeSpec | None,
@@ -366,16 +362,10 @@ class MeshRouter:
                     and isinstance(found, Reservation) and not found.created
                     and not self.rt.has_live(target)
                 ):  # fmt: skip
-                    self._locating[target] = waiting  # (answered once claimed anew)
-                    with self.rt.directory.lock:
-                        releasing = self.rt.releasing.get(target)
-                        if releasing is not None:  # its close's release (or a claim anew):
-                            releasing.append(functools.partial(  # asked after it
-                                self._reserve_again, target, waiting, reserve, recorder, record,
-                            ))  # fmt: skip
-                        else:  # claimed anew, once: a claim meeting it meanwhile waits
-                            self.rt.releasing[target] = []
-                    if releasing is None:
+                    self._locating[target] = waiting  # (answered once claimed anew, or asked
+                    if self.rt.hold_row(target, functools.partial(  # again after its close's
+                        self._reserve, target, waiting, reserve, recorder, record,  # release)
+                    )):  # fmt: skip
                         self._claim_again(target, waiting, reserve, recorder, record, location)
                     return
                 elif location is not None and reserve is not None:  # the store chose this node
@@ -396,7 +386,7 @@ class MeshRouter:
             self._waiting_bytes.pop(target, None)
             self._answer(waiting, route, error)
 
-    def _reserve_again(
+    def _reserve(
         self,
         target: str,
         waiting: list[Located],
@@ -404,8 +394,9 @@ class MeshRouter:
         recorder: Located | None,
         record: tuple[str, str] | None,
     ) -> None:
-        """(``_located``.) The release this node's close of ``target`` made has ended: ask the
-        store again (the row is gone, or it is left: then claimed anew)."""
+        """Claim Instance Spot ``target`` in the store (``locate``), recording ``record``;
+        also once a release of it this node made has ended (``_located``: the row is gone,
+        or it is left: then claimed anew). ``_located`` answers."""
         asked = self.store_worker.call(
             self.store.reserve, target, str(TargetKind.SPOT), reserve.name, self.rt.node_id,
             self.rt.incarnation, record,

@@ -685,6 +685,18 @@ class Runtime:
             reply.timer.cancel()
         raise Unavailable(f"{call.kind} {call.target!r} is sealed (closing or relocating)")
 
+    def hold_row(self, object_id: str, waiter: Callable[[], None]) -> bool:
+        """Whether this caller takes ``object_id``'s left store row now (``True``: the id is
+        held in ``releasing`` until :meth:`released`); else a release or another taking of it
+        is under way, and ``waiter`` runs once that ended (``False``)."""
+        with self.directory.lock:
+            waiting = self.releasing.get(object_id)
+            if waiting is None:
+                self.releasing[object_id] = []
+                return True
+            waiting.append(waiter)
+            return False
+
     def released(self, object_id: str) -> None:
         """(Infrastructure thread.) ``object_id``'s release or claim anew has ended: what
         waited for it goes on, each on its own (one that raises is logged; the others
