@@ -319,7 +319,9 @@ class Outbox:
         for peer, envelope, size in queued:
             self._release(peer, size)
             self._fail(peer, envelope, error)
-        for peer in list(self._held):
+        with self._lock:  # every peer with waiters, not only those with DATA held (an
+            peers = {*self._held, *self._waiters}  # audit found the others stranded)
+        for peer in peers:
             self.peer_down(peer, error)
 
     def peer_down(self, peer: str, error: ZLinkError | None = None) -> None:

@@ -278,11 +278,17 @@ class InProcessTransport:
         self, node_id: str, incarnation: int, members: list[tuple[str, int, str]],
         then: Callable[[], None],
     ) -> None:  # fmt: skip
-        """Peers see ``node_id`` leave and come back (what was in flight to it is dropped)."""
+        """Peers see ``node_id`` leave and come back (what was in flight to it is dropped),
+        and it sees each of them go down and come up again, as the ZeroMQ transport's nodes
+        do: a transport audit found its outbox waiting for good for a ``writable`` that the
+        flow it had, gone with the old incarnation, owed it."""
         with self._lock:
             attached = self._nodes.get(node_id)
+            peers = [peer for peer in self._nodes if peer != node_id]
         if attached is not None:
             self.detach(node_id)
+            for peer in peers:
+                attached.submit(attached.link.peer_down, peer)
             self.attach(node_id, attached.link, attached.submit, incarnation)
             attached.submit(then)
 

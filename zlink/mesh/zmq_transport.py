@@ -79,6 +79,7 @@ from ..addresses import advertised, check_advertise, check_listen
 from ..durations import poll_ms
 from ..errors import InvalidArgument, ResourceExhausted, Unavailable
 from .keys import MeshKeys
+from .location import check_counter
 from .transport import (
     Channel,
     NodeLink,
@@ -229,9 +230,11 @@ class _Outgoing:
         return self.data if kind is _Kind.DATA else self.completion
 
     def kept(self) -> int:
-        """Messages of both streams not acknowledged yet (the CREDITs kept aside)."""
-        credits = sum(1 for item in self.completion.unacked if item[2] is _Kind.CREDIT)
-        return len(self.data.unacked) + len(self.completion.unacked) - credits
+        """Messages of both streams not acknowledged yet (the CREDITs kept aside). Any
+        thread: it only reads lengths and a count (a transport audit found a walk of the
+        deques, which the transport thread changes, raise on a stopping node's thread)."""
+        completion = self.completion
+        return len(self.data.unacked) + len(completion.unacked) - completion.credits
 
 
 def _compact(body: bytes) -> bytes:
@@ -249,11 +252,17 @@ class _Stream:
 
     next_seq: int = 1
     unacked: deque[tuple[int, bytes, _Kind]] = field(default_factory=deque)
+    credits: int = 0  # the CREDITs among ``unacked`` (read by any thread: ``kept``)
 
     def acknowledged(self, through: int) -> None:
         unacked = self.unacked
         while unacked and unacked[0][0] <= through:
-            unacked.popleft()
+            if unacked.popleft()[2] is _Kind.CREDIT:
+                self.credits -= 1
+
+    def clear(self) -> None:
+        self.unacked.clear()
+        self.credits = 0
 
 
 @dataclass(eq=False)
@@ -901,6 +910,17 @@ class ZmqTransport:
         self._next_ping = time.monotonic() + self._ping_interval
         return poller
 
+    def _flush_held_clients(self) -> None:
+        if self._client_held:
+            self._flush_clients()
+
+    def _ping_when_due(self) -> None:
+        now = time.monotonic()
+        if now >= self._next_ping:
+            self._next_ping = now + self._ping_interval
+            self._ping()
+            self._sweep(now)
+
     def _run(self) -> None:
         """The transport's own thread (no host): turns until it is detached."""
         while self.turn(None):
@@ -954,20 +974,19 @@ class ZmqTransport:
             elif not full and not self._client_polled:
                 poller.register(self._client, zmq.POLLIN)
                 self._client_polled = True
-            self._take_learned()
-            self._take_declared()
-            self._greet()
-            if self._client_held:
-                self._flush_clients()
-            self._flush()
-            now = time.monotonic()
-            if now >= self._next_ping:
-                self._next_ping = now + self._ping_interval
-                self._ping()
-                self._sweep(now)
         except Exception:  # noqa: BLE001 - the thread never dies of one frame
             self._count("transport_errors")
             _log.exception("transport of node %s: error in its loop", self._node_id)
+        # each phase on its own: one that fails skips none of the others (a transport audit
+        # found a greeting that failed every turn, so no turn flushed, pinged or swept again)
+        for phase in (self._take_learned, self._take_declared, self._greet,
+                      self._flush_held_clients, self._flush, self._ping_when_due):  # fmt: skip
+            try:
+                phase()
+            except Exception:  # noqa: BLE001 - counted like any error of its loop
+                self._count("transport_errors")
+                _log.exception("transport of node %s: error in %s", self._node_id,
+                               phase.__name__)  # fmt: skip
         if self._stopping:
             try:
                 if self._client_held:
@@ -1096,8 +1115,15 @@ class ZmqTransport:
         """A CREDIT to ``peer`` (if up): ``n`` DATA frames of ``size`` bytes taken, the last
         numbers received, of its session ``sid``. One that carries credit is numbered, kept
         and sent again like a reply (credit is a difference: one lost would strand its sender
-        at its window); a bare acknowledgement is not (a later one says as much)."""
+        at its window); a bare acknowledgement is not (a later one says as much). A peer
+        found down earlier in the same flush owes it still, to its next meeting (``_up``):
+        a transport audit found it dropped, and the sender's window shrunk for good."""
         if peer.state is not _State.UP:
+            with self._lock:
+                inc = peer.inc
+                if inc.sid == sid and (n or size):  # (a session that ended: not owed)
+                    inc.credit_due += n
+                    inc.credit_due_bytes += size
             return
         body = _CREDIT.pack(n, size, taken, c_taken, sid)
         seq = self._keep(peer, (body,), _Kind.CREDIT) if n or size else 0
@@ -1164,6 +1190,8 @@ class ZmqTransport:
         if compact:  # kept while the peer is down: it may be long
             bodies = [_compact(body) for body in bodies]
         stream.unacked.extend((seq + i, body, kind) for i, body in enumerate(bodies))
+        if kind is _Kind.CREDIT:
+            stream.credits += len(bodies)
         return seq
 
     def _resend(self, peer: _Peer) -> None:
@@ -1226,8 +1254,8 @@ class ZmqTransport:
                       if seq > out.sent_through]  # fmt: skip
             self._dropped(node_id, sent, maybe_arrived=True)  # (handed to a pipe: it may have)
             self._dropped(node_id, unsent)  # (kept while it was down: it never left)
-            out.data.unacked.clear()  # let go: a record of the peer may outlive the session
-            out.completion.unacked.clear()
+            out.data.clear()  # let go: a record of the peer may outlive the session
+            out.completion.clear()
         for key in [k for k in self._incoming if k[0] == node_id and k[1] < below]:
             inc = self._incoming.pop(key)
             lost += len(inc.held)
@@ -1654,8 +1682,8 @@ class ZmqTransport:
             else:
                 bodies = fitting
         body = bodies[0]
-        if incarnation not in (0, self._incarnation):
-            self._count("frames_wrong_incarnation")
+        if incarnation not in (0, self._incarnation):  # (each body: as its sender counts)
+            self._count("frames_wrong_incarnation", len(bodies))
             return
         if kind is _Kind.HELLO:
             self._on_hello(ident, body)
@@ -1667,7 +1695,8 @@ class ZmqTransport:
             kept = self._strangers.get(ident)
             cap = _STRANGER_FRAMES + (self._limit if ident in self._unlisted else 0)
             if kept is not None and len(kept[1]) < cap:  # (one over the limit: emptied, its
-                small = [b if len(b) <= self._max_frame else b"" for b in bodies]  # number kept)
+                # number and size kept)
+                small = [b if len(b) <= self._max_frame else _emptied(len(b)) for b in bodies]
                 if small != bodies:
                     self._count("oversized_frames", sum(1 for b in small if not b))
                 kept[1].append((header, small, channel))
@@ -1811,12 +1840,22 @@ class ZmqTransport:
             else:
                 inc.c_acked = min(inc.c_acked, seq - 1)
             bodies = bodies[skip:]
+        fitting = [b for b in bodies if b and len(b) <= self._max_frame]
+        if len(fitting) == len(bodies):
+            return bodies
+        # dropped, yet taken (credited: its sender goes on): a body past this node's limit, a
+        # stranger's emptied one (counted then; a transport audit found it never credited,
+        # its sender stuck at its window) and an empty one (no envelope is empty)
         big = [b for b in bodies if len(b) > self._max_frame]
-        if big:  # a sender past this node's limit: dropped, yet taken (the sender goes on)
+        emptied = [b.size for b in bodies if type(b) is _Emptied]
+        empty = len(bodies) - len(fitting) - len(big) - len(emptied)
+        if big:
             self._count("oversized_frames", len(big))
-            if data:
-                self._credit(peer, len(big), sum(map(len, big)))
-        return [b for b in bodies if b and len(b) <= self._max_frame]
+        if empty:
+            self._count("bad_frames", empty)
+        if data:
+            self._credit(peer, len(bodies) - len(fitting), sum(map(len, big)) + sum(emptied))
+        return fitting
 
     def _on_hello(self, ident: bytes, body: bytes) -> None:
         try:
@@ -1825,12 +1864,16 @@ class ZmqTransport:
             if not isinstance(hello["endpoint"], str):
                 raise TypeError("endpoint")
             mesh, endpoint = hello["mesh"], MeshEndpoint.parse(hello["endpoint"])
-            if not isinstance(node_id, str) or type(incarnation) is not int:
-                raise TypeError("node or incarnation")
+            if not isinstance(node_id, str):
+                raise TypeError("node")
+            # an incarnation a store could have given (a transport audit: one past 64 bits
+            # made a record whose every greeting failed to pack, and no turn sent again),
+            # and a name that encodes (a lone surrogate is a UnicodeEncodeError)
+            claimed = identity(node_id, f"#{check_counter(incarnation, 'an incarnation')}")
         except (ValueError, KeyError, TypeError, InvalidArgument):
             self._count("bad_frames")
             return
-        if mesh != self._mesh or ident != identity(node_id, f"#{incarnation}"):
+        if mesh != self._mesh or ident != claimed:
             self._count("peers_refused")
             _log.warning("node %s refused a HELLO from %r of mesh %r", self._node_id,
                          node_id, mesh)  # fmt: skip
@@ -1880,6 +1923,19 @@ class ZmqTransport:
 
 
 _KINDS = frozenset(k.value for k in _Kind)
+
+
+class _Emptied(bytes):
+    """A stranger's body past this node's frame limit, kept (until the store lists its
+    sender) as an empty stand-in that knows the size it had: taken, it is credited."""
+
+    size: int
+
+
+def _emptied(size: int) -> _Emptied:
+    stand_in = _Emptied()
+    stand_in.size = size
+    return stand_in
 
 
 def _address(endpoint: MeshEndpoint, channel: Channel) -> str:
