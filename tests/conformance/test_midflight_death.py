@@ -159,8 +159,12 @@ def build_app() -> zlink.App:
     return app
 
 
+DEAD: list[zlink.Node] = []  # declared down: stopped first, and briefly (see ``cluster``)
+
+
 @pytest.fixture(autouse=True)
 def _reset() -> None:
+    DEAD.clear()
     HANDLED.clear()
     EVENTS.clear()
     DONE.clear()
@@ -178,6 +182,9 @@ def cluster(clock: ManualClock) -> Iterator[LocalCluster]:
         finally:  # nothing a dead node holds may keep the shutdown waiting
             RESTORE_GO.set()
             ASK_GO.set()
+            for node in DEAD:  # a node that "died" still runs here, cut off: what its stop
+                node.shutdown(1.0)  # would wait for (a move's end, a peer's answer) never
+                # comes, and a dead process has no stop to wait through
 
 
 def _declare_down(cluster: LocalCluster, node: zlink.Node) -> None:
@@ -185,6 +192,7 @@ def _declare_down(cluster: LocalCluster, node: zlink.Node) -> None:
     suspect it, ask the store, and declare it down at once (python-api §10 "Failure")."""
     assert cluster.store.unregister_node(node.node_id, node.incarnation)
     cluster.transport.detach(node.node_id)
+    DEAD.append(node)
 
 
 def _wait_idle(*nodes: zlink.Node) -> None:
@@ -499,6 +507,9 @@ def test_a_target_declared_down_while_the_store_refuses_the_commit_leaves_the_sp
     assert act.owner.lanes.reserved() == (0, 0, 0, 0)
     _no_moves_left(n1)
     _no_moves_left(n2)
+    # the requests node-1 relayed, which node-2 let go as it forgot the move, are answered
+    # by node-1: none is left open on node-2 (its stop waited its whole time for one)
+    assert n2._runtime.router._unanswered == 0
 
 
 def test_a_target_declared_down_while_the_store_commits_leaves_the_spot_moved(cluster):
@@ -530,9 +541,10 @@ def test_a_target_unreachable_when_its_answer_comes_leaves_the_spot_here(cluster
     """The target's connection dropped (suspected, not yet declared down) just as its answer
     came: the parked calls cannot follow it, so the move is aborted before its commit, not
     left half relayed; everything is served on the source, once, in order."""
-    n1, _n2, n3 = cluster.nodes
+    n1, n2, n3 = cluster.nodes
     senders, queued, parked, mover = _sealed_with_traffic(cluster)
     cluster.transport.detach("node-2")  # node-1 cannot send to it; it still sends
+    DEAD.append(n2)
     RESTORE_GO.set()  # its answer reaches node-1
     error = mover.result()
     assert isinstance(error, zlink.Unavailable) and "not reachable" in str(error), error

@@ -293,6 +293,10 @@ class Block(zlink.Message, type_name="t.rv.block"):
     pass
 
 
+class Where(zlink.Request[str], type_name="t.rv.where"):
+    pass
+
+
 def build_room_app() -> zlink.App:
     app = zlink.App("review-today-room")
 
@@ -312,6 +316,10 @@ def build_room_app() -> zlink.App:
             BLOCKING.set()
             assert GO.wait(WAIT)
 
+        @zlink.handler
+        def where(self, msg: Where) -> str:
+            return str(self.context._rt.node_id)  # type: ignore[attr-defined]
+
     return app
 
 
@@ -327,7 +335,11 @@ def test_moved_messages_a_stopping_target_discards_uncommitted_are_not_told_drop
     leaves the store, so node-1's ``transfer(..., node-2, incarnation)`` is refused
     (no_target): the move did not happen and node-1 runs its kept originals. node-1 counts
     five ``remote_sends_dropped_unavailable`` for five messages it handled (python-api §9:
-    "either handled at the target, or counted as dropped")."""
+    "either handled at the target, or counted as dropped").
+
+    A later review found the same for a request queued behind them: node-2 answered its
+    caller ``Unavailable`` ("shut down before it ran") while node-1 ran it (the caller, who
+    may try again, would run it twice). A copy of a request is not answered by the target."""
     with LocalCluster(build_room_app(), nodes=2, workers=2) as cluster:
         n1, n2 = cluster.nodes
         store = cluster.store
@@ -351,6 +363,7 @@ def test_moved_messages_a_stopping_target_discards_uncommitted_are_not_told_drop
             assert BLOCKING.wait(WAIT)
             for _ in range(5):
                 c1.send_to_spot("room", Add()).wait(WAIT)
+            where = c1.request_to_spot("room", Where()).future()
 
             def move() -> None:
                 try:
@@ -375,6 +388,7 @@ def test_moved_messages_a_stopping_target_discards_uncommitted_are_not_told_drop
         _until(lambda: len(ADDED) == 5, f"node-1 ran its originals: {ADDED}, {moved}")
         n1.wait_idle(WAIT)
         assert ADDED == ["node-1"] * 5, ADDED
+        assert where.result(WAIT) == "node-1"  # (not node-2's Unavailable for its copy)
         counters, there = n1.counters(), n2.counters()
         assert _told(counters) == 0, (
             f"node-1 handled its 5 messages and was told they were dropped at node-2: "

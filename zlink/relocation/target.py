@@ -456,7 +456,7 @@ class Inbound(RelocatorState):
         and directory, so calls for them go the way they went before the move (to the
         source, or by the store); the calls kept for them here are sent on that way now, in
         their order (``drop_relayed``: but those the source relayed, which it kept)."""
-        from ..runtime.acts import GONE
+        from ..runtime.acts import GONE, AnsweredElsewhere
 
         rt = self.rt
         inc.forgotten = True
@@ -472,9 +472,13 @@ class Inbound(RelocatorState):
                     del inc.spot.members[member.actor_id]
         kept = [*inc.kept, *inc.local]  # in the order they were kept
         inc.kept, inc.local = [], []
-        if drop_relayed:
+        if drop_relayed:  # the source relayed these and keeps them: it answers their callers
             source = inc.key[0]
+            relayed = [held for held in kept if held[2] and held[0].via == source]
             kept = [held for held in kept if not (held[2] and held[0].via == source)]
+            for _call, reply, _hops in relayed:  # a request's copy ends here unanswered (left
+                if reply is not None:  # open, a stop waited its whole time for it)
+                    reply.set(None, AnsweredElsewhere(f"node {source} keeps it"))
         for held in kept:  # routed as if just made: behind any fence, in order; accepted,
             self._admit(held, force=False)  # so one that meets a full keeper waits there
         # (emptied in place: a wait's ``withdraw`` holds this very list, and must find its

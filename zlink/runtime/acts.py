@@ -58,6 +58,14 @@ class Discarded(Exception):
     """Internal: a queued job met a stopping node and never ran its handler."""
 
 
+class AnsweredElsewhere(Unavailable):
+    """Internal: a copy of a request this node lets go unrun, whose caller another node
+    answers: the source of a move that is not committed keeps the original, and runs it if
+    the move does not happen. Its completion ends with this, and no reply goes out
+    (``MeshRouter.reply``): a review found a stopping target answer ``Unavailable`` for a
+    request its source then ran."""
+
+
 # --------------------------------------------------------------------------------------------
 # activations
 # --------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from ..messaging.context import (
     MessageContext,
 )
 from ..types import RelocationReadyStatus
-from .acts import Act, ActorAct, Discarded, SpotAct
+from .acts import Act, ActorAct, AnsweredElsewhere, Discarded, SpotAct
 from .type_stats import timed
 
 if TYPE_CHECKING:
@@ -298,7 +298,11 @@ def discard_jobs(
                 turn.job.discard(error)  # caller told, as for a message never run
                 continuations += 1
             continue
-        item.discard(error)
+        item.discard(
+            AnsweredElsewhere(f"{error} (a copy: its source answers it)")
+            if copies and isinstance(item, SendJob) and item.reply is not None
+            else error
+        )  # (a copy of a request: its source answers it, from the original it keeps)
         if isinstance(item, BatchJob):
             messages += item.count
             if not copies:

@@ -103,7 +103,7 @@ from ..messaging.calls import (
 from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
 from ..types import SpotCreateResult, SpotKind, TargetKind
-from .acts import READY
+from .acts import READY, AnsweredElsewhere
 from .waits import KeptWait, WaitLine, accepted, fits, take_waiting, unwait, wait_behind
 
 if TYPE_CHECKING:
@@ -1917,7 +1917,8 @@ class MeshRouter:
         self, origin: str, correlation: int, value: Any = None, error: BaseException | None = None
     ) -> None:
         """Answer the call ``origin`` awaits under ``correlation`` (any thread). A value that
-        does not serialize is a reply-encoding failure: the caller gets ``HandlerError``."""
+        does not serialize is a reply-encoding failure: the caller gets ``HandlerError``. A
+        copy let go unrun (``AnsweredElsewhere``) is not answered from here."""
         if error is None:
             try:
                 text = to_json(value).decode()
@@ -1932,6 +1933,8 @@ class MeshRouter:
                     else exc
                 )  # (a handler's reply that cannot cross is its failure, not the caller's)
                 out = wire.ReplyEnvelope(correlation, None, encode_error(cause))
+        elif isinstance(error, AnsweredElsewhere):
+            return
         else:
             out = wire.ReplyEnvelope(correlation, None, encode_error(error))
         if origin == self.rt.node_id:  # answered here: completed on this infrastructure thread
