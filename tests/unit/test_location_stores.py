@@ -132,6 +132,18 @@ def test_transfer_bumps_authority_and_fences_the_old_owner(store: Any) -> None:
         _transfer(store, "room-9", "n1", 1, "n2")
 
 
+def test_transfer_clears_the_first_record_in_the_same_write(store: Any) -> None:
+    """A move hands a Spot on once its first message ran, or with that message in its queue
+    (cleared as it left): the record goes with the move, so a clear of the source's that
+    failed is never left behind for a later owner to replay (execution-model §14; a review)."""
+    store.reserve("inst-1", "spot", "game.inst", "n1", _incarnation(store, "n1"),
+                  first=("t.note", '{"tag":"first"}'))  # fmt: skip
+    assert store.lookup("inst-1").first == ("t.note", '{"tag":"first"}')
+    moved = _transfer(store, "inst-1", "n1", 1, "n2")
+    assert moved.first is None and store.lookup("inst-1").first is None
+    assert not store.clear_first("inst-1", "n2", _incarnation(store, "n2"), 2)  # none left
+
+
 def test_transfer_names_the_targets_incarnation_and_refuses_another(store: Any) -> None:
     """A store audit: a move restored on the target's incarnation, committed after that
     node fenced itself and registered again, was given to the new incarnation (which had

@@ -116,7 +116,13 @@ class LocationStore(Protocol):
         the one that restored the move); the new authority generation is +1. Refused for a
         stale owner, an owner whose lease lapsed, a target that holds no lease, and a target
         live as another incarnation (one that fenced itself and registered again dropped
-        what it restored: given the Spot, it would name an owner without it)."""
+        what it restored: given the Spot, it would name an owner without it).
+
+        The first record (execution-model §14, cold activation) is cleared in the same
+        write: a Spot moves once its first message ran, or with that message in its queue
+        (cleared as it left: ``Outgoing`` runs it at most once). A clear of the source's
+        that failed, or is under way, is so never left behind (a review: one retried after
+        the move found the Spot gone, and the next owner after the target ran it again)."""
         ...
 
     def new_generation(
@@ -492,6 +498,7 @@ class InMemoryLocationStore:
                 owner_incarnation=to.incarnation,
                 authority_generation=found.authority_generation + 1,
                 lease_until=to.lease_until,
+                first=None,  # (see ``LocationStore.transfer``)
             )
             self._locations[spot_id] = moved
             return moved

@@ -229,8 +229,9 @@ if left then return {'recovering', left} end
 local authority = int(tonumber(found[5]) + 1)
 redis.call('HSET', P .. 'loc:' .. spot, 'owner_node', target, 'owner_incarnation', to[1],
   'authority_generation', authority)
-return {'moved', {found[1], found[2], target, to[1], authority, found[6], to[2], '1',
-  found[9], found[10]}}
+-- the first record goes with the move (LocationStore.transfer)
+redis.call('HDEL', P .. 'loc:' .. spot, 'first_type', 'first_payload')
+return {'moved', {found[1], found[2], target, to[1], authority, found[6], to[2], '1', '', ''}}
 """
 
 # ARGV: P, now, spot, node, incarnation, authority

@@ -466,13 +466,14 @@ class SqliteLocationStore:
             self._check_claims(conn, now)
             conn.execute(
                 "UPDATE locations SET owner_node = ?, owner_incarnation = ?,"
-                " authority_generation = authority_generation + 1 WHERE spot_id = ?",
+                " authority_generation = authority_generation + 1, first_type = NULL,"
+                " first_payload = NULL WHERE spot_id = ?",  # (``LocationStore.transfer``)
                 (target, to[0], spot_id),
             )
             return replace(
                 found, owner_node=target, owner_incarnation=int(to[0]),
                 authority_generation=found.authority_generation + 1,
-                lease_until=float(to[1]), owner_live=True,
+                lease_until=float(to[1]), owner_live=True, first=None,
             )  # fmt: skip
 
         return self._write(move)

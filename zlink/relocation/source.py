@@ -701,6 +701,7 @@ class Outbound(RelocatorState):
                     if found is None:
                         return done, exc, verdict
                     done.append(found)  # made before the store failed: it stands
+                self.router.cleared_by_move(name)  # (its first record went with it)
             return done, None, _Write.MADE
 
         committed = self.router.store_worker.call(transfer)

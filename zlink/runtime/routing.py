@@ -172,6 +172,7 @@ class MeshRouter:
         self._fence_timers: dict[str, DeadlineHandle] = {}  # target -> its fence's deadline
         self._suspected: dict[str, set[int]] = {}  # peer -> calls awaited when it dropped
         self._recorded: dict[str, Callable[[], None]] = {}  # target -> its first record's end
+        self._clearing: dict[str, int] = {}  # target -> the tenure whose record's clear is on
         # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
         # peer is paused until half of them got in (python-api §9: bounded per peer)
         self._backlog: dict[str, int] = {}  # under _lock
@@ -485,17 +486,31 @@ class MeshRouter:
         later tenure, claimed here at authority 1 again, and retries end when the Spot was
         only made again in place, its row and record unchanged)."""
         rt = self.rt
+        clearing = self._clearing
+        clearing[target] = tenure
 
         def still() -> bool:  # (infrastructure thread, before each try again)
             act = rt.spots.get(target)
             return act is not None and act.tenure == tenure
 
+        def ended(made: bool) -> None:  # (not made: counted, unless a move cleared it)
+            mine = clearing.get(target) == tenure and clearing.pop(target, None) is not None
+            if mine and not made:
+                rt.metrics.add("first_records_uncleared")
+
         self.fenced_write("clear_first", self.store.clear_first, target, rt.node_id,
-                          rt.incarnation, authority, still=still)  # fmt: skip
+                          rt.incarnation, authority, still=still, ended=ended)  # fmt: skip
+
+    def cleared_by_move(self, target: str) -> None:
+        """(Any thread.) ``target`` moved away: the store cleared its first record with the
+        move (``LocationStore.transfer``), so a clear of it still under way here, or failed
+        and waiting to be tried again, leaves nothing behind."""
+        self._clearing.pop(target, None)
 
     def fenced_write(
         self, what: str, fn: Callable[..., Any], *args: Any,
         still: Callable[[], bool] | None = None, attempt: int = 0,
+        ended: Callable[[bool], None] | None = None,
     ) -> None:  # fmt: skip
         """A fenced store write that no caller waits for (a close's ``release``, a first
         record's ``clear_first``), on the store thread. With ``still``, a store failure (a
@@ -513,13 +528,13 @@ class MeshRouter:
         meets the row waits for that: ``Creation._reserved``)."""
         rt = self.rt
         if attempt and (rt.fenced or rt.stopping or (still is not None and not still())):
-            self._write_ended(what, args[0], False)  # (the node serves no longer, or the
-            return  # write is not the row's any more: not tried again)
+            self._write_ended(what, args[0], False, ended)  # (the node serves no longer, or
+            return  # the write is not the row's any more: not tried again)
         done = self.store_worker.call(fn, *args)
 
         def after(_value: Any, error: BaseException | None) -> None:
             if error is None:
-                self._write_ended(what, args[0], True)
+                self._write_ended(what, args[0], True, ended)
                 return
             fenced = isinstance(error, (StaleOwner, NoLease))
             if (fenced or still is None or rt.fenced or rt.stopping
@@ -527,23 +542,28 @@ class MeshRouter:
                 if not fenced:
                     _log.warning("node %s: the store's %s of %r failed %d times: %s",
                                  rt.node_id, what, args[0], attempt + 1, error)  # fmt: skip
-                self._write_ended(what, args[0], False)
+                self._write_ended(what, args[0], False, ended)
                 return
             rt.metrics.add("store_writes_retried")
             delay = min(_WRITE_BACKOFF * 2**attempt, _WRITE_BACKOFF_MOST)
             rt.infra.call_later(delay, functools.partial(
                 self.fenced_write, what, fn, *args, still=still, attempt=attempt + 1,
+                ended=ended,
             ))  # fmt: skip
 
         done.add_callback(after)
 
-    def _write_ended(self, what: str, target: str, made: bool) -> None:
-        """(Infrastructure thread.) A ``fenced_write`` ended: counted if not made; a
-        release lets what waited for it go on (``Runtime.releasing``)."""
+    def _write_ended(
+        self, what: str, target: str, made: bool, ended: Callable[[bool], None] | None
+    ) -> None:
+        """(Infrastructure thread.) A ``fenced_write`` ended: told to ``ended`` if given,
+        else counted if not made; a release lets what waited for it go on
+        (``Runtime.releasing``)."""
         rt = self.rt
-        if not made:
-            rt.metrics.add("first_records_uncleared" if what == "clear_first"
-                           else f"store_writes_failed_{what}")  # fmt: skip
+        if ended is not None:
+            ended(made)
+        elif not made:
+            rt.metrics.add(f"store_writes_failed_{what}")
         if what == "release":
             rt.released(target)
 
