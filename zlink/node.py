@@ -783,6 +783,8 @@ class Node:
         if router is not None and router.wait_answered(graceful - time.monotonic()):
             self._settle(graceful)
             self._send_out(graceful)
+        if self._relocator is not None:  # copies or not: what arrives here uncommitted
+            self._relocator.settle_at_stop(max(0.1, graceful - time.monotonic()))
         # Calls awaiting a reply or room fail first, then worker calls are abandoned: a turn
         # that the abandoned call resumes and that fails on it must find its caller answered
         # already (Unavailable, not the HandlerError of a turn cut short by the shutdown).

@@ -233,8 +233,7 @@ class _Outgoing:
         """Messages of both streams not acknowledged yet (the CREDITs kept aside). Any
         thread: it only reads lengths and a count (a transport audit found a walk of the
         deques, which the transport thread changes, raise on a stopping node's thread)."""
-        completion = self.completion
-        return len(self.data.unacked) + len(completion.unacked) - completion.credits
+        return self.data.messages + self.completion.messages
 
 
 def _compact(body: bytes) -> bytes:
@@ -252,17 +251,26 @@ class _Stream:
 
     next_seq: int = 1
     unacked: deque[tuple[int, bytes, _Kind]] = field(default_factory=deque)
-    credits: int = 0  # the CREDITs among ``unacked`` (read by any thread: ``kept``)
+    # how many of ``unacked`` are not CREDITs: the transport thread keeps it, any thread
+    # reads it (``_Outgoing.kept``) as one value (a length less a count of CREDITs, read at
+    # two moments, could read 0 for one kept)
+    messages: int = 0
+
+    def keep(self, seq: int, bodies: Iterable[bytes], kind: _Kind) -> None:
+        n = len(self.unacked)
+        self.unacked.extend((seq + i, body, kind) for i, body in enumerate(bodies))
+        if kind is not _Kind.CREDIT:
+            self.messages += len(self.unacked) - n
 
     def acknowledged(self, through: int) -> None:
         unacked = self.unacked
         while unacked and unacked[0][0] <= through:
-            if unacked.popleft()[2] is _Kind.CREDIT:
-                self.credits -= 1
+            if unacked.popleft()[2] is not _Kind.CREDIT:
+                self.messages -= 1
 
     def clear(self) -> None:
         self.unacked.clear()
-        self.credits = 0
+        self.messages = 0
 
 
 @dataclass(eq=False)
@@ -1189,9 +1197,7 @@ class ZmqTransport:
         stream.next_seq = seq + len(bodies)
         if compact:  # kept while the peer is down: it may be long
             bodies = [_compact(body) for body in bodies]
-        stream.unacked.extend((seq + i, body, kind) for i, body in enumerate(bodies))
-        if kind is _Kind.CREDIT:
-            stream.credits += len(bodies)
+        stream.keep(seq, bodies, kind)
         return seq
 
     def _resend(self, peer: _Peer) -> None:
@@ -1337,7 +1343,10 @@ class ZmqTransport:
             if now - since > self._connect_timeout:
                 del self._strangers[ident]
                 self._unlisted.discard(ident)
-                self._count("frames_from_strangers", len(kept))
+                self._count(
+                    "frames_from_strangers",  # (each body: as its sender counts)
+                    sum(len(bodies) for _header, bodies, _channel in kept),
+                )
         for peer in list(self._peers.values()):
             if peer.leaving is not None and now - peer.leaving > self._leave_grace:
                 self._down(peer, "it said goodbye on one pipe only, and is gone")
@@ -1697,8 +1706,9 @@ class ZmqTransport:
             if kept is not None and len(kept[1]) < cap:  # (one over the limit: emptied, its
                 # number and size kept)
                 small = [b if len(b) <= self._max_frame else _emptied(len(b)) for b in bodies]
-                if small != bodies:
-                    self._count("oversized_frames", sum(1 for b in small if not b))
+                big = sum(1 for b in small if type(b) is _Emptied)  # (not one empty at first)
+                if big:
+                    self._count("oversized_frames", big)
                 kept[1].append((header, small, channel))
             else:
                 self._count("frames_from_strangers", len(bodies))

@@ -121,6 +121,9 @@ class Arriving:
     # forgotten, on the infrastructure thread
     after: list[Callable[[], None]] = field(default_factory=list)
     forgotten: bool = False  # withdrawn or given up: what was made of it is dropped
+    # at this node's stop, the store named this node the owner (the source committed, and
+    # its commit had not come): what the arrival holds are then the only copies
+    ours_at_stop: bool = False
     # each object's timers, restored as it arrives (``timers_at``: this node's clock then)
     # and armed once its queue is in
     timers: dict[str, list[Timer]] = field(default_factory=dict)
