@@ -567,7 +567,9 @@ class Inbound(RelocatorState):
         if not pending:
             return
         store, me, incarnation = self.router.store, self.rt.node_id, self.rt.incarnation
-        names = [inc.spot.name for inc in pending]
+        # the row that moves: the Spot, or the first Actor that joins a shell already here
+        # (a review: the shell's own row, this node's, made every Actor move look committed)
+        names = [inc.objects[0].name if inc.objects else inc.spot.name for inc in pending]
 
         def ask() -> list[bool]:  # store thread, no lock
             found = [store.lookup(name) for name in names]
