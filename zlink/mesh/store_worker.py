@@ -7,6 +7,10 @@ Guarantees / assumes:
   the infrastructure thread and a slow store delays only the work that needs the store.
 * A store call's exception becomes the completion's error; the thread never dies of one.
 * No lock of the runtime is held on this thread; the queue's own lock is a leaf.
+* Once ``stop`` is asked, a call fails at once with ``Unavailable`` (posted as any outcome):
+  a ledger audit found a stopping node, still on the transport, ask the store where a relayed
+  send goes after this thread had ended, and the send waited for an answer for good, never
+  handled and never counted.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import Unavailable
 from ..messaging.completion import Completion
 
 _STOP = object()
@@ -28,8 +33,9 @@ class StoreWorker:
         self._post = post
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._quiet = threading.Condition()  # a leaf lock: guards ``_in_flight`` only
+        self._quiet = threading.Condition()  # a leaf lock: ``_in_flight`` and ``_stopped``
         self._in_flight = 0  # calls queued or running, until their outcome is posted
+        self._stopped = False  # (then nothing is queued after the thread's last item)
 
     def start(self) -> None:
         """Start the thread (the node's start); calls queued before it wait for it."""
@@ -39,8 +45,12 @@ class StoreWorker:
         """Run ``fn(*args)`` on the store thread; the completion is set on the infra thread."""
         done = Completion()
         with self._quiet:
-            self._in_flight += 1
-        self._queue.put((fn, args, done))
+            stopped = self._stopped
+            if not stopped:
+                self._in_flight += 1
+                self._queue.put((fn, args, done))
+        if stopped:
+            self._post(done.set, None, Unavailable("the node's store thread has stopped"))
         return done
 
     @property
@@ -54,8 +64,11 @@ class StoreWorker:
             return self._quiet.wait_for(lambda: self._in_flight == 0, timeout)
 
     def stop(self, timeout: float) -> None:
-        """Finish the calls queued so far, then end the thread (waits up to ``timeout``)."""
-        self._queue.put(_STOP)
+        """Finish the calls queued so far, then end the thread (waits up to ``timeout``);
+        later calls fail at once."""
+        with self._quiet:
+            self._stopped = True
+            self._queue.put(_STOP)
         if self._thread.is_alive():
             self._thread.join(timeout)
 
