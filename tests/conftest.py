@@ -90,6 +90,23 @@ def held_at(
     return at, go
 
 
+def hold_transfer(store: Any, spot_id: str) -> tuple[threading.Event, threading.Event]:
+    """The store's first ``transfer`` of ``spot_id`` (a move's commit) waits, at most
+    ``4 * WAIT``, until the second event returned is set; the first is set as it starts
+    waiting (the target restored the move; the source asks the store to commit it)."""
+    real = store.transfer
+    entered, go = threading.Event(), threading.Event()
+
+    def transfer(target: str, *rest: Any) -> Any:
+        if target == spot_id and not entered.is_set():
+            entered.set()
+            assert go.wait(4 * WAIT)
+        return real(target, *rest)
+
+    store.transfer = transfer
+    return entered, go
+
+
 def refuse_renewals(store: Any, node_id: str) -> None:
     """Make ``store`` refuse ``node_id``'s lease renewals (``Unavailable``), as a store too
     slow for that node would; other nodes renew as before."""

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, hold_transfer
 from zlink.testing import LocalCluster
 
 WHERE_RAN: list[str] = []
@@ -138,16 +138,7 @@ def _join_then_target_stops(
         c1 = n1.client()
         n2.client().spots.get_or_create("hall", "t.rfs.hall").wait(WAIT)
         pid = c1.actors.create("t.rfs.player").wait(WAIT).actor_id
-        real_transfer = store.transfer
-        entered, go = threading.Event(), threading.Event()
-
-        def transfer(spot_id: str, *rest: Any) -> Any:
-            if spot_id == pid and not entered.is_set():
-                entered.set()
-                assert go.wait(4 * WAIT)
-            return real_transfer(spot_id, *rest)
-
-        store.transfer = transfer  # type: ignore[method-assign]
+        entered, go = hold_transfer(store, pid)
         real_release = store.release
 
         def release(spot_id: str, *rest: Any) -> Any:

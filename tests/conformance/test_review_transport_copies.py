@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,71 +13,33 @@ import pytest
 import zmq
 
 import zlink
-from tests.conformance.test_transport_audit_faults import (
-    _counter,
-    _poll,
-    _raw_sender,
-    nodes,  # noqa: F401 - the fixture
+from tests.conformance.test_store_review_faults import (
+    ADDED,
+    BLOCKING,
+    GO,
+    WHERE_RAN,
+    Add,
+    Block,
+    Where,
+    _told,
+    _until,
+    build_room_app,
 )
-from tests.conftest import WAIT
+from tests.conformance.test_transport_audit_faults import _poll
+from tests.conftest import WAIT, hold_transfer
+from tests.unit.test_zmq_transport_flow import _counter, _raw_sender
 from zlink.mesh.zmq_transport import _HEADER, VERSION, _Kind, identity
 from zlink.testing import LocalCluster
-
-BLOCKING, GO = threading.Event(), threading.Event()
-ADDED: list[str] = []
-WHERE_RAN: list[str] = []
 
 
 @pytest.fixture(autouse=True)
 def _reset() -> Iterator[None]:
-    BLOCKING.clear()
-    GO.clear()
+    for event in (BLOCKING, GO):
+        event.clear()
     ADDED.clear()
     WHERE_RAN.clear()
     yield
     GO.set()
-
-
-def _until(check: Callable[[], bool], what: str, seconds: float = WAIT) -> None:
-    deadline = time.monotonic() + seconds
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.002)
-
-
-class Add(zlink.Message, type_name="t.rtc.add"):
-    pass
-
-
-class Block(zlink.Message, type_name="t.rtc.block"):
-    pass
-
-
-class Where(zlink.Request[str], type_name="t.rtc.where"):
-    pass
-
-
-def build_room_app() -> zlink.App:
-    app = zlink.App("review-transport-copies-room")
-
-    @app.user_spot("t.rtc.room", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
-    class Room(zlink.UserSpot):
-        @zlink.handler
-        def add(self, msg: Add) -> None:
-            ADDED.append(self.context._rt.node_id)  # type: ignore[attr-defined]
-
-        @zlink.handler
-        def block(self, msg: Block) -> None:
-            BLOCKING.set()
-            assert GO.wait(WAIT)
-
-        @zlink.handler
-        def where(self, msg: Where) -> str:
-            here = str(self.context._rt.node_id)  # type: ignore[attr-defined]
-            WHERE_RAN.append(here)
-            return here
-
-    return app
 
 
 def _kept_at(node: zlink.Node) -> int:
@@ -87,10 +48,6 @@ def _kept_at(node: zlink.Node) -> int:
         return 0
     with relocator._lock:
         return sum(len(inc.kept) for inc in relocator._in.values())
-
-
-def _told(counters: dict[str, int]) -> int:
-    return sum(v for k, v in counters.items() if k.startswith("remote_sends_dropped"))
 
 
 # -- F1: the calls the source RELAYED to a stopping target (kept there, ``Inbound.stopped``) ----
@@ -111,17 +68,10 @@ def _relayed_then_target_stops(
         n1, n2 = cluster.nodes
         store = cluster.store
         c1 = n1.client()
-        c1.spots.get_or_create("room", "t.rtc.room").wait(WAIT)
-        real_transfer = store.transfer
-        entered, go = threading.Event(), threading.Event()
-
-        def transfer(spot_id: str, *rest: Any) -> Any:
-            if spot_id == "room" and not entered.is_set():
-                entered.set()  # node-2 restored; node-1 relayed what it parked, and waits here
-                assert go.wait(4 * WAIT)
-            return real_transfer(spot_id, *rest)
-
-        store.transfer = transfer  # type: ignore[method-assign]
+        c1.spots.get_or_create("room", "t.rv.room").wait(WAIT)
+        entered, go = hold_transfer(
+            store, "room"
+        )  # node-2 restored; node-1 relayed what it parked, and waits here
         mover: threading.Thread | None = None
         try:
             c1.send_to_spot("room", Block()).submit()
@@ -200,7 +150,7 @@ def test_a_relayed_send_a_stopping_target_kept_is_not_told_dropped() -> None:
 # -- transport: counts of a stranger's frames, per body as the audit's fault 7 says ------------
 
 
-def test_a_strangers_batch_swept_unclaimed_is_counted_per_body(nodes):  # noqa: F811
+def test_a_strangers_batch_swept_unclaimed_is_counted_per_body(nodes):
     """1ddcd43 made ``frames_wrong_incarnation`` one per body ("its sender one per body"),
     as ``frames_from_strangers`` is for a message past the strangers' cap (``_on_frame``:
     ``len(bodies)``) and a DOWN record's frames are. ``_sweep`` still counts what it drops
@@ -218,7 +168,7 @@ def test_a_strangers_batch_swept_unclaimed_is_counted_per_body(nodes):  # noqa: 
     assert counted.get("frames_from_strangers") == 3, counted
 
 
-def test_an_empty_body_kept_from_a_stranger_is_not_counted_oversized(nodes):  # noqa: F811
+def test_an_empty_body_kept_from_a_stranger_is_not_counted_oversized(nodes):
     """``_on_frame`` keeps a stranger's batch with bodies over ``max_frame_bytes`` emptied and
     counts ``oversized_frames`` as the EMPTY bodies of the result: a body that was empty to
     begin with is counted oversized too (and, since 1ddcd43, a bad frame again in ``_fresh``

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, hold_transfer
 from zlink.errors import Unavailable
 from zlink.mesh.location import InMemoryLocationStore
 from zlink.mesh.transport import InProcessTransport
@@ -212,16 +212,7 @@ def test_copies_an_uncommitted_arrival_held_are_not_reported_lost_when_the_sourc
         store = cluster.store
         c1 = n1.client()
         c1.spots.get_or_create("room", "t.rv2.moving").wait(WAIT)
-        real_transfer = store.transfer
-        entered, go = threading.Event(), threading.Event()
-
-        def transfer(spot_id: str, *rest: Any) -> Any:
-            if spot_id == "room" and not entered.is_set():
-                entered.set()
-                assert go.wait(4 * WAIT)
-            return real_transfer(spot_id, *rest)
-
-        store.transfer = transfer  # type: ignore[method-assign]
+        entered, go = hold_transfer(store, "room")
         mover: threading.Thread | None = None
         try:
             c1.send_to_spot("room", Block()).submit()

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import zlink
-from tests.conftest import WAIT
+from tests.conftest import WAIT, hold_transfer
 from zlink.errors import Unavailable
 from zlink.mesh.location import InMemoryLocationStore
 from zlink.mesh.transport import InProcessTransport
@@ -27,6 +27,7 @@ SECOND_RUNS, SECOND_GO = threading.Event(), threading.Event()
 HOLDING, HOLD_GO = threading.Event(), threading.Event()
 HOLD_CLOSE = [False]  # on_closing holds until HOLD_GO
 ADDED: list[str] = []
+WHERE_RAN: list[str] = []  # where each Where ran
 SEEN: list[tuple[str, int]] = []
 SEEN_LOCK = threading.Condition()
 
@@ -36,6 +37,7 @@ def _reset() -> Iterator[None]:
     for event in (BLOCKING, GO, SECOND_RUNS, SECOND_GO, HOLDING, HOLD_GO):
         event.clear()
     ADDED.clear()
+    WHERE_RAN.clear()
     SEEN.clear()
     HOLD_CLOSE[0] = False
     yield
@@ -319,7 +321,9 @@ def build_room_app() -> zlink.App:
 
         @zlink.handler
         def where(self, msg: Where) -> str:
-            return str(self.context._rt.node_id)  # type: ignore[attr-defined]
+            here = str(self.context._rt.node_id)  # type: ignore[attr-defined]
+            WHERE_RAN.append(here)
+            return here
 
     return app
 
@@ -347,16 +351,9 @@ def test_moved_messages_a_stopping_target_discards_uncommitted_are_not_told_drop
         c1 = n1.client()
         c1.spots.get_or_create("room", "t.rv.room").wait(WAIT)
         assert "room" in n1._runtime.spots
-        real_transfer = store.transfer
-        entered, go = threading.Event(), threading.Event()
-
-        def transfer(spot_id: str, *rest: Any) -> Any:
-            if spot_id == "room" and not entered.is_set():
-                entered.set()  # node-2 restored the room; node-1's commit waits here
-                assert go.wait(4 * WAIT)
-            return real_transfer(spot_id, *rest)
-
-        store.transfer = transfer  # type: ignore[method-assign]
+        entered, go = hold_transfer(
+            store, "room"
+        )  # node-2 restored the room; node-1's commit waits here
         moved: list[BaseException | None] = []
         mover: threading.Thread | None = None
         try:

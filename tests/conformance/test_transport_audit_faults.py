@@ -14,122 +14,42 @@ import json
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 import zmq
 
+from tests.unit.test_outbox import _Jobs, _Receiver, _send
+from tests.unit.test_zmq_transport_flow import (
+    WAIT,
+    _counter,
+    _meshed,
+    _on_thread,
+    _OnceNoPipeFor,
+    _raw_sender,
+)
 from zlink.errors import Unavailable, ZLinkError
 from zlink.mesh import wire
 from zlink.mesh.outbox import Outbox, estimated_size
 from zlink.mesh.transport import Channel, InProcessTransport
-from zlink.mesh.zmq_transport import _HEADER, VERSION, MeshEndpoint, ZmqTransport, _Kind, identity
+from zlink.mesh.zmq_transport import _HEADER, VERSION, MeshEndpoint, _Kind, identity
 
 pytestmark = pytest.mark.timeout(60)
 
-WAIT = 10.0
 
+class _NodeLink(_Receiver):
+    """What a node's router does with what its transport tells of its peers (``MeshRouter``:
+    ``writable`` and ``peer_down`` go to its outbox)."""
 
-# -- fake nodes around real transports ----------------------------------------------------------
-class Infra:
-    """A node's infrastructure queue, run by the test (``run_until``)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.queue: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        with self._cond:
-            self.queue.append((fn, args))
-            self._cond.notify_all()
-
-    def run_until(self, check: Callable[[], bool], what: str, wait: float = WAIT) -> None:
-        end = time.monotonic() + wait
-        while not check():
-            with self._cond:
-                left = end - time.monotonic()
-                if left <= 0 or not self._cond.wait_for(lambda: bool(self.queue), left):
-                    break
-                fn, args = self.queue.pop(0)
-            fn(*args)
-        assert check(), f"not within {wait} s: {what}"
-
-
-class Link:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, Any]] = []
-        self.on_data: Callable[[str, bytes], None] = lambda peer, data: None
-
-    def received(self, peer: str, channel: Channel, data: bytes) -> None:
-        self.events.append((channel.value, peer, data))
-        if channel is Channel.DATA:
-            self.on_data(peer, data)
-
-    def peer_up(self, peer: str) -> None:
-        self.events.append(("up", peer, None))
+    def __init__(self, outbox: Outbox) -> None:
+        super().__init__()
+        self._outbox = outbox
 
     def peer_down(self, peer: str) -> None:
-        self.events.append(("down", peer, None))
+        self._outbox.peer_down(peer)
 
     def writable(self, peer: str) -> None:
-        self.events.append(("writable", peer, None))
-
-    def seen(self, kind: str, peer: str | None = None) -> list[Any]:
-        return [d for k, p, d in self.events if k == kind and peer in (None, p)]
-
-
-class Node:
-    def __init__(self, node_id: str, incarnation: int = 1, **options: Any) -> None:
-        options.setdefault("connect_timeout", 30.0)
-        self.node_id, self.incarnation = node_id, incarnation
-        self.transport = ZmqTransport("tcp://127.0.0.1:0", **options)
-        self.endpoint = self.transport.endpoint(node_id)
-        self.link, self.infra = Link(), Infra()
-
-    def attach(self) -> Node:
-        self.transport.attach(self.node_id, self.link, self.infra.submit, self.incarnation)
-        return self
-
-    def member(self) -> tuple[str, int, str]:
-        return (self.node_id, self.incarnation, self.endpoint)
-
-    def up(self, peer: str) -> None:
-        self.infra.run_until(lambda: bool(self.link.seen("up", peer)), f"{peer} up")
-
-    def stop(self) -> None:
-        self.transport.detach(self.node_id)
-
-
-@pytest.fixture
-def nodes() -> Iterator[Callable[..., Node]]:
-    made: list[Node] = []
-
-    def make(node_id: str, incarnation: int = 1, **options: Any) -> Node:
-        node = Node(node_id, incarnation, **options)
-        made.append(node)
-        return node
-
-    yield make
-    for node in made:
-        node.stop()
-
-
-def _meshed(a: Node, b: Node) -> None:
-    b.transport.learn([a.member()])
-    a.up(b.node_id)
-    b.up(a.node_id)
-
-
-def _counter() -> tuple[dict[str, int], Callable[..., None]]:
-    counted: dict[str, int] = {}
-    lock = threading.Lock()
-
-    def count(name: str, n: int = 1) -> None:
-        with lock:
-            counted[name] = counted.get(name, 0) + n
-
-    return counted, count
+        self._outbox.writable(peer)
 
 
 def _poll(check: Callable[[], bool], wait: float = WAIT) -> bool:
@@ -138,63 +58,6 @@ def _poll(check: Callable[[], bool], wait: float = WAIT) -> bool:
     while not check() and time.monotonic() < end:
         time.sleep(0.005)
     return check()
-
-
-def _on_thread(transport: ZmqTransport, fn: Callable[[], None]) -> None:
-    """Run ``fn`` once on ``transport``'s own thread, inside a turn, before that turn's
-    ``_greet`` and ``_flush`` (as ``tests/unit/test_zmq_transport_flow.py`` does)."""
-    done = threading.Event()
-    take = transport._take_learned
-
-    def once() -> None:
-        first = not done.is_set()
-        if first:
-            fn()
-        take()
-        if first:
-            done.set()
-
-    transport._take_learned = once  # type: ignore[method-assign]
-    transport._wake()
-    assert done.wait(WAIT)
-
-
-class _OnceNoPipeFor:
-    """EHOSTUNREACH once for one kind of frame to ``ident`` (a pipe that just ended)."""
-
-    def __init__(self, sock: Any, ident: bytes, kind: _Kind) -> None:
-        self._sock, self._ident, self._kind, self.fired = sock, ident, kind, False
-
-    def send_multipart(self, frames: list[bytes], flags: int = 0) -> None:
-        if not self.fired and frames[0] == self._ident and frames[1][1] == self._kind:
-            self.fired = True
-            raise zmq.ZMQError(zmq.EHOSTUNREACH)
-        self._sock.send_multipart(frames, flags)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-def _raw_sender(ctx: zmq.Context[Any], routing_id: bytes, node: Node) -> Callable[..., None]:
-    """A bare ROUTER on loopback that sends to ``node``'s DATA in socket as ``routing_id``."""
-    endpoint = MeshEndpoint.parse(node.endpoint)
-    sock = ctx.socket(zmq.ROUTER)
-    sock.setsockopt(zmq.ROUTING_ID, routing_id)
-    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
-    sock.setsockopt(zmq.LINGER, 0)
-    sock.connect(endpoint.data)
-    target = identity(node.node_id, "@" + endpoint.token)
-
-    def send(*frames: bytes) -> None:
-        for _ in range(int(WAIT / 0.005)):
-            try:
-                sock.send_multipart([target, *frames])
-                return
-            except zmq.ZMQError:
-                time.sleep(0.005)  # the handshake is not done yet
-        raise AssertionError(f"could not reach {node.node_id}")
-
-    return send
 
 
 # -- 1. a forged HELLO wedges the transport thread -------------------------------------------
@@ -315,57 +178,6 @@ def test_an_oversized_frame_kept_for_a_peer_the_store_has_not_listed_is_credited
 
 
 # -- 4. outbox: a node's stop strands callers waiting for room -------------------------------
-class _Receiver:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def received(self, peer: str, channel: Channel, data: bytes) -> None:
-        self.frames.append(data)
-
-    def peer_up(self, peer: str) -> None:
-        pass
-
-    def peer_down(self, peer: str) -> None:
-        pass
-
-    def writable(self, peer: str) -> None:
-        pass
-
-
-class _NodeLink(_Receiver):
-    """What a node's router does with what its transport tells of its peers (``MeshRouter``:
-    ``writable`` and ``peer_down`` go to its outbox)."""
-
-    def __init__(self, outbox: Outbox) -> None:
-        super().__init__()
-        self._outbox = outbox
-
-    def peer_down(self, peer: str) -> None:
-        self._outbox.peer_down(peer)
-
-    def writable(self, peer: str) -> None:
-        self._outbox.writable(peer)
-
-
-class _Jobs:
-    def __init__(self) -> None:
-        self.queue: list[tuple[Callable[..., Any], tuple[Any, ...]]] = []
-
-    def __call__(self, fn: Callable[..., Any], *args: Any) -> None:
-        self.queue.append((fn, args))
-
-    def run(self) -> None:
-        while self.queue:
-            fn, args = self.queue.pop(0)
-            fn(*args)
-
-
-def _send(n: int) -> wire.SendEnvelope:
-    return wire.SendEnvelope(
-        "spot", "room-1", "t.o.bump", f'{{"n":{n}}}', None, "a", "a", "a", 0, False, None, None
-    )
-
-
 def test_abandon_lets_every_caller_waiting_for_room_go():
     """``Outbox.abandon`` (a node's stop) fails what is queued and gives its bytes back, but
     lets waiters go only for peers with DATA *held* for the transport (``peer_down``): a

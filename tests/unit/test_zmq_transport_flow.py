@@ -893,11 +893,13 @@ class _OnceNoPipeFor:
 
 
 def _counter() -> tuple[dict[str, int], Callable[..., None]]:
-    """A counter function for a transport (``count=``) and what it counted."""
+    """A counter function for a transport (``count=``) and what it counted (any thread)."""
     counted: dict[str, int] = {}
+    lock = threading.Lock()
 
     def count(name: str, n: int = 1) -> None:
-        counted[name] = counted.get(name, 0) + n
+        with lock:
+            counted[name] = counted.get(name, 0) + n
 
     return counted, count
 
