@@ -1703,10 +1703,9 @@ class ZmqTransport:
                 self._strangers[ident] = (time.monotonic(), [])
             kept = self._strangers.get(ident)
             cap = _STRANGER_FRAMES + (self._limit if ident in self._unlisted else 0)
-            if kept is not None and len(kept[1]) < cap:  # (one over the limit: emptied, its
-                # number and size kept)
+            if kept is not None and len(kept[1]) < cap:  # (one over the limit: emptied, with
                 small = [b if len(b) <= self._max_frame else _emptied(len(b)) for b in bodies]
-                big = sum(1 for b in small if type(b) is _Emptied)  # (not one empty at first)
+                big = sum(1 for b in small if type(b) is _Emptied)  # its number and size kept)
                 if big:
                     self._count("oversized_frames", big)
                 kept[1].append((header, small, channel))

@@ -299,11 +299,9 @@ class Inbound(RelocatorState):
             copies: list[Held] = []  # relayed by a source that keeps them (settle_at_stop)
             waits: list[KeptWait[Held]] = []
             for inc in self._in.values():
-                source = inc.key[0]
                 mine = inc.committed or inc.ours_at_stop
                 for held in [*inc.kept, *inc.local]:
-                    relayed = bool(held[2]) and held[0].via == source
-                    (kept if mine or not relayed else copies).append(held)
+                    (kept if mine or not _relayed_by_source(held, inc) else copies).append(held)
                 inc.kept, inc.local = [], []
                 waits += inc.waiting.take()
         for call, reply, _hops in kept:
@@ -486,12 +484,11 @@ class Inbound(RelocatorState):
         kept = [*inc.kept, *inc.local]  # in the order they were kept
         inc.kept, inc.local = [], []
         if drop_relayed:  # the source relayed these and keeps them: it answers their callers
-            source = inc.key[0]
-            relayed = [held for held in kept if held[2] and held[0].via == source]
-            kept = [held for held in kept if not (held[2] and held[0].via == source)]
+            relayed = [held for held in kept if _relayed_by_source(held, inc)]
+            kept = [held for held in kept if not _relayed_by_source(held, inc)]
             for _call, reply, _hops in relayed:  # a request's copy ends here unanswered (left
                 if reply is not None:  # open, a stop waited its whole time for it)
-                    reply.set(None, AnsweredElsewhere(f"node {source} keeps it"))
+                    reply.set(None, AnsweredElsewhere(f"node {inc.key[0]} keeps it"))
         for held in kept:  # routed as if just made: behind any fence, in order; accepted,
             self._admit(held, force=False)  # so one that meets a full keeper waits there
         # (emptied in place: a wait's ``withdraw`` holds this very list, and must find its
@@ -645,3 +642,9 @@ class Inbound(RelocatorState):
         for wait in waits:
             (peers if wait.items[0][2] else inc.waiting).append(wait)
         return take_waiting(peers, inc.local.extend)
+
+
+def _relayed_by_source(held: Held, inc: Arriving) -> bool:
+    """Whether ``held``, kept for ``inc``, is a call its source relayed (the source keeps it
+    until the store answers the move's commit, and runs it if the move does not happen)."""
+    return bool(held[2]) and held[0].via == inc.key[0]
