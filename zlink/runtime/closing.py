@@ -539,6 +539,10 @@ class Closing:
         acts: list[Any] = [*self.rt.spots.values(), *self.rt.actors.values()]
         for act in [*acts, *self.rt.channels.values()]:
             owner = act.owner
+            # closed first: a stopping node still takes its peers' calls (it relays) until its
+            # transport goes, and one queued after this discard would never run nor be counted
+            # (a ledger audit found them in its Actors' lanes); now it is refused, and counted
+            owner.lanes.set_closed(True, end_waits=False)
             owner.lanes.end_waits()  # the node stops: callers waiting for room get Unavailable
             copies = relocator is not None and relocator.uncommitted(act.name)  # (the source
             gone = discard_jobs(self.rt, owner.drain(), error, "at_shutdown", copies)  # keeps

@@ -304,6 +304,9 @@ class MeshRouter:
                     self._touch(target)
                 then(hit, None)
                 return
+            if reserve is not None and self._claims_nothing():  # (it asks where it is, to
+                then(None, self._claims_nothing())  # relay, but places nothing here)
+                return
             # waiting before the question leaves: the answer may come back on this very thread
             waiting = self._locating[target] = [then]
             record = None if first is None else to_wire(first)
@@ -339,9 +342,25 @@ class MeshRouter:
                     and not location.owner_live
                     and not isinstance(found, Reservation)
                 ):  # its owner's lease lapsed: take it over, and answer once that is settled
-                    self._locating[target] = waiting
-                    self._take_over(target, waiting, reserve, location)
-                    return
+                    error = self._claims_nothing()
+                    if error is None:
+                        self._locating[target] = waiting
+                        self._take_over(target, waiting, reserve, location)
+                        return
+                    location = None  # (a node that stops or drains takes nothing over)
+                elif (
+                    isinstance(found, Reservation) and location is not None
+                    and location.owner_node == me and self._ours(location)
+                    and not self.rt.has_live(target) and self._claims_nothing() is not None
+                ):  # fmt: skip
+                    # claimed for this node, which began to stop or drain meanwhile: given
+                    # back (a ledger audit found an Instance Spot made on a stopped node, its
+                    # calls queued and never run nor counted); the call hears it is refused
+                    error = self._claims_nothing()
+                    self.fenced_write("release", self.store.release, target, me,
+                                      self.rt.incarnation,
+                                      location.authority_generation)  # fmt: skip
+                    location = None
                 if (
                     location is not None and location.owner_node == me
                     and not self._ours(location) and not self.rt.has_live(target)
@@ -386,6 +405,14 @@ class MeshRouter:
                                           location.authority_generation)  # fmt: skip
             self._waiting_bytes.pop(target, None)
             self._answer(waiting, route, error)
+
+    def _claims_nothing(self) -> Unavailable | None:
+        """Why this node claims no Spot now (it stops or drains: a Spot it made would never
+        run, or would have to move again), else ``None``."""
+        rt = self.rt
+        if rt.stopping or rt.draining:
+            return Unavailable(f"node {rt.node_id} is stopping or draining: it takes no Spot on")
+        return None
 
     def _reserve(
         self,
@@ -1380,12 +1407,15 @@ class MeshRouter:
                 too_large = HandlerError("ReplyTooLarge", f"the reply does not cross: {error}")
                 self.reply(peer, env.correlation, error=too_large)  # its caller hears at once
             return  # (else unreachable: the caller's own deadline completes it; counted above)
-        if isinstance(env, wire.SendEnvelope):  # (at a stop: still in the outbox)
-            reason = (
+        if isinstance(env, (wire.SendEnvelope, wire.BatchEnvelope)):  # (at a stop: still in
+            reason = (  # the outbox)
                 "shutdown" if self.rt.stopping
                 else "does_not_cross" if isinstance(error, InvalidArgument)
                 else "unreachable"
             )  # fmt: skip
+            if isinstance(env, wire.BatchEnvelope):  # each of its messages (a ledger audit
+                self.rt.metrics.add(f"sends_dropped_{reason}", len(env.payloads))  # found a
+                return  # batch counted only as an envelope undeliverable, no loss)
             publish = env.target_kind == TargetKind.TOPIC  # (counted as a publish's misses)
             self.rt.metrics.add(
                 f"publish_dropped_{reason}" if publish else f"sends_dropped_{reason}"
