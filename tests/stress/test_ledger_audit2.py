@@ -599,15 +599,18 @@ _SUMMARY = ("accepted_oneway", "refused_oneway", "batches", "handled_oneway", "m
             "request_outcomes", "fresh_instances", "carried", "missing", "uncounted")  # fmt: skip
 
 
-@pytest.mark.skipif(
-    not getattr(sys, "_is_gil_enabled", lambda: True)()
-    and not os.environ.get("LEDGER2_FREE_THREADED"),
-    reason="known gap (README): on 3.13t with the GIL off, the batch and actor runs do not"
-    " balance yet (by a few, both ways) in about 1 run of 4; LEDGER2_FREE_THREADED=1 runs them",
-)
 @pytest.mark.parametrize("dim", ["batch", "actor", "instance", "channel"])
 @pytest.mark.parametrize("seed", range(FIRST_SEED, FIRST_SEED + SEEDS))
 def test_chaos_ledger_balances(seed: int, dim: str) -> None:
+    if (
+        dim == "actor"
+        and not getattr(sys, "_is_gil_enabled", lambda: True)()
+        and not os.environ.get("LEDGER2_FREE_THREADED")
+    ):
+        pytest.skip(
+            "known gap (README): on 3.13t with the GIL off, the actor runs leave a few batch"
+            " messages uncounted in about 1 run of 10; LEDGER2_FREE_THREADED=1 runs them"
+        )
     led = chaos_run(seed, dim)
     problems = _problems(led)
     summary = {k: led[k] for k in _SUMMARY}
@@ -919,3 +922,49 @@ def test_an_instance_spot_is_not_made_on_a_stopping_node_for_a_relayed_send():
         f"{len(mids)} accepted, {handled} handled, {counted} counted as lost ({by}); "
         f"made on the stopped node: {made}"
     )
+
+
+def test_a_batch_part_refused_after_earlier_parts_were_queued_is_counted_alone():
+    """(The lead for the over-count the batch runs show on 3.13t.) A batch whose target is
+    not ready where it is goes one message at a time (``Runtime._one_by_one``); the target
+    can change between two parts (here: the second is refused, as if the Spot closed just
+    then). Before, that refusal raised out of the batch after its first part was queued:
+    a peer's batch was then counted dropped whole (``MeshRouter._on_batch``), the queued
+    part included, and a caller on the node heard its batch refused whole though part of it
+    ran. Now the refused part alone is counted dropped (at both ends), and the rest go on."""
+    from zlink.messaging.calls import NO_WAIT, BatchSendCall
+    from zlink.runtime import runtime as rtm
+    from zlink.types import TargetKind
+
+    _reset()
+    cluster = LocalCluster(build_app(), nodes=2, workers=2, request_timeout=3.0,
+                           shutdown_timeout=2.0).start()  # fmt: skip
+    _a, b = cluster.nodes
+    real_submit = rtm.Runtime.submit
+    parts: list[Any] = []
+
+    def submit(rt: Any, call: Any, *args: Any, **kwargs: Any) -> Any:
+        parts.append(call)
+        if len(parts) == 2:  # the Spot "closed" between the first part and the second
+            raise zlink.NotFound("no spot 'box' (closed just now)")
+        return real_submit(rt, call, *args, **kwargs)
+
+    mids = [f"p:{i}" for i in range(3)]
+    try:
+        b.client().spots.get_or_create("box", "t.la2.box").wait(WAIT)
+        act = b._rt.spots["box"]
+        msgs = [Note(sender="p", seq=i, mid=m) for i, m in enumerate(mids)]
+        call = BatchSendCall(b._rt, TargetKind.SPOT, "box", msgs)
+        call.origin = "node-1"  # a peer's batch: a drop is told there too
+        rtm.Runtime.submit = submit  # type: ignore[method-assign]
+        try:
+            b._rt._one_by_one(call, act, None, NO_WAIT)
+        finally:
+            rtm.Runtime.submit = real_submit  # type: ignore[method-assign]
+        cluster.wait_idle(WAIT)
+        _infra_sync(_a)
+        told = _a.counters().get("remote_sends_dropped_not_found", 0)
+    finally:
+        cluster.shutdown(2.0)
+    handled, _counted, by = _ledger(cluster, mids)
+    assert (handled, by, told) == (2, {"dropped:not_found": 1}, 1), (handled, by, told)

@@ -633,14 +633,27 @@ class Runtime:
         order (``submit_many`` tells ``room``). One that was taken out of the table meanwhile
         (a close ended; another took its place) goes again from the start, all or none,
         waiting as asked: message by message, the first would go to the new one without
-        waiting, and a later one refused would leave the first ones queued (§8, §9)."""
+        waiting, and a later one refused would leave the first ones queued (§8, §9).
+
+        The target can still change between two parts: a part refused once an earlier one
+        was queued is counted dropped (at both ends) and the rest go on; only a refusal of
+        the first raises, the batch refused whole. (A ledger run on 3.13t counted a peer's
+        batch dropped whole, its queued parts included, when a later part raised.)"""
         if act is not None:
             now = (self.actors if call.kind == _ACTOR else self.spots).get(call.target)
             if act.state is GONE or (now is not None and now is not act):
                 self._route_many(call, room, mode)
                 return
+        queued = False
         for part in call.parts():  # (each knows a peer's batch's origin)
-            self.submit(part, None, NO_WAIT)
+            try:
+                self.submit(part, None, NO_WAIT)
+            except ZLinkError as exc:
+                if not queued or self.router is None:
+                    raise
+                self.router.count_dropped(part, exc)
+                continue
+            queued = True
 
     def _not_ready(
         self, act: SpotAct | ActorAct, call: MessageCall, reply: Completion | None, mode: WaitMode,
