@@ -880,7 +880,7 @@ def test_an_instance_spot_is_not_made_on_a_stopping_node_for_a_relayed_send():
     Instance Spot on node-2 closes at node-2's stop and its row goes; node-1's route still
     says node-2, so a send made there is relayed to the stopping node, which asked the store
     for the Spot, claimed it for itself and made it (its pool gone, its queues discarded):
-    the send was never run nor counted. A node that stops or drains claims no
+    the send was never run nor counted. A node that stops claims no
     Spot now: the send is refused there, and counted."""
     _reset()
     cluster = LocalCluster(build_app(), nodes=2, workers=2, request_timeout=3.0,

@@ -347,13 +347,13 @@ class MeshRouter:
                         self._locating[target] = waiting
                         self._take_over(target, waiting, reserve, location)
                         return
-                    location = None  # (a node that stops or drains takes nothing over)
+                    location = None  # (a node that stops takes nothing over)
                 elif (
                     isinstance(found, Reservation) and location is not None
                     and location.owner_node == me and self._ours(location)
                     and not self.rt.has_live(target) and self._claims_nothing() is not None
                 ):  # fmt: skip
-                    # claimed for this node, which began to stop or drain meanwhile: given
+                    # claimed for this node, which began to stop meanwhile: given
                     # back (a ledger audit found an Instance Spot made on a stopped node, its
                     # calls queued and never run nor counted); the call hears it is refused
                     error = self._claims_nothing()
@@ -407,11 +407,12 @@ class MeshRouter:
             self._answer(waiting, route, error)
 
     def _claims_nothing(self) -> Unavailable | None:
-        """Why this node claims no Spot now (it stops or drains: a Spot it made would never
-        run, or would have to move again), else ``None``."""
+        """Why this node claims no Spot now (it stops: a Spot it made would never run), else
+        ``None``. A node that drains still claims: it makes the next activation for what a
+        closing Instance Spot took (``drain()`` serves what stayed)."""
         rt = self.rt
-        if rt.stopping or rt.draining:
-            return Unavailable(f"node {rt.node_id} is stopping or draining: it takes no Spot on")
+        if rt.stopping:
+            return Unavailable(f"node {rt.node_id} is stopping: it takes no Spot on")
         return None
 
     def _reserve(
