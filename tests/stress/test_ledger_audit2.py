@@ -780,6 +780,14 @@ def _ledger(cluster: LocalCluster, mids: list[str]) -> tuple[int, int, dict[str,
     return handled, total, by
 
 
+def _assert_balanced(cluster: LocalCluster, mids: list[str], diagnosis: str) -> None:
+    """Each of the accepted one-way ``mids`` handled or counted lost (``_ledger``)."""
+    handled, counted, by = _ledger(cluster, mids)
+    assert handled + counted == len(mids), (
+        f"{len(mids)} accepted, {handled} handled, {counted} counted as lost ({by}); {diagnosis}"
+    )
+
+
 def _batch_or_single_lost_in_outbox(batch: bool) -> tuple[int, int, int, dict[str, int]]:
     """node-1 knows the box is on node-2; its infrastructure thread is held, so what it
     sends waits in its outbox; node-2 stops meanwhile; then the outbox flushes to a node that
@@ -868,11 +876,7 @@ def test_a_send_relayed_to_a_stopping_node_after_its_discard_is_counted_for_an_a
         a.shutdown(2.0)
     finally:
         cluster.shutdown(2.0)
-    handled, counted, by = _ledger(cluster, mids)
-    assert handled + counted == len(mids), (
-        f"{len(mids)} accepted, {handled} handled, {counted} counted as lost ({by}); "
-        f"left in the stopped node's Actor lane: {left}"
-    )
+    _assert_balanced(cluster, mids, f"left in the stopped node's Actor lane: {left}")
 
 
 def test_an_instance_spot_is_not_made_on_a_stopping_node_for_a_relayed_send():
@@ -917,11 +921,7 @@ def test_an_instance_spot_is_not_made_on_a_stopping_node_for_a_relayed_send():
         a.shutdown(2.0)
     finally:
         cluster.shutdown(2.0)
-    handled, counted, by = _ledger(cluster, mids)
-    assert handled + counted == len(mids), (
-        f"{len(mids)} accepted, {handled} handled, {counted} counted as lost ({by}); "
-        f"made on the stopped node: {made}"
-    )
+    _assert_balanced(cluster, mids, f"made on the stopped node: {made}")
 
 
 def test_a_batch_part_refused_after_earlier_parts_were_queued_is_counted_alone():
