@@ -330,19 +330,6 @@ def chaos_run(seed: int, seconds: float = 2.5) -> dict[str, Any]:
         order_seen = {k: list(v) for k, v in ORDER.items()}
     loss_total, loss_by = _loss_total(counters)
     handled_oneway = sum(1 for m in accepted if m in ran)
-    twice = {m: v for m, v in ran.items() if len(v) > 1}
-    refused_but_ran = {m: refused_oneway[m] for m in refused_oneway if m in ran}
-    unavailable_ran = {
-        m: o for m, o in outcomes.items()
-        if m in ran and any(isinstance(x, zlink.Unavailable) and not _stopped_in_flight(x)
-                            for x in o)
-    }  # fmt: skip
-    not_once = {m: o for m, o in outcomes.items() if len(o) != 1}
-    bad_type = {m: o for m, o in outcomes.items()
-                if any(isinstance(x, BaseException) and not isinstance(x, zlink.ZLinkError)
-                       for x in o)}  # fmt: skip
-    value_not_ran = {m: o for m, o in outcomes.items()
-                     if m not in ran and any(isinstance(x, str) for x in o)}  # fmt: skip
     disorder = {k: v for k, v in order_seen.items() if v != sorted(v)}
     oneway_losses = loss_total - request_discards
     missing = sorted((accepted_at[m], m, accepted[m][0]) for m in accepted if m not in ran)
@@ -367,12 +354,7 @@ def chaos_run(seed: int, seconds: float = 2.5) -> dict[str, Any]:
             type(o[0]).__name__ if o and isinstance(o[0], BaseException) else "value"
             for o in outcomes.values()
         ),
-        "twice": twice,
-        "refused_but_ran": refused_but_ran,
-        "unavailable_ran": unavailable_ran,
-        "not_once": not_once,
-        "bad_type": bad_type,
-        "value_not_ran": value_not_ran,
+        **_verdicts(ran, refused_oneway, outcomes),
         "disorder": disorder,
         "errors": errors,
         "hung": hung,
@@ -392,16 +374,47 @@ def _stopped_in_flight(error: BaseException) -> bool:
     )
 
 
+def _verdicts(
+    ran: dict[str, list[Any]], refused: dict[str, str], outcomes: dict[str, list[Any]]
+) -> dict[str, dict[str, Any]]:
+    """What must be empty for a ledger to balance, beside the one-way count: messages run
+    twice, refused but run, requests that ran answered ``Unavailable`` (but for §10's in-flight
+    case), answered other than once, with an untyped error, or with a value though not run."""
+    return {
+        "twice": {m: v for m, v in ran.items() if len(v) > 1},
+        "refused_but_ran": {m: refused[m] for m in refused if m in ran},
+        "unavailable_ran": {
+            m: o
+            for m, o in outcomes.items()
+            if m in ran
+            and any(isinstance(x, zlink.Unavailable) and not _stopped_in_flight(x) for x in o)
+        },
+        "not_once": {m: o for m, o in outcomes.items() if len(o) != 1},
+        "bad_type": {
+            m: o
+            for m, o in outcomes.items()
+            if any(isinstance(x, BaseException) and not isinstance(x, zlink.ZLinkError) for x in o)
+        },
+        "value_not_ran": {
+            m: o for m, o in outcomes.items() if m not in ran and any(isinstance(x, str) for x in o)
+        },
+    }
+
+
+_PROBLEM_KEYS = ("twice", "refused_but_ran", "unavailable_ran", "not_once", "bad_type",
+                 "value_not_ran", "disorder", "errors", "hung")  # fmt: skip
+
+
 def _problems(led: dict[str, Any]) -> list[str]:
+    """Why a ledger run (part one's or part two's) does not balance; empty if it does."""
     out = []
     if led["missing_oneway"] != led["oneway_losses"]:
         out.append(f"one-way ledger: {led['missing_oneway']} accepted and never handled, "
                    f"{led['oneway_losses']} counted as lost ({led['loss_by']}, less "
                    f"{led['request_discards']} requests)")  # fmt: skip
-    for key in ("twice", "refused_but_ran", "unavailable_ran", "not_once", "bad_type",
-                "value_not_ran", "disorder", "errors", "hung"):  # fmt: skip
-        if led[key]:
-            items = led[key]
+    for key in _PROBLEM_KEYS:
+        items = led.get(key)
+        if items:
             shown = list(items.items())[:3] if isinstance(items, dict) else items[:3]
             out.append(f"{key}: {len(items)} e.g. {shown}")
     return out

@@ -34,9 +34,10 @@ import pytest
 import zlink
 from tests.stress.test_ledger_audit import (
     _loss_total,
+    _problems,
     _RequestDiscards,
-    _stopped_in_flight,
     _sum_counters,
+    _verdicts,
 )
 from zlink.testing import LocalCluster
 
@@ -410,23 +411,7 @@ def chaos_run(seed: int, dim: str, seconds: float = 2.0) -> dict[str, Any]:
         ),
         "fresh_instances": len({t for t in accepted.values() if t.startswith("fresh-")}),
         "carried": counters.get("messages_carried_to_next_activation", 0),
-        "twice": {m: v for m, v in ran.items() if len(v) > 1},
-        "refused_but_ran": {m: refused[m] for m in refused if m in ran},
-        "unavailable_ran": {
-            m: o
-            for m, o in outcomes.items()
-            if m in ran
-            and any(isinstance(x, zlink.Unavailable) and not _stopped_in_flight(x) for x in o)
-        },
-        "not_once": {m: o for m, o in outcomes.items() if len(o) != 1},
-        "bad_type": {
-            m: o
-            for m, o in outcomes.items()
-            if any(isinstance(x, BaseException) and not isinstance(x, zlink.ZLinkError) for x in o)
-        },
-        "value_not_ran": {
-            m: o for m, o in outcomes.items() if m not in ran and any(isinstance(x, str) for x in o)
-        },
+        **_verdicts(ran, refused, outcomes),
         "missing": sorted(m for m in accepted if m not in ran)[:20],
         "uncounted": _uncounted([m for m in accepted if m not in ran], tracer),
         "paths": paths.log,
@@ -577,21 +562,6 @@ def _uncounted(missing: list[str], tracer: LossTracer) -> dict[str, Any]:
     named = set().union(*(e[2] for e in tracer.events)) if tracer.events else set()
     blind = collections.Counter((e[0], e[3]) for e in tracer.events if not e[2])
     return {"mids": sorted(m for m in missing if m not in named)[:30], "blind_events": dict(blind)}
-
-
-def _problems(led: dict[str, Any]) -> list[str]:
-    out = []
-    if led["missing_oneway"] != led["oneway_losses"]:
-        out.append(f"one-way ledger: {led['missing_oneway']} accepted and never handled, "
-                   f"{led['oneway_losses']} counted as lost ({led['loss_by']}, less "
-                   f"{led['request_discards']} requests)")  # fmt: skip
-    for key in ("twice", "refused_but_ran", "unavailable_ran", "not_once", "bad_type",
-                "value_not_ran", "errors", "hung"):  # fmt: skip
-        items = led[key]
-        if items:
-            shown = list(items.items())[:3] if isinstance(items, dict) else items[:3]
-            out.append(f"{key}: {len(items)} e.g. {shown}")
-    return out
 
 
 _SUMMARY = ("accepted_oneway", "refused_oneway", "batches", "handled_oneway", "missing_oneway",
