@@ -137,6 +137,16 @@ class CloseAfterBlock(zlink.Message, type_name="t.rw.close_after_block"):
     pass
 
 
+class First(zlink.Message, type_name="t.rw.first"):
+    pass
+
+
+INIT_GO = threading.Event()  # an Instance Spot's on_initialize on node-1 waits for this
+INITIALIZING = threading.Event()
+FIRST_HOLD = threading.Event()  # ... and its first message's handler there, for this
+FIRST_RUNNING = threading.Event()
+
+
 class Session(zlink.InstanceSpot):
     """An Instance Spot that closes itself from a handler held until ``BLOCK`` is set."""
 
@@ -158,6 +168,23 @@ class Session(zlink.InstanceSpot):
         LOG.append(f"on_closing@{_node()}")
 
 
+class Late(zlink.InstanceSpot):
+    """An Instance Spot whose first activation (node-1) waits in ``on_initialize``, and whose
+    first message's handler on node-1 is held: its first record's message stays queued."""
+
+    def on_initialize(self) -> None:
+        if _node_of(self.context) == "node-1":
+            INITIALIZING.set()
+            assert INIT_GO.wait(WAIT)
+
+    @zlink.handler
+    def first(self, msg: First) -> None:
+        LOG.append(f"first@{_node()}")
+        if _node() == "node-1":
+            FIRST_RUNNING.set()
+            assert FIRST_HOLD.wait(WAIT)
+
+
 def _node_of(context: zlink.SpotContext) -> str:
     return context._rt.node_id  # type: ignore[attr-defined, no-any-return]
 
@@ -167,6 +194,7 @@ def build_app() -> zlink.App:
     app.instance_spot(
         "t.rw.session", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter)
     )(Session)
+    app.instance_spot("t.rw.late", relocation=zlink.Relocation.preserve_state(SlowRestore))(Late)
     app.user_spot("t.rw.stuck", relocation=zlink.Relocation.preserve_state(FailingRestore))(
         type("Stuck", (Room,), {})
     )
@@ -202,6 +230,10 @@ def _reset() -> None:
     HOLD.clear()
     HOLDING.clear()
     LOG.clear()
+    INIT_GO.clear()
+    INITIALIZING.clear()
+    FIRST_HOLD.clear()
+    FIRST_RUNNING.clear()
 
 
 @pytest.fixture
@@ -212,6 +244,8 @@ def cluster(clock: ManualClock):
     RESTORE_GO.set()
     BLOCK.set()
     HOLD.set()
+    INIT_GO.set()
+    FIRST_HOLD.set()
 
 
 class Mover:
@@ -536,15 +570,15 @@ def test_an_instance_spot_that_closes_itself_while_its_move_waits_closes_and_sta
     n1, n2, _ = cluster.nodes
     c1 = n1.client()
     senders = Senders(cluster, "s")
-    c1.send_to_spot("s", Add(sender="0", seq=0)).instance_spot().wait(WAIT)
+    c1.send_to_spot("s", Add(sender="0", seq=0)).instance_spot("t.rw.session").wait(WAIT)
     senders.sent[0] = 1
     assert "s" in n1._runtime.spots
-    c1.send_to_spot("s", CloseAfterBlock()).instance_spot().submit()
+    c1.send_to_spot("s", CloseAfterBlock()).instance_spot("t.rw.session").submit()
     assert BLOCKING.wait(WAIT)
     mover = Mover(n1, "s", "node-2", timeout=10.0)
     assert mover.sealed.wait(WAIT)
     for seq in range(1, 6):  # parked at the seal
-        c1.send_to_spot("s", Add(sender="0", seq=seq)).instance_spot().submit()
+        c1.send_to_spot("s", Add(sender="0", seq=seq)).instance_spot("t.rw.session").submit()
     senders.sent[0] = 6
     BLOCK.set()  # the handler closes the Spot, sealed for the move
     assert isinstance(mover.result(), zlink.Unavailable)
@@ -554,3 +588,43 @@ def test_an_instance_spot_that_closes_itself_while_its_move_waits_closes_and_sta
     assert "s" not in n2._runtime.spots
     assert n1.counters().get("relocated_out", 0) == 0
     senders.check_handled_once_in_order_on("node-1")
+
+
+def test_a_first_record_taken_by_a_move_that_is_withdrawn_stays_until_its_message_ran(
+    cluster, clock
+):
+    """execution-model §14 (cold activation): an Instance Spot's first record is cleared once
+    its message's handler ended, or moved with the Spot (the store's ``transfer`` clears it
+    in the commit's write). The source cleared it as soon as a move took its queue: when the
+    move was then withdrawn (python-api §8), the message ran on the source with no record
+    behind it, and a source that died in that handler left nothing for the next owner to
+    replay: the first message was lost."""
+    n1, _n2, n3 = cluster.nodes
+    c1 = n1.client()
+    for room in ("b1", "b2"):
+        c1.spots.get_or_create(room, "t.rw.room").wait(WAIT)
+    c1.send_to_spot("late", First()).instance_spot("t.rw.late").submit()
+    assert INITIALIZING.wait(WAIT)  # on one worker; its first message queued behind
+    c1.send_to_spot("b1", Block()).submit()
+    assert BLOCKING.wait(WAIT)  # the other worker
+    c1.send_to_spot("b2", Block()).submit()  # in the run queue: no worker is free
+    clock.advance(1.0)  # past the gate's batch budget: after on_initialize it goes to the
+    INIT_GO.set()  # back of the run queue, behind b2, ready, its first message queued
+    act = n1._runtime.spots["late"]
+    until(lambda: act.state.value == "ready", "the Instance Spot is ready")
+    mover = Mover(n1, "late", "node-2", timeout=10.0)
+    assert mover.sealed.wait(WAIT)
+    BLOCK.set()  # the barrier turn first: the queue, the first message in it, leaves
+    assert RESTORING.wait(WAIT)
+    clock.advance(10.0)
+    assert isinstance(mover.result(), zlink.DeadlineExceeded)  # withdrawn: it runs here
+    assert FIRST_RUNNING.wait(WAIT)  # the first message's handler runs on node-1, and hangs
+    RESTORE_GO.set()
+    n1.wait_idle(WAIT)
+    found = cluster.store.lookup("late")
+    assert found is not None and found.first is not None, (
+        f"the first record was cleared before its message ran: {found}"
+    )
+    cluster.store.unregister_node("node-1", n1.incarnation)  # node-1 dies in that handler
+    n3.client().send_to_spot("late", First()).instance_spot("t.rw.late").wait(WAIT)
+    until(lambda: LOG.count("first@node-3") == 2, "the record replayed, then the new message")

@@ -517,16 +517,18 @@ class Outbound(RelocatorState):
     ) -> tuple[wire.RelocJob, ...]:
         """Everything queued behind the barrier, in order, as it will be queued on the target
         (a tick's times as spans before ``now``); the items themselves are kept in
-        ``out.taken`` (see :meth:`_put_back`)."""
-        from ..runtime.jobs import BatchJob, RecordedJob, SendJob
+        ``out.taken`` (see :meth:`_put_back`). An Instance Spot's first record whose message
+        is among them is not cleared here (execution-model §14): the commit's ``transfer``
+        clears it, or, if the move is withdrawn, its handler here once it ends (cleared when
+        the move took the queue, a source that then died in that handler left nothing to
+        replay)."""
+        from ..runtime.jobs import BatchJob, SendJob
 
         jobs: list[wire.RelocJob] = []
         taken: list[Any] = []
         for item in obj.owner.drain():
             if isinstance(item, Job) and item.lane != Lane.UNRESERVED:  # reserved again on arrival
                 obj.owner.lanes.release(item.lane, item.size, item.count)
-            if isinstance(item, RecordedJob):  # a first record leaves with its Spot: cleared
-                item.ran()  # here first (the target runs it as any message: at most once)
             if isinstance(item, SendJob):  # a MessageJob is one too
                 corr = None
                 if item.reply is not None:  # its caller waits here: the target answers us
