@@ -120,7 +120,8 @@ class LocationStore(Protocol):
 
         The first record (execution-model §14, cold activation) is cleared in the same
         write: a Spot moves once its first message ran, or with that message in its queue
-        (cleared as it left: ``Outgoing`` runs it at most once). A clear of the source's
+        (then cleared here only: a move withdrawn runs it on the source, whose handler's end
+        clears it, and one that died in that handler leaves it to replay). A clear of the source's
         that failed, or is under way, is so never left behind (a review: one retried after
         the move found the Spot gone, and the next owner after the target ran it again)."""
         ...
