@@ -17,6 +17,7 @@ import pytest
 import zlink
 from tests.conftest import WAIT, held_at, infra_sync, until
 from zlink.mesh import wire
+from zlink.mesh.outbox import Room
 from zlink.messaging.completion import Completion
 from zlink.testing import LocalCluster
 
@@ -215,8 +216,8 @@ def test_a_batch_that_waited_for_the_outbox_goes_on_when_its_path_changed_kind(
         router = n2._runtime.router
         waits: list[Any] = []
         monkeypatch.setattr(router.outbox, "has_room", lambda *args: False)  # full, and
-        monkeypatch.setattr(router.outbox, "wait_room", lambda _peer, go, _target: bool(
-            waits.append(go)))  # the batch waits  # fmt: skip
+        monkeypatch.setattr(router.outbox, "wait_room", lambda _peer, go, _target, _bound: (
+            waits.append(go) or Room.WAITS))  # the batch waits  # fmt: skip
         batch = c2.send_many_to_spot("x", [Add(seq=1), Add(seq=2)]).future()
         until(lambda: waits, "the batch to wait for room in the outbox")
         monkeypatch.undo()

@@ -23,6 +23,7 @@ import pytest
 import zlink
 from tests.conftest import WAIT, fill, held_at, infra_sync, until
 from zlink.mesh import wire
+from zlink.mesh.outbox import Room
 from zlink.mesh.transport import Channel
 from zlink.messaging.calls import SendCall
 from zlink.runtime import routing
@@ -691,7 +692,7 @@ def test_an_accepted_send_that_meets_a_full_outbox_waits_with_no_deadline(
         call = SendCall(n1._runtime, TargetKind.SPOT, "room", Add(sender="s", seq=0))
         room = router._accepted_room(call)
         monkeypatch.setattr(router.outbox, "has_room", lambda *args: False)  # full, and
-        monkeypatch.setattr(router.outbox, "wait_room", lambda *args: False)  # it waits
+        monkeypatch.setattr(router.outbox, "wait_room", lambda *args: Room.WAITS)  # it waits
         assert router._outbox_room(call, None, room, "node-2", True) is False
         assert room.timer is None, "an accepted send got an admission deadline"
         room.set(None, None)

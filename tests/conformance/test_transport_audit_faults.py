@@ -30,7 +30,7 @@ from tests.unit.test_zmq_transport_flow import (
 )
 from zlink.errors import Unavailable, ZLinkError
 from zlink.mesh import wire
-from zlink.mesh.outbox import Outbox, estimated_size
+from zlink.mesh.outbox import Outbox, Room, estimated_size
 from zlink.mesh.transport import Channel, InProcessTransport
 from zlink.mesh.zmq_transport import _HEADER, VERSION, MeshEndpoint, _Kind, identity
 
@@ -194,7 +194,7 @@ def test_abandon_lets_every_caller_waiting_for_room_go():
     theirs.run()
     assert outbox.put_if_room("b", _send(1)) and outbox.put_if_room("b", _send(2))
     called: list[str] = []
-    assert not outbox.wait_room("b", lambda: called.append("go"), "room-1")  # it waits
+    assert outbox.wait_room("b", lambda: called.append("go"), "room-1") is Room.WAITS
     outbox.abandon(Unavailable("node a shut down"))  # (on the infrastructure thread)
     ours.run()
     assert len(failures) == 2 and outbox.pending() == 0

@@ -11,7 +11,7 @@ import pytest
 
 from zlink.errors import InvalidArgument, ZLinkError
 from zlink.mesh import wire
-from zlink.mesh.outbox import Outbox, estimated_size
+from zlink.mesh.outbox import Outbox, Room, estimated_size
 from zlink.mesh.transport import Channel, InProcessTransport
 
 
@@ -86,7 +86,7 @@ def test_no_room_queues_nothing_and_a_waiter_is_never_overtaken() -> None:
     assert not outbox.put_if_room("b", _send(2))  # no room: refused, nothing queued
     assert outbox._bytes["b"] == one and len(outbox._queue) == 1
     went: list[str] = []
-    assert not outbox.wait_room("b", lambda: went.append("waiter"))
+    assert outbox.wait_room("b", lambda: went.append("waiter")) is Room.WAITS
     ours.run()  # the first goes out; its bytes come back; the waiter is let go first
     assert went == ["waiter"]
     outbox._going["b"] = 1  # (a waiter let go whose put has not happened yet)
@@ -204,7 +204,7 @@ def test_a_fail_fast_put_is_held_only_behind_calls_for_its_own_target() -> None:
         assert not outbox.put_if_room("b", _send(9), False, "room-1")  # still its turn
         outbox.put("b", _send(2))
 
-    assert not outbox.wait_room("b", go, "room-1")
+    assert outbox.wait_room("b", go, "room-1") is Room.WAITS
     assert not outbox.has_room("b", True)  # a caller that may wait: behind everyone
     assert not outbox.put_if_room("b", _send(3), False, "room-1")  # its own target waits
     assert outbox.put_if_room("b", _send(4), False, "room-2")  # another target's: it passes
@@ -215,7 +215,7 @@ def test_a_fail_fast_put_is_held_only_behind_calls_for_its_own_target() -> None:
     other: list[str] = []
     outbox.limit = 0  # nobody is let go
     withdrawn = lambda: other.append("never")  # noqa: E731
-    assert not outbox.wait_room("b", withdrawn, "room-3")
+    assert outbox.wait_room("b", withdrawn, "room-3") is Room.WAITS
     assert not outbox.put_if_room("b", _send(7), False, "room-3")
     assert outbox.cancel_wait("b", withdrawn)
     assert outbox.put_if_room("b", _send(8), False, "room-3") and other == []
@@ -260,7 +260,12 @@ def test_a_fence_behind_callers_waiting_for_room_is_announced_as_it_is_put() -> 
     outbox, ours, theirs, receiver, _failures = _outbox(limit=one)
     assert outbox.put_if_room("b", _send(1))
     went: list[str] = []
-    assert not outbox.wait_room("b", lambda: went.append("waiter") or outbox.put("b", _send(2)))
+
+    def waiter() -> None:
+        went.append("waiter")
+        outbox.put("b", _send(2))
+
+    assert outbox.wait_room("b", waiter) is Room.WAITS
     outbox.put_behind_waiters("b", _fence("a"))
     assert outbox.waiting("b") == 2  # the caller, then the fence
     ours.run()

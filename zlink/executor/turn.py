@@ -84,12 +84,17 @@ class Job:
     that ``finish()`` of a turn that ended normally with no Defer() barrier has nothing to do,
     and that it is one item of the application lane: the gate then runs it without the general
     turn machinery (a one-way message), and the light jobs queued behind it back to back.
+
+    A ``whole`` job's turn is one that nothing else of its gate may overtake: a Yield in it
+    waits keeping the gate, as a plain ``await`` does (§3; a lifecycle callback before which,
+    or after which, nothing of its Spot runs).
     """
 
     __slots__ = ("at", "size")
     lane = APPLICATION  # a job of another lane (or several) keeps a ``lane`` slot of its own
     count = 1  # lane items it reserved (a batch reserves one per message)
     light = False
+    whole = False
 
     def __init__(self, size: int = 0) -> None:
         self.size = size

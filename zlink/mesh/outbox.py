@@ -44,6 +44,7 @@ import typing
 from collections import deque
 from collections.abc import Callable
 from dataclasses import replace
+from enum import Enum
 
 from ..errors import Unavailable, ZLinkError
 from . import wire
@@ -109,6 +110,14 @@ def estimated_size(envelope: wire.Envelope) -> int:
     if isinstance(envelope, wire.RelocChunkEnvelope):
         return 2 * len(envelope.chunk) + 900
     return 900
+
+
+class Room(Enum):
+    """What ``Outbox.wait_room`` found for a caller that may wait."""
+
+    NOW = "now"  # room now: it goes
+    WAITS = "waits"  # it waits for room, in line
+    FULL = "full"  # as many calls for its target wait already: refused, nothing kept
 
 
 class Outbox:
@@ -247,13 +256,17 @@ class Outbox:
             and not self._going.get(peer)
         )
 
-    def wait_room(self, peer: str, go: Go, target: str = "") -> bool:
-        """``True``: there is room now (``go`` is not kept). ``False``: ``go`` (a call for
+    def wait_room(self, peer: str, go: Go, target: str = "", bound: int = 0) -> Room:
+        """``NOW``: there is room now (``go`` is not kept). ``WAITS``: ``go`` (a call for
         ``target``) waits, behind whoever waits already, until DATA for ``peer`` is under
-        ``limit`` again."""
+        ``limit`` again. ``FULL``: ``bound`` calls for ``target`` wait already (python-api
+        §9: waiters are bounded per target, ``NodeConfig.admission_waiters``; a probe had
+        any number of them wait here): nothing is kept."""
         with self._lock:
             if self._free(peer, self.limit):
-                return True
+                return Room.NOW
+            if bound and target and self._targets.get((peer, target), 0) >= bound:
+                return Room.FULL
             waiters = self._waiters.get(peer)
             if waiters is None:
                 waiters = self._waiters[peer] = deque()
@@ -262,7 +275,7 @@ class Outbox:
                 key = (peer, target)
                 self._targets[key] = self._targets.get(key, 0) + 1
                 self._target_of[go] = target
-            return False
+            return Room.WAITS
 
     def cancel_wait(self, peer: str, go: Go) -> bool:
         """Withdraw a waiter: ``True`` if it was still waiting (it will not be called)."""

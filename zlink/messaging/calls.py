@@ -31,13 +31,14 @@ from types import FunctionType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from ..durations import check_seconds, check_timeout
-from ..errors import Cancelled, InvalidArgument, InvalidOperation
+from ..errors import Cancelled, InvalidArgument, InvalidOperation, ZLinkError
 from ..executor import Suspension, current_turn, in_infrastructure
 from ..types import TargetKind
-from .completion import Admitted, Completion
+from .completion import ON_ITS_WAY, Admitted, Completion
 from .message import Message
 
 if TYPE_CHECKING:
+    from ..executor import Turn
     from .port import RuntimePort as Runtime
 
 T = TypeVar("T")
@@ -55,6 +56,19 @@ def _refuse_if_cancelled() -> None:
     turn = current_turn()
     if turn is not None and turn.cancelled is not None:
         raise turn.cancelled
+
+
+def _refuse_unstepped(turn: Turn) -> None:
+    """An ``await`` in a turn is stepped by the runtime only in the handler's own coroutine:
+    asyncio code that a ``def`` handler runs (``asyncio.run``) would be handed the runtime's
+    suspension (a probe's call was submitted, then its task died of "bad yield"). Refused
+    before anything is submitted, as ``wait()`` in a turn is (python-api §4, §16)."""
+    if turn.coro is None:
+        raise InvalidOperation(
+            "a ZLink call is awaited inside a handler's turn but outside its own coroutine "
+            "(asyncio code run by a def handler?): declare the handler async def and await "
+            "the call there, or submit() it"
+        )
 
 
 class WaitMode(Enum):
@@ -200,6 +214,8 @@ class _Completing(_Call, Generic[T]):
             return (yield from self._await_bridged())
         if turn.cancelled is not None:  # (``_refuse_if_cancelled``, inline: hot)
             raise turn.cancelled
+        if turn.coro is None:
+            _refuse_unstepped(turn)
         self._terminal()
         completion = self._submit(KEEP_TURN)
         return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
@@ -332,17 +348,23 @@ class _OneWay(_Call):
         own gate could end is ``InvalidOperation``. In asyncio code outside the runtime: wait
         for admission on the running loop, as ``future()`` does (python-api §10)."""
         self._attempt()
-        if current_turn() is None:
+        turn = current_turn()
+        if turn is None:
             _bridge_loop(f"`await {type(self).__name__}`")
             room = self._waiting(None, NO_WAIT)
             waiting = asyncio.wrap_future(room.future())
             try:
                 yield from waiting.__await__()
             except asyncio.CancelledError:  # given up: withdrawn if it still waits for room
-                room.abandon(Cancelled("the awaiting asyncio task was cancelled"))
-                raise
+                if room.abandon(Cancelled("the awaiting asyncio task was cancelled")):
+                    raise  # nothing was queued: the cancellation stands
+                with contextlib.suppress(ZLinkError):  # admitted as the task was cancelled
+                    room.wait(ON_ITS_WAY)  # (or its verdict on its way from another node)
+                    return None  # sent: a cancelled await means nothing was queued (as in
+                raise  # trio; a probe's caller took 186 sends it was told cancelled as unsent)
             return None
         _refuse_if_cancelled()
+        _refuse_unstepped(turn)
         room = self._waiting(None, KEEP_TURN)
         if not room.done:
             try:
@@ -441,6 +463,13 @@ class _Yielding(Generic[T]):
         if self._spent:
             raise InvalidOperation("a yield_() awaitable can be awaited once")
         self._spent = True
+        turn = current_turn()
+        if turn is not None:
+            _refuse_unstepped(turn)
+        if turn is not None and turn.job.whole:  # a lifecycle callback nothing may overtake:
+            _refuse_if_cancelled()  # it waits keeping the gate, as ``await call`` does
+            completion = self._call._submit(KEEP_TURN)
+            return (yield Suspension(False, completion.add_callback))  # type: ignore[no-any-return]
         rt = self._call._rt
         counted = rt.yield_begin()
         try:

@@ -203,6 +203,9 @@ class BatchJob(Job):
         turn.barriers = CLOSED  # each message closed its own scope
 
 
+_WHOLE = frozenset({"activation", "on_closing", "on_relocation_ready_completed"})
+
+
 class LifeJob(Job):
     """A lifecycle callback (or a framework step) on an owner's lifecycle lane (§7).
 
@@ -213,9 +216,17 @@ class LifeJob(Job):
     ``on_create``, ``on_initialize``). A framework step reports its failures through ``done``.
     A job discarded unrun is counted by ``discard_jobs`` (``lifecycle_skipped_<what>``), never
     as an error: ``done`` then sees ``skipped`` set and the discard's own error (``failure``).
+
+    An activation (constructor, ``on_create``, ``on_initialize``), ``on_closing`` and
+    ``on_relocation_ready_completed`` are ``whole``: a ``yield_()`` in them keeps the gate
+    (concepts "Lifecycle": ``on_initialize`` before any message; kotlin-spot-interface: held
+    messages and timers do not run before the relocation callback completes; python-api §11:
+    no continuation runs after ``on_closing``). A probe found messages run in the Yield of
+    each, and a continuation they started resume after ``on_closing`` had ended.
     """
 
-    __slots__ = ("act", "callback", "done", "fn", "lane", "overdue", "skipped", "step", "what")
+    __slots__ = ("act", "callback", "done", "fn", "lane", "overdue", "skipped", "step", "what",
+                 "whole")  # fmt: skip
 
     def __init__(
         self,
@@ -237,6 +248,7 @@ class LifeJob(Job):
         self.callback = callback
         self.skipped = False
         self.overdue = False  # on_closing cancelled at its deadline (counted as closing_overdue)
+        self.whole = what in _WHOLE
 
     def invoke(self) -> Any:
         return self.fn()

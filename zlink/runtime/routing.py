@@ -88,7 +88,7 @@ from ..mesh.location import (
     StaleOwner,
     take_left_row,
 )
-from ..mesh.outbox import ANNOUNCED, Announced, Outbox
+from ..mesh.outbox import ANNOUNCED, Announced, Outbox, Room
 from ..mesh.remote_errors import decode_error, encode_error
 from ..mesh.store_worker import StoreWorker
 from ..mesh.transport import Channel, Transport
@@ -934,6 +934,10 @@ class MeshRouter:
                 f"or calls for {call.target!r} wait for room in it; nothing was queued"
             )
         timed = room is not None and room.peer is None  # (a peer's, or accepted: it waits)
+        # bounded per target as a lane's waiters are (python-api §9), but for a peer's call
+        # (its node's pause bounds it) and a send its caller was told is accepted
+        peers = accepted or (room is not None and room.peer is not None)
+        bound = 0 if peers else self.rt.limits.waiters
         if room is None:
             room = self._room_for(call, reply)
 
@@ -958,8 +962,17 @@ class MeshRouter:
                 return
             room.set(None, None)
 
-        if outbox.wait_room(peer, go, call.target):
+        verdict = outbox.wait_room(peer, go, call.target, bound)
+        if verdict is Room.NOW:
             return True
+        if verdict is Room.FULL:
+            self.rt.metrics.add("rejected_admissions")
+            if reply is not None and reply.timer is not None:
+                reply.timer.cancel()
+            raise ResourceExhausted(
+                f"the outbound queue to node {peer!r} is full and {bound} callers already wait"
+                f" for room in it for {call.target!r}; nothing was queued"
+            )
         room.withdraw = functools.partial(outbox.cancel_wait, peer, go)
         self.rt.metrics.add("admission_waits")
         if reply is None and timed and room.timer is None:
