@@ -600,27 +600,28 @@ def test_a_first_record_taken_by_a_move_that_is_withdrawn_stays_until_its_messag
     behind it, and a source that died in that handler left nothing for the next owner to
     replay: the first message was lost."""
     n1, _n2, n3 = cluster.nodes
-    c1 = n1.client()
-    for room in ("b1", "b2"):
-        c1.spots.get_or_create(room, "t.rw.room").wait(WAIT)
-    c1.send_to_spot("late", First()).instance_spot("t.rw.late").submit()
-    assert INITIALIZING.wait(WAIT)  # on one worker; its first message queued behind
-    c1.send_to_spot("b1", Block()).submit()
-    assert BLOCKING.wait(WAIT)  # the other worker
-    c1.send_to_spot("b2", Block()).submit()  # in the run queue: no worker is free
-    clock.advance(1.0)  # past the gate's batch budget: after on_initialize it goes to the
-    INIT_GO.set()  # back of the run queue, behind b2, ready, its first message queued
+    n1.client().send_to_spot("late", First()).instance_spot("t.rw.late").submit()
+    assert INITIALIZING.wait(WAIT)
     act = n1._runtime.spots["late"]
-    until(lambda: act.state.value == "ready", "the Instance Spot is ready")
-    mover = Mover(n1, "late", "node-2", timeout=10.0)
-    assert mover.sealed.wait(WAIT)
-    BLOCK.set()  # the barrier turn first: the queue, the first message in it, leaves
+    until(lambda: act.owner.lanes.reserved()[0] == 1, "its first message queued behind")
+    movers: list[Mover] = []
+
+    def move_once_ready(_value: object, _error: BaseException | None) -> None:
+        # (on the worker, ready, before the gate moves on to the first message)
+        movers.append(Mover(n1, "late", "node-2", timeout=10.0))
+        assert movers[0].sealed.wait(WAIT)  # the barrier goes first, then the queue leaves
+
+    assert act.activated is not None
+    act.activated.add_callback(move_once_ready)
+    INIT_GO.set()
+    until(lambda: movers, "the move asked for")
+    mover = movers[0]
     assert RESTORING.wait(WAIT)
     clock.advance(10.0)
     assert isinstance(mover.result(), zlink.DeadlineExceeded)  # withdrawn: it runs here
     assert FIRST_RUNNING.wait(WAIT)  # the first message's handler runs on node-1, and hangs
     RESTORE_GO.set()
-    n1.wait_idle(WAIT)
+    n1._runtime.router.store_worker.call(lambda: None).wait(WAIT)  # its writes so far made
     found = cluster.store.lookup("late")
     assert found is not None and found.first is not None, (
         f"the first record was cleared before its message ran: {found}"
@@ -628,3 +629,4 @@ def test_a_first_record_taken_by_a_move_that_is_withdrawn_stays_until_its_messag
     cluster.store.unregister_node("node-1", n1.incarnation)  # node-1 dies in that handler
     n3.client().send_to_spot("late", First()).instance_spot("t.rw.late").wait(WAIT)
     until(lambda: LOG.count("first@node-3") == 2, "the record replayed, then the new message")
+    FIRST_HOLD.set()
