@@ -51,7 +51,7 @@ from .mesh.store_worker import StoreWorker
 from .mesh.stores import open_store
 from .mesh.transport import Transport
 from .mesh.zmq_transport import ZmqTransport
-from .messaging.calls import outside_only
+from .messaging.calls import check_id, outside_only
 from .messaging.completion import Admitted, Completion, expire
 from .messaging.context import Client
 from .relocation.relocator import Relocator
@@ -561,6 +561,8 @@ class Node:
                 f"relocate_spot takes a Spot id and a node id (str), got "
                 f"{type(spot_id).__name__} and {type(target).__name__}"
             )
+        check_id("a Spot id", spot_id)  # (an empty target was Unavailable, a probe found)
+        check_id("a target node id", target)
         rt = self._rt
         if self._relocator is None:
             raise InvalidOperation("relocation needs a mesh (store and transport)")
@@ -598,6 +600,10 @@ class Node:
         budget = self._move_budget(timeout)
         end = time.monotonic() + budget
         self._draining = True  # (``not_serving``: from now on, before any move)
+        if self._client_server is not None:  # a new client goes to another node it was given
+            self._client_server.refuse_hellos(
+                f"node {self.node_id} is draining: connect to another node of the mesh"
+            )
         if self._relocator is not None:  # nothing moves here from now on; what is on its
             self._relocator.refuse_arrivals(f"node {self.node_id} is draining")  # way lands
             self._relocator.wait_arrivals(budget)  # first, and moves on with the rest
@@ -766,6 +772,8 @@ class Node:
         end = time.monotonic() + timeout
         graceful = end - min(1.0, timeout / 10)  # the rest: for what the forced stop wakes
         moves_until = 0.0
+        if self._client_server is not None:  # a new client goes to another node it was given
+            self._client_server.refuse_hellos(f"node {self.node_id} is shutting down")
         if self._relocator is not None:  # a move to a node that stops would be closed here
             self._relocator.refuse_arrivals(f"node {self.node_id} is shutting down")
             moves_until = self._end_moves(graceful)

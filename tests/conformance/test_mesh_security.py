@@ -231,3 +231,28 @@ def test_a_node_without_the_mesh_keys_says_its_handshakes_fail(
         said = next(r for r in caplog.records if mine in r.getMessage())
         assert said.levelname == "ERROR"
         assert "tcp://127.0.0.1:" in said.getMessage() and "keys" in said.getMessage(), said
+
+
+def test_a_node_and_a_client_each_given_only_what_they_need_are_served(tmp_path: Path) -> None:
+    """docs/guide/mesh.md "Security": a node needs ``mesh.key``, ``mesh.key_secret`` and the
+    clients' public keys; a client needs ``mesh.key`` and its own pair, never the mesh's
+    secret nor another client's (a probe found the guide saying to give clients the whole
+    folder)."""
+    full = tmp_path / "keys"
+    mesh_keys.generate(full, ["alice", "bob"])
+    node_dir, alice_dir = tmp_path / "node", tmp_path / "alice"
+    (node_dir / "clients").mkdir(parents=True)
+    (alice_dir / "clients").mkdir(parents=True)
+    for name in ("mesh.key", "mesh.key_secret", "clients/alice.key", "clients/bob.key"):
+        (node_dir / name).write_bytes((full / name).read_bytes())
+    for name in ("mesh.key", "clients/alice.key", "clients/alice.key_secret"):
+        (alice_dir / name).write_bytes((full / name).read_bytes())
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    with _node("n1", store, node_dir) as n1:
+        assert n1.address is not None
+        with zlink.connect(n1.address, keys=alice_dir, client="alice") as alice:
+            alice.spots.get_or_create("room", "mp.room").wait(10)
+            alice.send_to_spot("room", Bump(sender="alice", seq=0)).wait(10)
+            assert alice.request_to_spot("room", Total()).timeout(5).wait(10) == 1
+        with pytest.raises(zlink.InvalidArgument):  # bob's pair is not in alice's folder
+            zlink.connect(n1.address, timeout=1.0, keys=alice_dir, client="bob")

@@ -367,8 +367,14 @@ def run(
         if shutdown_timeout is not None:
             check_seconds(shutdown_timeout, "--shutdown-timeout")
     if nodes is not None:
-        with _user_errors():  # a bad --admin: one line
+        with _user_errors():  # a bad --admin or --store: one line
             admin_port = None if admin is None else parse_address(admin)[1]
+            if store == "memory":  # each process its own: K meshes of one node, each making
+                raise InvalidArgument(  # the same ids (a probe's split brain)
+                    '--nodes K needs a store its processes share: "memory" is a store of one '
+                    "process; give sqlite:///PATH or redis://HOST:PORT/DB, or no --store (a "
+                    "SQLite file made for this run)"
+                )
         if admin is not None and admin_port != 0:
             typer.echo(f"--admin {admin} is not served: {nodes} nodes cannot share one port"
                        " (port 0 gives each node one of its own)", err=True)  # fmt: skip

@@ -897,8 +897,18 @@ class _Connection:
     def _on_welcome(self, f: cw.Welcome) -> None:
         items, size = self._own_window
         with self._lock:
-            if self._state is not _State.CONNECTING or f.correlation != 0:
+            if f.correlation == cw.PEERS_CHANGED and self._state is _State.UP:
+                notice = True  # the nodes its node reaches changed: where it may go again
+            elif self._state is not _State.CONNECTING or f.correlation != 0:
                 self.counters.add("unexpected_frames")
+                return
+            else:
+                notice = False
+        if notice:
+            self.peers = self._checked_peers(f.peers)
+            return
+        with self._lock:
+            if self._state is not _State.CONNECTING:  # (lost meanwhile)
                 return
             self._limits = _Limits(
                 f.node_id,
@@ -912,14 +922,18 @@ class _Connection:
                 min(max(0.0, f.reply_grace), 60.0),  # (a node's word: bounded)
             )
             self._state = _State.UP
+        self.peers = self._checked_peers(f.peers)
+        self._answered.set()
+
+    def _checked_peers(self, endpoints: tuple[str, ...]) -> tuple[str, ...]:
+        """A node's word on its peers' client endpoints: each checked, a bad one counted."""
         peers: list[str] = []
-        for endpoint in f.peers:  # (a node's word: each checked, a bad one counted)
+        for endpoint in endpoints:
             try:
                 peers.append(check_endpoint(endpoint))
             except InvalidArgument:
                 self.counters.add("bad_peer_endpoints")
-        self.peers = tuple(peers)
-        self._answered.set()
+        return tuple(peers)
 
     def _on_reply(self, f: cw.Reply) -> None:
         with self._lock:

@@ -8,9 +8,10 @@ Spot). ``Failover`` is the client's ``RuntimePort``: each call goes to the curre
 Guarantees / assumes:
 * Opening tries the endpoints in the order given, each within its share of the connect
   timeout left; the first node that answers the handshake is the connection. Its ``WELCOME``
-  names the client endpoints of the other nodes of its mesh it reaches: a reconnect tries
-  those too, after the ones given (as Orleans' gateway list, or Akka's cluster client that
-  learns the receptionists from its initial contacts).
+  names the client endpoints of the other nodes of its mesh it reaches, and it names them
+  again whenever those change: a reconnect tries those too, after the ones given (as
+  Orleans' gateway list, or Akka's cluster client that learns the receptionists from its
+  initial contacts and refreshes them).
 * A lost connection (the node's goodbye, a dropped TCP connection, heartbeats unanswered)
   fails what was pending on it with ``Unavailable`` at once, as it always did (its sends then
   counted as ``sends_unconfirmed_connection_lost``). With ``reconnect`` (the default), a
@@ -102,7 +103,8 @@ class Connection(RuntimePort, Protocol):
 
     @property
     def peers(self) -> tuple[str, ...]:
-        """The other nodes' client endpoints its node named when it was opened."""
+        """The other nodes' client endpoints its node named when it was opened, or since
+        (it names them again as the nodes it reaches change)."""
         ...
 
     def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
@@ -136,7 +138,6 @@ class Failover:
         counted: Callable[[str], None],
     ) -> None:
         self.given = endpoints
-        self._learned: tuple[str, ...] = ()  # what the current connection's node named
         self._make = make
         self._timeout = timeout
         self._reconnect = reconnect
@@ -151,8 +152,11 @@ class Failover:
 
     @property
     def endpoints(self) -> tuple[str, ...]:
-        """Where a reconnect looks: the endpoints given, then those the last node named."""
-        learned = tuple(e for e in self._learned if e not in self.given)
+        """Where a reconnect looks: the endpoints given, then those the last node named
+        (at the handshake, and since, as the nodes it reaches changed)."""
+        current = self._current
+        named = () if current is None else current.peers
+        learned = tuple(e for e in named if e not in self.given)
         return self.given + learned
 
     # -- opening, losing, reconnecting ------------------------------------------------------
@@ -169,7 +173,6 @@ class Failover:
                 continue
             with self._lock:
                 self._current = connection
-                self._learned = connection.peers
                 self._mesh = connection.mesh
             if connection.state != "up":  # lost in the moment since: reconnecting
                 self._lost()
@@ -281,7 +284,6 @@ class Failover:
             closed = self._closed.is_set()
             if not closed:
                 self._current = connection
-                self._learned = connection.peers
                 up = connection.state == "up"
                 if up:  # (counted before anyone waiting hears of it)
                     self._counted("reconnects")

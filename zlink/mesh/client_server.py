@@ -170,6 +170,7 @@ class ClientServer:
         self._conns: dict[bytes, _Conn] = {}  # under _lock
         self._known: OrderedDict[bytes, None] = OrderedDict()  # said HELLO (under _lock)
         self._closed = False  # (under _lock)
+        self._refusing: str | None = None  # why new clients are sent on (a drain, a stop)
 
     # -- the transport's side (infrastructure thread) -------------------------------------------
     def client_frame(self, client: bytes, data: bytes) -> None:
@@ -256,27 +257,54 @@ class ClientServer:
                 self._known.move_to_end(client)
                 while len(self._known) > _MAX_KNOWN_CLIENTS:
                     self._known.popitem(last=False)
-        if closed:
-            self._send(client, cw.Bye(f"node {s.node_id} shuts down"))
+        refusing = self._refusing
+        if closed or refusing is not None:  # (a client given other nodes tries them)
+            self._send(client, cw.Bye(refusing or f"node {s.node_id} shuts down"))
             return
         self._count("client_hellos")
         _log.debug("node %s: client %r says hello", s.node_id, hello.client)
-        self._send(
-            client,
-            cw.Welcome(
-                hello.correlation,
-                s.node_id,
-                s.mesh,
-                s.window_items,
-                s.window_bytes,
-                s.calls_in_flight,
-                s.admission_timeout,
-                s.request_timeout,
-                s.max_frame_bytes,
-                tuple(self._transport.client_endpoints()),
-                s.reply_grace,
-            ),
+        self._send(client, self._welcome(hello.correlation))
+
+    def _welcome(self, correlation: int) -> cw.Welcome:
+        s = self.settings
+        return cw.Welcome(
+            correlation,
+            s.node_id,
+            s.mesh,
+            s.window_items,
+            s.window_bytes,
+            s.calls_in_flight,
+            s.admission_timeout,
+            s.request_timeout,
+            s.max_frame_bytes,
+            tuple(self._transport.client_endpoints()),
+            s.reply_grace,
         )
+
+    def refuse_hellos(self, why: str) -> None:
+        """From now on a client's handshake is answered ``BYE`` with ``why`` (the node drains
+        or stops: a client given several endpoints tries the next; a probe's client given a
+        draining node and a serving one took the draining one, and every call failed for the
+        whole drain). Clients connected already stay until the node's stop says goodbye."""
+        with self._lock:
+            self._refusing = why
+
+    def peers_changed(self) -> None:
+        """(Infrastructure thread.) The nodes this node reaches changed: every client that
+        said hello hears their client endpoints (``WELCOME`` under ``PEERS_CHANGED``), where
+        it connects again should it lose this node. A probe's client, connected while its
+        node was alone, learned no node that joined later and was lost for good when its
+        node stopped (Akka's cluster client refreshes its contacts too)."""
+        with self._lock:
+            if self._closed:
+                return
+            known = list(self._known)
+        if not known:
+            return
+        frame = cw.encode(self._welcome(cw.PEERS_CHANGED))
+        self._count("client_peer_notices", len(known))
+        for client in known:
+            self._transport.send_client(client, frame)
 
     # -- connections --------------------------------------------------------------------------
     def _take_send(self, client: bytes, items: int, size: int) -> _Conn | None:

@@ -48,6 +48,8 @@ CLIENT_VERSION: Final = 3
 """The version every client frame carries; each side decodes its own version only."""
 
 HEADER: Final = struct.Struct("!BBI")  # version, kind, head length
+PEERS_CHANGED: Final = 2**63 - 1
+"""The correlation of a ``WELCOME`` a node sends unasked: the nodes it reaches changed."""
 _MAX_ID = 2**63 - 1  # seq and correlation numbers are 0 .. 2**63-1
 
 
@@ -146,7 +148,10 @@ class Welcome:
     """The largest frame the node takes."""
     peers: tuple[str, ...]
     """The client endpoints of the other nodes of its mesh it reaches now: where a client
-    may connect again if it loses this one (version 2)."""
+    may connect again if it loses this one (version 2). A node also sends a ``WELCOME``
+    unasked, under :data:`PEERS_CHANGED`, to the clients that said hello once the nodes it
+    reaches change: a client that is up takes its ``peers`` (one made before counts it as
+    unexpected)."""
     reply_grace: float
     """How much later than the client's deadline the node's own deadline for its call is:
     a call that ended at the client without its reply still counts at the node until it

@@ -9,6 +9,11 @@ Layout of a keys folder (``zlink keys generate DIR``), in ZeroMQ's certificate f
   (``zlink.connect(endpoint, keys=DIR, client=NAME)``). A node accepts the public keys found
   there when it starts; deleting a client's files and restarting the nodes revokes it.
 
+A node reads ``mesh.key``, ``mesh.key_secret`` and ``clients/*.key`` (no client's secret); a
+client reads ``mesh.key`` and its own pair (not the mesh's secret): each is given only those
+(docs/guide/mesh.md "Security"; a probe found the guide saying to give clients the whole
+folder, whose secrets let a client serve as a node or pose as another client).
+
 Guarantees / assumes: a folder that is missing, or lacks the mesh's secret, is refused with
 ``InvalidArgument`` when the node or client is built, never at the first connection; secrets are
 written readable by their owner only (0600).

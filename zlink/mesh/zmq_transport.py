@@ -155,6 +155,10 @@ class ClientLink(Protocol):
         """A frame from the client ``client`` (on the infrastructure thread)."""
         ...
 
+    def peers_changed(self) -> None:
+        """The peers that are up changed (on the infrastructure thread): clients hear."""
+        ...
+
 
 @dataclass(frozen=True)
 class MeshEndpoint:
@@ -1434,6 +1438,7 @@ class ZmqTransport:
         assert link is not None
         self._count("peers_connected")
         self._submit(link.peer_up, peer.node_id)
+        self._peers_changed()
         self._flush()
 
     def _down(self, peer: _Peer, why: str, lost_pipe: bool = False) -> None:
@@ -1480,6 +1485,14 @@ class ZmqTransport:
         _log.info("node %s: peer %s (incarnation %d) is down: %s", self._node_id,
                   peer.node_id, peer.incarnation, why)  # fmt: skip
         self._submit(self._gone, peer.node_id)
+        self._peers_changed()
+
+    def _peers_changed(self) -> None:
+        """The client endpoints ``client_endpoints`` names changed: the client server tells
+        its clients (on the infrastructure thread)."""
+        clients = self._client_link
+        if clients is not None:
+            self._submit(clients.peers_changed)
 
     def _held_to_session(self, peer: _Peer, held: list[bytes]) -> int:
         """DATA of ``peer``'s held here while this node paused it, as its record goes down:

@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -112,6 +113,8 @@ def play_processes(
                 client.close()
         for proc in procs:
             reports.append(_stop(proc))
+        shutil.rmtree(folder, ignore_errors=True)  # the store of this game only (a probe
+        # found one folder left behind per run)
     counters: dict[str, int] = {}
     for report in reports:
         for key, value in report.get("counters", {}).items():
