@@ -25,7 +25,11 @@ class SpotKind(IntEnum):
 
 
 class SpotCloseReason(IntEnum):
-    """Why a Spot is closing, with the contract values of the seed."""
+    """Why a Spot is closing, with the contract values of the seed.
+
+    ``RELOCATION_OUT`` is one of those values, and no ``on_closing`` hears it: a move calls
+    no callback on its source (kotlin-spot-interface: infrastructure relocation calls no
+    relocation callback); the Spot goes on, with its state, on the target."""
 
     EXPLICIT_CLOSE = 0
     HOST_SHUTDOWN = 1
