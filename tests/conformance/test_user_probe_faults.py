@@ -399,3 +399,49 @@ def test_relocate_spot_to_an_empty_node_id_is_invalid_argument() -> None:
         with pytest.raises(zlink.InvalidArgument):
             cluster.node(0).relocate_spot("r", "", timeout=1.0)
         assert "r" in cluster.node(0)._runtime.spots  # nothing moved, nothing sealed
+
+
+def test_a_client_of_a_draining_node_moves_to_another_and_its_pending_call_is_answered(
+    tmp_path,
+) -> None:
+    """The probe's fault 3, for a client connected already: its node drains (SIGTERM), and
+    every call it made was refused ("make them on another node") for the whole drain while
+    another node served. The node now says it goes away: the client connects to the other
+    node it learned (calls served there within moments), and the call it had running on the
+    draining node is still answered with its value on the connection left behind."""
+    pa, pb = _ports(2)
+    a = _node(tmp_path, "pa", pa, "--drain-timeout", "8")
+    b = _node(tmp_path, "pb", pb)
+    procs = [a, b]
+    try:
+        a.wait_line(r"serving"), b.wait_line(r"serving")
+        with zlink.connect(f"tcp://127.0.0.1:{pb}", timeout=5.0) as cb:
+            cb.spots.get_or_create("other", "pu.twin").wait(5)
+        client = zlink.connect(f"tcp://127.0.0.1:{pa}", timeout=5.0)
+        try:
+            client.spots.get_or_create("held", "pu.twin").wait(5)
+            deadline = time.monotonic() + 10
+            while f"tcp://127.0.0.1:{pb}" not in client._failover.endpoints:  # learned pb
+                assert time.monotonic() < deadline, "the client never learned pb"
+                time.sleep(0.05)
+            busy = client.request_to_spot("held", PuSlow(seconds=5)).timeout(20).future()
+            time.sleep(0.2)  # (the slow turn has started: it holds the drain's move)
+            os.kill(a.proc.pid, signal.SIGTERM)
+            t0 = time.monotonic()
+            served = None
+            while time.monotonic() - t0 < 10:
+                try:
+                    served = client.request_to_spot("other", PuWhere()).timeout(1).wait(2)
+                    if client._failover.current.node_id == "pb":
+                        break
+                except zlink.Unavailable:
+                    time.sleep(0.05)
+            took = time.monotonic() - t0
+            assert client._failover.current.node_id == "pb" and served == "pb", took
+            assert took < 2.5, f"moved to pb after {took:.1f} s of a drain"
+            assert busy.result(20) == "done"  # answered on the connection left behind
+        finally:
+            client.close()
+    finally:
+        for p in procs:
+            p.stop()

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import WAIT
+from tests.conftest import WAIT, until
 from zlink.errors import InvalidOperation, Unavailable
 from zlink.mesh.client_failover import Failover
 
@@ -33,6 +33,11 @@ class _Fake:
         self.peers = named.get(endpoint, ())  # what its node's WELCOME names
         self.retired = False
         self.said_goodbye = False  # its node's BYE ended it (a graceful stop)
+        self.going_away = False  # its node said it goes away (a drain)
+        self.pending = False  # something is pending on it
+
+    def busy(self) -> bool:
+        return self.pending
 
     def open(self, timeout: float, cancel: threading.Event | None = None) -> None:
         how = self._plan.pop(0) if self._plan else "fail"
@@ -62,8 +67,9 @@ def _failover(
     made: list[_Fake] = []
     counts: dict[str, int] = {}
 
-    def make(endpoint: str, lost: Callable[[], None]) -> Any:
+    def make(endpoint: str, lost: Callable[[], None], away: Callable[[], None]) -> Any:
         made.append(_Fake(endpoint, lost, plan, named or {}))
+        made[-1].away = away
         return made[-1]
 
     def count(name: str) -> None:
@@ -182,4 +188,40 @@ def test_a_node_that_said_goodbye_is_tried_last():
     made[0].lose()
     failover.wait_connected(WAIT)
     assert [c.endpoint for c in made[1:]] == [two]  # not the one that left
+    failover.close()
+
+
+def test_a_connection_whose_node_goes_away_is_replaced_and_closed_once_idle():
+    """A probe's client of a draining node had every call refused for the whole drain while
+    another node served: a node going away (``WELCOME`` under ``GOING_AWAY``) makes the
+    client connect to another node (the one going away last), and the connection left
+    behind ends once nothing is pending on it; its later loss starts no reconnect."""
+    first, second = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
+    failover, made, counts = _failover(["ok", "ok"], endpoints=(first,),
+                                       named={first: (second,)})  # fmt: skip
+    failover.open()
+    old = made[0]
+    old.pending = True  # a call it took is still being answered
+    old.going_away = True
+    old.away()
+    until(lambda: failover.current is not old and failover.current.state == "up", "moved on")
+    assert failover.current.endpoint == second and counts.get("moves_on_node_going_away") == 1
+    assert old.state == "up"  # it still answers what it took
+    old.pending = False
+    until(lambda: old.state == "closed", "the connection left behind closed once idle")
+    old.lose()  # its node's goodbye, later: not the calls' connection, so no reconnect
+    until(lambda: old.retired, "its threads end")
+    assert len(made) == 2 and failover.current.state == "up"
+    failover.close()
+
+
+def test_a_going_away_notice_of_a_connection_left_behind_changes_nothing():
+    first, second = "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"
+    failover, made, _counts = _failover(["ok", "ok"], endpoints=(first, second))
+    failover.open()
+    made[0].going_away = True
+    made[0].away()
+    until(lambda: len(made) == 2 and failover.current is made[1], "moved on")
+    made[0].away()  # (a repeat, from the one left behind)
+    assert len(made) == 2 and failover.current is made[1]
     failover.close()

@@ -106,6 +106,7 @@ if TYPE_CHECKING:
     )
 
 _log = logging.getLogger("zlink.client")
+_NOTICES = (cw.PEERS_CHANGED, cw.GOING_AWAY)  # WELCOMEs a node sends unasked
 
 _RECV_BATCH = 256  # frames read at once before they go to the completion thread
 _CLOSE_LINGER_MS = 1000  # how long close() lets queued frames get out
@@ -261,11 +262,14 @@ class _Connection:
         counters: _Counters | None = None,
         on_lost: Callable[[], None] | None = None,
         reconnecting: bool = False,
+        on_away: Callable[[], None] | None = None,
     ) -> None:
         self.endpoint = endpoint
         self._own_window = (window, window_bytes)
         self.counters = _Counters() if counters is None else counters
         self._on_lost = on_lost  # (completion thread) told once the connection is lost
+        self._on_away = on_away  # (completion thread) told once its node goes away
+        self.going_away = False  # its node drains or stops: it takes no new calls
         self.peers: tuple[str, ...] = ()  # the other nodes' client endpoints (WELCOME)
         self._after_loss = "; the client reconnects (wait_connected())" if reconnecting else ""
         self._lock = threading.Lock()
@@ -385,6 +389,11 @@ class _Connection:
         else:  # the last turn writes the goodbye, then closes the sockets on its thread
             self._io_done.wait(_CLOSE_LINGER_MS / 1000 + 5)
         self._infra.stop(5.0)
+
+    def busy(self) -> bool:
+        """Whether a call, a send or a wait for room is still pending on this connection."""
+        with self._lock:
+            return bool(self._calls or self._call_waiting or self._sends or self._waiting)
 
     def _take_all(self) -> tuple[list[_Pending], list[_InFlight], list[_Waiting]]:
         """(Under ``_lock``.) Empty every table: what a loss or a close fails."""
@@ -897,8 +906,8 @@ class _Connection:
     def _on_welcome(self, f: cw.Welcome) -> None:
         items, size = self._own_window
         with self._lock:
-            if f.correlation == cw.PEERS_CHANGED and self._state is _State.UP:
-                notice = True  # the nodes its node reaches changed: where it may go again
+            if f.correlation in _NOTICES and self._state is _State.UP:
+                notice = True  # the nodes its node reaches changed, or it goes away
             elif self._state is not _State.CONNECTING or f.correlation != 0:
                 self.counters.add("unexpected_frames")
                 return
@@ -906,6 +915,12 @@ class _Connection:
                 notice = False
         if notice:
             self.peers = self._checked_peers(f.peers)
+            if f.correlation == cw.GOING_AWAY and not self.going_away:
+                self.going_away = True
+                _log.info("client of node %s at %s: the node goes away (it drains or "
+                          "stops); connecting to another", self.node_id, self.endpoint)  # fmt: skip
+                if self._on_away is not None:
+                    self._on_away()
             return
         with self._lock:
             if self._state is not _State.CONNECTING:  # (lost meanwhile)
@@ -1266,9 +1281,9 @@ def connect(
     loaded = None if keys is None else ClientKeys.load(keys, client)
     counters = _Counters()
 
-    def make(at: str, lost: Callable[[], None]) -> _Connection:
+    def make(at: str, lost: Callable[[], None], away: Callable[[], None]) -> _Connection:
         return _Connection(at, window, window_bytes, heartbeat, loaded, counters, lost,
-                           reconnect)  # fmt: skip
+                           reconnect, away)  # fmt: skip
 
     failover = Failover(endpoints, make, timeout, reconnect, min(timeout, _ATTEMPT_TIMEOUT),
                         counters.add)  # fmt: skip

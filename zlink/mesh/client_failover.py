@@ -97,6 +97,15 @@ class Connection(RuntimePort, Protocol):
         ...
 
     @property
+    def going_away(self) -> bool:
+        """Whether its node said it goes away (it drains or stops): it takes no new calls."""
+        ...
+
+    def busy(self) -> bool:
+        """Whether a call, a send or a wait for room is still pending on it."""
+        ...
+
+    @property
     def counters(self) -> Counts:
         """The client's counters, shared by every connection it has had."""
         ...
@@ -120,9 +129,12 @@ class Connection(RuntimePort, Protocol):
         ...
 
 
-Opener = Callable[[str, Callable[[], None]], Connection]
-"""Makes a connection (not yet open) to an endpoint, which calls the function it is given
-once it is lost."""
+Opener = Callable[[str, Callable[[], None], Callable[[], None]], Connection]
+"""Makes a connection (not yet open) to an endpoint, which calls the first function it is
+given once it is lost, and the second once its node says it goes away."""
+
+_IDLE_LOOK = 0.05  # seconds between looks at a connection left behind, until it is idle
+_IDLE_MOST = 300.0  # ... and at most this long (its calls' deadlines end them before)
 
 
 class Failover:
@@ -182,10 +194,14 @@ class Failover:
     def _try(self, endpoint: str, timeout: float) -> Connection | str:
         """An open connection to ``endpoint``, or why there is none (a ``close()`` meanwhile
         ends its handshake wait within 50 ms)."""
+        made: list[Connection] = []  # (its callbacks name it: it may not be the current one)
         try:  # (making its sockets may fail too: no file descriptor left is EMFILE there;
-            connection = self._make(endpoint, self._lost)  # raised, it ended the reconnect
-        except Exception as exc:  # noqa: BLE001 - thread, and the client stayed lost for good)
+            connection = self._make(  # raised, it ended the reconnect thread, and the client
+                endpoint, lambda: self._lost_one(made), lambda: self._away(made)
+            )  # stayed lost for good)
+        except Exception as exc:  # noqa: BLE001 - one attempt's fault
             return self._attempt_failed(endpoint, exc)
+        made.append(connection)
         try:
             connection.open(timeout, self._closed)
         except Unavailable as exc:
@@ -212,6 +228,36 @@ class Failover:
         _log.warning("connecting to %s failed: %r", endpoint, exc)
         return f"{endpoint}: {exc!r}"
 
+    def _lost_one(self, made: list[Connection]) -> None:
+        """(A connection's own thread.) ``made[0]`` is lost: if it is not the one calls go to
+        (one left behind when its node went away), its threads end; else reconnect."""
+        with self._lock:
+            current = self._current
+        if made and current is not None and made[0] is not current:
+            threading.Thread(target=made[0].retire, name="zlink-client-retire",
+                             daemon=True).start()  # fmt: skip
+            return
+        self._lost()
+
+    def _away(self, made: list[Connection]) -> None:
+        """(A connection's own thread.) ``made[0]``'s node drains or stops: it takes no new
+        calls, and answers those it took. If it is the current connection, connect to another
+        node (the reconnect loop, which tries it last) and, once one is up, let this one end
+        when nothing is pending on it (``_install``); until then calls go to it (refused
+        with ``Unavailable``: "make them on another node"). A probe's clients of a draining
+        node had every call refused for the whole drain, another node serving."""
+        with self._lock:
+            if (
+                not made or made[0] is not self._current or not self._reconnect
+                or self._closed.is_set() or self._loop is not None
+            ):  # fmt: skip
+                return
+            self._counted("moves_on_node_going_away")
+            self._loop = threading.Thread(
+                target=self._reconnect_loop, name="zlink-client-reconnect", daemon=True
+            )
+            self._loop.start()
+
     def _lost(self) -> None:
         """(A connection's own thread, before its callers hear of the loss; or ``open``.)
         Start reconnecting, unless the client is closed or a loop runs already (it looks at
@@ -236,7 +282,8 @@ class Failover:
             endpoints = self.endpoints
         if lost is None:
             order = endpoints
-        elif lost.said_goodbye:  # it left (a graceful stop): the others first, it last
+        elif lost.said_goodbye or lost.going_away:  # it left, or goes (a graceful stop, a
+            # drain): the others first, it last
             order = (*[e for e in endpoints if e != lost.endpoint], lost.endpoint)
         elif lost.endpoint in endpoints:  # the lost one first, then the others in turn
             first = endpoints.index(lost.endpoint)
@@ -292,6 +339,9 @@ class Failover:
         if closed:
             connection.close()
             return False
+        if old is not None and up and old.state == "up":  # left behind as its node goes
+            threading.Thread(target=_close_when_idle, args=(old, self._closed),
+                             name="zlink-client-leave", daemon=True).start()  # fmt: skip
         return up
 
     def wait_connected(self, timeout: float | None) -> None:
@@ -388,6 +438,17 @@ class Failover:
 
     def actor_spot_id(self, actor_id: str) -> str:
         return self.current.actor_spot_id(actor_id)
+
+
+def _close_when_idle(connection: Connection, closed: threading.Event) -> None:
+    """(A thread of its own.) Close ``connection``, whose node goes away and which calls no
+    longer go to, once nothing is pending on it (its calls answered, its sends acknowledged),
+    it is lost, or the client closes; at most ``_IDLE_MOST`` seconds from now."""
+    end = time.monotonic() + _IDLE_MOST
+    while connection.state == "up" and connection.busy() and time.monotonic() < end:
+        if closed.wait(_IDLE_LOOK):
+            break
+    connection.close()
 
 
 __all__ = ["BACKOFF_FIRST", "BACKOFF_MOST", "Connection", "Counts", "Failover"]

@@ -282,12 +282,24 @@ class ClientServer:
         )
 
     def refuse_hellos(self, why: str) -> None:
-        """From now on a client's handshake is answered ``BYE`` with ``why`` (the node drains
-        or stops: a client given several endpoints tries the next; a probe's client given a
-        draining node and a serving one took the draining one, and every call failed for the
-        whole drain). Clients connected already stay until the node's stop says goodbye."""
+        """The node drains or stops: from now on a client's handshake is answered ``BYE``
+        with ``why`` (a client given several endpoints tries the next; a probe's client given
+        a draining node and a serving one took the draining one, and every call failed for
+        the whole drain), and every client that said hello hears it go away (``WELCOME``
+        under ``GOING_AWAY``, naming the other nodes): it connects to one of those and lets
+        this connection end once nothing is pending on it. What this node took it answers
+        as before; its stop says goodbye to those still connected."""
         with self._lock:
+            if self._closed or self._refusing is not None:
+                return
             self._refusing = why
+            known = list(self._known)
+        if not known:
+            return
+        frame = cw.encode(self._welcome(cw.GOING_AWAY))
+        self._count("client_going_away_notices", len(known))
+        for client in known:
+            self._transport.send_client(client, frame)
 
     def peers_changed(self) -> None:
         """(Infrastructure thread.) The nodes this node reaches changed: every client that
@@ -296,7 +308,7 @@ class ClientServer:
         node was alone, learned no node that joined later and was lost for good when its
         node stopped (Akka's cluster client refreshes its contacts too)."""
         with self._lock:
-            if self._closed:
+            if self._closed or self._refusing is not None:  # (it said it goes away)
                 return
             known = list(self._known)
         if not known:

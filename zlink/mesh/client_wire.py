@@ -50,6 +50,11 @@ CLIENT_VERSION: Final = 3
 HEADER: Final = struct.Struct("!BBI")  # version, kind, head length
 PEERS_CHANGED: Final = 2**63 - 1
 """The correlation of a ``WELCOME`` a node sends unasked: the nodes it reaches changed."""
+GOING_AWAY: Final = 2**63 - 2
+"""The correlation of a ``WELCOME`` a node sends unasked as it begins to drain or stop: it
+takes no new calls, answers those it took, and names the other nodes; a client connects to
+one of those and lets this connection end once nothing is pending on it (as HTTP/2's
+``GOAWAY``)."""
 _MAX_ID = 2**63 - 1  # seq and correlation numbers are 0 .. 2**63-1
 
 
