@@ -251,15 +251,14 @@ class ClientServer:
     def _on_hello(self, client: bytes, hello: cw.Hello) -> None:
         s = self.settings
         with self._lock:
-            closed = self._closed
-            if not closed:
+            closed = self._closed or self._refusing is not None
+            if not closed:  # (one answered BYE is not known: it hears nothing more)
                 self._known[client] = None
                 self._known.move_to_end(client)
                 while len(self._known) > _MAX_KNOWN_CLIENTS:
                     self._known.popitem(last=False)
-        refusing = self._refusing
-        if closed or refusing is not None:  # (a client given other nodes tries them)
-            self._send(client, cw.Bye(refusing or f"node {s.node_id} shuts down"))
+        if closed:  # (a client given other nodes tries them)
+            self._send(client, cw.Bye(self._refusing or f"node {s.node_id} shuts down"))
             return
         self._count("client_hellos")
         _log.debug("node %s: client %r says hello", s.node_id, hello.client)

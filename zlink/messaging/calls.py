@@ -346,7 +346,11 @@ class _OneWay(_Call):
     def __await__(self) -> Generator[Any, Any, None]:
         """In a handler: wait for room keeping the turn, then go on; a wait only this turn's
         own gate could end is ``InvalidOperation``. In asyncio code outside the runtime: wait
-        for admission on the running loop, as ``future()`` does (python-api §10)."""
+        for admission on the running loop, as ``future()`` does (python-api §10). A task
+        cancelled meanwhile raises ``CancelledError`` if the send was withdrawn (nothing
+        queued), returns if it was admitted, and raises ``CancelledError`` with a note if it
+        had left for another node whose verdict had not come (it may still be admitted, as
+        a ``wait()``'s ``DeadlineExceeded`` then says)."""
         self._attempt()
         turn = current_turn()
         if turn is None:
@@ -355,13 +359,17 @@ class _OneWay(_Call):
             waiting = asyncio.wrap_future(room.future())
             try:
                 yield from waiting.__await__()
-            except asyncio.CancelledError:  # given up: withdrawn if it still waits for room
+            except asyncio.CancelledError as cancelled:  # given up: withdrawn if it waits
                 if room.abandon(Cancelled("the awaiting asyncio task was cancelled")):
                     raise  # nothing was queued: the cancellation stands
                 with contextlib.suppress(ZLinkError):  # admitted as the task was cancelled
                     room.wait(ON_ITS_WAY)  # (or its verdict on its way from another node)
                     return None  # sent: a cancelled await means nothing was queued (as in
-                raise  # trio; a probe's caller took 186 sends it was told cancelled as unsent)
+                if not room.done:  # trio; a probe's caller took 186 sends it was told
+                    cancelled.add_note(  # cancelled as unsent). Left for another node, with
+                        "the send had left for another node, which may still admit it"
+                    )  # no verdict yet: as a wait's DeadlineExceeded, it may be admitted
+                raise
             return None
         _refuse_if_cancelled()
         _refuse_unstepped(turn)

@@ -1069,7 +1069,8 @@ class MeshRouter:
                 _check_kind(call, route)
                 if not hops:
                     self._check_peer_takes(call, route.node)
-                if not hops and not self._outbox_room(call, reply, room, route.node, True):
+                accepted = reply is None and room is None  # (a plain send: told so)
+                if not hops and not self._outbox_room(call, reply, room, route.node, accepted):
                     return  # it waits for room in the outbox now
                 self._post_call(call, reply, hops, route)
                 if room is not None:

@@ -967,7 +967,8 @@ class Runtime:
         if mode == KEEP_TURN and target.owner.gate is turn.owner.gate:
             raise InvalidOperation(
                 f"awaiting {target.name!r} from a turn that holds the gate it needs would wait on "
-                "itself; use `await call.yield_()` in a SpotWide Spot, or send without waiting"
+                "itself; use `await call.yield_()` in a SpotWide Spot's handler, or send without "
+                "waiting"
             )
         if target.owner is turn.owner and turn.owner.claim_on_yield:
             raise InvalidOperation(

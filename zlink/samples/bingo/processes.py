@@ -111,10 +111,11 @@ def play_processes(
         for client in clients:
             with contextlib.suppress(Exception):
                 client.close()
-        for proc in procs:
-            reports.append(_stop(proc))
-        shutil.rmtree(folder, ignore_errors=True)  # the store of this game only (a probe
-        # found one folder left behind per run)
+        try:
+            for proc in procs:
+                reports.append(_stop(proc))
+        finally:  # the store of this game only (a probe found one folder left per run)
+            shutil.rmtree(folder, ignore_errors=True)
     counters: dict[str, int] = {}
     for report in reports:
         for key, value in report.get("counters", {}).items():
