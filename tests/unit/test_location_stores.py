@@ -133,8 +133,8 @@ def test_transfer_bumps_authority_and_fences_the_old_owner(store: Any) -> None:
 
 
 def test_transfer_clears_the_first_record_in_the_same_write(store: Any) -> None:
-    """A move hands a Spot on once its first message ran, or with that message in its queue
-    (cleared as it left): the record goes with the move, so a clear of the source's that
+    """A move hands a Spot on once its first message ran (or with that message in its queue:
+    ``keep_first``, below): the record goes with the move, so a clear of the source's that
     failed is never left behind for a later owner to replay (execution-model §14; a review)."""
     store.reserve("inst-1", "spot", "game.inst", "n1", _incarnation(store, "n1"),
                   first=("t.note", '{"tag":"first"}'))  # fmt: skip
@@ -142,6 +142,20 @@ def test_transfer_clears_the_first_record_in_the_same_write(store: Any) -> None:
     moved = _transfer(store, "inst-1", "n1", 1, "n2")
     assert moved.first is None and store.lookup("inst-1").first is None
     assert not store.clear_first("inst-1", "n2", _incarnation(store, "n2"), 2)  # none left
+
+
+def test_transfer_keeps_the_first_record_moving_with_its_message(store: Any) -> None:
+    """``keep_first``: the first message moves in the Spot's queue, so its record moves with
+    it, for the target to clear once the handler ended (a review found a target that died
+    first leave nothing to replay: the message was lost; execution-model §14)."""
+    first = ("t.note", '{"tag":"first"}')
+    store.reserve("inst-1", "spot", "game.inst", "n1", _incarnation(store, "n1"), first=first)
+    moved = store.transfer("inst-1", "n1", _incarnation(store, "n1"), 1, "n2",
+                           _incarnation(store, "n2"), True)  # fmt: skip
+    assert moved.first == first and store.lookup("inst-1").first == first
+    assert (moved.owner_node, moved.authority_generation) == ("n2", 2)
+    assert store.clear_first("inst-1", "n2", _incarnation(store, "n2"), 2)  # the target's
+    assert store.lookup("inst-1").first is None
 
 
 def test_transfer_names_the_targets_incarnation_and_refuses_another(store: Any) -> None:

@@ -60,10 +60,10 @@ REQUEST = RequestEnvelope(
     instance=True, instance_type="t.w.room", correlation=17, deadline=2.5,
 )  # fmt: skip
 JOBS = (
-    RelocMessageJob("t.w.move", '{"x":2}', None, "sender-1", 9, None, None),
+    RelocMessageJob("t.w.move", '{"x":2}', None, "sender-1", 9, None, None, False),
     RelocTickJob("heartbeat", 4, 0.5, 0.25, 2),
-    RelocMessageJob("t.w.news", '{"n":1}', {"k": "v"}, None, None, "topic-a", None),
-    RelocMessageJob("t.w.move", '{"x":3}', None, None, None, None, "node-7"),
+    RelocMessageJob("t.w.news", '{"n":1}', {"k": "v"}, None, None, "topic-a", None, False),
+    RelocMessageJob("t.w.move", '{"x":3}', None, None, None, None, "node-7", True),
 )
 TIMERS = (
     RelocTimer("heartbeat", 0.5, OverrunPolicy.CATCH_UP_BOUNDED, 3, True, 0.3, 4, 2, 2),
@@ -238,7 +238,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 8
+    assert frame["version"] == WIRE_VERSION == 9
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -352,7 +352,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 7, 9, "8", 8.0, True, None, [8]])
+@pytest.mark.parametrize("version", [0, 1, 8, 10, "9", 9.0, True, None, [9]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

@@ -110,7 +110,7 @@ class LocationStore(Protocol):
 
     def transfer(
         self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
-        target_incarnation: int,
+        target_incarnation: int, keep_first: bool = False,
     ) -> Location:  # fmt: skip
         """Move authority to ``target``'s incarnation ``target_incarnation`` (relocation:
         the one that restored the move); the new authority generation is +1. Refused for a
@@ -119,11 +119,13 @@ class LocationStore(Protocol):
         what it restored: given the Spot, it would name an owner without it).
 
         The first record (execution-model §14, cold activation) is cleared in the same
-        write: a Spot moves once its first message ran, or with that message in its queue
-        (then cleared here only: a move withdrawn runs it on the source, whose handler's end
-        clears it, and one that died in that handler leaves it to replay). A clear of the source's
-        that failed, or is under way, is so never left behind (a review: one retried after
-        the move found the Spot gone, and the next owner after the target ran it again)."""
+        write, unless ``keep_first``: a Spot moves once its first message ran (its record
+        then goes here: a clear of the source's that failed, or is under way, is so never
+        left behind; a review found one retried after the move find the Spot gone, and the
+        next owner after the target ran the message again), or with that message in its
+        queue (``keep_first``: the record moves with it, and the target clears it once its
+        handler ended; one that dies first leaves it for the next owner to replay, as a
+        review found the message lost when the move had cleared it)."""
         ...
 
     def new_generation(
@@ -476,7 +478,7 @@ class InMemoryLocationStore:
 
     def transfer(
         self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
-        target_incarnation: int,
+        target_incarnation: int, keep_first: bool = False,
     ) -> Location:  # fmt: skip
         """See ``LocationStore.transfer``."""
         check_counters(incarnation, authority_generation, target_incarnation)
@@ -499,7 +501,7 @@ class InMemoryLocationStore:
                 owner_incarnation=to.incarnation,
                 authority_generation=found.authority_generation + 1,
                 lease_until=to.lease_until,
-                first=None,  # (see ``LocationStore.transfer``)
+                first=found.first if keep_first else None,  # (``LocationStore.transfer``)
             )
             self._locations[spot_id] = moved
             return moved

@@ -214,7 +214,7 @@ redis.call('DEL', P .. 'loc:' .. spot)
 return {'done'}
 """
 
-# ARGV: P, now, spot, node, incarnation, authority, target, target_incarnation
+# ARGV: P, now, spot, node, incarnation, authority, target, target_incarnation, keep_first
 _TRANSFER = """
 local now = now_of(ARGV[2])
 local spot, target = ARGV[3], ARGV[7]
@@ -229,7 +229,10 @@ if left then return {'recovering', left} end
 local authority = int(tonumber(found[5]) + 1)
 redis.call('HSET', P .. 'loc:' .. spot, 'owner_node', target, 'owner_incarnation', to[1],
   'authority_generation', authority)
--- the first record goes with the move (LocationStore.transfer)
+if ARGV[9] == '1' then  -- the first record moves with its message (LocationStore.transfer)
+  return {'moved', {found[1], found[2], target, to[1], authority, found[6], to[2], '1',
+    found[9], found[10]}}
+end
 redis.call('HDEL', P .. 'loc:' .. spot, 'first_type', 'first_payload')
 return {'moved', {found[1], found[2], target, to[1], authority, found[6], to[2], '1', '', ''}}
 """
@@ -590,7 +593,7 @@ class RedisLocationStore:
 
     def transfer(
         self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
-        target_incarnation: int,
+        target_incarnation: int, keep_first: bool = False,
     ) -> Location:  # fmt: skip
         """See ``LocationStore.transfer``."""
         answer = self._run(
@@ -601,6 +604,7 @@ class RedisLocationStore:
             _int(authority_generation),
             target,
             _int(target_incarnation),
+            "1" if keep_first else "",
         )
         verdict = answer[0]
         if verdict == "no_location":

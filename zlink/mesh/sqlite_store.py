@@ -445,7 +445,7 @@ class SqliteLocationStore:
 
     def transfer(
         self, spot_id: str, node: str, incarnation: int, authority_generation: int, target: str,
-        target_incarnation: int,
+        target_incarnation: int, keep_first: bool = False,
     ) -> Location:  # fmt: skip
         """See ``LocationStore.transfer``."""
         check_counters(incarnation, authority_generation, target_incarnation)
@@ -466,14 +466,20 @@ class SqliteLocationStore:
             self._check_claims(conn, now)
             conn.execute(
                 "UPDATE locations SET owner_node = ?, owner_incarnation = ?,"
-                " authority_generation = authority_generation + 1, first_type = NULL,"
-                " first_payload = NULL WHERE spot_id = ?",  # (``LocationStore.transfer``)
+                " authority_generation = authority_generation + 1 WHERE spot_id = ?",
                 (target, to[0], spot_id),
             )
+            if not keep_first:  # (``LocationStore.transfer``)
+                conn.execute(
+                    "UPDATE locations SET first_type = NULL, first_payload = NULL"
+                    " WHERE spot_id = ?",
+                    (spot_id,),
+                )
             return replace(
                 found, owner_node=target, owner_incarnation=int(to[0]),
                 authority_generation=found.authority_generation + 1,
-                lease_until=float(to[1]), owner_live=True, first=None,
+                lease_until=float(to[1]), owner_live=True,
+                first=found.first if keep_first else None,
             )  # fmt: skip
 
         return self._write(move)

@@ -56,8 +56,11 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 8
+WIRE_VERSION: Final = 9
 """The version every envelope carries; a node decodes its own version only.
+
+9: ``RelocMessageJob.first`` (an Instance Spot's first record moves with its message: the
+target clears it once its handler ended).
 
 8: ``RelocMessageJob.origin`` (the node a moving one-way message was admitted on: a target
 that discards it tells that node), ``DroppedEnvelope.count`` (a batch's discarded messages
@@ -215,6 +218,10 @@ class RelocMessageJob:
     """The node a one-way message was admitted on (its sender's node, or the first origin of
     one that came from another node), told if the target discards it unrun (python-api §9:
     counted at both ends); ``None`` for a request (its caller hears) or a published event."""
+    first: bool
+    """The message of the moving Instance Spot's first record (execution-model §14): the
+    record moved with it (``LocationStore.transfer``'s ``keep_first``), and the target clears
+    it once its handler ended (version 9)."""
 
 
 @dataclass(frozen=True, slots=True)

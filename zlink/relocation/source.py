@@ -518,11 +518,12 @@ class Outbound(RelocatorState):
         """Everything queued behind the barrier, in order, as it will be queued on the target
         (a tick's times as spans before ``now``); the items themselves are kept in
         ``out.taken`` (see :meth:`_put_back`). An Instance Spot's first record whose message
-        is among them is not cleared here (execution-model §14): the commit's ``transfer``
-        clears it, or, if the move is withdrawn, its handler here once it ends (cleared when
+        is among them is not cleared here (execution-model §14): it moves with its message
+        (``first_moves``: the commit's ``transfer`` keeps it) and the target clears it once
+        the handler ended, or, if the move is withdrawn, the handler here does (cleared when
         the move took the queue, a source that then died in that handler left nothing to
-        replay)."""
-        from ..runtime.jobs import BatchJob, SendJob
+        replay; cleared by the transfer, so did a target that died before it ran it)."""
+        from ..runtime.jobs import BatchJob, RecordedJob, SendJob
 
         jobs: list[wire.RelocJob] = []
         taken: list[Any] = []
@@ -538,11 +539,14 @@ class Outbound(RelocatorState):
                 origin = None  # a one-way message: where it was admitted, told of a
                 if corr is None and item.topic is None:  # discard there (§9: both ends)
                     origin = getattr(item, "origin", None) or self.rt.node_id
+                first = isinstance(item, RecordedJob)  # its record moves with it: the
+                if first:  # target clears it once its handler ended (a review found the
+                    out.first_moves.add(obj.name)  # message lost when its target died first)
                 jobs.append(_message_job(item.msg, item.meta, item.sender, corr, item.topic,
-                                         origin))  # fmt: skip
+                                         origin, first))  # fmt: skip
             elif isinstance(item, BatchJob):  # a batch moves as its messages, in order
                 origin = item.origin or self.rt.node_id
-                jobs += [_message_job(msg, None, item.sender, None, None, origin)
+                jobs += [_message_job(msg, None, item.sender, None, None, origin, False)
                          for msg in item.msgs]  # fmt: skip
             elif isinstance(item, TimerJob):  # a place on the lane: the target decides its
                 t = item.timer.pending_tick(item.at)  # tick when it runs (python-api §11)
@@ -691,12 +695,14 @@ class Outbound(RelocatorState):
         (:func:`_settle_write`), and while it cannot say, asked again (:meth:`_committed`)."""
         store, me, incarnation = self.router.store, self.rt.node_id, self.rt.incarnation
         target, theirs = out.target, out.target_incarnation
+        keep = frozenset(out.first_moves)
 
         def transfer() -> _Commit:  # store thread, no lock
             done = list(moved)
             for name, authority in claims[len(done) :]:
                 try:
-                    done.append(store.transfer(name, me, incarnation, authority, target, theirs))
+                    done.append(store.transfer(name, me, incarnation, authority, target, theirs,
+                                               name in keep))  # fmt: skip
                 except Exception as exc:  # noqa: BLE001 - what moved keeps its pointer
                     verdict, found = _settle_write(store, name, me, incarnation, authority,
                                                    target, theirs)  # fmt: skip
@@ -955,8 +961,8 @@ def _settles(done: Completion, seconds: float) -> bool:
 
 def _message_job(
     msg: Message, meta: dict[str, str] | None, sender: str | None, corr: int | None,
-    topic: str | None, origin: str | None,
+    topic: str | None, origin: str | None, first: bool,
 ) -> wire.RelocMessageJob:  # fmt: skip
     """A queued message as it moves: its wire form, headers, sender, reply route, topic,
-    and the node a one-way message was admitted on."""
-    return wire.RelocMessageJob(*to_wire(msg), meta, sender, corr, topic, origin)
+    the node a one-way message was admitted on, and whether it is its Spot's first record's."""
+    return wire.RelocMessageJob(*to_wire(msg), meta, sender, corr, topic, origin, first)

@@ -80,6 +80,9 @@ class Outgoing:
     # one's registration, which a put back keeps: ``TimerHandle``)
     timers: dict[str, TakenTimers] = field(default_factory=dict)
     corrs: list[int] = field(default_factory=list)
+    # the objects whose first record's message moves in their queue: their commit keeps the
+    # record in the store (``LocationStore.transfer``'s ``keep_first``), for the target
+    first_moves: set[str] = field(default_factory=set)
     # a PER_ACTOR Spot's timer gates, held by its barrier (none starts or resumes a callback)
     # until the move ends: a move that does not happen lets them go again
     timer_gates: list[Owner] = field(default_factory=list)

@@ -229,7 +229,7 @@ class Inbound(RelocatorState):
     def _queue_jobs(
         self, env: wire.RelocEnvelope, obj: SpotAct | ActorAct, jobs: tuple[wire.RelocJob, ...]
     ) -> None:
-        from ..runtime.jobs import MessageJob
+        from ..runtime.jobs import MessageJob, RecordedJob
 
         now = self.rt.clock.now()
         over = False
@@ -246,14 +246,31 @@ class Inbound(RelocatorState):
             if job.correlation is not None:  # its caller waits at the source: answer it there
                 reply = Completion()
                 reply.add_callback(partial(self.router.reply, env.source_node, job.correlation))
-            item = MessageJob(obj, handler, msg, reply, job.meta, job.sender, len(job.payload),
-                              job.topic)  # fmt: skip
+            item: MessageJob
+            if job.first:  # its Spot's first record moved with it: cleared here once its
+                # handler ended, at the authority the commit gave (execution-model §14)
+                item = RecordedJob(obj, handler, msg, reply, job.meta, job.sender,
+                                   len(job.payload), job.topic)  # fmt: skip
+                item.ran = partial(self._first_ran, obj)
+            else:
+                item = MessageJob(obj, handler, msg, reply, job.meta, job.sender,
+                                  len(job.payload), job.topic)  # fmt: skip
             if job.origin is not None and reply is None:  # a discard here is told where it
                 item.origin = job.origin  # was admitted (python-api §9: at both ends)
             item.at = now
             over |= obj.owner.lanes.put_app_moved(item, item.size)
         if over:  # taken all the same: it was admitted at the source
             self.rt.metrics.add("moved_past_lane_limit")
+
+    def _first_ran(self, obj: SpotAct | ActorAct) -> None:
+        """The handler of the first record's message that moved here ended: clear the record
+        (the source's commit kept it in the store for this)."""
+        from ..runtime.acts import SpotAct
+
+        assert isinstance(obj, SpotAct)  # (an Instance Spot's)
+        if obj.tenure is None:  # its tenure of the row: the object generation it moved with
+            obj.tenure = obj.ref.object_generation
+        self.router.first_ran(obj.name, obj.authority, obj.tenure)
 
     def on_commit(self, env: wire.RelocCommitEnvelope) -> None:
         with self._lock:

@@ -506,6 +506,11 @@ class MeshRouter:
             return
         self._recorded[target] = ran  # the first waiter, the call recorded, carries it
 
+    def first_ran(self, target: str, authority: int, tenure: int) -> None:
+        """The handler of ``target``'s first record's message that moved here ended: clear
+        the record (its source's commit kept it in the store for this node)."""
+        self._record_ran(target, authority, tenure)
+
     def _record_ran(self, target: str, authority: int, tenure: int) -> None:
         """The first record's handler ended: clear it in the store (on its thread), tried
         again on a store failure while the Spot's row is still the ``tenure`` that recorded
