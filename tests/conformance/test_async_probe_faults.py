@@ -167,6 +167,14 @@ def _init_app(log: list[str], ev: dict[str, threading.Event], where: str) -> zli
         def add(self, msg: PAdd) -> None:
             log.append(f"add {msg.n}")
 
+    _holding_api(app, ev)
+
+    return app
+
+
+def _holding_api(app: zlink.App, ev: dict[str, threading.Event]) -> None:
+    """The ``t.pa.api`` Channel: its ``hold`` sets ``held`` and answers once ``go`` is set."""
+
     @app.channel("t.pa.api")
     class Api:
         def __init__(self, context: zlink.ChannelContext) -> None:
@@ -177,8 +185,6 @@ def _init_app(log: list[str], ev: dict[str, threading.Event], where: str) -> zli
             ev["held"].set()
             assert ev["go"].wait(WAIT)
             return "ok"
-
-    return app
 
 
 @pytest.mark.parametrize("where", ["create", "init"])
@@ -282,6 +288,21 @@ async def _awaiting(call: Any) -> Any:
     return await call
 
 
+async def _outcomes(tasks: list[asyncio.Future[Any]]) -> list[str]:
+    """Each task's outcome now: ``admitted``, its error's type name, or ``waiting`` (then
+    cancelled, and all of them awaited)."""
+    out = []
+    for task in tasks:
+        if task.done():
+            exc = task.exception()
+            out.append(type(exc).__name__ if exc is not None else "admitted")
+        else:
+            out.append("waiting")
+            task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return out
+
+
 def test_asyncio_waits_for_room_in_the_outbox_to_another_node_are_bounded_per_target(
     clock: ManualClock,
 ) -> None:
@@ -314,16 +335,7 @@ def test_asyncio_waits_for_room_in_the_outbox_to_another_node_are_bounded_per_ta
                 ]
                 for _ in range(3):
                     await asyncio.sleep(0)  # each task submits: it waits or is refused
-                out = []
-                for task in tasks:
-                    if task.done():
-                        exc = task.exception()
-                        out.append(type(exc).__name__ if exc is not None else "admitted")
-                    else:
-                        out.append("waiting")
-                        task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                return out
+                return await _outcomes(tasks)
 
             outcome = asyncio.run(main())
             assert outcome.count("waiting") <= 2, outcome
@@ -363,16 +375,7 @@ def _signaled_app(log: list[str], ev: dict[str, threading.Event]) -> zlink.App:
             await self.context.outbound.request("t.pa.api", PHold(who="cb")).yield_()
             log.append(f"{completion.status.name} end")
 
-    @app.channel("t.pa.api")
-    class Api:
-        def __init__(self, context: zlink.ChannelContext) -> None:
-            self.context = context
-
-        @zlink.handler
-        def hold(self, req: PHold) -> str:
-            ev["held"].set()
-            assert ev["go"].wait(WAIT)
-            return "ok"
+    _holding_api(app, ev)
 
     return app
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import zlink
+from tests.conformance.test_async_probe_faults import _outcomes
 from tests.conftest import WAIT, fill
 
 
@@ -167,16 +168,7 @@ def test_awaited_sends_that_waited_for_the_store_are_not_bounded_in_the_outbox()
 
                 while settled() < n:  # each waits in the outbox, or is refused
                     await asyncio.sleep(0.002)
-                out = []
-                for task in tasks:
-                    if task.done():
-                        exc = task.exception()
-                        out.append(type(exc).__name__ if exc is not None else "admitted")
-                    else:
-                        out.append("waiting")
-                        task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                return out
+                return await _outcomes(tasks)
 
             outcome = asyncio.run(asyncio.wait_for(main(), WAIT))
             assert outcome.count("waiting") <= 2, outcome
