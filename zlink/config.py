@@ -146,6 +146,15 @@ class NodeConfig(BaseModel):
             raise ValueError("an id is printable: no control, format or line characters")
         return value
 
+    @field_validator("node_id")
+    @classmethod
+    def _check_node_id(cls, value: str) -> str:
+        """A node id has no ``@``: an Entry Spot's id is ``TYPE@NODE`` (a probe found entry
+        type ``lob@x`` on node ``y`` and entry type ``lob`` on node ``x@y`` share one id)."""
+        if "@" in value:
+            raise ValueError("a node id has no '@' (Entry Spot ids are TYPE@NODE)")
+        return value
+
     @field_validator("listen")
     @classmethod
     def _check_listen(cls, value: str | None) -> str | None:

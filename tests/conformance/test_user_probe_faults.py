@@ -445,3 +445,12 @@ def test_a_client_of_a_draining_node_moves_to_another_and_its_pending_call_is_an
     finally:
         for p in procs:
             p.stop()
+
+
+def test_a_node_id_with_an_at_sign_is_invalid_argument() -> None:
+    """An Entry Spot's id is ``TYPE@NODE``: entry type ``lob@x`` on node ``y`` and entry
+    type ``lob`` on node ``x@y`` would share the id ``lob@x@y`` (a probe's suspicion, both
+    names accepted). A node id has no ``@``."""
+    with pytest.raises(zlink.InvalidArgument, match="no '@'"):
+        zlink.NodeConfig(node_id="x@y")
+    assert zlink.NodeConfig(node_id="x-y").node_id == "x-y"
