@@ -21,6 +21,14 @@ Guarantees / assumes:
   until a node answers: that connection is the current one from then on (``reconnects``
   counted). What was pending is never resent (the node may have taken it: a caller retries
   when it knows it is safe), so per-sender order never spans two connections.
+* A node that drains or stops says it goes away (``WELCOME`` under ``GOING_AWAY``): the
+  reconnect loop then runs with that connection still up (it answers what it took), tries
+  it last, and once another node answers makes that one current; the one left behind is
+  closed once nothing is pending on it (``_close_when_idle``), or by ``close()``. A notice
+  heard before its connection was installed is acted on as it is installed. Calls made
+  meanwhile go to it and are refused; ``wait_connected`` waits. Per-sender order does not
+  span the move: what is on its way through the node left may run after what is sent
+  through the new one (docs/guide/mesh.md).
 * While no connection is up, a call fails at once with ``Unavailable``, saying the client is
   reconnecting; ``wait_connected`` blocks until one is up.
 * A client keeps to the mesh its first connection met (as an Orleans client keeps to its
@@ -161,6 +169,9 @@ class Failover:
         self._mesh: str | None = None  # the mesh the first connection met: the client's
         self._closed = threading.Event()
         self._loop: threading.Thread | None = None
+        # connections whose node goes away, replaced and not yet closed (each closes once
+        # idle, ``_close_when_idle``; ``close()`` closes those left)
+        self._left: set[Connection] = set()
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -188,6 +199,8 @@ class Failover:
                 self._mesh = connection.mesh
             if connection.state != "up":  # lost in the moment since: reconnecting
                 self._lost()
+            elif connection.going_away:  # its node said so before it was installed (a
+                self._away([connection])  # review: the notice was dropped then)
             return
         raise Unavailable("; ".join(reasons))
 
@@ -251,8 +264,7 @@ class Failover:
                 not made or made[0] is not self._current or not self._reconnect
                 or self._closed.is_set() or self._loop is not None
             ):  # fmt: skip
-                return
-            self._counted("moves_on_node_going_away")
+                return  # (one not installed yet: ``open`` and ``_install`` look again)
             self._loop = threading.Thread(
                 target=self._reconnect_loop, name="zlink-client-reconnect", daemon=True
             )
@@ -327,34 +339,45 @@ class Failover:
             old = self._current
         if old is not None:
             old.retire()  # (lost: a caller holding it still hears Unavailable)
+        leaving = (  # a move off a node that goes away, still up (else: a reconnect)
+            old is not None and old.going_away and old.state == "up"
+        )
         with self._lock:
             closed = self._closed.is_set()
+            up = left = False
             if not closed:
                 self._current = connection
-                up = connection.state == "up"
+                # one whose node said it goes away (before it was installed: a review) is
+                # current only until another answers: this loop goes on
+                up = connection.state == "up" and not connection.going_away
                 if up:  # (counted before anyone waiting hears of it)
-                    self._counted("reconnects")
+                    self._counted("moves_on_node_going_away" if leaving else "reconnects")
                     self._loop = None
                     self._changed.notify_all()
+                if old is not None and old.state == "up":  # its node goes away: closed
+                    left = True  # once idle, whatever its replacement (a review found one
+                    self._left.add(old)  # left open for good after a replacement was lost)
         if closed:
             connection.close()
             return False
-        if old is not None and up and old.state == "up":  # left behind as its node goes
-            threading.Thread(target=_close_when_idle, args=(old, self._closed),
+        if old is not None and left:
+            threading.Thread(target=self._close_when_idle, args=(old,),
                              name="zlink-client-leave", daemon=True).start()  # fmt: skip
         return up
 
     def wait_connected(self, timeout: float | None) -> None:
-        """Block until the current connection is up; ``DeadlineExceeded`` after ``timeout``
-        seconds, ``InvalidOperation`` once the client is closed, ``Unavailable`` at once once
-        it is lost for good (``reconnect=False``: a client probe's wait blocked for ever)."""
+        """Block until the current connection is up and its node takes calls (not one going
+        away: a review found this return at once while every call was refused);
+        ``DeadlineExceeded`` after ``timeout`` seconds, ``InvalidOperation`` once the client
+        is closed, ``Unavailable`` at once once it is lost for good (``reconnect=False``: a
+        client probe's wait blocked for ever)."""
         end = None if timeout is None else time.monotonic() + timeout
         with self._lock:
             while True:
                 if self._closed.is_set():
                     raise InvalidOperation("the client is closed")
                 current = self._current
-                if current is not None and current.state == "up":
+                if current is not None and current.state == "up" and not current.going_away:
                     return
                 if current is not None and not self._reconnect:
                     raise Unavailable(
@@ -369,7 +392,8 @@ class Failover:
                 self._changed.wait(_LOOK if left is None else min(left, _LOOK))
 
     def close(self) -> None:
-        """End reconnecting and close the current connection (safe twice)."""
+        """End reconnecting and close the current connection, and those left behind as their
+        node went away (safe twice; a review found one still open when this returned)."""
         with self._lock:
             self._closed.set()
             current, loop = self._current, self._loop
@@ -378,6 +402,22 @@ class Failover:
             current.close()
         if loop is not None and loop is not threading.current_thread():
             loop.join(self._attempt_timeout + 10.0)
+        with self._lock:
+            left, self._left = list(self._left), set()
+        for connection in left:
+            connection.close()
+
+    def _close_when_idle(self, connection: Connection) -> None:
+        """(A thread of its own.) Close ``connection``, whose node goes away and which calls
+        no longer go to, once nothing is pending on it (its calls answered, its sends
+        acknowledged), it is lost, or the client closes; at most ``_IDLE_MOST`` seconds."""
+        end = time.monotonic() + _IDLE_MOST
+        while connection.state == "up" and connection.busy() and time.monotonic() < end:
+            if self._closed.wait(_IDLE_LOOK):
+                break
+        with self._lock:
+            self._left.discard(connection)
+        connection.close()
 
     @property
     def current(self) -> Connection:
@@ -438,17 +478,6 @@ class Failover:
 
     def actor_spot_id(self, actor_id: str) -> str:
         return self.current.actor_spot_id(actor_id)
-
-
-def _close_when_idle(connection: Connection, closed: threading.Event) -> None:
-    """(A thread of its own.) Close ``connection``, whose node goes away and which calls no
-    longer go to, once nothing is pending on it (its calls answered, its sends acknowledged),
-    it is lost, or the client closes; at most ``_IDLE_MOST`` seconds from now."""
-    end = time.monotonic() + _IDLE_MOST
-    while connection.state == "up" and connection.busy() and time.monotonic() < end:
-        if closed.wait(_IDLE_LOOK):
-            break
-    connection.close()
 
 
 __all__ = ["BACKOFF_FIRST", "BACKOFF_MOST", "Connection", "Counts", "Failover"]

@@ -263,6 +263,10 @@ class ClientServer:
         self._count("client_hellos")
         _log.debug("node %s: client %r says hello", s.node_id, hello.client)
         self._send(client, self._welcome(hello.correlation))
+        with self._lock:
+            refusing = self._refusing
+        if refusing is not None:  # a drain began as it was answered: its notice may have
+            self._send(client, self._welcome(cw.GOING_AWAY))  # gone first, and been dropped
 
     def _welcome(self, correlation: int) -> cw.Welcome:
         s = self.settings
