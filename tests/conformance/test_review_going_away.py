@@ -126,6 +126,8 @@ def test_close_returns_only_once_the_connection_left_behind_is_closed():
     until(
         lambda: len(made) == 2 and failover.current is made[1] and made[1].state == "up", "moved on"
     )
+    # (its close is let go once it began: close() must wait for it, not time out)
+    threading.Thread(target=lambda: closing.wait(WAIT) and let_close.set(), daemon=True).start()
     try:
         failover.close()
         assert old.state == "closed", (
