@@ -267,7 +267,7 @@ def test_a_first_record_whose_clear_the_store_failed_once_is_not_run_again_elsew
     clock: ManualClock,
 ) -> None:
     """An Instance Spot's first message ran to its end on node-1; the one ``clear_first``
-    (routing.py ``_record_ran``) met a store blip and is never tried again, though node-1's
+    (routing.py ``record_ran``) met a store blip and is never tried again, though node-1's
     lease holds (only ``first_records_uncleared`` is counted). The record stays in the store
     for good; when node-1 later dies, the next owner "replays" a message that already ran:
     it runs twice (README: "A node that dies in between leaves the record", but this node

@@ -191,7 +191,7 @@ def test_a_retried_clear_first_does_not_clear_the_record_of_a_later_tenure(
     Spot closes (its release deletes the row) and a later tenure here claims it again at
     authority 1 with a first record of its own: the old ``clear_first(j, n1, inc, 1)``
     passes the fence and clears that record while its message has not run (the docstring of
-    ``_record_ran``: "a later tenure here, at authority 1 again, has a record of its own
+    ``record_ran``: "a later tenure here, at authority 1 again, has a record of its own
     that an old clear must not take"). A node that dies then loses that first message."""
     store = FlakyStore(clock)
     node = _node(store, clock)
@@ -232,7 +232,7 @@ def test_a_clear_first_that_failed_is_tried_again_after_the_spot_was_made_again_
     clock: ManualClock,
 ) -> None:
     """b6a8601 tries a failed ``clear_first`` again only while ``rt.spots.get(target) is act``
-    (routing.py ``_record_ran``), arguing that once the activation closed "its release took
+    (routing.py ``record_ran``), arguing that once the activation closed "its release took
     the record with its row". An Instance Spot that closes with calls to carry is made again
     in place (closing.py ``_reactivate``): no release, the row stays this node's at the same
     authority with the first record in it, but ``still()`` is now false, so a second store

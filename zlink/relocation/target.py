@@ -270,7 +270,7 @@ class Inbound(RelocatorState):
         assert isinstance(obj, SpotAct)  # (an Instance Spot's)
         if obj.tenure is None:  # its tenure of the row: the object generation it moved with
             obj.tenure = obj.ref.object_generation
-        self.router.first_ran(obj.name, obj.authority, obj.tenure)
+        self.router.record_ran(obj.name, obj.authority, obj.tenure)
 
     def on_commit(self, env: wire.RelocCommitEnvelope) -> None:
         with self._lock:

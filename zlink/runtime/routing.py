@@ -484,7 +484,7 @@ class MeshRouter:
             return
         if act.tenure is None:
             act.tenure = location.object_generation
-        ran = functools.partial(self._record_ran, target, location.authority_generation,
+        ran = functools.partial(self.record_ran, target, location.authority_generation,
                                 act.tenure)  # fmt: skip
         previous = held.previous if isinstance(held, Reservation) else None
         if previous is not None and previous.first is not None:  # left by an owner that died
@@ -506,13 +506,9 @@ class MeshRouter:
             return
         self._recorded[target] = ran  # the first waiter, the call recorded, carries it
 
-    def first_ran(self, target: str, authority: int, tenure: int) -> None:
-        """The handler of ``target``'s first record's message that moved here ended: clear
-        the record (its source's commit kept it in the store for this node)."""
-        self._record_ran(target, authority, tenure)
-
-    def _record_ran(self, target: str, authority: int, tenure: int) -> None:
-        """The first record's handler ended: clear it in the store (on its thread), tried
+    def record_ran(self, target: str, authority: int, tenure: int) -> None:
+        """The first record's handler ended (here, or on a move's target, whose source's
+        commit kept the record for it): clear it in the store (on its thread), tried
         again on a store failure while the Spot's row is still the ``tenure`` that recorded
         it (an audit found one failed clear leave the record for good, and the next owner ran
         the message again once this node died; a review found a retry take the record of a
