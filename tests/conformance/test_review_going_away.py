@@ -46,8 +46,8 @@ def test_a_going_away_notice_heard_before_the_connection_is_installed_still_move
     made_open = [open_then_go_away]
     try:
         _Fake.open = lambda self, t, c=None: made_open[0](self, t, c)  # type: ignore[method-assign]
-        failover.open()
-        assert failover.current is made[0] and made[0].going_away
+        failover.open()  # (the move may be over before it returns: 3.13t CI saw that)
+        assert made[0].going_away
         end = time.monotonic() + 2.0
         while failover.current is made[0] and time.monotonic() < end:  # (fake threads)
             time.sleep(0.01)
