@@ -235,6 +235,9 @@ class Timer:
     newest one (SKIP_LATE_TICKS) or, under CATCH_UP_BOUNDED, the oldest of the newest
     ``max_catch_up_ticks + 1`` (the others follow as ticks of their own); the periods before it
     are ``late_ticks``, counted once, per timer and in the node counter ``timer_late_ticks``.
+    The callbacks of one timer never overlap: one suspended in a Yield (its gate given back)
+    holds the next tick back until it ends, and the periods that pass meanwhile are owed, as
+    behind a slow handler (python-api §11).
 
     ``_lock`` guards ``next_due``, ``sequence``, the counts and ``undelivered``/``queued``: the
     infrastructure thread (:meth:`_fire`) and the gate (:meth:`deliver`) both write them; puts
@@ -341,9 +344,18 @@ class Timer:
                 return
 
     def tick_done(self) -> None:
-        """A delivered tick's turn ended."""
+        """A tick's turn ended. When no other tick of this timer is queued or running, the
+        periods owed by now are queued: a tick that found an earlier callback suspended
+        (:meth:`deliver`) left them owed, and they are due once that callback ended."""
+        rt = self.host.rt
         with self._lock:
             self.queued -= 1
+            if self.queued or self.cancelled or rt.stopping or rt.draining:
+                return  # (a tick still queued takes them; a drain leaves them owed)
+            now = rt.clock.now()
+            n = self._reserve(self._due(now))
+        if n:
+            self._put(n, now)
 
     def withdraw(self) -> None:
         """A queued tick left the lane undelivered (discarded, or moved to another node)."""
@@ -386,6 +398,9 @@ class Timer:
                 return None
             if rt.draining:  # the node drains (or fenced itself): no tick runs here now; the
                 return None  # periods stay owed, and go with a Spot that moves (its policy)
+            if self.queued - self.undelivered > 1:  # an earlier tick's callback is suspended
+                return None  # in a Yield: ticks never overlap; the periods stay owed until
+                # that callback ends (tick_done), as Orleans's timers wait for its task
             due = self._due(now)
             if due == 0:
                 return None
