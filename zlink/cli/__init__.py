@@ -182,6 +182,32 @@ _STOP_SIGNALS = tuple(
 )
 
 
+def _say(text: str, *, err: bool = False) -> None:
+    """One line for the operator of ``zlink run``, written at once. A reader that left (a
+    broken pipe: ``zlink run app | head -1``, a log shipper restarted) stops nothing: the
+    stream is pointed at the null device and the node serves on ("Logs" in
+    docs/guide/cli.md); before, the next line's ``BrokenPipeError`` stopped the node."""
+    stream = sys.stderr if err else sys.stdout
+    try:
+        stream.write(text + "\n")
+        stream.flush()
+    except BrokenPipeError:
+        _reader_left(stream)
+    except ValueError:  # (a stream closed in this process: nowhere to say it)
+        pass
+
+
+def _reader_left(stream: Any) -> None:
+    """Point ``stream``'s descriptor at the null device: what it holds and what follows go
+    nowhere, and the interpreter's flush at exit raises nothing."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(null, stream.fileno())
+        finally:
+            os.close(null)
+
+
 def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
     """SIGINT/SIGTERM/SIGHUP under ``zlink run``: the first starts the graceful stop (drain, then
     shutdown); another while it goes on exits at once, with 128 + the signal's number (130
@@ -376,7 +402,7 @@ def run(
                     "SQLite file made for this run)"
                 )
         if admin is not None and admin_port != 0:
-            typer.echo(f"--admin {admin} is not served: {nodes} nodes cannot share one port"
+            _say(f"--admin {admin} is not served: {nodes} nodes cannot share one port"
                        " (port 0 gives each node one of its own)", err=True)  # fmt: skip
             admin = None
         sys.exit(_run_many(target, factory, node_id, nodes, workers, listen, store, mesh,
@@ -413,14 +439,13 @@ def run(
         with node:
             if server is not None:
                 bound = server.address
-                typer.echo(f"admin on http://{bound[0]}:{bound[1]}", err=False)
+                _say(f"admin on http://{bound[0]}:{bound[1]}", err=False)
             if listen is not None:
-                typer.echo(f"node {node.node_id} listening on {node.address} ({config.store})")
+                _say(f"node {node.node_id} listening on {node.address} ({config.store})")
             if stop_with_stdin:  # its parent (zlink run --nodes) holds the other end
                 _stop_at_eof(stop, waker)
             _stop_when_superseded(node, stop, waker)
-            typer.echo(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
-            sys.stdout.flush()
+            _say(f"{node!r} serving {obj.describe()}; SIGINT or SIGTERM stops it")
             if ready_file is not None:  # its parent (zlink run --nodes) waits for it
                 with contextlib.suppress(OSError):
                     Path(ready_file).touch()
@@ -432,13 +457,13 @@ def run(
                 if drain:  # Spots that can move go to the other nodes first
                     drained = node.drain(drain_timeout)
                     summary["moved"], summary["stayed"] = len(drained.moved), len(drained.stayed)
-                    typer.echo(
+                    _say(
                         f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
                         f"{_why_stayed(drained.stayed)}"
                     )
                 else:  # --no-drain: none moves, so every Spot the node holds stays (and closes)
                     summary["stayed"] = node.status().spots
-                typer.echo(
+                _say(
                     "stopping: refusing new work, finishing running turns "
                     "(SIGINT or SIGTERM again exits at once)"
                 )
@@ -455,9 +480,9 @@ def run(
     said = _stop_summary(summary["moved"], summary["stayed"], lost)
     if lost:  # (also where a log, not the terminal, is read)
         _log.warning("node %s stopped: %s", node.node_id, said)
-    typer.echo(f"stopped: {said}")
+    _say(f"stopped: {said}")
     if node.superseded.is_set():  # one line, and a status a supervisor sees
-        typer.echo(f"Error: {node.not_serving()}", err=True)
+        _say(f"Error: {node.not_serving()}", err=True)
         raise typer.Exit(1)
 
 
@@ -470,13 +495,12 @@ def _started(node: Node, stop: threading.Event, waker: _SignalWaker) -> bool:
     done, failed = waker.spawn(node.start, "zlink-start")
     waker.wait_any(done, stop)
     if not done.is_set():  # a stop signal came first: the start gives up, then stops
-        typer.echo("stopping while the node starts (SIGINT or SIGTERM again exits at once)")
-        sys.stdout.flush()
+        _say("stopping while the node starts (SIGINT or SIGTERM again exits at once)")
         node.abandon_start()  # (no effect once it is past its Entry Spots: it then started,
         waker.wait(done)  # and stops as any node does, the signal seen)
     if failed:
         if isinstance(failed[0], Cancelled) and stop.is_set():
-            typer.echo("stopped before the node finished starting")
+            _say("stopped before the node finished starting")
             return False
         raise failed[0]
     return True
@@ -572,7 +596,7 @@ def _run_many(
     if store is None:
         folder = tempfile.mkdtemp(prefix="zlink-mesh-")
         store = f"sqlite:///{folder}/mesh.db"
-        typer.echo(f"Location Store: {store}")
+        _say(f"Location Store: {store}")
     summaries = Path(tempfile.mkdtemp(prefix="zlink-nodes-"))  # each child's stop summary
     base = listen or "tcp://127.0.0.1:0"
     host, _, port = base.rpartition(":")
@@ -607,18 +631,17 @@ def _run_many(
             start = _until_serving(procs, summaries, stop, f"{node_id}-")
             if start.error is not None:  # (its status is the run's, not the others' stop)
                 failed_start = start.status
-                typer.echo(f"Error: {start.error}; stopping the others", err=True)
+                _say(f"Error: {start.error}; stopping the others", err=True)
                 stop.set()
             elif start.serving:  # (not when a signal came first: they are stopping)
-                typer.echo(f"{count} node processes serving; SIGINT or SIGTERM stops them all")
-            sys.stdout.flush()
+                _say(f"{count} node processes serving; SIGINT or SIGTERM stops them all")
 
             def watch() -> None:  # one that ends by itself stops the rest
                 while not stop.is_set() and all(p.poll() is None for p in procs):
                     stop.wait(0.2)
                 for i, proc in enumerate(procs, 1):
                     if not stop.is_set() and proc.returncode is not None:  # it ended first
-                        typer.echo(f"node {node_id}-{i} (pid {proc.pid}) "
+                        _say(f"node {node_id}-{i} (pid {proc.pid}) "
                                    f"{_how_it_ended(proc.returncode)}; stopping the others",
                                    err=True)  # fmt: skip
                 stop.set()
@@ -646,7 +669,7 @@ def _run_many(
             shutil.rmtree(summaries, ignore_errors=True)
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
-    typer.echo(f"all nodes stopped: {summed}")
+    _say(f"all nodes stopped: {summed}")
     if failed_start is not None:  # the nodes did not all serve: the others were stopped
         return failed_start
     # a child a signal ended: 128 + its number, as a shell says (137 for SIGKILL); but one
