@@ -296,3 +296,41 @@ def test_mesh_lists_what_a_node_whose_lease_lapsed_still_owns(tmp_path: Path) ->
             store.reserve(spot, "spot", "game.room", "gone", gone)
     rows = _mesh(f"sqlite:///{path}")
     assert [(r["node_id"], r["owned"], r["state"]) for r in rows] == [("gone", 2, "lease lapsed")]
+
+
+@pytest.mark.timeout(60)
+def test_a_second_signal_during_a_nodes_stop_leaves_no_folder_and_no_node(tmp_path: Path) -> None:
+    """``zlink run --nodes K`` made its Location Store's folder and a folder for its nodes'
+    stop summaries; a second SIGTERM while the nodes stopped killed them and exited at once,
+    skipping the removal: two folders left in the temporary directory per such stop."""
+    import os
+
+    import psutil
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.unit.slow_stop_app:app", "--nodes", "2",
+         "--node-id", "s", "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    children: list[psutil.Process] = []
+    try:
+        _until(lines, "2 node processes serving", 45)
+        children = psutil.Process(proc.pid).children()
+        assert len(children) == 2
+        assert sorted(p.name.split("-")[1] for p in temp.iterdir()) == ["mesh", "nodes"]
+        proc.send_signal(signal.SIGTERM)
+        _until(lines, "stopping:", 15)  # a node's stop waits for its held worker call
+        proc.send_signal(signal.SIGTERM)  # again: at once
+        assert proc.wait(10) == 128 + signal.SIGTERM
+        _gone, alive = psutil.wait_procs(children, timeout=10)
+        assert alive == [], alive
+        assert list(temp.iterdir()) == [], "left behind by the run"
+    finally:
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        _stop(proc, reader)

@@ -606,10 +606,13 @@ def _run_many(
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
-        if stop.is_set():  # a second signal: kill them, then exit at once
-            for proc in procs:
+        if stop.is_set():  # a second signal: kill them, then exit at once; the exit skips
+            for proc in procs:  # the stop's own clean-up, so the folders made here go now
                 with contextlib.suppress(OSError):
                     proc.kill()
+            for made in (summaries, folder):
+                if made is not None:
+                    shutil.rmtree(made, ignore_errors=True)
         _on_stop_signal(stop, signum, frame)
 
     with _SignalWaker() as waker:
