@@ -49,7 +49,7 @@ def test_run_serves_status_to_inspect_and_status_then_stops_on_sigterm():
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("admin on http://127.0.0.1:"), line
-        address = line.strip().removeprefix("admin on http://")
+        address = line.split()[2].removeprefix("http://")
         proc.stdout.readline()  # "serving ..."
 
         def zl(*args: str) -> str:

@@ -223,7 +223,7 @@ def test_health_and_metrics_answer_while_the_node_stops():
     lines, reader = _lines(proc)
     try:
         seen = _until(lines, "SIGINT or SIGTERM stops it", 30)
-        base = next(line for line in seen if line.startswith("admin on ")).strip()[9:]
+        base = next(line for line in seen if line.startswith("admin on ")).split()[2]
         if not any("holding a worker call" in line for line in seen):
             _until(lines, "holding a worker call", 30)  # its worker call holds the stop up
         proc.send_signal(signal.SIGINT)

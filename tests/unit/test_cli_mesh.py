@@ -334,3 +334,36 @@ def test_a_second_signal_during_a_nodes_stop_leaves_no_folder_and_no_node(tmp_pa
             with contextlib.suppress(psutil.NoSuchProcess):
                 child.kill()
         _stop(proc, reader)
+
+
+@pytest.mark.timeout(60)
+def test_each_nodes_admin_line_names_its_node(tmp_path: Path) -> None:
+    """``zlink run --nodes 2 --admin 127.0.0.1:0``: each node process serves an admin port of
+    its own and says where, and the operator could not tell which line was which node's."""
+    store = f"sqlite:///{tmp_path / 'mesh.db'}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.procs.app:app", "--nodes", "2",
+         "--node-id", "a", "--store", store, "--workers", "1", "--admin", "127.0.0.1:0"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        seen = _until(lines, "2 node processes serving", 45)
+        said = [line.split() for line in seen if line.startswith("admin on ")]
+        assert len(said) == 2, seen
+        named = {}
+        for words in said:
+            assert words[3:5] == ["(node", words[4]] and words[4].endswith(")"), words
+            named[words[4].rstrip(")")] = words[2].removeprefix("http://")
+        assert sorted(named) == ["a-1", "a-2"], said
+        for node_id, address in named.items():  # each line names the node it serves
+            done = subprocess.run(
+                [sys.executable, "-m", "zlink", "status", "--json", "--admin", address],
+                cwd=ROOT, capture_output=True, text=True, timeout=30,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            assert json.loads(done.stdout)["node_id"] == node_id
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        _stop(proc, reader)

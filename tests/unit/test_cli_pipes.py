@@ -27,7 +27,7 @@ def test_a_node_whose_stdout_reader_left_serves_and_stops_cleanly() -> None:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert line.startswith("admin on http://127.0.0.1:"), line
-        address = line.strip().removeprefix("admin on http://")
+        address = line.split()[2].removeprefix("http://")
         proc.stdout.close()  # the reader leaves: every later line meets a broken pipe
         status = subprocess.run(
             [sys.executable, "-m", "zlink", "status", "--admin", address],

@@ -439,7 +439,7 @@ def run(
         with node:
             if server is not None:
                 bound = server.address
-                _say(f"admin on http://{bound[0]}:{bound[1]}", err=False)
+                _say(f"admin on http://{bound[0]}:{bound[1]} (node {node.node_id})")
             if listen is not None:
                 _say(f"node {node.node_id} listening on {node.address} ({config.store})")
             if stop_with_stdin:  # its parent (zlink run --nodes) holds the other end
