@@ -35,8 +35,10 @@ from .errors import Unavailable as Unavailable
 from .errors import ZLinkError as ZLinkError
 from .handlers import handler as handler
 from .handlers import subscription as subscription
+from .mesh.client import AsyncConnect as AsyncConnect
 from .mesh.client import RemoteClient as RemoteClient
 from .mesh.client import connect as connect
+from .mesh.client import connect_async as connect_async
 from .messaging.calls import CreateCall as CreateCall
 from .messaging.calls import JoinCall as JoinCall
 from .messaging.calls import RequestCall as RequestCall
@@ -94,6 +96,7 @@ __all__ = [
     "ActorJoinResult",
     "ActorManager",
     "App",
+    "AsyncConnect",
     "Cancelled",
     "ChannelContext",
     "Client",
@@ -152,6 +155,7 @@ __all__ = [
     "WorkerManager",
     "ZLinkError",
     "connect",
+    "connect_async",
     "errors",
     "handler",
     "subscription",

@@ -33,8 +33,9 @@ def blocking_client(endpoint: str) -> None:
 
 # [start:asyncio]
 async def asyncio_client(endpoint: str) -> None:
-    """asyncio code: ``await`` a call; the event loop is never blocked."""
-    with zlink.connect(endpoint, timeout=5.0) as client:
+    """asyncio code: ``await`` a call; the event loop is never blocked (connect_async and
+    its ``async with`` connect and leave on a thread of their own)."""
+    async with zlink.connect_async(endpoint, timeout=5.0) as client:
         await client.actors.get_or_create("dave", "chat.user")
         await client.send_to_actor("dave", EnterRoom(room="lounge", nick="dave"))
         print("dave:", await client.request_to_actor("dave", WhoAmI()).timeout(2))

@@ -47,6 +47,7 @@ Guarantees / assumes:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -56,11 +57,11 @@ import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -106,6 +107,7 @@ if TYPE_CHECKING:
     )
 
 _log = logging.getLogger("zlink.client")
+T = TypeVar("T")
 _NOTICES = (cw.PEERS_CHANGED, cw.GOING_AWAY)  # WELCOMEs a node sends unasked
 
 _RECV_BATCH = 256  # frames read at once before they go to the completion thread
@@ -1215,8 +1217,24 @@ class RemoteClient(Client):
         calls still pending fail with ``Cancelled``; reconnecting ends. Safe to call twice."""
         self._failover.close()
 
+    async def aclose(self) -> None:
+        """``close()`` for asyncio code: it runs on a thread of its own (it may take about a
+        second while frames still go out) and the event loop runs on meanwhile."""
+        await _on_a_thread(self.close, "zlink-client-close")
+
     def __enter__(self) -> RemoteClient:
         return self
+
+    async def __aenter__(self) -> RemoteClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     def __exit__(
         self,
@@ -1259,6 +1277,114 @@ def connect(
     does not know that key refuses the handshake, and ``connect`` ends with ``Unavailable``
     at ``timeout``.
     """
+    failover = _failover(endpoint, timeout, window, window_bytes, heartbeat, keys, client,
+                         reconnect)  # fmt: skip
+    failover.open()
+    return RemoteClient(failover)
+
+
+def connect_async(
+    endpoint: str | Sequence[str],
+    timeout: float = 5.0,
+    *,
+    window: int = 1024,
+    window_bytes: int = 16 * 1024 * 1024,
+    heartbeat: float = 1.0,
+    keys: str | os.PathLike[str] | None = None,
+    client: str = "client",
+    reconnect: bool = True,
+) -> AsyncConnect:
+    """:func:`connect` for asyncio code, which it never blocks (python-api §10): ``client =
+    await zlink.connect_async(endpoint)`` (then ``await client.aclose()``), or ``async with
+    zlink.connect_async(endpoint) as client:``. The handshake waits on a thread of its own
+    while the event loop runs on; the client is the same as :func:`connect`'s, its calls
+    awaited. Bad arguments raise ``InvalidArgument`` here, at the call; a connect whose task
+    is cancelled ends with ``CancelledError`` at once and closes what it made."""
+    return AsyncConnect(
+        _failover(endpoint, timeout, window, window_bytes, heartbeat, keys, client, reconnect)
+    )
+
+
+class AsyncConnect:
+    """What :func:`connect_async` returns: await it for the client, or use it as ``async
+    with`` (the client is closed at its end, with ``aclose``). One client per connect."""
+
+    __slots__ = ("_client", "_failover", "_opened")
+
+    def __init__(self, failover: Failover) -> None:
+        self._failover = failover
+        self._opened = False
+        self._client: RemoteClient | None = None
+
+    def __await__(self) -> Generator[Any, None, RemoteClient]:
+        return self._open().__await__()
+
+    async def _open(self) -> RemoteClient:
+        if self._opened:
+            raise InvalidOperation("this connect_async was awaited already: one client each")
+        self._opened = True
+        try:
+            await _on_a_thread(self._failover.open, "zlink-client-connect")
+        except asyncio.CancelledError:  # the handshake wait ends within 50 ms of the close,
+            threading.Thread(  # and a connection it made meanwhile is closed, not installed
+                target=self._failover.close, name="zlink-client-close", daemon=True
+            ).start()
+            raise
+        self._client = RemoteClient(self._failover)
+        return self._client
+
+    async def __aenter__(self) -> RemoteClient:
+        return await self._open()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+
+
+def _on_a_thread(fn: Callable[[], T], name: str) -> asyncio.Future[T]:
+    """Run ``fn`` on a thread of its own; its outcome settles the returned future on the
+    running loop (unless the future was cancelled meanwhile: the thread then ends unheard)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if future.done():  # (cancelled: its awaiter went away)
+            return
+        if error is None:
+            future.set_result(value)
+        else:
+            future.set_exception(error)
+
+    def run() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = fn()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiter
+            error = exc
+        with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile: nobody waits)
+            loop.call_soon_threadsafe(settle, value, error)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
+
+
+def _failover(
+    endpoint: str | Sequence[str],
+    timeout: float,
+    window: int,
+    window_bytes: int,
+    heartbeat: float,
+    keys: str | os.PathLike[str] | None,
+    client: str,
+    reconnect: bool,
+) -> Failover:
+    """A client's connections, every argument checked (``InvalidArgument``), not opened."""
     given: list[object] = [endpoint]
     if not isinstance(endpoint, str) and isinstance(endpoint, (list, tuple)):
         given = list(endpoint)
@@ -1285,13 +1411,11 @@ def connect(
         return _Connection(at, window, window_bytes, heartbeat, loaded, counters, lost,
                            reconnect, away)  # fmt: skip
 
-    failover = Failover(endpoints, make, timeout, reconnect, min(timeout, _ATTEMPT_TIMEOUT),
-                        counters.add)  # fmt: skip
-    failover.open()
-    return RemoteClient(failover)
+    return Failover(endpoints, make, timeout, reconnect, min(timeout, _ATTEMPT_TIMEOUT),
+                    counters.add)  # fmt: skip
 
 
-__all__ = ["RemoteClient", "connect"]
+__all__ = ["AsyncConnect", "RemoteClient", "connect", "connect_async"]
 
 
 def _no_verdict(room: Admitted, node_id: str, limit: float) -> None:

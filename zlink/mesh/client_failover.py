@@ -50,7 +50,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ..errors import DeadlineExceeded, InvalidOperation, Unavailable
+from ..errors import Cancelled, DeadlineExceeded, InvalidOperation, Unavailable
 from ..messaging.calls import NO_WAIT
 from ..messaging.port import RuntimePort
 
@@ -195,8 +195,13 @@ class Failover:
                 reasons.append(connection)
                 continue
             with self._lock:
-                self._current = connection
-                self._mesh = connection.mesh
+                closed = self._closed.is_set()
+                if not closed:
+                    self._current = connection
+                    self._mesh = connection.mesh
+            if closed:  # a close() from another thread looked before it was installed: it
+                connection.close()  # would stay open for good (an asyncio connect cancelled)
+                raise Cancelled("the client was closed while it connected")
             if connection.state != "up":  # lost in the moment since: reconnecting
                 self._lost()
             elif connection.going_away:  # its node said so before it was installed (a
