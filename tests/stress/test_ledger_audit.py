@@ -517,7 +517,7 @@ def test_a_send_relayed_into_a_stopping_node_after_its_store_thread_stopped_is_c
 _KNOWN_GAP = pytest.mark.xfail(
     strict=True,
     reason="known gap (README; python-api §10 allows it): a request in flight when its caller's"
-    " node, or a node that relayed it, stops is answered Unavailable though it may have run",
+    " node stops is answered Unavailable though it may have run",
 )
 
 
@@ -560,12 +560,13 @@ def _outcome(call: Any) -> Any:
         return exc
 
 
-@_KNOWN_GAP
-def test_request_relayed_by_a_node_that_then_stops_is_answered_unavailable_though_it_ran():
+def test_a_request_relayed_by_a_node_that_then_stops_is_answered_with_its_value():
     """node-3 asks a Spot by a stale route: node-2, which moved it to node-1, relays the
-    request there, where its handler runs (held). node-2 then stops cleanly: node-3, which
-    awaited the reply "from node-2", fails the call with ``Unavailable`` at once when the
-    store declares node-2 down, though the request ran (and its answer is dropped as late)."""
+    request there, where its handler runs (held). node-2 then stops cleanly. Before, node-3,
+    which awaited the reply "from node-2", failed the call with ``Unavailable`` at once when
+    the store declared node-2 down, though the request ran (its answer dropped as late). The
+    relayed request keeps its reply route now (kotlin-spot-interface), and node-2 told node-3
+    where its reply is awaited (``tests/conformance/test_relay_reply_route.py``)."""
     _reset()
     cluster = LocalCluster(build_app(), nodes=3, workers=2, request_timeout=5.0,
                            shutdown_timeout=2.0).start()  # fmt: skip

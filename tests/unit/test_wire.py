@@ -30,6 +30,7 @@ from zlink.mesh.wire import (
     JoinAnswer,
     JoinAskEnvelope,
     JoinGrant,
+    RelayedEnvelope,
     RelocAbortEnvelope,
     RelocChunkEnvelope,
     RelocCommitEnvelope,
@@ -135,6 +136,7 @@ SAMPLES: dict[str, Envelope] = {
     ),
     "fence": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2),
     "fence-marked": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2, mark=9),
+    "relayed": RelayedEnvelope(correlation=19, node="n3", hops=2),
     "fenced-owner": FencedEnvelope(target="room-1", owner_node="n3"),
     "fenced-gone": FencedEnvelope(target="room-1", owner_node=None),
     "data_ahead-fence": DataAheadEnvelope(
@@ -238,7 +240,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 9
+    assert frame["version"] == WIRE_VERSION == 10
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -352,7 +354,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 8, 10, "9", 9.0, True, None, [9]])
+@pytest.mark.parametrize("version", [0, 1, 9, 11, "10", 10.0, True, None, [10]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

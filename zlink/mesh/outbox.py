@@ -58,6 +58,7 @@ _log = logging.getLogger("zlink.mesh")
 # target sent the old way is kept in order by the target's fence (``MeshRouter``), not by them.
 _COMPLETION = (
     wire.ReplyEnvelope, wire.RouteEnvelope, wire.FencedEnvelope, wire.DroppedEnvelope,
+    wire.RelayedEnvelope,
     wire.RelocDoneEnvelope, wire.RelocOpenedEnvelope, wire.RelocCommitEnvelope,
     wire.DataAheadEnvelope,
 )  # fmt: skip

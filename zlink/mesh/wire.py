@@ -56,9 +56,11 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 9
+WIRE_VERSION: Final = 10
 """The version every envelope carries; a node decodes its own version only.
 
+10: ``relayed`` (a request relayed by a stale route keeps its reply route: its reply goes
+straight to its origin, which is told where it is awaited now).
 9: ``RelocMessageJob.first`` (an Instance Spot's first record moves with its message: the
 target clears it once its handler ended).
 
@@ -113,6 +115,7 @@ class EnvelopeKind(StrEnum):
     JOIN_ASK = "join_ask"
     DROPPED = "dropped"
     BATCH = "batch"
+    RELAYED = "relayed"
 
 
 FITS_ANY_FRAME: Final = 120
@@ -487,6 +490,25 @@ class RouteEnvelope:
 
 
 @dataclass(frozen=True, slots=True)
+class RelayedEnvelope:
+    """To a request's origin, from a node that relayed it on by a stale route: the request
+    kept its reply route (kotlin-spot-interface: a stale route relays "preserving operation
+    identity, generation, deadline, correlation, and reply route"), so its reply comes from
+    ``node``, or from a node that relays it further, and no longer from the relaying node,
+    whose stop or loss then fails nothing."""
+
+    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.RELAYED
+
+    correlation: int
+    """The id the origin awaits the reply under."""
+    node: str
+    """The node the request was relayed to."""
+    hops: int
+    """The relayed request's ``hops``: a later relay of the same request says more, and the
+    notices of two relays may arrive in either order."""
+
+
+@dataclass(frozen=True, slots=True)
 class DroppedEnvelope:
     """A one-way message this node accepted from the addressee's mesh, and then could not
     deliver: it goes back to the message's first origin, which counts it under ``reason``
@@ -724,6 +746,7 @@ Envelope = (
     | RelocAbortEnvelope
     | JoinAskEnvelope
     | DroppedEnvelope
+    | RelayedEnvelope
     | BatchEnvelope
 )
 """Any envelope; ``match`` on the class, or read ``KIND``."""
@@ -1269,6 +1292,7 @@ __all__ = [
     "JoinAnswer",
     "JoinAskEnvelope",
     "JoinGrant",
+    "RelayedEnvelope",
     "RelocAbortEnvelope",
     "RelocChunkEnvelope",
     "RelocCommitEnvelope",

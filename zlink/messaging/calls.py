@@ -272,6 +272,9 @@ class MessageCall(_Call):
     deadline: float | None = None  # seconds (requests)
     origin: str | None = None  # the node a relayed call started on (mesh routing)
     via: str | None = None  # the node that handed it over last (mesh routing)
+    # a request from a peer: (the node its reply goes to, the id it is awaited under), kept
+    # when a stale route relays it on (mesh routing)
+    reply_route: tuple[str, int] | None = None
     wire: tuple[str, str] | None = None  # the message's wire form, once made (mesh routing)
     event: Any = None  # a Logical Multicast event's number from a peer (a mesh.wire.EventStamp)
 

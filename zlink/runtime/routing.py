@@ -65,7 +65,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 from pydantic_core import to_json
 
@@ -147,7 +147,9 @@ class MeshRouter:
         self.transport = transport
         self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable,
                              outbound_limit, outbound_submit_limit)  # fmt: skip
-        self._pending: dict[int, tuple[Completion, Any, str]] = {}  # corr -> (call, type, peer)
+        # corr -> (call, reply type, the peer its reply is awaited from, the most hops of a
+        # relay it was told of: ``relayed_on``)
+        self._pending: dict[int, tuple[Completion, Any, str, int]] = {}
         self._lock = ranked_lock("router.pending", LockRank.PENDING)
         self._ids = itertools.count(1)
         # routing: one path per remote target at a time (see the module docstring)
@@ -197,6 +199,7 @@ class MeshRouter:
             wire.CreateEnvelope: self._on_create,
             wire.DroppedEnvelope: self._on_dropped,
             wire.BatchEnvelope: self._on_batch,
+            wire.RelayedEnvelope: self._on_relayed,
         }
 
     def handle(self, kind: type[Any], handler: EnvelopeHandler) -> None:
@@ -1048,10 +1051,45 @@ class MeshRouter:
     def _post_call(
         self, call: MessageCall, reply: Completion | None, hops: int, route: Route
     ) -> None:
-        self.post(route.node, self.envelope(call, reply, hops, peer=route.node))
+        back = call.reply_route if hops and reply is not None else None
+        if back is None:
+            self.post(route.node, self.envelope(call, reply, hops, peer=route.node))
+        else:  # a request relayed by a stale route keeps its reply route (kotlin-spot-
+            # interface: "preserving operation identity, generation, deadline, correlation,
+            # and reply route"): its reply goes straight to its origin, told where it is
+            # awaited now, and this node's stop or loss no longer fails it
+            self.post(route.node, self.envelope(call, None, hops, reply_route=back))
+            assert reply is not None
+            reply.set(RELAYED_ON, None)  # (answered from elsewhere: nothing waits here)
+            self._tell_relayed(back, route.node, hops)
         if hops:
             self.rt.metrics.add("relayed_calls")
             self.tell_origin(call.origin, call.target, route)
+
+    def _tell_relayed(self, back: tuple[str, int], node: str, hops: int) -> None:
+        """Tell a relayed request's origin that its reply comes from ``node`` now."""
+        origin, corr = back
+        if origin == self.rt.node_id:
+            self.relayed_on(corr, node, hops)
+            return
+        with contextlib.suppress(Unavailable):  # its origin is gone, and the call with it
+            self.post(origin, wire.RelayedEnvelope(corr, node, hops))
+
+    def _on_relayed(self, env: wire.RelayedEnvelope) -> None:
+        self.relayed_on(env.correlation, env.node, env.hops)
+
+    def relayed_on(self, corr: int, node: str, hops: int) -> None:
+        """A request this node awaits under ``corr`` was relayed on to ``node`` (``hops``):
+        its reply is awaited from there, so the loss of the node that relayed it fails it no
+        more and the loss of ``node`` does. Told by the relaying node (COMPLETION); the
+        notices of two relays of one request may cross, and the one of more hops wins. A
+        reply that came first ended the wait: nothing to do then."""
+        with self._lock:
+            entry = self._pending.get(corr)
+            if entry is None or hops <= entry[3]:
+                return
+            self._pending[corr] = (entry[0], entry[1], node, hops)
+        self.rt.metrics.add("relayed_replies_rebound")
 
     def _send_located(
         self, call: MessageCall, reply: Completion | None, hops: int, room: Admitted | None,
@@ -1316,18 +1354,28 @@ class MeshRouter:
 
     # -- the origin side -----------------------------------------------------------------------
     def envelope(
-        self, call: MessageCall, reply: Completion | None, hops: int = 0, peer: str = ""
+        self,
+        call: MessageCall,
+        reply: Completion | None,
+        hops: int = 0,
+        peer: str = "",
+        reply_route: tuple[str, int] | None = None,
     ) -> CallEnvelope:
         """``call`` as it crosses the boundary; a request's reply is awaited here from now
-        (``peer``: where it goes first, whose loss fails it at once; "" while not yet known)."""
+        (``peer``: where it goes first, whose loss fails it at once; "" while not yet known),
+        or, given its ``reply_route`` (origin node, correlation), at its origin as before."""
         type_name, payload = call.wire or to_wire(call.msg)
         me = self.rt.node_id
         common = (
-            str(call.kind), call.target, type_name, payload, call.meta or None, me,
+            str(call.kind), call.target, type_name, payload, call.meta or None,
+            me if reply_route is None else reply_route[0],  # where the reply goes
             call.origin or me,  # the first node: route updates go there
             me,  # the node handing it over (a relocation target asks)
             hops, bool(call.instance), call.instance_type if call.instance else None,
         )  # fmt: skip
+        if reply_route is not None:
+            return _new_request(*common, reply_route[1],
+                                float(self.rt.deadline_of(call.deadline)))  # fmt: skip
         if reply is None:
             return _new_send(*common, None)
         corr = self.register_pending(reply, reply_type(type(call.msg)), peer)
@@ -1389,7 +1437,7 @@ class MeshRouter:
         If ``peer`` goes away first, the call fails with ``Unavailable`` at once."""
         corr = next(self._ids)
         with self._lock:
-            self._pending[corr] = (completion, tp, peer)
+            self._pending[corr] = (completion, tp, peer, 0)
         completion.add_callback(lambda _v, _e: self._forget(corr))
         return corr
 
@@ -1401,7 +1449,7 @@ class MeshRouter:
             entry = self._pending.get(corr)
             if entry is None:
                 return False
-            self._pending[corr] = (entry[0], entry[1], peer)
+            self._pending[corr] = (entry[0], entry[1], peer, entry[3])
             return True
 
     def forget_pending(self, corr: int) -> None:
@@ -1528,7 +1576,7 @@ class MeshRouter:
         if entries:  # counted first: whoever the failure wakes sees the count
             self.rt.metrics.add("calls_failed_peer_down", len(entries))
         self.rt.metrics.add("peers_declared_down")
-        for completion, _tp, _peer in entries:
+        for completion, *_ in entries:
             completion.set(None, Unavailable(f"node {peer!r} is down (its lease lapsed or it"
                                              " left) and will not answer"))  # fmt: skip
 
@@ -1644,6 +1692,7 @@ class MeshRouter:
             call.event = cast(wire.SendEnvelope, env).event  # Multicast event's number
         if isinstance(env, wire.RequestEnvelope):
             call.deadline = env.deadline
+            call.reply_route = (env.origin_node, env.correlation)  # kept if relayed on
         peer = env.via
         room = Admitted(peer=peer)  # a full lane: it waits, bounded by the peer's backlog
         reply = Completion() if request else None
@@ -1670,12 +1719,20 @@ class MeshRouter:
         if isinstance(env, wire.RequestEnvelope):
             if done is not None:
                 origin, corr = env.origin_node, env.correlation
-                done.add_callback(lambda value, error: self.reply(origin, corr, value, error))
+                done.add_callback(
+                    lambda value, error: self._answer_peer(origin, corr, value, error)
+                )
                 self._answering(done)
             self._follow(peer, room, None)  # (its reply carries a failure back)
         elif not room.done or room.error is not None:  # (else admitted: nothing to follow)
             send = env
             self._follow(peer, room, lambda error: self._dropped(send, error))
+
+    def _answer_peer(self, origin: str, corr: int, value: Any, error: BaseException | None) -> None:
+        """A request taken from a peer ended here: its reply goes to its origin, unless it
+        was relayed on with its reply route (``_post_call``: answered from there)."""
+        if value is not RELAYED_ON:
+            self.reply(origin, corr, value, error)
 
     def _answering(self, done: Completion) -> None:
         """A request taken from a peer: unanswered until ``done`` (a graceful stop waits for
@@ -2017,7 +2074,7 @@ class MeshRouter:
         if entry is None:  # timed out (or never ours): a reply never completes a call twice
             self.rt.metrics.add("late_replies")
             return
-        completion, tp, _peer = entry
+        completion, tp = entry[0], entry[1]
         if env.error is not None:
             completion.set(None, decode_error(env.error))
             return
@@ -2029,6 +2086,17 @@ class MeshRouter:
             return
         if not completion.set(value, None):
             self.rt.metrics.add("late_replies")
+
+
+class _RelayedOn:
+    """What a relayed request's completion on the relaying node is set to once it went on
+    with its reply route: its reply comes from elsewhere (``MeshRouter._post_call``)."""
+
+    def __repr__(self) -> str:
+        return "RELAYED_ON"
+
+
+RELAYED_ON: Final = _RelayedOn()
 
 
 class _NotYours(Unavailable):

@@ -1,0 +1,136 @@
+"""A request relayed by a stale route keeps its reply route (kotlin-spot-interface: "A stale
+source route relays, preserving operation identity, generation, deadline, correlation, and
+reply route").
+
+Before, the relaying node re-sent the request as its own (a correlation of its own, the reply
+coming back through it): its stop failed the call at its caller with ``Unavailable`` though
+the handler ran, and its caller could not see the node that ran it go down. Now the reply
+goes straight to the caller's node, which the relaying node tells where the reply is
+awaited now (``RelayedEnvelope``, on COMPLETION; the notice of the later of two relays wins).
+The manual clock never moves: what ends here ends by a reply or by the store's verdict, never
+by a deadline. Every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT, until
+from zlink.messaging.completion import Completion
+from zlink.testing import LocalCluster, ManualClock
+
+HOLD = threading.Event()  # released: a held handler answers
+HOLDING = threading.Event()  # a held handler runs
+RAN: list[str] = []  # the nodes a held handler ran on
+
+
+class Where(zlink.Request[str], type_name="t.rr.where"):
+    pass
+
+
+class Held(zlink.Request[str], type_name="t.rr.held"):
+    pass
+
+
+def _node(context: Any) -> str:
+    return context._rt.node_id  # type: ignore[no-any-return]
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("relay-reply-route")
+
+    @app.user_spot("t.rr.box", relocation=zlink.Relocation.preserve_state(zlink.JsonStateAdapter))
+    class Box(zlink.UserSpot):
+        @zlink.handler
+        def where(self, req: Where) -> str:
+            return _node(self.context)
+
+        @zlink.handler
+        def held(self, req: Held) -> str:
+            RAN.append(_node(self.context))
+            HOLDING.set()
+            assert HOLD.wait(WAIT)
+            return _node(self.context)
+
+    return app
+
+
+@pytest.fixture
+def cluster(clock: ManualClock) -> Iterator[LocalCluster]:
+    HOLD.clear()
+    HOLDING.clear()
+    RAN.clear()
+    with LocalCluster(build_app(), nodes=3, clock=clock, workers=2, request_timeout=60.0) as c:
+        try:
+            yield c
+        finally:
+            HOLD.set()
+
+
+def _stale_route(cluster: LocalCluster) -> tuple[zlink.Node, zlink.Node, zlink.Node]:
+    """Box made on node-2, node-3's route to it learned, then box moved to node-1: node-3's
+    route is stale and node-2 relays. (target, relay, caller)."""
+    target, relay, caller = cluster.nodes
+    relay.client().spots.get_or_create("box", "t.rr.box").wait(WAIT)
+    assert caller.client().request_to_spot("box", Where()).wait(WAIT) == relay.node_id
+    relay.relocate_spot("box", target.node_id, timeout=WAIT)
+    return target, relay, caller
+
+
+def test_the_reply_of_a_relayed_request_goes_straight_to_its_caller(
+    cluster: LocalCluster,
+) -> None:
+    target, relay, caller = _stale_route(cluster)
+    asked = caller.client().request_to_spot("box", Held()).future()
+    assert HOLDING.wait(WAIT)  # relayed by node-2, running on node-1
+    until(lambda: caller.counters().get("relayed_replies_rebound") == 1, "the notice")
+    assert relay.counters().get("relayed_calls") == 1
+    relay.shutdown(WAIT)  # the relay keeps no part of it: its stop fails nothing
+    HOLD.set()
+    assert asked.result(WAIT) == target.node_id
+    assert [target.node_id] == RAN
+    for node in (target, caller):
+        assert not node.counters().get("replies_undeliverable")
+        assert not node.counters().get("late_replies")
+
+
+def test_a_relayed_request_fails_at_once_when_the_node_running_it_goes_down(
+    cluster: LocalCluster,
+) -> None:
+    """Before, the caller awaited the relay, which awaited the target, and the target's death
+    reached the caller through the relay. Now the caller awaits the target itself, and the
+    store's verdict on it still fails the call at once (the clock never moves: no deadline
+    ends it)."""
+    target, _relay, caller = _stale_route(cluster)
+    asked = caller.client().request_to_spot("box", Held()).future()
+    assert HOLDING.wait(WAIT)
+    until(lambda: caller.counters().get("relayed_replies_rebound") == 1, "the notice")
+    assert cluster.store.unregister_node(target.node_id, target.incarnation)  # it dies:
+    cluster.transport.detach(target.node_id)  # out of the store and out of reach
+    with pytest.raises(zlink.Unavailable, match="down"):
+        asked.result(WAIT)
+    HOLD.set()
+    target.shutdown(1.0)
+
+
+def test_the_notice_of_the_later_relay_wins_in_whatever_order_they_arrive(
+    cluster: LocalCluster,
+) -> None:
+    """A request relayed twice (node A to B, B to C): A's notice says B (1 hop), B's says C
+    (2 hops); they come from two nodes and may cross. The reply is awaited from C either way."""
+    router = cluster.nodes[2]._runtime.router
+    for order in ([("n-b", 1), ("n-c", 2)], [("n-c", 2), ("n-b", 1)]):
+        done = Completion()
+        corr = router.register_pending(done, str, "n-a")
+        for node, hops in order:
+            router.relayed_on(corr, node, hops)
+        assert router._pending[corr][2] == "n-c", order
+        done.set("x", None)
+        assert corr not in router._pending
+    router.relayed_on(corr, "n-d", 3)  # (answered already: nothing awaits it)
+    assert corr not in router._pending
