@@ -32,6 +32,36 @@ _LOSSES = (  # (counter prefix, kind of loss): what a stop can leave lost, in a 
     ("data_unacknowledged_", "unacknowledged"),  # sent, never acknowledged: may have arrived
 )
 
+SERVED_FROM_ZERO = (  # the admin endpoint's /metrics serves these at 0 until they count
+    "handler_errors",
+    "infra_task_errors",
+    "lease_task_errors",
+    "call_intake_errors",
+    "reply_encoding_failures",
+    "rejected_admissions",
+    "late_replies",
+    "calls_failed_at_shutdown",
+    "calls_failed_peer_down",
+    "calls_never_answered",
+    "replies_undeliverable",
+    "envelopes_undeliverable",
+    "turns_abandoned_at_shutdown",
+    "worker_calls_abandoned_at_shutdown",
+    "messages_discarded_at_shutdown",
+    "messages_discarded_spot_closed",
+    "publish_dropped",
+    "bad_envelopes",
+    "bad_frames",
+    "peers_suspected",
+    "peers_declared_down",
+    "relocation_restore_errors",
+    "closing_overdue",
+    "timer_late_ticks",
+)
+"""Counter names (``zlink.runtime.metrics``) of faults and losses: a Prometheus counter whose
+series appears only at its first value hides that first increase from ``rate()`` and
+``increase()``, and an alert on the first failures never fires."""
+
 
 def losses(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
     """What a node's counters say it lost, by kind (``discarded``, ``dropped``,

@@ -892,7 +892,8 @@ def test_redis_prefixes_keep_meshes_apart(redis_server: RedisServer, clock: Manu
         _reserve(second, "room-2", "b")
         assert [r.node_id for r in first.nodes()] == ["a"]
         assert [r.node_id for r in second.nodes()] == ["b"]
-        assert first.owned() == {"a": 1} and second.owned() == {"b": 2}
+        assert first.owned() == {("a", _incarnation(first, "a")): 1}
+        assert second.owned() == {("b", _incarnation(second, "b")): 2}
         assert first.lookup("room-1").owner_node == "a"
         assert second.lookup("room-1").owner_node == "b"
 

@@ -40,6 +40,7 @@ from ..app import App
 from ..config import NodeConfig
 from ..durations import check_seconds
 from ..errors import Cancelled, InvalidArgument, ZLinkError
+from ..mesh.stores import shown_url
 from ..node import Node
 from ..status import NodeStatus, OwnerStatus, losses
 
@@ -182,19 +183,32 @@ _STOP_SIGNALS = tuple(
 )
 
 
+def _stop_signals() -> tuple[int, ...]:
+    """The stop signals this process takes: a SIGHUP or SIGINT it was started ignoring
+    (``nohup``; a shell's background job) stays ignored, as its launcher asked (the node of
+    an operator's probe, started by ``nohup``, stopped at the hangup of a logout); SIGTERM,
+    a supervisor's, always stops it."""
+    return tuple(
+        sig for sig in _STOP_SIGNALS
+        if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN
+    )  # fmt: skip
+
+
 def _say(text: str, *, err: bool = False) -> None:
     """One line for the operator of ``zlink run``, written at once. A reader that left (a
     broken pipe: ``zlink run app | head -1``, a log shipper restarted) stops nothing: the
     stream is pointed at the null device and the node serves on ("Logs" in
     docs/guide/cli.md); before, the next line's ``BrokenPipeError`` stopped the node."""
     stream = sys.stderr if err else sys.stdout
+    if stream is None:  # started with that descriptor closed (``zlink run app >&-``)
+        return
     try:
         stream.write(text + "\n")
         stream.flush()
     except BrokenPipeError:
         _reader_left(stream)
-    except ValueError:  # (a stream closed in this process: nowhere to say it)
-        pass
+    except (OSError, ValueError):  # a full device (/dev/full), a stream closed in this
+        pass  # process: nowhere to say it, and the node serves on
 
 
 def _reader_left(stream: Any) -> None:
@@ -420,28 +434,34 @@ def run(
         )  # fmt: skip
     stop = threading.Event()
     with _SignalWaker() as waker:
-        for sig in _STOP_SIGNALS:
+        for sig in _stop_signals():
             signal.signal(sig, functools.partial(_on_stop_signal, stop))
         server = None
         with _user_errors():  # a port in use, a store that will not open: one line
             where = None if admin is None else parse_address(admin)  # (before the node starts)
             node = Node(obj, config)
-            if not _started(node, stop, waker):
-                return
-            try:
-                if where is not None:
-                    host, port = where
-                    server = AdminServer(node, host, port,
-                                         allow_remote=admin_allow_remote).start()  # fmt: skip
+            try:  # the admin address is bound (or found taken) before the node registers:
+                if where is not None:  # a start refused for it changes nothing (before, it
+                    host, port = where  # registered the id first, and a running node of
+                    server = AdminServer(node, host, port,  # that id fenced itself)
+                                         allow_remote=admin_allow_remote)  # fmt: skip
+                if not _started(node, stop, waker):
+                    if server is not None:
+                        server.stop()
+                    return
             except BaseException:
+                if server is not None:
+                    server.stop()
                 node.shutdown(5.0)
                 raise
+            if server is not None:
+                server.start()
         with node:
             if server is not None:
                 bound = server.address
                 _say(f"admin on http://{bound[0]}:{bound[1]} (node {node.node_id})")
             if listen is not None:
-                _say(f"node {node.node_id} listening on {node.address} ({config.store})")
+                _say(f"node {node.node_id} listening on {node.address} ({shown_url(config.store)})")
             if stop_with_stdin:  # its parent (zlink run --nodes) holds the other end
                 _stop_at_eof(stop, waker)
             _stop_when_superseded(node, stop, waker)
@@ -563,8 +583,40 @@ def _run_callable(target: str, obj: Any, admin: str | None) -> None:
         )
     if _returns_app(obj):  # known before it runs: refused without running it
         raise InvalidArgument(f"{target} returns a zlink.App: it is a factory; add --factory")
-    if isinstance(obj(), App):
+    try:
+        with _stopped_as_by_ctrl_c():
+            made = obj()
+    except _StopSignal as stopped:  # it ended as at Ctrl-C, its nodes stopped on the way
+        raise typer.Exit(128 + stopped.signum) from None
+    if isinstance(made, App):
         raise InvalidArgument(f"{target} returned a zlink.App: it is a factory; add --factory")
+
+
+class _StopSignal(KeyboardInterrupt):
+    """SIGTERM (or SIGHUP) in a ``main()`` target, raised as Ctrl-C raises KeyboardInterrupt,
+    so its ``with zlink.Node(...)`` blocks and ``finally`` clauses stop its nodes on the way
+    out (a supervisor's SIGTERM killed the process outright before: no goodbye, no leaving
+    the store, queued work lost uncounted)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stopped_as_by_ctrl_c() -> Iterator[None]:
+    """While a ``main()`` runs: SIGTERM and SIGHUP (unless ignored) raise ``_StopSignal``."""
+
+    def raise_it(signum: int, _frame: object) -> None:
+        raise _StopSignal(signum)
+
+    taken = [sig for sig in _stop_signals() if sig != signal.SIGINT]  # (Ctrl-C is Python's)
+    before = {sig: signal.signal(sig, raise_it) for sig in taken}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _returns_app(fn: Any) -> bool:
@@ -600,7 +652,7 @@ def _run_many(
     summaries = Path(tempfile.mkdtemp(prefix="zlink-nodes-"))  # each child's stop summary
     base = listen or "tcp://127.0.0.1:0"
     host, _, port = base.rpartition(":")
-    child_env = _child_env(os.environ)
+    child_env = _child_env(os.environ, store)
     procs: list[subprocess.Popen[bytes]] = []
     failed_start: int | None = None  # the run's status when the nodes did not all serve
     stop = threading.Event()
@@ -616,7 +668,7 @@ def _run_many(
         _on_stop_signal(stop, signum, frame)
 
     with _SignalWaker() as waker:
-        for sig in _STOP_SIGNALS:
+        for sig in _stop_signals():
             signal.signal(sig, on_signal)
         try:
             for i in range(1, count + 1):
@@ -777,10 +829,13 @@ def _child_args(
     shutdown_timeout: float | None = None,
 ) -> list[str]:  # fmt: skip
     """The command line of one ``--nodes`` child: every setting the parent was given that a
-    node needs, explicitly (its environment is the parent's, less ``_child_env``'s drops).
-    ``admin`` is passed on only as port 0 (each child picks a port of its own)."""
+    node needs, explicitly (its environment is the parent's, less ``_child_env``'s drops),
+    but the store's URL, which may hold a password every user could read in ``ps``: that
+    goes in the child's environment (``_child_env``). ``admin`` is passed on only as port 0
+    (each child picks a port of its own)."""
+    del store  # (in the environment: ``_child_env``)
     args = [sys.executable, "-m", "zlink", "run", target, "--node-id", node_id,
-            "--listen", address, "--store", store, "--mesh", mesh, "--no-drain",
+            "--listen", address, "--mesh", mesh, "--no-drain",
             "--log-level", log_level, "--log-format", log_format,
             "--stop-with-stdin"]  # fmt: skip
     # a flag both ways: a ZLINK_FACTORY / ZLINK_INSECURE the parent was told to override
@@ -801,11 +856,15 @@ def _child_args(
 _NOT_INHERITED = ("ZLINK_NODES", "ZLINK_ADMIN")
 
 
-def _child_env(environ: Mapping[str, str]) -> dict[str, str]:
+def _child_env(environ: Mapping[str, str], store: str | None = None) -> dict[str, str]:
     """The environment of a ``--nodes`` child: the parent's, without ``ZLINK_NODES`` (each
     child would start K more nodes) and ``ZLINK_ADMIN`` (K nodes cannot share a fixed port;
-    the parent passes ``--admin`` on itself when it names port 0)."""
-    return {k: v for k, v in environ.items() if k not in _NOT_INHERITED}
+    the parent passes ``--admin`` on itself when it names port 0), with ``ZLINK_STORE`` the
+    run's store (not on its command line: it may hold a password)."""
+    child = {k: v for k, v in environ.items() if k not in _NOT_INHERITED}
+    if store is not None:
+        child["ZLINK_STORE"] = store
+    return child
 
 
 keys_cli = typer.Typer(add_completion=False, help="CURVE keys of a mesh (python-api §10).")
@@ -880,15 +939,19 @@ def mesh_cmd(
             address = r.endpoint
         rows.append({"node_id": r.node_id, "address": address, "incarnation": r.incarnation,
                      "lease_left": round(r.lease_until - now, 1),
-                     "owned": owned.get(r.node_id, 0), "state": "live"})  # fmt: skip
-    live = {r.node_id for r in records}
-    for owner in sorted(set(owned) - live):  # what it owns is re-homed on its next call
-        rows.append({"node_id": owner, "address": "", "incarnation": None, "lease_left": None,
-                     "owned": owned[owner], "state": "lease lapsed"})  # fmt: skip
+                     "owned": owned.get((r.node_id, r.incarnation), 0),
+                     "state": "live"})  # fmt: skip
+    live = {(r.node_id, r.incarnation) for r in records}
+    # what an incarnation whose lease lapsed owns (a node that died, or was restarted with
+    # its id: the new one owns none of it) is re-homed on its next call
+    for owner, incarnation in sorted(set(owned) - live):
+        rows.append({"node_id": owner, "address": "", "incarnation": incarnation,
+                     "lease_left": None, "owned": owned[owner, incarnation],
+                     "state": "lease lapsed"})  # fmt: skip
     if json_out:
         typer.echo(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"mesh in {store}")
+    table = Table(title=f"mesh in {shown_url(store)}")
     for column in ("node", "address", "incarnation", "lease left (s)", "owns", "state"):
         table.add_column(column, overflow="fold")
     for row in rows:

@@ -153,7 +153,7 @@ class LocationStore(Protocol):
 
     def nodes(self) -> list[NodeRecord]: ...
 
-    def owned(self) -> dict[str, int]: ...
+    def owned(self) -> dict[tuple[str, int], int]: ...
 
     def prune(self, lapsed_for: float) -> tuple[int, int]:
         """Retention (python-api §10 "Failure"; Orleans cleans up defunct silos): delete
@@ -344,12 +344,14 @@ class InMemoryLocationStore:
                 (r for r in self._nodes.values() if r.lease_until >= now), key=lambda r: r.node_id
             )
 
-    def owned(self) -> dict[str, int]:
-        """How many Spots and Actors each node owns (``zlink mesh``)."""
+    def owned(self) -> dict[tuple[str, int], int]:
+        """How many Spots and Actors each node incarnation owns (``zlink mesh``: a node
+        restarted with its id owns none of what its dead incarnation left)."""
         with self._lock:
-            counts: dict[str, int] = {}
+            counts: dict[tuple[str, int], int] = {}
             for location in self._locations.values():
-                counts[location.owner_node] = counts.get(location.owner_node, 0) + 1
+                key = (location.owner_node, location.owner_incarnation)
+                counts[key] = counts.get(key, 0) + 1
             return counts
 
     def new_generation(

@@ -495,20 +495,21 @@ class RedisLocationStore:
             ) from exc
         return sorted(records, key=lambda r: r.node_id)
 
-    def owned(self) -> dict[str, int]:
-        """How many Spots and Actors each node owns (``zlink mesh``; it scans every location
-        key of the prefix, so it is for operators, not for a hot path)."""
+    def owned(self) -> dict[tuple[str, int], int]:
+        """How many Spots and Actors each node incarnation owns (``zlink mesh``; it scans
+        every location key of the prefix, so it is for operators, not for a hot path)."""
 
-        def count() -> dict[str, int]:
+        def count() -> dict[tuple[str, int], int]:
             keys = list(self._redis.scan_iter(match=_glob(self._prefix + "loc:") + "*", count=1000))
-            counts: dict[str, int] = {}
+            counts: dict[tuple[str, int], int] = {}
             for start in range(0, len(keys), 1000):
                 pipe = self._redis.pipeline(transaction=False)
                 for key in keys[start : start + 1000]:
-                    pipe.hget(key, "owner_node")
-                for owner in pipe.execute():
-                    if owner is not None:  # released since the scan
-                        counts[owner] = counts.get(owner, 0) + 1
+                    pipe.hmget(key, "owner_node", "owner_incarnation")
+                for owner, incarnation in pipe.execute():
+                    if owner is not None and incarnation is not None:  # (released since)
+                        at = (owner, int(incarnation))
+                        counts[at] = counts.get(at, 0) + 1
             return counts
 
         return self._call(count)

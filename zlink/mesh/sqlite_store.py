@@ -319,14 +319,15 @@ class SqliteLocationStore:
 
         return self._read(members)
 
-    def owned(self) -> dict[str, int]:
-        """How many Spots and Actors each node owns (``zlink mesh``)."""
+    def owned(self) -> dict[tuple[str, int], int]:
+        """How many Spots and Actors each node incarnation owns (``zlink mesh``)."""
 
-        def count(conn: sqlite3.Connection) -> dict[str, int]:
+        def count(conn: sqlite3.Connection) -> dict[tuple[str, int], int]:
             rows = conn.execute(
-                "SELECT owner_node, COUNT(*) FROM locations GROUP BY owner_node"
+                "SELECT owner_node, owner_incarnation, COUNT(*) FROM locations"
+                " GROUP BY owner_node, owner_incarnation"
             ).fetchall()
-            return {str(node): int(n) for node, n in rows}
+            return {(str(node), int(inc)): int(n) for node, inc, n in rows}
 
         return self._read(count)
 

@@ -35,6 +35,17 @@ _FORMS = (
 )
 
 
+def shown_url(url: str) -> str:
+    """``url`` as it may be printed or logged: without the user and password a Redis URL may
+    carry (``redis://:PASSWORD@HOST:PORT/DB``); an operator who keeps it out of ``ps`` in
+    ``ZLINK_STORE`` must not find it in the journal either."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{slash}{path}"
+
+
 def open_store(url: str, clock: Clock | None = None, *, existing: bool = False) -> LocationStore:
     """The Location Store that ``url`` names (see the module docstring). ``existing``: one
     that is there already, to look at (``zlink mesh``): never made here, so a typo'd path
@@ -73,4 +84,4 @@ def open_store(url: str, clock: Clock | None = None, *, existing: bool = False) 
                 "the Redis location store needs redis-py: pip install 'zlink[redis]'"
             ) from exc
         return RedisLocationStore(url, clock, existing=existing)
-    raise InvalidArgument(f"unknown location store {url!r}; use {_FORMS}")
+    raise InvalidArgument(f"unknown location store {shown_url(url)!r}; use {_FORMS}")
