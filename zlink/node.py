@@ -247,6 +247,19 @@ class Node:
                 )  # fmt: skip
         elif self.config.store != "memory" and store is None:
             raise InvalidArgument("a Location Store URL needs listen= (a mesh of processes)")
+        elif store is None:  # a node of this process alone: what configures a mesh of
+            meshy = [  # processes would be ignored (an operator's probe), so it is refused
+                name for name, given in (
+                    ("keys", self.config.keys is not None),
+                    ("lease_seconds", "lease_seconds" in self.config.model_fields_set),
+                    ("mesh", self.config.mesh != "main"),
+                ) if given
+            ]  # fmt: skip
+            if meshy:
+                raise InvalidArgument(
+                    f"{', '.join(meshy)} configure a node of a mesh of processes: it needs"
+                    " listen= (zlink run --listen, or --nodes)"
+                )
         self._transport = transport
         self._relocator: Relocator | None = None
         self._membership: NodeMembership | None = None

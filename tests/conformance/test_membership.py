@@ -495,3 +495,35 @@ def test_a_node_fenced_twice_before_it_serves_again_serves_as_it_did_before(
     events.fenced("the second registration came too late")  # before it served again
     events.rejoined(3, [])  # (no transport, no membership here: it serves at once)
     assert (rt.fenced, rt.draining) == (False, draining)
+
+
+def test_a_store_that_keeps_refusing_a_registration_is_not_logged_at_every_try(
+    clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator's probe: while the store was down, a fenced node logged "could not
+    register again" at WARNING every sixth of a lease (7,200 lines an hour at a 3 s lease).
+    It says so at the 1st, 2nd, 4th, 8th, ... failed try in a row (the rest at DEBUG), each
+    line with its count; ``registrations_failed`` counts every one."""
+    with LocalCluster(_app(), nodes=2, clock=clock, workers=1, lease_seconds=3.0) as cluster:
+        n1 = cluster.node(0)
+        store = cluster.store
+        real = store.register_node
+
+        def register_node(node_id: str, *args: Any) -> Any:
+            if node_id == "node-1":
+                raise Unavailable("the location store is down")
+            return real(node_id, *args)
+
+        store.register_node = register_node  # type: ignore[method-assign]
+        caplog.set_level(logging.WARNING, logger="zlink.mesh")
+        assert store.unregister_node("node-1", n1.incarnation)
+        clock.advance(1.0)  # its renewal is refused: it fences itself and registers again
+        for tries in range(1, 10):
+            if tries > 1:
+                clock.advance(0.5)  # (a retry every sixth of the lease)
+            until(lambda t=tries: n1.counters().get("registrations_failed", 0) >= t,
+                  f"try {tries}")  # fmt: skip
+        said = [r.getMessage() for r in caplog.records if "could not register" in r.message]
+        assert len(said) == 4, said  # of 9 tries
+        assert [line.split("(")[1].split(" ")[0] for line in said] == ["1", "2", "4", "8"], said
+        store.register_node = real  # type: ignore[method-assign]

@@ -14,6 +14,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
+import zlink
 from zlink import _native
 from zlink.cli import cli
 
@@ -270,6 +271,37 @@ def test_the_stop_summary_counts_sends_dropped_and_unacknowledged_too():
         " 200 sent and never acknowledged (may have arrived)"
     )
     assert _stop_summary(0, 1, stop_losses({})) == "0 Spots moved, 1 stayed; 0 messages discarded"
+
+
+def test_the_stop_summary_says_what_handlers_the_stop_cut_off():
+    """An operator's probe: turns (and worker calls) still running at the stop's deadline were
+    counted (``turns_abandoned_at_shutdown``; their callers failed), but the summary said "0
+    messages discarded" only. They are said, and go into a --nodes child's summary file."""
+    from zlink.cli import _stop_losses, _stop_summary
+
+    counters = {"turns_abandoned_at_shutdown": 2, "worker_calls_abandoned_at_shutdown": 1}
+    lost = _stop_losses(counters)
+    assert lost == {"abandoned": {"turns": 2, "worker calls": 1}}
+    assert _stop_summary(0, 1, lost) == (
+        "0 Spots moved, 1 stayed; 0 messages discarded;"
+        " 2 turns, 1 worker calls abandoned at the stop's deadline"
+    )
+    assert _stop_losses({"turns_abandoned_at_shutdown": 0}) == {}
+
+
+def test_a_node_alone_refuses_what_configures_a_mesh_of_processes():
+    """An operator's probe: ``--keys``, ``--lease`` and ``--mesh`` without ``--listen`` were
+    taken and did nothing (``--advertise`` was refused); so they are too, at the start."""
+    for args, name in (
+        (["--lease", "2"], "lease_seconds"),
+        (["--mesh", "blue"], "mesh"),
+        (["--keys", "/nonexistent-keys"], "keys"),
+    ):
+        result = CliRunner().invoke(cli, ["run", "tests.procs.app:app", *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert f"{name} configure a node of a mesh" in result.output, result.output
+    with pytest.raises(zlink.InvalidArgument, match="lease_seconds"):
+        zlink.Node(zlink.App("alone"), zlink.NodeConfig(lease_seconds=2.0))
 
 
 def test_a_drains_summary_says_why_spots_stayed_commonest_first():

@@ -9,7 +9,9 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -367,3 +369,31 @@ def test_each_nodes_admin_line_names_its_node(tmp_path: Path) -> None:
         assert proc.wait(30) == 0
     finally:
         _stop(proc, reader)
+
+
+def test_mesh_reads_lease_left_on_the_stores_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator's probe (by reading): ``zlink mesh`` took "lease left" as the lease's end
+    less this machine's ``time.time()``, but a Redis store's leases are on the server's clock
+    (``TIME``): the column was off by any skew between the two machines. It asks the store's
+    own clock now (``LocationStore.now``); here a store whose clock is far from the wall's."""
+    from zlink.mesh import stores
+    from zlink.mesh.location import InMemoryLocationStore
+    from zlink.testing import ManualClock
+
+    clock = ManualClock(1000.0)
+    store = InMemoryLocationStore(clock)
+    store.register_node("n1", "tcp://127.0.0.1:1", 3.0)
+    monkeypatch.setattr(stores, "open_store", lambda url, existing=False: store)
+    result = CliRunner().invoke(cli, ["mesh", "--store", "sqlite:///unused.db", "--json"])
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.output)
+    assert row["lease_left"] == 3.0, row
+
+
+def test_the_redis_stores_clock_is_the_servers(redis_server: Any) -> None:
+    from zlink.mesh.redis_store import RedisLocationStore
+
+    with RedisLocationStore(redis_server.url) as store:
+        before = time.time()
+        now = store.now()
+        assert before - 1.0 <= now <= time.time() + 1.0  # (one machine: the same clock)

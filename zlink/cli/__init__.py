@@ -493,7 +493,7 @@ def run(
 
             # on a thread of its own: this (main) thread stays free for a second signal
             waker.run(graceful, "zlink-graceful-stop")
-    lost = losses(node.counters())
+    lost = _stop_losses(node.counters())
     if summary_file is not None:  # its parent (zlink run --nodes) adds them up; one it
         with contextlib.suppress(OSError):  # cannot read says "said nothing"
             Path(summary_file).write_text(json.dumps({**summary, "losses": lost}))
@@ -547,15 +547,33 @@ def _how_it_ended(returncode: int | None) -> str:
     return f"exited with status {_status(returncode or 0)}"
 
 
+def _stop_losses(counters: Mapping[str, int]) -> dict[str, dict[str, int]]:
+    """``losses(counters)``, and the handlers the stop cut off at its deadline (``abandoned``:
+    their callers were failed; an operator's probe saw them counted, and the summary say "0
+    messages discarded" only)."""
+    lost = losses(counters)
+    abandoned = {
+        what: n
+        for what, name in (("turns", "turns_abandoned_at_shutdown"),
+                           ("worker calls", "worker_calls_abandoned_at_shutdown"))
+        if (n := counters.get(name, 0))
+    }  # fmt: skip
+    if abandoned:
+        lost["abandoned"] = abandoned
+    return lost
+
+
 def _stop_summary(moved: int, stayed: int, lost: Mapping[str, Mapping[str, int]]) -> str:
     """What a stop did: Spots moved and stayed, and what it lost by kind and reason
-    (``zlink.runtime.metrics.losses``): messages discarded (always said), sends dropped and
-    frames never acknowledged (said when there are any)."""
+    (``zlink.runtime.metrics.losses``): messages discarded (always said), sends dropped,
+    frames never acknowledged and handlers cut off at the stop's deadline (said when there
+    are any)."""
     said = [f"{moved} Spots moved, {stayed} stayed"]
     for kind, what in (
         ("discarded", "messages discarded"),
         ("dropped", "sends dropped"),
         ("unacknowledged", "sent and never acknowledged"),
+        ("abandoned", "abandoned at the stop's deadline"),
     ):
         by_reason = lost.get(kind, {})
         if not by_reason and kind != "discarded":
@@ -563,6 +581,9 @@ def _stop_summary(moved: int, stayed: int, lost: Mapping[str, Mapping[str, int]]
         total = sum(by_reason.values())
         if kind == "unacknowledged":
             said.append(f"{total} {what} (may have arrived)")
+            continue
+        if kind == "abandoned":  # (turns and worker calls: not one kind of thing to add up)
+            said.append(", ".join(f"{n} {k}" for k, n in sorted(by_reason.items())) + f" {what}")
             continue
         reasons = ", ".join(f"{k} {v}" for k, v in sorted(by_reason.items()))
         said.append(f"{total} {what}{f' ({reasons})' if reasons else ''}")
@@ -913,7 +934,6 @@ def mesh_cmd(
     """List the nodes the Location Store knows: id, address, incarnation, lease left, and how
     many Spots and Actors each owns (python-api §10); also a node whose lease lapsed that
     still owns some (they are re-homed on their next call)."""
-    import time as _time
 
     from rich.console import Console
     from rich.table import Table
@@ -926,11 +946,11 @@ def mesh_cmd(
     try:
         records = opened.nodes()
         owned = opened.owned()
+        now = opened.now()  # leases are on the store's clock (a Redis server's: not ours)
     finally:
         close = getattr(opened, "close", None)
         if close is not None:
             close()
-    now = _time.time()
     rows = []
     for r in records:
         try:

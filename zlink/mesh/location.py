@@ -153,6 +153,11 @@ class LocationStore(Protocol):
 
     def nodes(self) -> list[NodeRecord]: ...
 
+    def now(self) -> float:
+        """The store's clock, the one its leases are on (``zlink mesh``'s "lease left": a
+        Redis server's clock, not the machine's that asks)."""
+        ...
+
     def owned(self) -> dict[tuple[str, int], int]: ...
 
     def prune(self, lapsed_for: float) -> tuple[int, int]:
@@ -335,6 +340,9 @@ class InMemoryLocationStore:
                 return False
             del self._nodes[node_id]
             return True
+
+    def now(self) -> float:
+        return self._now()
 
     def nodes(self) -> list[NodeRecord]:
         """The members: registered nodes whose lease has not lapsed, by id."""

@@ -151,6 +151,7 @@ class NodeMembership:
         self._stopped = False
         self._fenced = False
         self._epoch = 0  # +1 at each fence: answers to calls of an earlier epoch are ignored
+        self._failed_tries = 0  # registrations again that failed in a row (what is logged)
         self._valid_until = float("-inf")  # this node's clock: it serves until then
         self._refused: str | None = None  # why the store refused this epoch's lease
         # an incarnation registered again on the lease thread and not yet taken on (the
@@ -236,8 +237,9 @@ class NodeMembership:
         for incarnation in dict.fromkeys(incarnations):
             try:
                 self.store.unregister_node(self.node_id, incarnation)
-            except Exception:  # noqa: BLE001 - its lease lapses anyway
-                _log.warning("node %s could not unregister", self.node_id, exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - its lease lapses anyway
+                _log.warning("node %s could not unregister: %s", self.node_id, exc)
+                _log.debug("node %s could not unregister", self.node_id, exc_info=True)
 
     def _on_lease_thread(self, fn: Callable[..., Any], *args: Any) -> Completion:
         """Run the store call ``fn(*args)`` on the lease thread; its completion is set on
@@ -405,7 +407,10 @@ class NodeMembership:
             self._count("superseded")  # (last: whoever sees it sees the node say so too)
             return
         if error is not None:
-            _log.warning("node %s could not register again: %s", self.node_id, error)
+            self._failed_tries += 1  # said at the 1st, 2nd, 4th, 8th, ... try in a row: a
+            tries = self._failed_tries  # store down for an hour is not 7,200 warnings
+            log = _log.warning if tries & (tries - 1) == 0 else _log.debug
+            log("node %s could not register again (%d tries): %s", self.node_id, tries, error)
             self._count("registrations_failed")
             self._schedule(self.lease_seconds * RETRY_EVERY, self._rejoin)
             return
@@ -422,6 +427,7 @@ class NodeMembership:
             self.record = record
             self._fenced = False
         self._confirmed(sent)
+        self._failed_tries = 0
         self._count("registrations_again")
         _log.warning("node %s registered again as incarnation %d", self.node_id,
                      record.incarnation)  # fmt: skip

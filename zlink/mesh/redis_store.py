@@ -481,6 +481,13 @@ class RedisLocationStore:
         """Remove ``node_id`` (it stopped); only its current incarnation may."""
         return bool(self._run("unregister", node_id, _int(incarnation)))
 
+    def now(self) -> float:
+        """The server's clock (``TIME``), which its leases are on; a test's clock if given."""
+        if self._now is not None:
+            return self._now()
+        seconds, micros = self._call(self._redis.time)
+        return float(seconds) + micros / 1_000_000
+
     def nodes(self) -> list[NodeRecord]:
         """The members: registered nodes whose lease has not lapsed, by id."""
         rows = self._run("nodes")

@@ -305,6 +305,11 @@ class SqliteLocationStore:
 
         return self._write(unregister)
 
+    def now(self) -> float:
+        """The store's clock (the wall clock, which the node processes sharing the file
+        share)."""
+        return self._now()
+
     def nodes(self) -> list[NodeRecord]:
         """The members: registered nodes whose lease has not lapsed, by id."""
 
