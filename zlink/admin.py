@@ -80,8 +80,11 @@ class _PacedStatus:
     neither many scrapers nor a large node make looking slow the node (cli.md). A small node
     (a build of a millisecond) is described afresh for nearly every request."""
 
-    def __init__(self, node: Node, share: float = 0.1) -> None:
+    def __init__(
+        self, node: Node, share: float = 0.1, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._node = node
+        self._clock = clock
         self._reuse = 1.0 / share - 1.0
         self._lock = threading.Lock()  # (one build at a time; the only lock here)
         self._latest: NodeStatus | None = None
@@ -101,12 +104,12 @@ class _PacedStatus:
             return self._json
 
     def _current(self) -> NodeStatus:
-        now = time.monotonic()
+        now = self._clock()
         if self._latest is not None and now < self._fresh_until:
             return self._latest
         self._latest = self._node.status()
         self._json = None
-        done = time.monotonic()
+        done = self._clock()
         self._fresh_until = done + (done - now) * self._reuse
         return self._latest
 
@@ -215,14 +218,16 @@ class AdminServer:
     def __init__(
         self, node: Node, host: str, port: int, *, allow_remote: bool = False,
         max_connections: int = 16, timeout: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
+        """``clock``: what paces the node's description (seconds; tests pass a manual one)."""
         if not is_loopback(host) and not allow_remote:
             raise InvalidArgument(
                 f"the admin endpoint binds loopback addresses only, not {host!r}; "
                 "pass allow_remote (--admin-allow-remote) to expose it deliberately"
             )
         node_ref = node
-        paced = _PacedStatus(node)
+        paced = _PacedStatus(node, clock=clock)
         registry = CollectorRegistry(auto_describe=False)
         registry.register(_NodeCollector(node, paced.get))
 

@@ -325,6 +325,7 @@ def test_a_request_a_drained_node_relays_is_answered_through_its_shutdown():
         assert stopped.is_set()
         GO.set()
         assert asked.result(WAIT) == "done"
-        assert caller.counters().get("relayed_replies_rebound") == 1
+        assert caller.counters().get("relayed_replies_rebound", 0) >= 1  # (the relay's notice
+        # and the taker's: the relay's is passed over when it comes second)
         assert not n1.counters().get("calls_failed_at_shutdown")
         assert not any(n.counters().get("replies_undeliverable") for n in cluster.nodes)

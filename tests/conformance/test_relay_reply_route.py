@@ -5,7 +5,7 @@ reply route").
 Before, the relaying node re-sent the request as its own (a correlation of its own, the reply
 coming back through it): its stop failed the call at its caller with ``Unavailable`` though
 the handler ran, and its caller could not see the node that ran it go down. Now the reply
-goes straight to the caller's node, which the relaying node tells where the reply is
+goes straight to the caller's node, which the node that took it tells where the reply is
 awaited now (``RelayedEnvelope``, on COMPLETION; the notice of the later of two relays wins).
 The manual clock never moves: what ends here ends by a reply or by the store's verdict, never
 by a deadline. Every wait is bounded.
@@ -82,13 +82,19 @@ def _stale_route(cluster: LocalCluster) -> tuple[zlink.Node, zlink.Node, zlink.N
     return target, relay, caller
 
 
+def _taken_by(caller: zlink.Node, target: zlink.Node) -> bool:
+    """Whether ``caller`` awaits its one pending call from ``target`` alone (it took it)."""
+    pending = list(caller._runtime.router._pending.values())
+    return len(pending) == 1 and pending[0][2:] == (target.node_id, 3, "")
+
+
 def test_the_reply_of_a_relayed_request_goes_straight_to_its_caller(
     cluster: LocalCluster,
 ) -> None:
     target, relay, caller = _stale_route(cluster)
     asked = caller.client().request_to_spot("box", Held()).future()
     assert HOLDING.wait(WAIT)  # relayed by node-2, running on node-1
-    until(lambda: caller.counters().get("relayed_replies_rebound") == 1, "the notice")
+    until(lambda: _taken_by(caller, target), "the taker's notice")
     assert relay.counters().get("relayed_calls") == 1
     relay.shutdown(WAIT)  # the relay keeps no part of it: its stop fails nothing
     HOLD.set()
@@ -109,7 +115,7 @@ def test_a_relayed_request_fails_at_once_when_the_node_running_it_goes_down(
     target, _relay, caller = _stale_route(cluster)
     asked = caller.client().request_to_spot("box", Held()).future()
     assert HOLDING.wait(WAIT)
-    until(lambda: caller.counters().get("relayed_replies_rebound") == 1, "the notice")
+    until(lambda: _taken_by(caller, target), "the taker's notice")
     assert cluster.store.unregister_node(target.node_id, target.incarnation)  # it dies:
     cluster.transport.detach(target.node_id)  # out of the store and out of reach
     with pytest.raises(zlink.Unavailable, match="down"):
@@ -121,16 +127,26 @@ def test_a_relayed_request_fails_at_once_when_the_node_running_it_goes_down(
 def test_the_notice_of_the_later_relay_wins_in_whatever_order_they_arrive(
     cluster: LocalCluster,
 ) -> None:
-    """A request relayed twice (node A to B, B to C): A's notice says B (1 hop), B's says C
-    (2 hops); they come from two nodes and may cross. The reply is awaited from C either way."""
+    """A request relayed twice (node A to B, B to C): A says "to B" as it posts it, B says "I
+    have it" as it takes it, then "to C", and C "I have it"; they come from three nodes and
+    may cross. The last step is where the reply is awaited, whatever the order they come in;
+    until a node took it, the loss of the node that relayed it fails the call too."""
+    import itertools
+
     router = cluster.nodes[2]._runtime.router
-    for order in ([("n-b", 1), ("n-c", 2)], [("n-c", 2), ("n-b", 1)]):
+    steps = [("n-b", 1, "n-a"), ("n-b", 1, None), ("n-c", 2, "n-b"), ("n-c", 2, None)]
+    for order in itertools.permutations(steps):
         done = Completion()
         corr = router.register_pending(done, str, "n-a")
-        for node, hops in order:
-            router.relayed_on(corr, node, hops)
-        assert router._pending[corr][2] == "n-c", order
+        for node, hops, relay in order:
+            router.relayed_on(corr, node, hops, relay)
+        assert router._pending[corr][2:] == ("n-c", 5, ""), order
         done.set("x", None)
         assert corr not in router._pending
-    router.relayed_on(corr, "n-d", 3)  # (answered already: nothing awaits it)
+    done = Completion()
+    corr = router.register_pending(done, str, "n-a")
+    router.relayed_on(corr, "n-b", 1, "n-a")  # in transit: n-a and n-b both await it
+    assert router._pending[corr][2:] == ("n-b", 2, "n-a")
+    done.set("x", None)
+    router.relayed_on(corr, "n-d", 3, None)  # (answered already: nothing awaits it)
     assert corr not in router._pending

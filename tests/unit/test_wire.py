@@ -136,7 +136,8 @@ SAMPLES: dict[str, Envelope] = {
     ),
     "fence": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2),
     "fence-marked": FenceEnvelope(target="room-1", first_origin="n1", via="n2", hops=2, mark=9),
-    "relayed": RelayedEnvelope(correlation=19, node="n3", hops=2),
+    "relayed": RelayedEnvelope(correlation=19, node="n3", hops=2, relay="n2"),
+    "relayed-taken": RelayedEnvelope(correlation=19, node="n3", hops=2, relay=None),
     "fenced-owner": FencedEnvelope(target="room-1", owner_node="n3"),
     "fenced-gone": FencedEnvelope(target="room-1", owner_node=None),
     "data_ahead-fence": DataAheadEnvelope(

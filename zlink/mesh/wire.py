@@ -491,11 +491,11 @@ class RouteEnvelope:
 
 @dataclass(frozen=True, slots=True)
 class RelayedEnvelope:
-    """To a request's origin, from a node that relayed it on by a stale route: the request
-    kept its reply route (kotlin-spot-interface: a stale route relays "preserving operation
-    identity, generation, deadline, correlation, and reply route"), so its reply comes from
-    ``node``, or from a node that relays it further, and no longer from the relaying node,
-    whose stop or loss then fails nothing."""
+    """To a request's origin, about a relay by a stale route: the request kept its reply
+    route (kotlin-spot-interface: a stale route relays "preserving operation identity,
+    generation, deadline, correlation, and reply route"), so its reply comes from ``node``
+    (or from a node that takes it later, relayed further), not from the relaying node. Sent
+    by the relaying node as it posts it, then by ``node`` once it took it."""
 
     KIND: ClassVar[EnvelopeKind] = EnvelopeKind.RELAYED
 
@@ -506,6 +506,9 @@ class RelayedEnvelope:
     hops: int
     """The relayed request's ``hops``: a later relay of the same request says more, and the
     notices of two relays may arrive in either order."""
+    relay: str | None
+    """The relaying node, which sends this as it posts the request (until ``node`` took it,
+    its loss fails the call too); ``None`` from ``node`` itself, once it took it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,8 @@ Every fault and every discard is counted once, under a name that says what it wa
   ``relocation_commits_asked_again``: the store failed a move's commit and could not say
   whether it made it (or refused a member's write after the Spot's was made): asked again;
 * ``relayed_calls``: calls this node relayed on by a stale route; ``relayed_replies_rebound``:
-  requests of this node's callers whose reply a relaying node said comes from another node
-  now (the request kept its reply route: kotlin-spot-interface);
+  requests of this node's callers that a node took after a relay, telling this node their
+  reply comes from there now (the request kept its reply route: kotlin-spot-interface);
 * ``replies_undeliverable``: a reply for a caller on a node this node cannot reach (gone);
   ``envelopes_undeliverable``: another envelope of this node's that could not be sent;
 * ``call_intake_errors``: a call from another node this node failed to take for a fault of

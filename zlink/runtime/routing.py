@@ -147,9 +147,9 @@ class MeshRouter:
         self.transport = transport
         self.outbox = Outbox(rt.node_id, transport, rt.infra.submit, self._undeliverable,
                              outbound_limit, outbound_submit_limit)  # fmt: skip
-        # corr -> (call, reply type, the peer its reply is awaited from, the most hops of a
-        # relay it was told of: ``relayed_on``)
-        self._pending: dict[int, tuple[Completion, Any, str, int]] = {}
+        # corr -> (call, reply type, the peer its reply is awaited from, the rank of the last
+        # relay notice taken, a second peer whose loss fails it too: ``relayed_on``)
+        self._pending: dict[int, tuple[Completion, Any, str, int, str]] = {}
         self._lock = ranked_lock("router.pending", LockRank.PENDING)
         self._ids = itertools.count(1)
         # routing: one path per remote target at a time (see the module docstring)
@@ -173,6 +173,7 @@ class MeshRouter:
         self._fence_via: dict[str, str] = {}  # target -> the node its running fence went to
         self._fence_timers: dict[str, DeadlineHandle] = {}  # target -> its fence's deadline
         self._suspected: dict[str, set[int]] = {}  # peer -> calls awaited when it dropped
+        self._down: set[str] = set()  # peers declared down and not reachable since
         self._recorded: dict[str, Callable[[], None]] = {}  # target -> its first record's end
         self._clearing: dict[str, int] = {}  # target -> the tenure whose record's clear is on
         # calls from each peer waiting for room here; past ``backlog_limit`` DATA from that
@@ -1061,34 +1062,53 @@ class MeshRouter:
             self.post(route.node, self.envelope(call, None, hops, reply_route=back))
             assert reply is not None
             reply.set(RELAYED_ON, None)  # (answered from elsewhere: nothing waits here)
-            self._tell_relayed(back, route.node, hops)
+            self._tell_relayed(back, route.node, hops, self.rt.node_id)
         if hops:
             self.rt.metrics.add("relayed_calls")
             self.tell_origin(call.origin, call.target, route)
 
-    def _tell_relayed(self, back: tuple[str, int], node: str, hops: int) -> None:
-        """Tell a relayed request's origin that its reply comes from ``node`` now."""
+    def _tell_relayed(self, back: tuple[str, int], node: str, hops: int, relay: str | None) -> None:
+        """Tell a relayed request's origin where its reply comes from now: the relaying node
+        as it posted it (``relay``: itself; until ``node`` has it, the loss of either fails
+        the call), then the node that took it (``relay`` None: only its loss does). A review
+        found each half alone short: told only by the relay, a request that died unsent with
+        the relay's stop left its origin awaiting a node that never had it; told only by the
+        taker, one that died with a node before it took it left its origin awaiting the
+        relay, alive and unaware. Either way the call waited out its deadline."""
         origin, corr = back
         if origin == self.rt.node_id:
-            self.relayed_on(corr, node, hops)
+            self.relayed_on(corr, node, hops, relay)
             return
         with contextlib.suppress(Unavailable):  # its origin is gone, and the call with it
-            self.post(origin, wire.RelayedEnvelope(corr, node, hops))
+            self.post(origin, wire.RelayedEnvelope(corr, node, hops, relay))
 
     def _on_relayed(self, env: wire.RelayedEnvelope) -> None:
-        self.relayed_on(env.correlation, env.node, env.hops)
+        self.relayed_on(env.correlation, env.node, env.hops, env.relay)
 
-    def relayed_on(self, corr: int, node: str, hops: int) -> None:
-        """A request this node awaits under ``corr`` was relayed on to ``node`` (``hops``):
-        its reply is awaited from there, so the loss of the node that relayed it fails it no
-        more and the loss of ``node`` does. Told by the relaying node (COMPLETION); the
-        notices of two relays of one request may cross, and the one of more hops wins. A
-        reply that came first ended the wait: nothing to do then."""
+    def relayed_on(self, corr: int, node: str, hops: int, relay: str | None) -> None:
+        """A request this node awaits under ``corr`` was relayed (``hops``) to ``node`` by
+        ``relay``, or (``relay`` None) ``node`` took it: its reply is awaited from ``node``,
+        and until ``node`` took it the loss of ``relay`` fails it too. The notices come on
+        COMPLETION from several nodes and may cross: a relay's ranks below its taker's, and
+        both below a later relay's; a lower one than the last taken changes nothing. A
+        notice naming a node declared down already fails the call at once (no verdict will
+        come again); a reply that came first ended the wait."""
+        rank = 2 * hops + (relay is None)
+        also = relay or ""
         with self._lock:
             entry = self._pending.get(corr)
-            if entry is None or hops <= entry[3]:
+            if entry is None or rank <= entry[3]:
                 return
-            self._pending[corr] = (entry[0], entry[1], node, hops)
+            gone = next((n for n in (node, also) if n and n in self._down), None)
+            if gone is not None:  # (two senders: nothing orders its notice and the verdict)
+                del self._pending[corr]
+            else:
+                self._pending[corr] = (entry[0], entry[1], node, rank, also)
+        if gone is not None:
+            self.rt.metrics.add("calls_failed_peer_down")
+            entry[0].set(None, Unavailable(f"node {gone!r} is down (its lease lapsed or it"
+                                           " left) and will not answer"))  # fmt: skip
+            return
         self.rt.metrics.add("relayed_replies_rebound")
 
     def _send_located(
@@ -1437,7 +1457,7 @@ class MeshRouter:
         If ``peer`` goes away first, the call fails with ``Unavailable`` at once."""
         corr = next(self._ids)
         with self._lock:
-            self._pending[corr] = (completion, tp, peer, 0)
+            self._pending[corr] = (completion, tp, peer, 0, "")
         completion.add_callback(lambda _v, _e: self._forget(corr))
         return corr
 
@@ -1449,7 +1469,7 @@ class MeshRouter:
             entry = self._pending.get(corr)
             if entry is None:
                 return False
-            self._pending[corr] = (entry[0], entry[1], peer, entry[3])
+            self._pending[corr] = (entry[0], entry[1], peer, entry[3], "")
             return True
 
     def forget_pending(self, corr: int) -> None:
@@ -1505,6 +1525,8 @@ class MeshRouter:
     # -- peers ----------------------------------------------------------------------------------
     def peer_up(self, peer: str) -> None:
         """``peer`` is reachable (infrastructure thread). Nothing waits on it yet."""
+        with self._lock:
+            self._down.discard(peer)  # (a new incarnation of a node declared down)
 
     def writable(self, peer: str) -> None:
         """The transport takes DATA for ``peer`` again (infrastructure thread)."""
@@ -1518,7 +1540,7 @@ class MeshRouter:
         with self._lock:
             self._backlog.pop(peer, None)
             self._paused.discard(peer)
-            awaited = {corr for corr, entry in self._pending.items() if entry[2] == peer}
+            awaited = {corr for corr, entry in self._pending.items() if _awaits(entry, peer)}
             self._suspected.setdefault(peer, set()).update(awaited)
         # (the halves of this node's fences it was to bring stay: a session outlives its
         # connection, python-api §10; those it never brings are dropped in a request timeout)
@@ -1567,12 +1589,14 @@ class MeshRouter:
             except Exception:  # noqa: BLE001 - the calls awaited from it still fail below
                 _log.exception("ending the moves that wait on node %s failed", peer)
         with self._lock:
+            if not self.transport.reachable(peer):
+                self._down.add(peer)
             awaited = self._suspected.pop(peer, None)
             if awaited is None or self.transport.reachable(peer) is False:
-                more = {corr for corr, entry in self._pending.items() if entry[2] == peer}
+                more = {corr for corr, entry in self._pending.items() if _awaits(entry, peer)}
                 awaited = more if awaited is None else awaited | more
             entries = [self._pending.pop(c) for c in awaited
-                       if c in self._pending and self._pending[c][2] == peer]  # fmt: skip
+                       if c in self._pending and _awaits(self._pending[c], peer)]  # fmt: skip
         if entries:  # counted first: whoever the failure wakes sees the count
             self.rt.metrics.add("calls_failed_peer_down", len(entries))
         self.rt.metrics.add("peers_declared_down")
@@ -1608,6 +1632,13 @@ class MeshRouter:
                 sends += len(env.message_types)
             else:
                 other += 1
+                if isinstance(env, wire.RequestEnvelope) and env.origin_node != self.rt.node_id:
+                    # relayed here with its origin's reply route (no call awaits it here to
+                    # fail): its origin is told at once, if this node still reaches it
+                    self.reply(env.origin_node, env.correlation, error=Unavailable(
+                        f"node {self.rt.node_id} relayed it to node {peer}, and their session"
+                        f" ended {'before it was acknowledged' if maybe_arrived else 'first'}"
+                    ))  # fmt: skip
         if sends:
             name = "data_unacknowledged_peer_gone" if maybe_arrived else "sends_dropped_peer_gone"
             self.rt.metrics.add(name, sends)
@@ -1717,6 +1748,10 @@ class MeshRouter:
                 return
             done = reply  # queued before the fault: it runs, and its outcome stands
         if isinstance(env, wire.RequestEnvelope):
+            if env.origin_node != env.via:  # relayed on with its origin's reply route: this
+                # node took it, and its origin awaits the reply from here only now
+                back = (env.origin_node, env.correlation)
+                self._tell_relayed(back, self.rt.node_id, env.hops, None)
             if done is not None:
                 origin, corr = env.origin_node, env.correlation
                 done.add_callback(
@@ -2086,6 +2121,12 @@ class MeshRouter:
             return
         if not completion.set(value, None):
             self.rt.metrics.add("late_replies")
+
+
+def _awaits(entry: tuple[Completion, Any, str, int, str], peer: str) -> bool:
+    """Whether the loss of ``peer`` fails a pending call: the node its reply comes from, or
+    the node that relayed it there until that one took it (``MeshRouter.relayed_on``)."""
+    return entry[2] == peer or entry[4] == peer
 
 
 class _RelayedOn:
