@@ -1631,14 +1631,8 @@ class MeshRouter:
             elif isinstance(env, wire.BatchEnvelope):
                 sends += len(env.message_types)
             else:
-                other += 1
-                if isinstance(env, wire.RequestEnvelope) and env.origin_node != self.rt.node_id:
-                    # relayed here with its origin's reply route (no call awaits it here to
-                    # fail): its origin is told at once, if this node still reaches it
-                    self.reply(env.origin_node, env.correlation, error=Unavailable(
-                        f"node {self.rt.node_id} relayed it to node {peer}, and their session"
-                        f" ended {'before it was acknowledged' if maybe_arrived else 'first'}"
-                    ))  # fmt: skip
+                other += 1  # (a request relayed here with its origin's reply route: that
+                # origin awaits this node and ``peer`` both until ``peer`` took it)
         if sends:
             name = "data_unacknowledged_peer_gone" if maybe_arrived else "sends_dropped_peer_gone"
             self.rt.metrics.add(name, sends)
