@@ -870,15 +870,17 @@ class Node:
             time.sleep(0.005)  # two other threads' progress: no one event to wait on
 
     def _abandon_outbox(self, error: Unavailable, end: float) -> None:
-        """(Shutdown.) What is still in the outbox fails, counted (``sends_dropped_shutdown``)
-        or answered with ``error``, on the infrastructure thread, which owns it."""
+        """(Shutdown.) What is still kept behind a route fence or in the outbox fails,
+        counted (``sends_dropped_shutdown``) or answered with ``error``, on the
+        infrastructure thread, which owns them."""
         router = self._rt.router
-        if router is None or not router.outbox.pending():
+        if router is None or not (router.outbox.pending() or router.holds_kept()):
             return
         done = threading.Event()
 
         def abandon() -> None:
             try:
+                router.abandon_kept(error)  # (first: a request's error answer is sent on)
                 router.outbox.abandon(error)
             finally:
                 done.set()

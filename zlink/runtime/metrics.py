@@ -60,7 +60,8 @@ Every fault and every discard is counted once, under a name that says what it wa
   left, or stayed away 30 s; each message of a batch), ``frames_dropped_peer_down`` (the
   rest of what it kept:
   requests, whose callers fail when the peer is declared down, and the mesh's own frames),
-  ``sends_dropped_shutdown`` (still in the outbox when a stopping node gave up waiting),
+  ``sends_dropped_shutdown`` (still in the outbox when a stopping node gave up waiting, or
+  kept behind a route fence that had not come back),
   ``data_unacknowledged_at_stop`` (sent, never acknowledged: may have arrived),
   ``data_lost_in_transit`` / ``completion_lost_in_transit`` (numbers that never came); and,
   not losses, ``data_resent`` / ``completion_resent``, ``data_duplicates`` /

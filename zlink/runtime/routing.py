@@ -1357,6 +1357,38 @@ class MeshRouter:
                     self.redeliver(item)
         accepted(rooms)
 
+    def holds_kept(self) -> bool:
+        """Whether calls are kept behind a route fence (or wait behind those)."""
+        with self.route_lock:
+            return bool(self._switching or any(self._fence_waiting.values()))
+
+    def abandon_kept(self, error: ZLinkError) -> None:
+        """(Shutdown, infrastructure thread.) The calls kept behind route fences that did
+        not come back fail as undeliverable: each one-way message counted
+        (``sends_dropped_shutdown``), each request answered with ``error`` (at its origin);
+        a caller that waited behind them hears ``error`` (nothing of its call was queued).
+        A ledger audit found a stopping node's kept calls neither handled nor counted."""
+        with self.route_lock:
+            kept, self._switching = self._switching, {}
+            waiting, self._fence_waiting = self._fence_waiting, {}
+            timers = list(self._fence_timers.values())
+            for table in (self._kept_bytes, self._ahead, self._learned, self._fence_via,
+                          self._fence_timers):  # fmt: skip
+                table.clear()
+        for timer in timers:
+            timer.cancel()
+        for target, items in kept.items():
+            for env in items:
+                self._undeliverable(target, env, error)
+        rooms: list[tuple[Admitted, BaseException | None]] = []
+        for line in waiting.values():
+            for wait in line.take():
+                if wait.room is not None and not wait.room.done:
+                    rooms.append((wait.room, error))
+                if wait.reply is not None:
+                    wait.reply.set(None, error)
+        accepted(rooms)
+
     def _old_path_works(self, target: str) -> bool:
         """(``route_lock`` held.) Whether this node's path for ``target`` leads to a node it
         can reach now (one it cannot reach would refuse every call until its lease lapses;
