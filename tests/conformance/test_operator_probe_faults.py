@@ -24,6 +24,7 @@ import pytest
 import zlink
 from tests.procs import harness
 from tests.procs.app import app as mp_app
+from tests.unit.test_cli import as_a_service
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
@@ -327,12 +328,15 @@ def test_a_node_started_under_nohup_is_not_stopped_by_the_hangup_it_ignores() ->
         proc.stdout.close()
 
 
-def _reader(proc: subprocess.Popen[str]) -> tuple[queue.Queue[str], threading.Thread]:
+def _reader(
+    proc: subprocess.Popen[str], which: str = "stdout"
+) -> tuple[queue.Queue[str], threading.Thread]:
+    """The lines of ``proc``'s ``which`` stream as they come ("" at its end)."""
     out: queue.Queue[str] = queue.Queue()
+    stream = getattr(proc, which)
 
     def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        for line in stream:
             out.put(line)
         out.put("")
 
@@ -490,7 +494,7 @@ def test_a_start_refused_for_its_admin_port_leaves_the_running_node_of_that_id_a
         common, cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    err_lines, reader = _reader_of(first, "stderr")
+    err_lines, reader = _reader(first, "stderr")
     try:
         _expect(err_lines, "started with", 30)
         (before,) = _zlink_mesh(store)
@@ -517,17 +521,30 @@ def test_a_start_refused_for_its_admin_port_leaves_the_running_node_of_that_id_a
         first.stderr.close()
 
 
-def _reader_of(
-    proc: subprocess.Popen[str], which: str
-) -> tuple[queue.Queue[str], threading.Thread]:
-    out: queue.Queue[str] = queue.Queue()
-    stream = getattr(proc, which)
-
-    def pump() -> None:
-        for line in stream:
-            out.put(line)
-        out.put("")
-
-    thread = threading.Thread(target=pump, daemon=True)
-    thread.start()
-    return out, thread
+def test_a_hangup_right_after_sigterm_does_not_cut_a_main_targets_stop_short() -> None:
+    """A review of the fix above: the first SIGTERM raised in ``main()``, and a SIGHUP right
+    after it (systemd's ``SendSIGHUP=yes``) raised again inside its ``with zlink.Node``
+    block's stop, cutting it short: no goodbye, no leaving the store. It is ignored now."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run",
+         "tests.conformance.test_operator_probe_faults:serving_main"],
+        cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=as_a_service,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        line = ""
+        while "main serving" not in line:
+            assert time.monotonic() < deadline and proc.poll() is None, "main() did not serve"
+            line = proc.stdout.readline()
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGHUP)
+        _, err = proc.communicate(timeout=30)
+        # (pending together, the two are handled SIGHUP first: either one ends it)
+        assert proc.returncode in (128 + signal.SIGTERM, 128 + signal.SIGHUP), err[-1500:]
+        assert "node main-1 stopped" in err and "release unlocked" not in err, err[-1500:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)

@@ -73,6 +73,15 @@ def test_the_real_command_plays_bingo_in_a_subprocess():
     assert "games finished" in done.stdout
 
 
+def as_a_service() -> None:
+    """(``preexec_fn``) Start a node process with SIGHUP and SIGINT at their defaults, as a
+    terminal or a service manager starts one: a test run under ``nohup``, or as a shell's
+    background job, hands its processes those signals ignored, and ``zlink run`` keeps an
+    inherited SIG_IGN (CI under ``nohup`` saw a SIGHUP test's node ignore its SIGHUP)."""
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def _lines(proc: subprocess.Popen[str]) -> tuple[queue.Queue[str], threading.Thread]:
     """The process's output, line by line, read on a thread of its own ("" at the end)."""
     out: queue.Queue[str] = queue.Queue()
@@ -145,6 +154,7 @@ def test_run_stops_gracefully_on_sigint_and_at_once_on_a_second_one():
     proc = subprocess.Popen(
         [sys.executable, "-m", "zlink", "run", "tests.unit.slow_stop_app:app", "--workers", "1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=as_a_service,
     )  # fmt: skip
     lines, reader = _lines(proc)
     try:
@@ -175,6 +185,7 @@ def test_a_stop_without_a_drain_counts_the_spots_that_stayed(stop_signal: str):
         [sys.executable, "-m", "zlink", "run", "examples.counter:app", "--no-drain",
          "--workers", "1"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=as_a_service,
     )  # fmt: skip
     lines, reader = _lines(proc)
     try:
@@ -220,6 +231,7 @@ def test_health_and_metrics_answer_while_the_node_stops():
         [sys.executable, "-m", "zlink", "run", "tests.unit.slow_stop_app:app", "--workers", "1",
          "--admin", "127.0.0.1:0"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=as_a_service,
     )  # fmt: skip
     lines, reader = _lines(proc)
     try:
@@ -315,3 +327,47 @@ def test_a_drains_summary_says_why_spots_stayed_commonest_first():
     assert _why_stayed(stayed) == (
         " (3: 't.room' is registered with Relocation.disabled(); 1: it closed: gone; 1: x; ...)"
     )
+
+
+def test_a_sigterm_and_a_hangup_together_stop_gracefully():
+    """A review: systemd's ``SendSIGHUP=yes`` sends SIGHUP right after SIGTERM; pending
+    together, Python handles them in signal-number order (SIGHUP first), and the SIGTERM was
+    then taken for an operator's second signal: exit at once, the stop unfinished."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "examples.counter:app", "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=as_a_service,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        _until(lines, "SIGINT or SIGTERM stops it", 30)
+        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGHUP)
+        seen = _until(lines, "stopped:", 30)
+        assert proc.wait(timeout=30) == 0, seen
+        assert not any("again: exiting now" in line for line in seen), seen
+    finally:
+        _end(proc, reader)
+
+
+def test_a_hangup_during_a_stop_does_not_cut_it_short():
+    """A review: systemd's ``SendSIGHUP=yes`` sends SIGHUP right after SIGTERM (a terminal
+    that closes sends one too), and ``zlink run`` took it for a second stop signal: it exited
+    at once, the stop unfinished (no goodbye, what was queued uncounted). A SIGHUP during the
+    stop changes nothing now; a second SIGTERM still exits at once. Signals arrive in the
+    order sent: had the SIGHUP been acted on, the status would be 129, not 143."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run", "tests.unit.slow_stop_app:app", "--workers", "1"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=as_a_service,
+    )  # fmt: skip
+    lines, reader = _lines(proc)
+    try:
+        _until(lines, "holding a worker call", 30)  # its worker call holds the stop up
+        proc.send_signal(signal.SIGTERM)
+        _until(lines, "stopping:", 5)
+        proc.send_signal(signal.SIGHUP)  # (systemd's SendSIGHUP, right after)
+        proc.send_signal(signal.SIGTERM)  # an operator's second: at once
+        assert proc.wait(timeout=10) == 128 + signal.SIGTERM
+    finally:
+        _end(proc, reader)

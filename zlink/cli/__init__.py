@@ -222,11 +222,33 @@ def _reader_left(stream: Any) -> None:
             os.close(null)
 
 
-def _on_stop_signal(stop: threading.Event, signum: int, _frame: object) -> None:
+_SIGHUP = getattr(signal, "SIGHUP", None)
+
+
+class _Stop(threading.Event):
+    """``zlink run``'s stop, once a signal asked for it; ``insisted``: a SIGINT or SIGTERM
+    asked (a SIGHUP is a hangup, not an operator insisting: ``_on_stop_signal``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.insisted = False
+
+
+def _exits_now(stop: _Stop, signum: int) -> bool:
+    """Whether ``signum`` now is a second, insisting stop signal (``_on_stop_signal``)."""
+    return stop.is_set() and stop.insisted and signum != _SIGHUP
+
+
+def _on_stop_signal(stop: _Stop, signum: int, _frame: object) -> None:
     """SIGINT/SIGTERM/SIGHUP under ``zlink run``: the first starts the graceful stop (drain, then
-    shutdown); another while it goes on exits at once, with 128 + the signal's number (130
-    for SIGINT), skipping what is left of the stop."""
-    if not stop.is_set():
+    shutdown); a SIGINT or SIGTERM after a SIGINT or SIGTERM exits at once, with 128 + the
+    signal's number (130 for SIGINT), skipping what is left of the stop. A SIGHUP is nobody
+    insisting: systemd's ``SendSIGHUP=yes`` sends it right after SIGTERM (and a closing
+    terminal sends one), and pending together the two are handled SIGHUP first (signal
+    numbers in order): a review found such a stop cut short at once, so a SIGHUP during a
+    stop changes nothing, and a SIGTERM after a stop a SIGHUP began is not a second one."""
+    if not _exits_now(stop, signum):
+        stop.insisted = stop.insisted or signum != _SIGHUP
         stop.set()
         return
     with contextlib.suppress(OSError):  # os.write: print() may be mid-write on this thread
@@ -432,7 +454,7 @@ def run(
             **({} if store_retention is None else {"store_retention": store_retention}),
             **({} if shutdown_timeout is None else {"shutdown_timeout": shutdown_timeout}),
         )  # fmt: skip
-    stop = threading.Event()
+    stop = _Stop()
     with _SignalWaker() as waker:
         for sig in _stop_signals():
             signal.signal(sig, functools.partial(_on_stop_signal, stop))
@@ -628,8 +650,15 @@ class _StopSignal(KeyboardInterrupt):
 def _stopped_as_by_ctrl_c() -> Iterator[None]:
     """While a ``main()`` runs: SIGTERM and SIGHUP (unless ignored) raise ``_StopSignal``."""
 
+    stop = _Stop()
+
     def raise_it(signum: int, _frame: object) -> None:
-        raise _StopSignal(signum)
+        first = not stop.is_set()
+        if first or _exits_now(stop, signum):  # (as in ``_on_stop_signal``: a hangup, or
+            stop.insisted = signum != _SIGHUP  # the first SIGTERM after one, does not cut
+            stop.set()  # the stop short)
+            raise _StopSignal(signum)
+        stop.insisted = stop.insisted or signum != _SIGHUP
 
     taken = [sig for sig in _stop_signals() if sig != signal.SIGINT]  # (Ctrl-C is Python's)
     before = {sig: signal.signal(sig, raise_it) for sig in taken}
@@ -676,10 +705,10 @@ def _run_many(
     child_env = _child_env(os.environ, store)
     procs: list[subprocess.Popen[bytes]] = []
     failed_start: int | None = None  # the run's status when the nodes did not all serve
-    stop = threading.Event()
+    stop = _Stop()
 
     def on_signal(signum: int, frame: object) -> None:
-        if stop.is_set():  # a second signal: kill them, then exit at once; the exit skips
+        if _exits_now(stop, signum):  # a second one: kill them, then exit at once; the exit skips
             for proc in procs:  # the stop's own clean-up, so the folders made here go now
                 with contextlib.suppress(OSError):
                     proc.kill()
