@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -373,6 +374,28 @@ def serving_main() -> None:
             pass  # signal another thread received, on 3.13t: cli.md says so)
 
 
+def _serving_main_process(**popen: Any) -> subprocess.Popen[str]:
+    """``zlink run`` of ``serving_main``, once it said it serves (killed if it never does)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zlink", "run",
+         "tests.conformance.test_operator_probe_faults:serving_main"],
+        cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, **popen,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 30
+        line = ""
+        while "main serving" not in line:
+            assert time.monotonic() < deadline and proc.poll() is None, "main() did not serve"
+            line = proc.stdout.readline()
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=10)
+        raise
+    return proc
+
+
 def test_sigterm_ends_a_main_target_as_sigint_does_with_its_nodes_stopped() -> None:
     """``zlink run MODULE:main`` "just calls" the function (cli.md). Ctrl-C then raises
     KeyboardInterrupt in it: its ``with zlink.Node(...)`` blocks exit, the node stops (says
@@ -382,19 +405,8 @@ def test_sigterm_ends_a_main_target_as_sigint_does_with_its_nodes_stopped() -> N
     the process dies at once by the signal, its nodes never stop (no goodbye, no unregister:
     peers wait a lease to re-home its Spots; what was queued is lost uncounted). Expected:
     SIGTERM ends a ``main()`` the way SIGINT does, its nodes stopped on the way out."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zlink", "run",
-         "tests.conformance.test_operator_probe_faults:serving_main"],
-        cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc = _serving_main_process()
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        line = ""
-        while "main serving" not in line:
-            assert time.monotonic() < deadline and proc.poll() is None, "main() did not serve"
-            line = proc.stdout.readline()
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
         assert proc.returncode != -signal.SIGTERM, "killed by SIGTERM, its node never stopped"
@@ -526,19 +538,8 @@ def test_a_hangup_right_after_sigterm_does_not_cut_a_main_targets_stop_short() -
     """A review of the fix above: the first SIGTERM raised in ``main()``, and a SIGHUP right
     after it (systemd's ``SendSIGHUP=yes``) raised again inside its ``with zlink.Node``
     block's stop, cutting it short: no goodbye, no leaving the store. It is ignored now."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "zlink", "run",
-         "tests.conformance.test_operator_probe_faults:serving_main"],
-        cwd=ROOT, env=ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, preexec_fn=as_a_service,
-    )  # fmt: skip
+    proc = _serving_main_process(preexec_fn=as_a_service)
     try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 30
-        line = ""
-        while "main serving" not in line:
-            assert time.monotonic() < deadline and proc.poll() is None, "main() did not serve"
-            line = proc.stdout.readline()
         proc.send_signal(signal.SIGTERM)
         proc.send_signal(signal.SIGHUP)
         _, err = proc.communicate(timeout=30)
