@@ -207,6 +207,8 @@ def test_a_fail_fast_put_is_held_only_behind_calls_for_its_own_target() -> None:
     assert outbox.wait_room("b", go, "room-1") is Room.WAITS
     assert not outbox.has_room("b", True)  # a caller that may wait: behind everyone
     assert not outbox.put_if_room("b", _send(3), False, "room-1")  # its own target waits
+    why = outbox.refusal("b", "room-1")  # the refused caller's error says which it was
+    assert "1 call(s) for 'room-1' wait for room" in why and "is full" not in why
     assert outbox.put_if_room("b", _send(4), False, "room-2")  # another target's: it passes
     assert not outbox.put_if_room("b", _send(5), False)  # no target named: behind everyone
     ours.run()  # room again: the waiter is let go, and puts
@@ -219,6 +221,8 @@ def test_a_fail_fast_put_is_held_only_behind_calls_for_its_own_target() -> None:
     assert not outbox.put_if_room("b", _send(7), False, "room-3")
     assert outbox.cancel_wait("b", withdrawn)
     assert outbox.put_if_room("b", _send(8), False, "room-3") and other == []
+    outbox.submit_limit = 0  # over the fail-fast limit: full, whatever waits
+    assert outbox.refusal("b", "room-3").startswith("is full (")
 
 
 def _fence(origin: str, mark: int = 0) -> wire.FenceEnvelope:

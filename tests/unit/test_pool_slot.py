@@ -31,9 +31,9 @@ def test_an_item_made_ready_by_a_running_item_runs_next_ahead_of_the_shared_queu
     def first() -> None:
         pool.submit(lambda: order.append("shared"))  # queued first, at the back
         pool.submit_next(lambda: order.append("next"))
+        pool.submit(done.set)  # behind "shared": set once both have run
 
     pool.submit(first)
-    pool.submit(done.set)
     assert done.wait(5)
     assert order == ["next", "shared"]
     pool.shutdown()

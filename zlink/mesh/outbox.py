@@ -300,6 +300,19 @@ class Outbox:
         else:
             del self._targets[key]
 
+    def refusal(self, peer: str, target: str) -> str:
+        """Why a fail-fast call for ``target`` finds no room to ``peer`` (its error says which:
+        a queue over ``submit_limit``, or calls for the same target waiting before it)."""
+        with self._lock:
+            queued = self._bytes.get(peer, 0)
+            waiting = self._targets.get((peer, target), 0)
+        if queued >= self.submit_limit:
+            return f"is full ({queued:,} bytes queued, limit {self.submit_limit:,})"
+        return (
+            f"holds {queued:,} bytes (fail-fast limit {self.submit_limit:,}) and {waiting} "
+            f"call(s) for {target!r} wait for room in it before this one (per-target order)"
+        )
+
     def waiting(self, peer: str) -> int:
         """Callers waiting for room to ``peer``, and fences in their line (tests)."""
         with self._lock:

@@ -935,8 +935,8 @@ class MeshRouter:
         if plain and not accepted:
             self.rt.metrics.add("rejected_admissions")
             raise ResourceExhausted(
-                f"the outbound queue to node {peer!r} is full ({outbox.submit_limit:,} bytes), "
-                f"or calls for {call.target!r} wait for room in it; nothing was queued"
+                f"the outbound queue to node {peer!r} {outbox.refusal(peer, call.target)}; "
+                "nothing was queued"
             )
         timed = room is not None and room.peer is None  # (a peer's, or accepted: it waits)
         # bounded per target as a lane's waiters are (python-api §9), but for a peer's call
