@@ -100,10 +100,7 @@ def _explain(exc: BaseException) -> str:
     if isinstance(exc, ZLinkError) and isinstance(exc.__cause__, pydantic.ValidationError):
         return f"invalid setting: {_explain(exc.__cause__)}"
     if isinstance(exc, pydantic.ValidationError):
-        return "; ".join(
-            f"{'.'.join(str(part) for part in err['loc']) or 'value'}: {err['msg']}"
-            for err in exc.errors()
-        )
+        return "; ".join(_setting_error(err) for err in exc.errors())
     if isinstance(exc, ModuleNotFoundError):
         return f"cannot import {exc.name!r}: {exc}"
     if isinstance(exc, zmq.ZMQError) and exc.errno == zmq.EADDRINUSE:
@@ -111,6 +108,14 @@ def _explain(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.errno is not None and "in use" in str(exc).lower():
         return f"the address is in use: {exc}"
     return str(exc) or type(exc).__name__
+
+
+def _setting_error(err: Any) -> str:
+    """One error of a setting: its name (none for a check of several settings together) and
+    what is wrong, without pydantic's "Value error, " (a docs probe found it noise)."""
+    where = ".".join(str(part) for part in err["loc"])
+    msg = str(err["msg"]).removeprefix("Value error, ")
+    return f"{where}: {msg}" if where else msg
 
 
 @contextlib.contextmanager
@@ -225,18 +230,36 @@ def _reader_left(stream: Any) -> None:
 _SIGHUP = getattr(signal, "SIGHUP", None)
 
 
+# A repeat of the first stop signal this soon after it is the same request, not an operator's
+# second: GNU ``timeout`` (without ``--foreground``) signals the process and then its process
+# group, so the node got SIGTERM twice at once and cut its own stop short (a docs probe: 4
+# runs in 6). A person's second Ctrl-C comes later than this.
+_REPEAT_WINDOW = 0.25
+
+
 class _Stop(threading.Event):
     """``zlink run``'s stop, once a signal asked for it; ``insisted``: a SIGINT or SIGTERM
-    asked (a SIGHUP is a hangup, not an operator insisting: ``_on_stop_signal``)."""
+    asked (a SIGHUP is a hangup, not an operator insisting: ``_on_stop_signal``); ``first``:
+    the first stop signal and when it came (``time.monotonic``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.insisted = False
+        self.first: tuple[int, float] | None = None
+
+    def note(self, signum: int) -> None:
+        """A stop signal came: the first is remembered (``_REPEAT_WINDOW``)."""
+        if self.first is None:
+            self.first = (signum, time.monotonic())
 
 
 def _exits_now(stop: _Stop, signum: int) -> bool:
-    """Whether ``signum`` now is a second, insisting stop signal (``_on_stop_signal``)."""
-    return stop.is_set() and stop.insisted and signum != _SIGHUP
+    """Whether ``signum`` now is a second, insisting stop signal (``_on_stop_signal``): not a
+    SIGHUP, and not the first signal again within ``_REPEAT_WINDOW`` (one supervisor's)."""
+    if not (stop.is_set() and stop.insisted and signum != _SIGHUP):
+        return False
+    first = stop.first
+    return first is None or first[0] != signum or time.monotonic() - first[1] >= _REPEAT_WINDOW
 
 
 def _on_stop_signal(stop: _Stop, signum: int, _frame: object) -> None:
@@ -246,8 +269,10 @@ def _on_stop_signal(stop: _Stop, signum: int, _frame: object) -> None:
     insisting: systemd's ``SendSIGHUP=yes`` sends it right after SIGTERM (and a closing
     terminal sends one), and pending together the two are handled SIGHUP first (signal
     numbers in order): a review found such a stop cut short at once, so a SIGHUP during a
-    stop changes nothing, and a SIGTERM after a stop a SIGHUP began is not a second one."""
+    stop changes nothing, and a SIGTERM after a stop a SIGHUP began is not a second one. The
+    first signal again within ``_REPEAT_WINDOW`` is the same request (GNU ``timeout``)."""
     if not _exits_now(stop, signum):
+        stop.note(signum)
         stop.insisted = stop.insisted or signum != _SIGHUP
         stop.set()
         return
@@ -306,8 +331,8 @@ def run(
         str | None,
         typer.Option(
             envvar="ZLINK_ADVERTISE",
-            help="the host peers and clients reach this node at (a DNS name or an IP"
-            " address), registered in place of --listen's host: for --listen tcp://0.0.0.0:P"
+            help="the host peers and clients reach this node at (a host name or an"
+            " IPv4 address), registered in place of --listen's host: for --listen tcp://0.0.0.0:P"
             " or a container's address",
         ),
     ] = None,
@@ -340,7 +365,7 @@ def run(
         bool,
         typer.Option(
             envvar="ZLINK_INSECURE",
-            help="allow a non-loopback --listen without CURVE keys (logged)",
+            help="allow a non-loopback --listen or --advertise without CURVE keys (logged)",
         ),
     ] = False,
     keys: Annotated[
@@ -654,6 +679,7 @@ def _stopped_as_by_ctrl_c() -> Iterator[None]:
 
     def raise_it(signum: int, _frame: object) -> None:
         first = not stop.is_set()
+        stop.note(signum)
         if first or _exits_now(stop, signum):  # (as in ``_on_stop_signal``: a hangup, or
             stop.insisted = signum != _SIGHUP  # the first SIGTERM after one, does not cut
             stop.set()  # the stop short)
