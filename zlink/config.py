@@ -82,8 +82,8 @@ class NodeConfig(BaseModel):
     )
     advertise: str | None = Field(
         None,
-        description="the host other nodes and clients reach this node at (a DNS name or an "
-        "IP address), registered in place of listen's host, ports kept: for a wildcard or "
+        description="the host other nodes and clients reach this node at (a host name or an "
+        "IPv4 address), registered in place of listen's host, ports kept: for a wildcard or "
         "container listen address; None: listen's own host",
     )
     store: str = Field(

@@ -250,15 +250,18 @@ class Node:
         elif store is None:  # a node of this process alone: what configures a mesh of
             meshy = [  # processes would be ignored (an operator's probe), so it is refused
                 name for name, given in (
-                    ("keys", self.config.keys is not None),
-                    ("lease_seconds", "lease_seconds" in self.config.model_fields_set),
-                    ("mesh", self.config.mesh != "main"),
+                    ("keys= (--keys)", self.config.keys is not None),
+                    ("lease_seconds= (--lease)",
+                     "lease_seconds" in self.config.model_fields_set),
+                    ("mesh= (--mesh)", self.config.mesh != "main"),
                 ) if given
             ]  # fmt: skip
             if meshy:
+                one = len(meshy) == 1
                 raise InvalidArgument(
-                    f"{', '.join(meshy)} configure a node of a mesh of processes: it needs"
-                    " listen= (zlink run --listen, or --nodes)"
+                    f"{' and '.join(meshy)} configure{'s' if one else ''} a node of a mesh of "
+                    f"processes: {'it needs' if one else 'they need'} listen= (zlink run "
+                    "--listen, or --nodes)"
                 )
         self._transport = transport
         self._relocator: Relocator | None = None

@@ -58,7 +58,7 @@ runner = CliRunner()
                 "--advertise",
                 "10.1.2.3",
             ],
-            "CURVE keys",
+            "Error: invalid setting: advertise '10.1.2.3'",  # (no pydantic "Value error,")
         ),
         (["run", "tests.procs.app:app", "--workers", "0"], "Error: invalid setting: workers:"),
         (["run", "tests.procs.app:app", "--store", "sqlite:///x.db"], "Error: a Location Store"),
