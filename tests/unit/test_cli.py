@@ -264,8 +264,11 @@ def test_health_and_metrics_answer_while_the_node_stops():
             time.sleep(0.02)  # polling another process: nothing to wait on
         with urllib.request.urlopen(f"{base}/metrics", timeout=10) as metrics:
             assert metrics.status == 200
+        past_the_repeat_window()
+        began = time.monotonic()
         proc.send_signal(signal.SIGINT)  # (the held worker call: not waited for)
         proc.wait(timeout=10)
+        assert time.monotonic() - began < 5  # at once, not after the stop's 9 s
     finally:
         _end(proc, reader)
 
