@@ -23,7 +23,8 @@ START_TIMEOUT = 30.0
 class NodeProcess:
     """One ``tests.procs.node_main`` process."""
 
-    def __init__(self, node_id: str, store: str, **options: Any) -> None:
+    def __init__(self, node_id: str, store: str, *, wait: bool = True, **options: Any) -> None:
+        """Start the process; with ``wait``, return once it serves (else ``wait_ready``)."""
         self.node_id = node_id
         args = [sys.executable, "-m", "tests.procs.node_main", "--node-id", node_id,
                 "--store", store]  # fmt: skip
@@ -45,12 +46,20 @@ class NodeProcess:
         ]
         for reader in self._readers:
             reader.start()
+        self.ready: dict[str, Any] = {}
+        self.address = ""
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Until the process serves (its first line); it is killed if it does not in time."""
         try:
             self.ready = self._ready.get(timeout=START_TIMEOUT)
         except queue.Empty:
             self.kill()
-            raise RuntimeError(f"{node_id} did not start: {''.join(self.stderr)[-3000:]}") from None
-        self.address: str = self.ready["address"]
+            why = "".join(self.stderr)[-3000:]
+            raise RuntimeError(f"{self.node_id} did not start: {why}") from None
+        self.address = self.ready["address"]
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -142,8 +151,10 @@ def mesh(
     store = store or store_url(tmp_path)
     nodes: dict[str, NodeProcess] = {}
     try:
-        for node_id in ids:
-            nodes[node_id] = NodeProcess(node_id, store, **options)
+        for node_id in ids:  # started together (an interpreter's start is most of it), as
+            nodes[node_id] = NodeProcess(node_id, store, wait=False, **options)  # a mesh's
+        for node in nodes.values():  # nodes often are
+            node.wait_ready()
         yield nodes
     finally:
         for node in nodes.values():
