@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import pathlib
 import queue
 import shutil
@@ -415,6 +417,8 @@ def test_the_first_stop_signal_again_at_once_is_the_same_request(tmp_path: pathl
         assert proc.wait(timeout=30) == 0
         assert not any("again: exiting now" in line for line in seen), seen
     finally:
+        with contextlib.suppress(ProcessLookupError):  # the node too, not only ``timeout``
+            os.killpg(proc.pid, signal.SIGKILL)  # (its group: the session started here)
         _end(proc, reader)
 
 

@@ -49,3 +49,19 @@ def test_wait_admitted_raises_the_error_it_completed_with() -> None:
         pass
     else:  # pragma: no cover - the fault this guards against
         raise AssertionError("a send refused for want of room was reported as admitted")
+
+
+def test_a_deadline_counts_its_timeout_before_the_caller_hears_of_it():
+    """``expire``'s counter (``calls_timed_out``, ``worker_calls_timed_out``) is counted before
+    any waiter or callback of the call hears of the ``DeadlineExceeded``: counted after, a
+    caller that read the node's counters on its timeout sometimes found none (3.13t CI)."""
+    from zlink.messaging.completion import expire
+
+    call = Completion()
+    seen: list[str] = []
+    call.add_callback(lambda _value, error: seen.append(type(error).__name__))
+    expire(call, "too late", lambda: seen.append("counted"))
+    assert seen == ["counted", "DeadlineExceeded"]
+    expire(call, "again", lambda: seen.append("counted twice"))  # done: nothing, no count
+    assert seen == ["counted", "DeadlineExceeded"]
+    assert isinstance(call.error, DeadlineExceeded)

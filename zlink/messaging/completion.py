@@ -46,8 +46,12 @@ class Completion:
         """The error it completed with; ``None`` while it is not done, or done with a value."""
         return self._error
 
-    def set(self, value: Any, error: BaseException | None) -> bool:
-        """Set the outcome; ``False`` (and nothing happens) if it was already set."""
+    def set(
+        self, value: Any, error: BaseException | None, won: Callable[[], object] | None = None
+    ) -> bool:
+        """Set the outcome; ``False`` (and nothing happens) if it was already set. ``won``:
+        called once this call set it, before any waiter or callback hears of it (a counter
+        of why it ended is then already counted when the caller sees the outcome)."""
         lock = self._lock
         lock.acquire()  # not ``with``: every call completes one of these
         try:
@@ -61,6 +65,8 @@ class Completion:
             waiter = self._waiter
         finally:
             lock.release()
+        if won is not None:
+            won()
         timer = self.timer
         if timer is not None:
             timer.cancel()
@@ -210,9 +216,10 @@ def expire(
 
     ``reason`` is the error, or the text of a ``DeadlineExceeded`` made only if it fires (most
     deadlines are cancelled by their reply, so most never need the exception object).
-    ``counted``: called once if this failed it (the node's ``calls_timed_out``).
+    ``counted``: called once if this failed it (the node's ``calls_timed_out``), before the
+    caller hears of it: counted after, a caller that read the counters on its
+    ``DeadlineExceeded`` sometimes found none (3.13t CI).
     """
     if not completion.done:
         error = reason if isinstance(reason, BaseException) else DeadlineExceeded(reason)
-        if completion.set(None, error) and counted is not None:
-            counted()
+        completion.set(None, error, counted)
