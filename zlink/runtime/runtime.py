@@ -936,20 +936,20 @@ class Runtime:
             self.workers_closed = True  # no call is submitted from now on (submit_worker)
         never = [*self.io_pool.shutdown(), *self.cpu_pool.shutdown()]
         unrun = self.at_stop(f"node {self.node_id} shut down before the worker call ran")
+        discarded = functools.partial(self.metrics.add, "worker_calls_discarded_at_shutdown")
         for run in never:
             if isinstance(run, WorkerRun):
                 self.worker_slots.release()
-                if run.completion.set(None, unrun):
-                    self.metrics.add("worker_calls_discarded_at_shutdown")
+                run.completion.set(None, unrun, discarded)  # (counted before its waiter hears)
                 self.worker_done(run)
         with self.workers_idle:
             running = list(self.worker_runs)
         left = self.at_stop(
             f"node {self.node_id} shut down; the worker call was abandoned still running"
         )
+        abandoned = functools.partial(self.metrics.add, "worker_calls_abandoned_at_shutdown")
         for run in running:
-            if run.completion.set(None, left):
-                self.metrics.add("worker_calls_abandoned_at_shutdown")
+            run.completion.set(None, left, abandoned)
 
     def at_stop(self, text: str) -> Unavailable:
         """An ``Unavailable`` the stop fails awaited calls with, each counted where it does
