@@ -1,8 +1,8 @@
 """State adapters for relocation (kotlin-spot-interface, relocation paragraphs).
 
-Moving a Spot between nodes (seal, barrier, capture, chunked transfer, restore, commit) is not
-built yet; what is here is the adapter contract the factory registers and the node validates at
-start, and ``JsonStateAdapter``, the ready adapter for plain state.
+Moving a Spot between nodes (seal, barrier, capture, chunked transfer, restore, commit) is
+``zlink.relocation``'s; what is here is the adapter contract the factory registers and the node
+validates at start, and ``JsonStateAdapter``, the ready adapter for plain state.
 """
 
 from __future__ import annotations

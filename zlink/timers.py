@@ -490,7 +490,9 @@ class TimerManager:
     ) -> TimerHandle:
         """Start the timer ``name`` (its ``@timer_handler`` must exist) every ``interval`` s.
 
-        The first tick comes ``first_delay`` seconds from now (default: one interval).
+        The first tick comes ``first_delay`` seconds from now (default: one interval). A
+        timer is never replaced: ``InvalidOperation`` if ``name`` is registered already
+        (``cancel(name)`` first).
         """
         _check_name(name)
         interval = check_seconds(interval, "a timer interval")

@@ -16,6 +16,7 @@ from zlink.mesh.wire import (
     MAX_FRAME_BYTES,
     WIRE_VERSION,
     BatchEnvelope,
+    CloseEnvelope,
     CreateEnvelope,
     DataAheadEnvelope,
     DroppedEnvelope,
@@ -155,6 +156,9 @@ SAMPLES: dict[str, Envelope] = {
     ),
     "create": CreateEnvelope(
         target="room-9", spot_type="t.w.room", origin_node="n1", correlation=5, hops=0
+    ),
+    "close": CloseEnvelope(
+        target="room-9", object_generation=2**63 - 1, origin_node="n1", correlation=6, hops=1
     ),
     "reloc_chunk": RelocChunkEnvelope(
         source_node="n1", relocation_id=3, index=0, chunk='{"room-1":"AAEC'

@@ -598,6 +598,13 @@ class _Connection:
                 "spots.close() of a remote client blocks until the node "
                 "answers: not from a handler or an infrastructure thread"
             )
+        return self.close_later(ref).wait(None)  # type: ignore[no-any-return]
+
+    def close_later(self, ref: SpotRef) -> Completion:
+        """``spots.close(ref)`` without blocking: the node's answer once it came (the node
+        the client is attached to asks the Spot's owner, python-api §5)."""
+        if not isinstance(ref, SpotRef):
+            raise InvalidArgument(f"close() takes a SpotRef, got {type(ref).__name__}")
 
         def close(correlation: int, deadline: float) -> bytes:
             return cw.encode(
@@ -608,7 +615,7 @@ class _Connection:
 
         completion = Completion()
         self._call(completion, _decode_bool, close, None)
-        return completion.wait(None)  # type: ignore[no-any-return]
+        return completion
 
     def _send(
         self,
@@ -770,7 +777,7 @@ class _Connection:
                 deadline,
                 expire,
                 completion,
-                f"no reply from node {limits.node_id} within {deadline:g} s",
+                f"no reply within {deadline:g} s (asked through node {limits.node_id})",
             )
         self._out.append(frame)
         return correlation

@@ -449,6 +449,9 @@ class Failover:
     def close_ref(self, ref: SpotRef) -> bool:
         return self.current.close_ref(ref)
 
+    def close_later(self, ref: SpotRef) -> Completion:
+        return self.current.close_later(ref)
+
     def submit_worker(self, call: WorkerCall[Any]) -> Completion:
         return self.current.submit_worker(call)
 

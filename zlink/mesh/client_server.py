@@ -513,11 +513,11 @@ class ClientServer:
             ref = SpotRef(
                 check_id("spot_id", f.spot_id), f.object_generation, f.mesh_name, f.node_rid
             )
-            closed = self._port.close_ref(ref)
+            done = self._port.close_later(ref)  # (its owner may be another node)
         except Exception as exc:  # noqa: BLE001 - the client hears it, typed
             self._reply(conn, f.correlation, None, _typed(exc))
             return
-        self._reply(conn, f.correlation, closed, None)
+        done.add_callback(functools.partial(self._reply, conn, f.correlation))
 
     def _refuse_call(self, client: bytes, correlation: int) -> None:
         self._count("client_calls_refused")

@@ -7,8 +7,8 @@ What crosses the boundary
     ``batch`` of sends) and their ``reply``; the notice of a send that could not be delivered
     (``dropped``); route hints (``route``) and route fences (``fence``/``fenced``);
     ``data_ahead``, which announces a fence or a move's envelope put on DATA; forwarded
-    creates (``create``); the relocation protocol (``reloc_chunk``, ``reloc``,
-    ``reloc_done``, ``reloc_commit``, ``reloc_opened``, ``reloc_abort``) with its nested
+    creates (``create``) and closes (``close``); the relocation protocol (``reloc_chunk``,
+    ``reloc``, ``reloc_done``, ``reloc_commit``, ``reloc_opened``, ``reloc_abort``) with its nested
     records (:class:`RelocObject`, :class:`RelocMessageJob`, :class:`RelocTickJob`,
     :class:`RelocTimer`, :class:`EventMark`); a Logical Multicast event's
     :class:`EventStamp`; and the cross-node
@@ -106,6 +106,7 @@ class EnvelopeKind(StrEnum):
     FENCED = "fenced"
     DATA_AHEAD = "data_ahead"
     CREATE = "create"
+    CLOSE = "close"
     RELOC_CHUNK = "reloc_chunk"
     RELOC = "reloc"
     RELOC_DONE = "reloc_done"
@@ -603,6 +604,26 @@ class CreateEnvelope:
 
 
 @dataclass(frozen=True, slots=True)
+class CloseEnvelope:
+    """``spots.close(ref)`` of a User Spot the receiving node owns, as the asking node's store
+    read it (python-api §5); answered by a ``reply`` (``true``, ``false`` or the error). A
+    node that no longer has it asks the store again and sends it on."""
+
+    KIND: ClassVar[EnvelopeKind] = EnvelopeKind.CLOSE
+
+    target: str
+    """The Spot id."""
+    object_generation: int
+    """The incarnation the ref names: only that one is closed."""
+    origin_node: str
+    """The asking node: the ``reply`` goes there."""
+    correlation: int
+    """The id ``origin_node`` awaits the reply under."""
+    hops: int
+    """How often it was sent on."""
+
+
+@dataclass(frozen=True, slots=True)
 class RelocChunkEnvelope:
     """One chunk of a relocation's captured states; the ``reloc`` envelope follows them."""
 
@@ -741,6 +762,7 @@ Envelope = (
     | FencedEnvelope
     | DataAheadEnvelope
     | CreateEnvelope
+    | CloseEnvelope
     | RelocChunkEnvelope
     | RelocEnvelope
     | RelocDoneEnvelope
@@ -1281,6 +1303,7 @@ __all__ = [
     "VERSION_KEY",
     "WIRE_VERSION",
     "BatchEnvelope",
+    "CloseEnvelope",
     "CreateEnvelope",
     "DataAheadEnvelope",
     "DroppedEnvelope",

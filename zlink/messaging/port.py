@@ -89,6 +89,10 @@ class RuntimePort(Protocol):
         """Close exactly the incarnation ``ref`` names."""
         ...
 
+    def close_later(self, ref: SpotRef) -> Completion:
+        """``close_ref`` without blocking: its outcome (or error) once known."""
+        ...
+
     def close_self(self, spot_id: str) -> None:
         """An Instance Spot closes itself."""
         ...

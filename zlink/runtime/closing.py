@@ -40,7 +40,9 @@ from ..executor import (
     RoomWaiter,
     Turn,
     current_turn,
+    in_infrastructure,
 )
+from ..messaging.completion import Completion
 
 if TYPE_CHECKING:
     from .runtime import Runtime
@@ -68,12 +70,47 @@ class Closing:
     # -- closing ----------------------------------------------------------------------------------
     def close_ref(self, ref: SpotRef) -> bool:
         """``spots.close(ref)``: Missing False, generation mismatch InvalidOperation, sealed
-        Unavailable, User Spots only (kotlin-spot-interface)."""
+        Unavailable, User Spots only (kotlin-spot-interface; python-api §5). A Spot id names
+        one Spot across the Location Store's domain: in a mesh, a Spot that does not live
+        here is closed by the node that owns it (``MeshRouter.close_elsewhere``), and this
+        call waits for its answer (up to the node's request timeout)."""
+        here = self.close_here(ref)
+        if here is not None:
+            return here
+        if in_infrastructure():
+            raise InvalidOperation(
+                f"spots.close() of {ref.spot_id!r} waits for the node that owns it: not on an"
+                " infrastructure thread"
+            )
+        assert self.rt.router is not None
+        return self.rt.router.close_elsewhere(ref, 0).wait(None)  # type: ignore[no-any-return]
+
+    def close_later(self, ref: SpotRef, hops: int = 0) -> Completion:
+        """``close_ref`` that never blocks (a client's close, a peer's): its outcome, or the
+        error, once known; ``hops``: how often a peer sent it on."""
+        try:
+            here = self.close_here(ref)
+        except ZLinkError as exc:
+            done = Completion()
+            done.set(None, exc)
+            return done
+        if here is None:
+            assert self.rt.router is not None
+            return self.rt.router.close_elsewhere(ref, hops)
+        done = Completion()
+        done.set(here, None)
+        return done
+
+    def close_here(self, ref: SpotRef) -> bool | None:
+        """``close_ref`` as this node alone decides it; ``None`` when the Spot does not live
+        here and there is a mesh to ask (a ref of another mesh names no Spot of this one)."""
         if not isinstance(ref, SpotRef):
             raise InvalidArgument(f"close() takes a SpotRef, got {type(ref).__name__}")
         act = self.rt.spots.get(ref.spot_id)
-        if act is None or act.state == GONE or ref.mesh_name != self.rt.mesh:
-            return False  # (a ref of another mesh names another Spot: not this one)
+        if ref.mesh_name != self.rt.mesh:
+            return False
+        if act is None or act.state == GONE:
+            return False if self.rt.router is None else None
         if act.ref.object_generation != ref.object_generation:
             raise InvalidOperation(
                 f"{ref.spot_id!r} is generation {act.ref.object_generation}, "

@@ -72,6 +72,7 @@ from pydantic_core import to_json
 from ..errors import (
     HandlerError,
     InvalidArgument,
+    InvalidOperation,
     NotFound,
     ResourceExhausted,
     Unavailable,
@@ -99,10 +100,11 @@ from ..messaging.calls import (
     MessageCall,
     RequestCall,
     SendCall,
+    check_id,
 )
 from ..messaging.completion import Admitted, Completion, in_progress
 from ..messaging.message import from_wire, reply_from_json, reply_type, to_wire
-from ..types import SpotCreateResult, SpotKind, TargetKind
+from ..types import SpotCreateResult, SpotKind, SpotRef, TargetKind
 from .acts import READY, AnsweredElsewhere
 from .waits import KeptWait, WaitLine, accepted, fits, take_waiting, unwait, wait_behind
 
@@ -198,6 +200,7 @@ class MeshRouter:
             wire.FenceEnvelope: self._on_fence,
             wire.FencedEnvelope: self._on_fenced,
             wire.CreateEnvelope: self._on_create,
+            wire.CloseEnvelope: self._on_close,
             wire.DroppedEnvelope: self._on_dropped,
             wire.BatchEnvelope: self._on_batch,
             wire.RelayedEnvelope: self._on_relayed,
@@ -1484,6 +1487,70 @@ class MeshRouter:
         ask = wire.CreateEnvelope(call.object_id or "", call.type_name, self.rt.node_id, corr, 0)
         self.outbox.put(at.owner_node, ask)
 
+    def close_elsewhere(self, ref: SpotRef, hops: int) -> Completion:
+        """``spots.close(ref)`` of a Spot that does not live here (python-api §5): the store
+        says where it lives, and that node decides, as for a call. On this node's word alone
+        a Spot of another node read as missing (a probe: ``False``, and it served on).
+        Answered from the store without a hop: no row, an Actor's, or one whose owner's lease
+        lapsed (that incarnation is gone: re-homed, it would be a new one) -> ``False``;
+        another generation -> ``InvalidOperation``. Bounded by the node's request timeout
+        (counted as a call's, here where it was asked: ``hops`` 0)."""
+        done = Completion()
+        if hops > MAX_HOPS:
+            done.set(None, Unavailable(f"the close of {ref.spot_id!r} was sent on {hops} times"
+                                       " (the Spot keeps moving); try again"))  # fmt: skip
+            return done
+        self.rt.arm(done, None, f"the close of {ref.spot_id!r} was not answered within"
+                    f" {self.rt.request_timeout:g} s", counted=hops == 0)  # fmt: skip
+        asked = self.store_worker.call(self.store.lookup, ref.spot_id)
+        asked.add_callback(functools.partial(self._close_located, ref, hops, done))
+        return done
+
+    def _close_located(
+        self, ref: SpotRef, hops: int, done: Completion, found: Location | None,
+        error: BaseException | None,
+    ) -> None:  # fmt: skip
+        """(Infrastructure thread.) The store answered where the Spot ``ref`` names lives."""
+        if done.done:  # (its deadline came first)
+            return
+        me = self.rt.node_id
+        try:
+            if isinstance(error, ZLinkError):
+                raise error
+            if error is not None:
+                raise Unavailable(f"the Location Store could not say where {ref.spot_id!r} is:"
+                                  f" {error!r}")  # fmt: skip
+            if (
+                found is None or found.kind != str(TargetKind.SPOT) or not found.owner_live
+                or (found.owner_node == me and found.owner_incarnation != self.rt.incarnation)
+            ):  # fmt: skip
+                done.set(False, None)
+            elif found.object_generation != ref.object_generation:
+                raise InvalidOperation(
+                    f"{ref.spot_id!r} is generation {found.object_generation}, not"
+                    f" {ref.object_generation}"
+                )
+            elif self._not_user_spot(found):  # (an Instance Spot not active has a row too)
+                raise InvalidOperation(f"{ref.spot_id!r} is not a User Spot; only those are"
+                                       " closed")  # fmt: skip
+            elif found.owner_node == me:  # here after all (it arrived meanwhile), or not yet
+                here = self.rt.closing.close_here(ref)
+                if here is None:
+                    raise Unavailable(f"{ref.spot_id!r} is arriving at or leaving node {me};"
+                                      " try again")  # fmt: skip
+                done.set(here, None)
+            else:
+                self._check_reachable(found.owner_node)
+                corr = self.register_pending(done, bool, found.owner_node)
+                ask = wire.CloseEnvelope(ref.spot_id, ref.object_generation, me, corr, hops)
+                self.outbox.put(found.owner_node, ask)
+        except ZLinkError as exc:
+            done.set(None, exc)
+
+    def _not_user_spot(self, found: Location) -> bool:
+        spec = self.rt.app.spots.get(found.type_name)
+        return spec is not None and spec.kind is not SpotKind.USER
+
     def register_pending(self, completion: Completion, tp: Any, peer: str = "") -> int:
         """Await a reply for ``completion`` under a new correlation id; forgotten once done.
         If ``peer`` goes away first, the call fails with ``Unavailable`` at once."""
@@ -1711,6 +1778,20 @@ class MeshRouter:
                                            True)  # fmt: skip
         try:
             done = self.rt.submit_create(call, NO_WAIT)
+        except ZLinkError as exc:
+            self.reply(env.origin_node, env.correlation, error=exc)
+            return
+        done.add_callback(
+            lambda value, error: self.reply(env.origin_node, env.correlation, value, error)
+        )
+
+    def _on_close(self, env: wire.CloseEnvelope) -> None:
+        """A node's ``close_elsewhere`` found the Spot here: close it, or, gone from here
+        since, ask the store again and send it on."""
+        try:
+            ref = SpotRef(check_id("spot_id", env.target), env.object_generation, self.rt.mesh,
+                          self.rt.node_id)  # fmt: skip
+            done = self.rt.closing.close_later(ref, env.hops + 1)
         except ZLinkError as exc:
             self.reply(env.origin_node, env.correlation, error=exc)
             return

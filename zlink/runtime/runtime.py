@@ -212,6 +212,7 @@ class Runtime:
         self.actor_spot_id = membership.actor_spot_id
         closing = self.closing = Closing(self)
         self.close_ref = closing.close_ref
+        self.close_later = closing.close_later
         self.close_self = closing.close_self
         self.close_spot = closing.close_spot
         self.queue_closing = closing.queue_closing
