@@ -158,7 +158,12 @@ SAMPLES: dict[str, Envelope] = {
         target="room-9", spot_type="t.w.room", origin_node="n1", correlation=5, hops=0
     ),
     "close": CloseEnvelope(
-        target="room-9", object_generation=2**63 - 1, origin_node="n1", correlation=6, hops=1
+        target="room-9",
+        object_generation=2**63 - 1,
+        origin_node="n1",
+        correlation=6,
+        hops=1,
+        deadline=2.5,
     ),
     "reloc_chunk": RelocChunkEnvelope(
         source_node="n1", relocation_id=3, index=0, chunk='{"room-1":"AAEC'
@@ -245,7 +250,7 @@ def test_the_fast_constructor_builds_what_the_class_builds(name: str) -> None:
 def test_every_frame_carries_the_version_and_the_kind(name: str) -> None:
     envelope = SAMPLES[name]
     frame = _frame(envelope)
-    assert frame["version"] == WIRE_VERSION == 10
+    assert frame["version"] == WIRE_VERSION == 11
     assert frame["kind"] == type(envelope).KIND.value
     names = {f.name for f in dataclasses.fields(envelope)}
     assert set(frame) == names | {"version", "kind"}  # every field is present, even null
@@ -359,7 +364,7 @@ def test_a_frame_that_is_not_bytes_is_refused() -> None:
         decode(encode(REQUEST).decode())  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("version", [0, 1, 9, 11, "10", 10.0, True, None, [10]])
+@pytest.mark.parametrize("version", [0, 1, 10, 12, "11", 11.0, True, None, [11]])
 def test_an_unknown_version_is_refused_and_its_caller_answered(version: object) -> None:
     """Issue 13: an unknown-version envelope is dropped, and a reply route still gets a typed
     error (its sender may be waiting); nothing else in it is trusted."""

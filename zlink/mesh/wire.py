@@ -56,7 +56,7 @@ from ..errors import ErrorCode, InvalidArgument
 from ..messaging import codec
 from ..timers import OverrunPolicy
 
-WIRE_VERSION: Final = 10
+WIRE_VERSION: Final = 11
 """The version every envelope carries; a node decodes its own version only.
 
 10: ``relayed`` (a request relayed by a stale route keeps its reply route: its reply goes
@@ -621,6 +621,8 @@ class CloseEnvelope:
     """The id ``origin_node`` awaits the reply under."""
     hops: int
     """How often it was sent on."""
+    deadline: float
+    """Seconds the close may still take (relative, as a request's ``deadline``)."""
 
 
 @dataclass(frozen=True, slots=True)

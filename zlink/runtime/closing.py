@@ -40,8 +40,8 @@ from ..executor import (
     RoomWaiter,
     Turn,
     current_turn,
-    in_infrastructure,
 )
+from ..messaging.calls import outside_only
 from ..messaging.completion import Completion
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 from ..timers import TimerJob
 from ..types import SpotCloseReason, SpotClosingContext, SpotKind, SpotRef
 from .acts import CLOSING, GONE, PAST_READY, READY, SEALED, SpotAct, quiet
-from .jobs import BatchJob, LifeJob, SendJob, discard_jobs
+from .jobs import BatchJob, LifeJob, SendJob, discard_jobs, not_serving
 
 _log = logging.getLogger("zlink.runtime")
 
@@ -73,33 +73,43 @@ class Closing:
         Unavailable, User Spots only (kotlin-spot-interface; python-api §5). A Spot id names
         one Spot across the Location Store's domain: in a mesh, a Spot that does not live
         here is closed by the node that owns it (``MeshRouter.close_elsewhere``), and this
-        call waits for its answer (up to the node's request timeout)."""
+        call waits for its answer, up to the node's request timeout: so only outside the
+        runtime (python-api §4: a handler uses ``context.workers.io`` for it)."""
         here = self.close_here(ref)
         if here is not None:
             return here
-        if in_infrastructure():
-            raise InvalidOperation(
-                f"spots.close() of {ref.spot_id!r} waits for the node that owns it: not on an"
-                " infrastructure thread"
-            )
-        assert self.rt.router is not None
-        return self.rt.router.close_elsewhere(ref, 0).wait(None)  # type: ignore[no-any-return]
+        outside_only(
+            f"spots.close() of {ref.spot_id!r}, which does not live on this node,",
+            "close it from a worker call (`await self.context.workers.io(...)`)",
+        )
+        done = self._elsewhere(ref, 0)
+        bound = self.rt.request_timeout + 1.0  # (its own deadline fails it first)
+        return done.wait(bound)  # type: ignore[no-any-return]
 
-    def close_later(self, ref: SpotRef, hops: int = 0) -> Completion:
+    def close_later(self, ref: SpotRef, hops: int = 0, deadline: float | None = None) -> Completion:
         """``close_ref`` that never blocks (a client's close, a peer's): its outcome, or the
-        error, once known; ``hops``: how often a peer sent it on."""
+        error, once known; ``hops``: how often a peer sent it on, ``deadline``: the seconds
+        its asker has left (``None``: the node's request timeout)."""
+        done = Completion()
         try:
             here = self.close_here(ref)
+            if here is None:
+                return self._elsewhere(ref, hops, deadline)
         except ZLinkError as exc:
-            done = Completion()
             done.set(None, exc)
             return done
-        if here is None:
-            assert self.rt.router is not None
-            return self.rt.router.close_elsewhere(ref, hops)
-        done = Completion()
         done.set(here, None)
         return done
+
+    def _elsewhere(self, ref: SpotRef, hops: int, deadline: float | None = None) -> Completion:
+        """Ask the Spot's owner (a node that stops or fenced itself asks no other node: the
+        stop would leave the question unanswered; one that drains refuses a close made on
+        it, as it refuses calls made on it)."""
+        rt = self.rt
+        if rt.fenced or rt.stopping or (rt.draining and not hops):  # (a drained node
+            raise not_serving(rt)  # still sends on what peers routed to it)
+        assert rt.router is not None
+        return rt.router.close_elsewhere(ref, hops, deadline)
 
     def close_here(self, ref: SpotRef) -> bool | None:
         """``close_ref`` as this node alone decides it; ``None`` when the Spot does not live

@@ -1487,27 +1487,31 @@ class MeshRouter:
         ask = wire.CreateEnvelope(call.object_id or "", call.type_name, self.rt.node_id, corr, 0)
         self.outbox.put(at.owner_node, ask)
 
-    def close_elsewhere(self, ref: SpotRef, hops: int) -> Completion:
+    def close_elsewhere(self, ref: SpotRef, hops: int, deadline: float | None = None) -> Completion:
         """``spots.close(ref)`` of a Spot that does not live here (python-api §5): the store
         says where it lives, and that node decides, as for a call. On this node's word alone
         a Spot of another node read as missing (a probe: ``False``, and it served on).
         Answered from the store without a hop: no row, an Actor's, or one whose owner's lease
         lapsed (that incarnation is gone: re-homed, it would be a new one) -> ``False``;
-        another generation -> ``InvalidOperation``. Bounded by the node's request timeout
-        (counted as a call's, here where it was asked: ``hops`` 0)."""
+        another generation, or not a User Spot -> ``InvalidOperation``. ``deadline``: the
+        seconds it may take (the asker's remaining time, as a request's travels; ``None``: the
+        node's request timeout), counted as a call's timeout only here where it was asked
+        (``hops`` 0)."""
         done = Completion()
         if hops > MAX_HOPS:
             done.set(None, Unavailable(f"the close of {ref.spot_id!r} was sent on {hops} times"
                                        " (the Spot keeps moving); try again"))  # fmt: skip
             return done
-        self.rt.arm(done, None, f"the close of {ref.spot_id!r} was not answered within"
-                    f" {self.rt.request_timeout:g} s", counted=hops == 0)  # fmt: skip
+        seconds = self.rt.deadline_of(deadline)
+        ends = self.rt.clock.now() + seconds
+        self.rt.arm(done, seconds, f"the close of {ref.spot_id!r} was not answered within"
+                    f" {seconds:g} s", counted=hops == 0)  # fmt: skip
         asked = self.store_worker.call(self.store.lookup, ref.spot_id)
-        asked.add_callback(functools.partial(self._close_located, ref, hops, done))
+        asked.add_callback(functools.partial(self._close_located, ref, hops, ends, done))
         return done
 
     def _close_located(
-        self, ref: SpotRef, hops: int, done: Completion, found: Location | None,
+        self, ref: SpotRef, hops: int, ends: float, done: Completion, found: Location | None,
         error: BaseException | None,
     ) -> None:  # fmt: skip
         """(Infrastructure thread.) The store answered where the Spot ``ref`` names lives."""
@@ -1536,13 +1540,14 @@ class MeshRouter:
             elif found.owner_node == me:  # here after all (it arrived meanwhile), or not yet
                 here = self.rt.closing.close_here(ref)
                 if here is None:
-                    raise Unavailable(f"{ref.spot_id!r} is arriving at or leaving node {me};"
-                                      " try again")  # fmt: skip
+                    raise Unavailable(f"{ref.spot_id!r} is not live on node {me} now (arriving,"
+                                      " leaving or closing); try again")  # fmt: skip
                 done.set(here, None)
             else:
                 self._check_reachable(found.owner_node)
                 corr = self.register_pending(done, bool, found.owner_node)
-                ask = wire.CloseEnvelope(ref.spot_id, ref.object_generation, me, corr, hops)
+                left = max(ends - self.rt.clock.now(), 1e-3)
+                ask = wire.CloseEnvelope(ref.spot_id, ref.object_generation, me, corr, hops, left)
                 self.outbox.put(found.owner_node, ask)
         except ZLinkError as exc:
             done.set(None, exc)
@@ -1791,13 +1796,14 @@ class MeshRouter:
         try:
             ref = SpotRef(check_id("spot_id", env.target), env.object_generation, self.rt.mesh,
                           self.rt.node_id)  # fmt: skip
-            done = self.rt.closing.close_later(ref, env.hops + 1)
+            done = self.rt.closing.close_later(ref, env.hops + 1, env.deadline)
         except ZLinkError as exc:
             self.reply(env.origin_node, env.correlation, error=exc)
             return
         done.add_callback(
             lambda value, error: self.reply(env.origin_node, env.correlation, value, error)
         )
+        self._answering(done)  # (a graceful stop waits for it, as for a request it took)
 
     def redeliver(self, env: Relayable, force: bool = False) -> None:
         """Handle a kept call or fence here again, as if it had just arrived (``force``: past
