@@ -168,9 +168,10 @@ class _NodeCollector(Collector):
             row[2] += o.waiters
         typed = [*labels, "kind", "type"]
         families: list[GaugeMetricFamily | CounterMetricFamily] = [
-            GaugeMetricFamily("zlink_queue_items", "Messages queued, by owner kind and type",
+            GaugeMetricFamily("zlink_queue_items",
+                              "Messages queued or running, by owner kind and type",
                               labels=typed),
-            GaugeMetricFamily("zlink_queue_bytes", "Bytes queued, by owner kind and type",
+            GaugeMetricFamily("zlink_queue_bytes", "Bytes of those, by owner kind and type",
                               labels=typed),
             GaugeMetricFamily("zlink_admission_waiters", "Senders waiting for room (§9)",
                               labels=typed),

@@ -99,8 +99,8 @@ class OwnerStatus(BaseModel):
     kind: str  # "spot", "actor" or "timer"
     type: str
     state: str
-    app_items: int
-    app_bytes: int
+    app_items: int  # application items admitted and not done: queued, and the one running
+    app_bytes: int  # (what its lane's bound counts: python-api §9)
     lifecycle_items: int
     lifecycle_bytes: int
     gate_busy: bool

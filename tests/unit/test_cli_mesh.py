@@ -101,8 +101,18 @@ def test_run_nodes_starts_a_mesh_of_processes_and_stops_them_all(tmp_path: Path)
         proc.send_signal(signal.SIGTERM)
         seen = _until(lines, "all nodes stopped", 45)
         own = [line.strip() for line in seen if line.startswith("stopped: ")]
-        # each node says what its stop did (its Entry Spot stayed: no drain), then the sum
-        assert own == ["stopped: 0 Spots moved, 1 stayed; 0 messages discarded"] * 3
+        # each node says what its stop did (its Entry Spot stayed: no drain), and whose line
+        # it is (a probe could not tell them apart), then the sum
+        assert sorted(own) == [
+            f"stopped: 0 Spots moved, 1 stayed; 0 messages discarded (node w-{n})"
+            for n in (1, 2, 3)
+        ], own
+        stopping = [line.strip() for line in seen if line.startswith("stopping: ")]
+        assert sorted(stopping) == [
+            "stopping: refusing new work, finishing running turns (SIGINT or SIGTERM again exits"
+            f" at once) (node w-{n})"
+            for n in (1, 2, 3)
+        ], stopping
         summed = "all nodes stopped: 0 Spots moved, 3 stayed; 0 messages discarded"
         assert seen[-1].strip() == summed
         assert proc.wait(timeout=30) == 0

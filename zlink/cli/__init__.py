@@ -480,6 +480,9 @@ def run(
             **({} if shutdown_timeout is None else {"shutdown_timeout": shutdown_timeout}),
         )  # fmt: skip
     stop = _Stop()
+    # one of ``zlink run --nodes``' processes: its lines share the terminal with the others',
+    # so each stop line says whose it is (a probe could not tell them apart)
+    whose = "" if ready_file is None else f" (node {config.node_id})"
     with _SignalWaker() as waker:
         for sig in _stop_signals():
             signal.signal(sig, functools.partial(_on_stop_signal, stop))
@@ -526,13 +529,13 @@ def run(
                     summary["moved"], summary["stayed"] = len(drained.moved), len(drained.stayed)
                     _say(
                         f"drained: {len(drained.moved)} Spots moved, {len(drained.stayed)} stayed"
-                        f"{_why_stayed(drained.stayed)}"
+                        f"{_why_stayed(drained.stayed)}{whose}"
                     )
                 else:  # --no-drain: none moves, so every Spot the node holds stays (and closes)
                     summary["stayed"] = node.status().spots
                 _say(
                     "stopping: refusing new work, finishing running turns "
-                    "(SIGINT or SIGTERM again exits at once)"
+                    f"(SIGINT or SIGTERM again exits at once){whose}"
                 )
                 node.shutdown()  # (/health says 503 and /metrics answers until it ends)
                 if server is not None:
@@ -547,7 +550,7 @@ def run(
     said = _stop_summary(summary["moved"], summary["stayed"], lost)
     if lost:  # (also where a log, not the terminal, is read)
         _log.warning("node %s stopped: %s", node.node_id, said)
-    _say(f"stopped: {said}")
+    _say(f"stopped: {said}{whose}")
     if node.superseded.is_set():  # one line, and a status a supervisor sees
         _say(f"Error: {node.not_serving()}", err=True)
         raise typer.Exit(1)
