@@ -38,7 +38,8 @@ class UserSpot:
         """After ``on_create``, before any application message."""
 
     def on_closing(self, closing: SpotClosingContext) -> Maybe[None]:
-        """Before the Spot goes away; its member Actors have already left."""
+        """Before the Spot goes away; its member Actors have already left, but at a node's
+        shutdown (``HOST_SHUTDOWN``), where they stay put."""
 
     def on_actor_join(self, actor_id: str, request: Message | None) -> Maybe[ActorJoinResult]:
         """Accept or reject an Actor's Join; accepts by default."""

@@ -600,7 +600,8 @@ class Node:
         Spots go round-robin to the other reachable nodes, all moves at once; each follows the
         relocation rules (``relocate_spot``); a Spot whose move is under way already is waited
         for, wherever it goes. What cannot move stays, with the reason: Entry
-        Spots (and the Actors they hold), ``Relocation.disabled()`` and PER_ACTOR types, Spots
+        Spots (and the Actors they hold), ``Relocation.disabled()`` types (a PER_ACTOR Spot
+        moves: its shell, then each member), Spots
         not ready, a node with no peers, or a move that failed or did not finish in
         ``timeout`` (default: the request timeout; on the node's clock or in real seconds,
         whichever passes first), which is withdrawn (python-api §8). Afterwards this node refuses

@@ -195,8 +195,13 @@ class Outbound(RelocatorState):
         def settled(_v: Any, error: BaseException | None) -> None:
             if error is None or actor.spot is not spot:  # moved, or it left meanwhile
                 done.set(None, None)
-            elif tries > 1 and isinstance(error, Unavailable):
-                self.rt.infra.submit(self._move_actor, spot, actor, target, done, tries - 1)
+            elif tries > 1 and isinstance(error, Unavailable):  # tried again once a Join
+                # it began ends (a Join begun as the shell moved fails at once: it follows
+                # first; one under way from before keeps it sealed to join: a probe saw
+                # every try fail at once, and the move fail with its shell moved)
+                again = partial(self.rt.infra.submit, self._move_actor, spot, actor, target,
+                                done, tries - 1)  # fmt: skip
+                self.rt.membership.after_join(actor, again)
             else:
                 done.set(None, error)
 

@@ -305,6 +305,7 @@ class ActorAct(ObjectAct):
     __slots__ = (
         "activated",
         "actor_id",
+        "after_join",
         "context",
         "entry",
         "instance",
@@ -333,6 +334,7 @@ class ActorAct(ObjectAct):
         self.state = ACTIVATING
         self.activated: Completion | None = Completion()
         self.joining = False  # a deferred Join of it is under way (its Spot does not move)
+        self.after_join: list[Callable[[], object]] | None = None  # run once it ends
         self._init_object()
 
     @property

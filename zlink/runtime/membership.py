@@ -1,9 +1,14 @@
 """Defer() barriers, APPLICATION_SIGNALED boundaries, Join and leave (§5; kotlin-spot-
-interface relocation paragraphs)."""
+interface relocation paragraphs).
+
+Lock order (``zlink.lock_order``): the directory lock, alone; ``Membership._joins`` (an Actor's
+``joining`` flag and what waits for its Join to end) is a leaf, taken with nothing else held.
+"""
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -48,6 +53,7 @@ class Membership:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
+        self._joins = threading.Lock()  # a leaf (the module docstring)
 
     # -- Defer() barriers ------------------------------------------------------------------------
     def close_scope(self, turn: Turn, normal: bool) -> None:
@@ -111,7 +117,8 @@ class Membership:
         """The barrier: hold the Actor at its next turn boundary, then ask the target. Until
         the Join completes the Actor is ``joining``: its own Spot does not move then (the
         Join could wait for its room's move, and the Actor must be here when it ends)."""
-        actor.joining = True
+        with self._joins:
+            actor.joining = True
         ask = partial(self._join_ask, actor, target_id, request)
         actor.owner.put_unreserved(
             LifeJob(
@@ -122,6 +129,18 @@ class Membership:
     def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
         """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
         if self.rt.actors.get(actor.actor_id) is not actor:  # gone meanwhile (fenced, say)
+            return
+        room = actor.spot
+        if room is not actor.entry and room.state in (SEALED, GONE):  # a PER_ACTOR room's
+            # shell moves (or moved) and its members follow one by one: this one follows
+            # first (a probe: sealed to join elsewhere, it could not follow; the move failed
+            # though the shell had moved, and it stayed bound to the shell's old place)
+            self.rt.metrics.add("joins_refused_room_moving")
+            moving = Unavailable(
+                f"actor {actor.actor_id!r} cannot join {target_id!r} while its Spot"
+                f" {room.spot_id!r} is moving; join again after the move"
+            )
+            self.complete_join(actor, ActorJoinCompletion(False, target_id, error=moving), None)
             return
         target = self.rt.spots.get(target_id)
         error: ZLinkError | None = None
@@ -221,21 +240,39 @@ class Membership:
     def complete_join(self, actor: ActorAct, done: ActorJoinCompletion, gate: Gate | None) -> None:
         """``on_join_completed``, then the Actor's next turn (on ``gate``, when it joined).
         Not for an Actor its node dropped meanwhile (its fence: no lifecycle step runs on
-        what it dropped, ``Closing.drop_all``; an audit found it run): skipped, counted."""
-        actor.joining = False
-        if actor.state is GONE:
-            self.rt.metrics.add("lifecycle_skipped_on_join_completed")
-            return
-        actor.owner.lanes.put_unreserved(
-            LifeJob(
-                actor,
-                "on_join_completed",
-                lambda: actor.instance.on_join_completed(done),
-                lane=Lane.UNRESERVED,
-            ),
-            True,
-        )
-        actor.owner.unhold(gate)
+        what it dropped, ``Closing.drop_all``; an audit found it run): skipped, counted.
+        What waited for the Join to end (``after_join``) runs last."""
+        with self._joins:
+            actor.joining = False
+            waiting, actor.after_join = actor.after_join, None
+        try:
+            if actor.state is GONE:
+                self.rt.metrics.add("lifecycle_skipped_on_join_completed")
+                return
+            actor.owner.lanes.put_unreserved(
+                LifeJob(
+                    actor,
+                    "on_join_completed",
+                    lambda: actor.instance.on_join_completed(done),
+                    lane=Lane.UNRESERVED,
+                ),
+                True,
+            )
+            actor.owner.unhold(gate)
+        finally:
+            for then in waiting or ():
+                then()
+
+    def after_join(self, actor: ActorAct, then: Callable[[], object]) -> None:
+        """Call ``then`` once ``actor``'s Join under way has ended (now, if none is): a
+        PER_ACTOR Spot's member follows its moved shell only then (``Relocator``)."""
+        with self._joins:
+            if actor.joining:
+                if actor.after_join is None:
+                    actor.after_join = []
+                actor.after_join.append(then)
+                return
+        then()
 
     def leave(
         self, actor_id: str, from_spot: str | None, then: Callable[[], None] | None = None

@@ -1,0 +1,156 @@
+"""A PER_ACTOR Spot's move meets a member's Join that begins during it (kotlin-spot-interface:
+a PER_ACTOR Spot moves its shell first, then each member Actor "in the order it finishes its
+current turn"; a Join's source hears ``on_leave_actor``, §5).
+
+An Actor probe (11 of 40 runs): a member that began a Join to a room on another node while
+its room's shell was moving could not be sealed to follow it ("joins another Spot"), so the
+move raised ``Unavailable`` though the shell had moved; the member stayed bound to the shell's
+old place, the room never heard it leave (``lifecycle_skipped_on_leave_actor``), and with its
+Join refused it could neither leave nor disconnect ("'r0' is moving") for good. A Join that
+begins while its Actor's PER_ACTOR Spot moves fails at once with ``Unavailable`` (the Actor
+follows its room first, and joins again from there); a member's move waits for a Join under
+way to end before it is tried again."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+import zlink
+from tests.conftest import WAIT, until
+from zlink.testing import LocalCluster
+
+HOLD = threading.Event()  # the room's own handler (its shell's gate) ends once set
+HOLDING = threading.Event()
+ADMIT = threading.Event()  # the far room's on_actor_join answers once set
+COMPLETIONS: list[zlink.ActorJoinCompletion] = []
+COMPLETED = threading.Event()
+LEFT: list[str] = []
+
+
+class JoinTo(zlink.Message, type_name="t.pj.jointo"):
+    room: str
+
+
+class Where(zlink.Request[str], type_name="t.pj.where"):
+    pass
+
+
+class Stall(zlink.Request[str], type_name="t.pj.stall"):
+    pass
+
+
+class GoHome(zlink.Request[str], type_name="t.pj.gohome"):
+    pass
+
+
+def build_app() -> zlink.App:
+    app = zlink.App("per-actor-move-join")
+
+    @app.entry_spot("t.pj.lobby", actor="t.pj.player")
+    class Lobby(zlink.EntrySpot):
+        pass
+
+    @app.actor("t.pj.player", relocation=zlink.Relocation.recreate())
+    class Player(zlink.Actor):
+        @zlink.handler
+        def join_to(self, msg: JoinTo) -> None:
+            self.context.join(msg.room).defer()
+
+        @zlink.handler
+        def where(self, req: Where) -> str:
+            return f"{self.context._rt.node_id}:{self.context.spot_id}"  # type: ignore[attr-defined]
+
+        @zlink.handler
+        def go_home(self, req: GoHome) -> str:
+            self.context.leave()
+            return "left"
+
+        def on_join_completed(self, completion: zlink.ActorJoinCompletion) -> None:
+            COMPLETIONS.append(completion)
+            COMPLETED.set()
+
+    @app.user_spot("t.pj.hall", mode=zlink.ExecutionMode.PER_ACTOR)
+    class Hall(zlink.UserSpot):
+        @zlink.handler
+        def stall(self, req: Stall) -> str:
+            HOLDING.set()
+            assert HOLD.wait(WAIT)
+            return "done"
+
+        def on_leave_actor(self, actor: zlink.Actor) -> None:
+            LEFT.append(actor.actor_id)
+
+    @app.user_spot("t.pj.room")
+    class Room(zlink.UserSpot):
+        def on_actor_join(self, actor_id: str, request: Any) -> zlink.ActorJoinResult:
+            assert ADMIT.wait(WAIT)
+            return zlink.ActorJoinResult()
+
+    return app
+
+
+def _state(node: zlink.Node, spot_id: str) -> str | None:
+    return next((o.state for o in node.status().owners if o.owner == spot_id), None)
+
+
+@pytest.fixture
+def cluster():
+    for event in (HOLD, HOLDING, ADMIT, COMPLETED):
+        event.clear()
+    COMPLETIONS.clear()
+    LEFT.clear()
+    with LocalCluster(build_app(), nodes=2, workers=4) as cluster:
+        yield cluster
+    HOLD.set()
+    ADMIT.set()
+
+
+def test_a_join_begun_while_its_per_actor_room_moves_fails_and_the_member_follows(cluster):
+    n1, n2 = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("r0", "t.pj.hall").wait(WAIT)
+    n2.client().spots.get_or_create("r1", "t.pj.room").wait(WAIT)
+    a = c1.actors.create("t.pj.player").wait(WAIT).actor_id
+    ADMIT.set()
+    c1.send_to_actor(a, JoinTo(room="r0")).wait(WAIT)
+    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined
+    COMPLETED.clear()
+    ADMIT.clear()  # the far room's answer waits from now on
+
+    stalled = c1.request_to_spot("r0", Stall()).timeout(WAIT).future()
+    assert HOLDING.wait(WAIT)  # the shell's gate is busy: the move's barrier waits for it
+    moved: list[BaseException | None] = []
+
+    def move() -> None:
+        try:
+            n1.relocate_spot("r0", "node-2", timeout=WAIT)
+            moved.append(None)
+        except zlink.ZLinkError as exc:
+            moved.append(exc)
+
+    mover = threading.Thread(target=move, daemon=True)
+    mover.start()
+    until(lambda: _state(n1, "r0") == "sealed", "the move sealed r0")
+    c1.send_to_actor(a, JoinTo(room="r1")).wait(WAIT)  # its handler defers a Join to node-2
+    COMPLETED.wait(2.0)  # (the fix answers it at once; before, the far room held it)
+    HOLD.set()
+    ADMIT.set()
+    assert stalled.result(WAIT) == "done"
+    mover.join(WAIT)
+    assert moved == [None], f"the move of r0 said {moved}"
+    assert COMPLETED.wait(WAIT)
+    done = COMPLETIONS[-1]
+    assert not done.joined and isinstance(done.error, zlink.Unavailable), done
+    assert "moving" in str(done.error)
+    # the member followed its room, is served there, and can leave and join again
+    assert c1.request_to_actor(a, Where()).wait(WAIT) == "node-2:r0"
+    for node in cluster.nodes:
+        assert not node.counters().get("lifecycle_skipped_on_leave_actor"), node.counters()
+    assert c1.request_to_actor(a, GoHome()).wait(WAIT) == "left"
+    until(lambda: [a] == LEFT, "r0 heard its member leave")
+    COMPLETED.clear()
+    c1.send_to_actor(a, JoinTo(room="r1")).wait(WAIT)
+    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined, COMPLETIONS[-1]
