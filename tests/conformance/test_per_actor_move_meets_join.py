@@ -32,6 +32,7 @@ LEFT: list[str] = []
 
 class JoinTo(zlink.Message, type_name="t.pj.jointo"):
     room: str
+    stall: bool = False  # the handler holds its turn (on HOLD) after it deferred the Join
 
 
 class Where(zlink.Request[str], type_name="t.pj.where"):
@@ -58,6 +59,9 @@ def build_app() -> zlink.App:
         @zlink.handler
         def join_to(self, msg: JoinTo) -> None:
             self.context.join(msg.room).defer()
+            if msg.stall:
+                HOLDING.set()
+                assert HOLD.wait(WAIT)
 
         @zlink.handler
         def where(self, req: Where) -> str:
@@ -82,6 +86,18 @@ def build_app() -> zlink.App:
 
         def on_leave_actor(self, actor: zlink.Actor) -> None:
             LEFT.append(actor.actor_id)
+
+    @app.entry_spot("t.pj.gate", actor="t.pj.stuck")
+    class Gate(zlink.EntrySpot):
+        pass
+
+    class NoCapture(zlink.JsonStateAdapter):
+        def capture(self, instance: Any) -> bytes:
+            raise zlink.StateIncompatible("no capture")
+
+    app.actor("t.pj.stuck", relocation=zlink.Relocation.preserve_state(NoCapture))(
+        type("Stuck", (Player,), {})
+    )
 
     @app.user_spot("t.pj.room")
     class Room(zlink.UserSpot):
@@ -154,3 +170,59 @@ def test_a_join_begun_while_its_per_actor_room_moves_fails_and_the_member_follow
     COMPLETED.clear()
     c1.send_to_actor(a, JoinTo(room="r1")).wait(WAIT)
     assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined, COMPLETIONS[-1]
+
+
+def test_a_join_on_the_same_node_under_way_as_the_room_moves_goes_ahead(cluster):
+    """A review of the first fix: a member whose turn deferred a Join to a room on its own
+    node while its PER_ACTOR room began to move had that Join refused; it needs no refusal
+    (its move waits for the Join, ``Membership.after_join``, and then finds it gone)."""
+    n1, _ = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("r0", "t.pj.hall").wait(WAIT)
+    c1.spots.get_or_create("r2", "t.pj.room").wait(WAIT)
+    a = c1.actors.create("t.pj.player").wait(WAIT).actor_id
+    ADMIT.set()
+    c1.send_to_actor(a, JoinTo(room="r0")).wait(WAIT)
+    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined
+    COMPLETED.clear()
+    c1.send_to_actor(a, JoinTo(room="r2", stall=True)).wait(WAIT)
+    assert HOLDING.wait(WAIT)  # its turn holds: the Join is asked once it ends
+    moved: list[BaseException | None] = []
+
+    def move() -> None:
+        try:
+            n1.relocate_spot("r0", "node-2", timeout=WAIT)
+            moved.append(None)
+        except zlink.ZLinkError as exc:
+            moved.append(exc)
+
+    mover = threading.Thread(target=move, daemon=True)
+    mover.start()
+    until(lambda: _state(cluster.nodes[1], "r0") is not None, "r0's shell moved")
+    HOLD.set()  # the member's move waits behind this turn, then for the Join it deferred
+    mover.join(WAIT)
+    assert moved == [None], f"the move of r0 said {moved}"
+    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined, COMPLETIONS[-1]
+    assert c1.request_to_actor(a, Where()).wait(WAIT) == "node-1:r2"
+    until(lambda: [a] == LEFT, "r0 heard its member leave")
+
+
+def test_a_member_left_behind_by_a_failed_move_may_still_join_its_way_out(cluster):
+    """A review of the first fix: a member whose own move failed for good after its shell
+    moved (here its capture raises) stays bound to the shell's old place, and a Join was its
+    way out; the first fix refused that Join as long as it lived ("is moving")."""
+    n1, _ = cluster.nodes
+    c1 = n1.client()
+    c1.spots.get_or_create("r0", "t.pj.hall").wait(WAIT)
+    c1.spots.get_or_create("r2", "t.pj.room").wait(WAIT)
+    a = c1.actors.create("t.pj.stuck").wait(WAIT).actor_id
+    ADMIT.set()
+    c1.send_to_actor(a, JoinTo(room="r0")).wait(WAIT)
+    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined
+    COMPLETED.clear()
+    with pytest.raises(zlink.StateIncompatible):
+        n1.relocate_spot("r0", "node-2", timeout=WAIT)
+    c1.send_to_actor(a, JoinTo(room="r2")).wait(WAIT)
+    assert COMPLETED.wait(WAIT)
+    assert COMPLETIONS[-1].joined, COMPLETIONS[-1]
+    assert c1.request_to_actor(a, Where()).wait(WAIT) == "node-1:r2"

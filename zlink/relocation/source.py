@@ -117,11 +117,31 @@ class Outbound(RelocatorState):
                 self._wanted[act.spot_id] = (target, done)
             return
         if act.kind is SpotKind.USER and not act.shared:  # PER_ACTOR: shell, then each Actor
+            spot_id = act.spot_id
+            with self._lock:  # (before the seal reads its members' Joins: ``members_follow``)
+                self._following.add(spot_id)
+            done.add_callback(lambda _v, _e: self._followed(spot_id))
             shell = Completion()
             shell.add_callback(lambda _v, error: self._shell_moved(act, target, done, error))
-            self.seal(act, target, shell, signaled=False, caller=done)
+            try:
+                self.seal(act, target, shell, signaled=False, caller=done)
+            except BaseException:
+                self._followed(spot_id)
+                raise
             return
         self.seal(act, target, done, signaled=False)
+
+    def members_follow(self, spot_id: str) -> bool:
+        """Whether a move of the PER_ACTOR Spot ``spot_id`` is under way here (its shell's, or
+        its members' after it): a member then follows it before it joins a room on another
+        node (``Membership._join_ask``; an Actor probe found one sealed to join elsewhere
+        that could not follow, the move failed with its shell moved). A set read: any
+        thread; set before the seal reads its members' Joins."""
+        return spot_id in self._following
+
+    def _followed(self, spot_id: str) -> None:
+        with self._lock:
+            self._following.discard(spot_id)
 
     def _overdue(self, spot_id: str, done: Completion, timeout: float) -> None:
         """(Infrastructure thread.) The move's deadline passed on the node's clock."""
@@ -191,6 +211,9 @@ class Outbound(RelocatorState):
         self, spot: SpotAct, actor: ActorAct, target: str, done: Completion, tries: int
     ) -> None:
         """Move one Actor of a moved PER_ACTOR Spot; a failed barrier is tried again."""
+        if actor.spot is not spot:  # it left meanwhile (a Join on this node ended, say)
+            done.set(None, None)
+            return
 
         def settled(_v: Any, error: BaseException | None) -> None:
             if error is None or actor.spot is not spot:  # moved, or it left meanwhile
@@ -357,7 +380,7 @@ class Outbound(RelocatorState):
                 f"{act.spot_id!r} cannot move while its member {ending[0]!r} is not ready "
                 "(ending, sealed or activating)"
             )
-        joining = [m.actor_id for m in members if m.joining] if join is None else []
+        joining = self.rt.membership.joining_of(members) if join is None else []
         if joining:  # its Join may wait for its room's move: it must be here when it ends
             raise Unavailable(
                 f"{act.spot_id!r} cannot move while its member {joining[0]!r} joins another Spot"

@@ -157,6 +157,8 @@ class RelocatorState:
         self.stopped_as: str | None = None  # the node stopped: arrivals keep nothing more
         self._in_ids: dict[str, Arriving] = {}
         self._wanted: dict[str, tuple[str, Completion]] = {}  # APPLICATION_SIGNALED: waiting
+        # PER_ACTOR Spots whose move is under way: the shell's, then its members' (under _lock)
+        self._following: set[str] = set()
 
     def _take_in(self, inc: Arriving, held: Held) -> None:
         """A call for an arriving target that may go in: kept, in arrival order, until the

@@ -129,18 +129,7 @@ class Membership:
     def _join_ask(self, actor: ActorAct, target_id: str, request: Message | None) -> None:
         """Runs once the Actor is quiescent and held: ask the target Spot (§5)."""
         if self.rt.actors.get(actor.actor_id) is not actor:  # gone meanwhile (fenced, say)
-            return
-        room = actor.spot
-        if room is not actor.entry and room.state in (SEALED, GONE):  # a PER_ACTOR room's
-            # shell moves (or moved) and its members follow one by one: this one follows
-            # first (a probe: sealed to join elsewhere, it could not follow; the move failed
-            # though the shell had moved, and it stayed bound to the shell's old place)
-            self.rt.metrics.add("joins_refused_room_moving")
-            moving = Unavailable(
-                f"actor {actor.actor_id!r} cannot join {target_id!r} while its Spot"
-                f" {room.spot_id!r} is moving; join again after the move"
-            )
-            self.complete_join(actor, ActorJoinCompletion(False, target_id, error=moving), None)
+            self._end_join(actor)
             return
         target = self.rt.spots.get(target_id)
         error: ZLinkError | None = None
@@ -155,6 +144,23 @@ class Membership:
             self.rt.metrics.add("joins_waiting_for_move")
             return
         if (target is None or target.state == GONE) and self.rt.remote_join is not None:
+            room = actor.spot
+            if (
+                relocator is not None
+                and room is not actor.entry
+                and relocator.members_follow(room.spot_id)
+            ):  # its PER_ACTOR room moves, its members one by one after the shell: this one
+                # follows first (an Actor probe: sealed to join elsewhere, it could not follow;
+                # the move failed with its shell moved, and it stayed bound to the shell's old
+                # place); a Join on this node needs no such wait: its member's move waits for it
+                self.rt.metrics.add("joins_refused_room_moving")
+                moving = Unavailable(
+                    f"actor {actor.actor_id!r} cannot join {target_id!r} on another node while"
+                    f" its Spot {room.spot_id!r} is moving; join again after the move"
+                )
+                done = ActorJoinCompletion(False, target_id, error=moving)
+                self.complete_join(actor, done, None)
+                return
             self.rt.remote_join.ask(actor, target_id, request)  # it lives on another node
             return
         if target is None or target.state == GONE:
@@ -242,9 +248,7 @@ class Membership:
         Not for an Actor its node dropped meanwhile (its fence: no lifecycle step runs on
         what it dropped, ``Closing.drop_all``; an audit found it run): skipped, counted.
         What waited for the Join to end (``after_join``) runs last."""
-        with self._joins:
-            actor.joining = False
-            waiting, actor.after_join = actor.after_join, None
+        waiting = self._ended(actor)
         try:
             if actor.state is GONE:
                 self.rt.metrics.add("lifecycle_skipped_on_join_completed")
@@ -260,8 +264,26 @@ class Membership:
             )
             actor.owner.unhold(gate)
         finally:
-            for then in waiting or ():
+            for then in waiting:
                 then()
+
+    def _ended(self, actor: ActorAct) -> list[Callable[[], object]]:
+        """``actor``'s Join is over: what waited for that (to be called, no lock held)."""
+        with self._joins:
+            actor.joining = False
+            waiting, actor.after_join = actor.after_join, None
+        return waiting or []
+
+    def _end_join(self, actor: ActorAct) -> None:
+        """A Join that ends with no callback to run (its Actor went away): who waits hears."""
+        for then in self._ended(actor):
+            then()
+
+    def joining_of(self, actors: list[ActorAct]) -> list[str]:
+        """The ids of those of ``actors`` with a Join under way (a move's seal: it does not
+        move them; ``_joins`` is a leaf, taken under the seal's locks)."""
+        with self._joins:
+            return [a.actor_id for a in actors if a.joining]
 
     def after_join(self, actor: ActorAct, then: Callable[[], object]) -> None:
         """Call ``then`` once ``actor``'s Join under way has ended (now, if none is): a

@@ -29,6 +29,9 @@ Every fault and every discard is counted once, under a name that says what it wa
   that closed with calls still to run was made again at once, with them (not losses);
   ``instance_reactivations_refused``: the store gave it no new generation (what it held
   failed, counted as ``messages_discarded_spot_closed``);
+* ``joins_waiting_for_move``: a Join whose room was sealed for a move, asked again where the
+  room went; ``joins_refused_room_moving``: a Join to a room on another node that a member of
+  a PER_ACTOR Spot began while that Spot moved (it follows its Spot first: ``Unavailable``);
 * ``relocation_restore_errors``: a restore attempt of an arriving Spot failed;
   ``relocation_commits_asked_again``: the store failed a move's commit and could not say
   whether it made it (or refused a member's write after the Spot's was made): asked again;

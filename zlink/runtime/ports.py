@@ -68,6 +68,11 @@ class RelocationPort(Protocol):
         this node ended; at once if none is under way."""
         ...
 
+    def members_follow(self, spot_id: str) -> bool:
+        """Whether a move of the PER_ACTOR Spot ``spot_id`` (its shell's, then its members')
+        is under way from this node."""
+        ...
+
     def signaled(self, act: SpotAct) -> bool:
         """The Spot reached a ``relocation_ready()`` boundary; ``False`` if no move waits."""
         ...
