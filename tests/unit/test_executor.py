@@ -615,3 +615,31 @@ def test_a_deadline_cancelled_as_it_comes_due_does_not_fail_its_canceller():
     handle = TakenBetweenReads(infra)
     handle.cancel()  # before the fix: AttributeError: 'NoneType' ... '_cancelled_one'
     assert handle.cancelled and handle.fn is not None
+
+
+def test_a_stop_that_finds_the_thread_ending_waits_for_it_to_end():
+    """3.13t CI: a stop that found the executor already ``stopped`` (its thread had said so,
+    under the lock, and was on its way out) returned at once with the thread still alive, so
+    ``alive`` read true after ``stop()`` returned. It joins the thread as any stop does."""
+    ended, gate = threading.Event(), threading.Event()
+
+    class _SlowToEnd(ex.InfraExecutor):
+        def _next_batch(self):  # type: ignore[no-untyped-def]
+            batch = super()._next_batch()
+            if batch is None:  # "stopped" is said: the thread lingers before it ends
+                ended.set()
+                assert gate.wait(WAIT)
+            return batch
+
+    infra = _SlowToEnd(ManualClock())
+    infra.start()
+    infra.stop(0.05)  # its join times out: the thread lingers
+    assert ended.wait(WAIT)
+    timer = threading.Timer(0.1, gate.set)
+    timer.start()
+    try:
+        infra.stop(WAIT)
+        assert not infra.alive
+    finally:
+        gate.set()
+        timer.cancel()

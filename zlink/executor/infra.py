@@ -300,9 +300,10 @@ class InfraExecutor:
             )
 
     def stop(self, timeout: float | None = 5.0) -> None:
-        """Run what is ready, drop pending deadlines, and join the thread."""
+        """Run what is ready, drop pending deadlines, and join the thread (also when it has
+        said it stopped: it may still be on its way out, and ``alive`` is read after this)."""
         with self._cond:
-            if self._state in ("new", "stopped"):  # never started, or ended: nothing runs
+            if self._state == "new":  # never started: nothing runs
                 self._state = "stopped"
                 return
             io = None
