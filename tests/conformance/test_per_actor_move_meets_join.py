@@ -112,6 +112,35 @@ def _state(node: zlink.Node, spot_id: str) -> str | None:
     return next((o.state for o in node.status().owners if o.owner == spot_id), None)
 
 
+def _member_of_r0(node: zlink.Node, actor_type: str = "t.pj.player") -> str:
+    """A new Actor of ``actor_type``, a member of the PER_ACTOR room ``r0`` on ``node``."""
+    client = node.client()
+    client.spots.get_or_create("r0", "t.pj.hall").wait(WAIT)
+    actor_id = client.actors.create(actor_type).wait(WAIT).actor_id
+    ADMIT.set()
+    client.send_to_actor(actor_id, JoinTo(room="r0")).wait(WAIT)
+    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined
+    COMPLETED.clear()
+    return actor_id
+
+
+def _move_r0(node: zlink.Node) -> tuple[threading.Thread, list[BaseException | None]]:
+    """``node.relocate_spot("r0", "node-2")`` on a thread: the thread, and its outcome once
+    it ended (``None``: moved)."""
+    moved: list[BaseException | None] = []
+
+    def move() -> None:
+        try:
+            node.relocate_spot("r0", "node-2", timeout=WAIT)
+            moved.append(None)
+        except zlink.ZLinkError as exc:
+            moved.append(exc)
+
+    mover = threading.Thread(target=move, daemon=True)
+    mover.start()
+    return mover, moved
+
+
 @pytest.fixture
 def cluster():
     for event in (HOLD, HOLDING, ADMIT, COMPLETED):
@@ -127,28 +156,13 @@ def cluster():
 def test_a_join_begun_while_its_per_actor_room_moves_fails_and_the_member_follows(cluster):
     n1, n2 = cluster.nodes
     c1 = n1.client()
-    c1.spots.get_or_create("r0", "t.pj.hall").wait(WAIT)
     n2.client().spots.get_or_create("r1", "t.pj.room").wait(WAIT)
-    a = c1.actors.create("t.pj.player").wait(WAIT).actor_id
-    ADMIT.set()
-    c1.send_to_actor(a, JoinTo(room="r0")).wait(WAIT)
-    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined
-    COMPLETED.clear()
+    a = _member_of_r0(n1)
     ADMIT.clear()  # the far room's answer waits from now on
 
     stalled = c1.request_to_spot("r0", Stall()).timeout(WAIT).future()
     assert HOLDING.wait(WAIT)  # the shell's gate is busy: the move's barrier waits for it
-    moved: list[BaseException | None] = []
-
-    def move() -> None:
-        try:
-            n1.relocate_spot("r0", "node-2", timeout=WAIT)
-            moved.append(None)
-        except zlink.ZLinkError as exc:
-            moved.append(exc)
-
-    mover = threading.Thread(target=move, daemon=True)
-    mover.start()
+    mover, moved = _move_r0(n1)
     until(lambda: _state(n1, "r0") == "sealed", "the move sealed r0")
     c1.send_to_actor(a, JoinTo(room="r1")).wait(WAIT)  # its handler defers a Join to node-2
     COMPLETED.wait(2.0)  # (the fix answers it at once; before, the far room held it)
@@ -178,26 +192,11 @@ def test_a_join_on_the_same_node_under_way_as_the_room_moves_goes_ahead(cluster)
     (its move waits for the Join, ``Membership.after_join``, and then finds it gone)."""
     n1, _ = cluster.nodes
     c1 = n1.client()
-    c1.spots.get_or_create("r0", "t.pj.hall").wait(WAIT)
     c1.spots.get_or_create("r2", "t.pj.room").wait(WAIT)
-    a = c1.actors.create("t.pj.player").wait(WAIT).actor_id
-    ADMIT.set()
-    c1.send_to_actor(a, JoinTo(room="r0")).wait(WAIT)
-    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined
-    COMPLETED.clear()
+    a = _member_of_r0(n1)
     c1.send_to_actor(a, JoinTo(room="r2", stall=True)).wait(WAIT)
     assert HOLDING.wait(WAIT)  # its turn holds: the Join is asked once it ends
-    moved: list[BaseException | None] = []
-
-    def move() -> None:
-        try:
-            n1.relocate_spot("r0", "node-2", timeout=WAIT)
-            moved.append(None)
-        except zlink.ZLinkError as exc:
-            moved.append(exc)
-
-    mover = threading.Thread(target=move, daemon=True)
-    mover.start()
+    mover, moved = _move_r0(n1)
     until(lambda: _state(cluster.nodes[1], "r0") is not None, "r0's shell moved")
     HOLD.set()  # the member's move waits behind this turn, then for the Join it deferred
     mover.join(WAIT)
@@ -213,13 +212,8 @@ def test_a_member_left_behind_by_a_failed_move_may_still_join_its_way_out(cluste
     way out; the first fix refused that Join as long as it lived ("is moving")."""
     n1, _ = cluster.nodes
     c1 = n1.client()
-    c1.spots.get_or_create("r0", "t.pj.hall").wait(WAIT)
     c1.spots.get_or_create("r2", "t.pj.room").wait(WAIT)
-    a = c1.actors.create("t.pj.stuck").wait(WAIT).actor_id
-    ADMIT.set()
-    c1.send_to_actor(a, JoinTo(room="r0")).wait(WAIT)
-    assert COMPLETED.wait(WAIT) and COMPLETIONS[-1].joined
-    COMPLETED.clear()
+    a = _member_of_r0(n1, "t.pj.stuck")
     with pytest.raises(zlink.StateIncompatible):
         n1.relocate_spot("r0", "node-2", timeout=WAIT)
     c1.send_to_actor(a, JoinTo(room="r2")).wait(WAIT)

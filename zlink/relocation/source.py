@@ -482,9 +482,12 @@ class Outbound(RelocatorState):
         for obj in out.objects:
             pending = obj.owner.lanes.snapshot()
             if obj.owner.yield_pending():
-                raise Unavailable(f"{obj.name!r}: a Yield is still in flight (barrier failed)")
+                raise Unavailable(f"{obj.name!r} cannot move now: a Yield of it is still in"
+                                  " flight; the move was withdrawn, try again")  # fmt: skip
             if any(isinstance(i, LifeJob) for i in pending):
-                raise Unavailable(f"{obj.name!r}: lifecycle work is queued (barrier failed)")
+                raise Unavailable(f"{obj.name!r} cannot move now: a lifecycle step (a Join, a"
+                                  " leave, a member's callback) is queued for it; the move was"
+                                  " withdrawn, try again")  # fmt: skip
         return {obj.name: capture_one(obj) for obj in out.objects}
 
     def _ship(self, out: Outgoing, turn: Turn) -> None:
